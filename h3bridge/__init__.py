@@ -1,0 +1,43 @@
+"""h3bridge: MiniMax-H3 on Apple Silicon through antirez's native h3.c engine.
+
+The public API is what this module exports; everything else is internal.
+"""
+from __future__ import annotations
+
+from .cancel import CancelToken
+from .errors import (
+    EngineCrashedError,
+    EngineError,
+    EngineNotFoundError,
+    EngineStalledError,
+    GenerationCancelled,
+    H3BridgeError,
+    IntegrityError,
+    MediaError,
+    MemoryPlanError,
+    ModelError,
+    OutputExistsError,
+    RequestError,
+    SessionError,
+)
+from .progress import ProgressEvent
+from .request import (
+    PRESETS,
+    GenerationRequest,
+    Reference,
+    ReferenceImageSize,
+    ReferenceKind,
+    SlowerPath,
+    align_frame_count,
+)
+from .result import GenerationResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CancelToken", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
+    "GenerationCancelled", "GenerationRequest", "GenerationResult", "H3BridgeError", "IntegrityError",
+    "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "ProgressEvent",
+    "Reference", "ReferenceImageSize", "ReferenceKind", "RequestError", "SessionError", "SlowerPath",
+    "align_frame_count",
+]

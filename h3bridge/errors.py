@@ -1,0 +1,93 @@
+"""One exception family for everything h3bridge reports.
+
+Where a message came from the engine, `engine_message` keeps h3's own words
+verbatim (the text after ``h3: `` on its last error line), so a user can search
+upstream issues for it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+
+class H3BridgeError(Exception):
+    """Base class. `hint` says what to do about it, when we know."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  fix: {self.hint}" if self.hint else self.message
+
+
+class RequestError(H3BridgeError, ValueError):
+    """The request cannot run as given; raised before any engine starts."""
+
+    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.field = field
+
+
+class OutputExistsError(H3BridgeError, FileExistsError):
+    """The output path already holds a file and the caller did not allow overwriting it."""
+
+
+class MediaError(H3BridgeError):
+    """An input or output media file cannot be read or written."""
+
+
+class ModelError(H3BridgeError):
+    """The model directory is missing, has the wrong layout, or cannot be read by h3."""
+
+
+class IntegrityError(ModelError):
+    """A shard is damaged: bad header, truncated, or its checksum does not match."""
+
+    def __init__(self, message: str, *, path: Path | None = None, tensor: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+        self.tensor = tensor
+
+
+class MemoryPlanError(H3BridgeError):
+    """The request will not fit in this machine's memory (see the attached plan)."""
+
+    def __init__(self, message: str, *, plan: object = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.plan = plan
+
+
+class EngineNotFoundError(H3BridgeError):
+    """No h3 binary could be located."""
+
+
+class EngineError(H3BridgeError):
+    """The engine ran and failed. `engine_message` is h3's own text, verbatim."""
+
+    def __init__(self, message: str, *, engine_message: str | None = None,
+                 exit_code: int | None = None, stderr: str = "",
+                 command: Sequence[str] = (), hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.engine_message = engine_message
+        self.exit_code = exit_code
+        self.stderr = stderr
+        self.command = list(command)
+
+
+class EngineCrashedError(EngineError):
+    """The engine died from a signal (segfault, abort, out-of-memory kill)."""
+
+
+class EngineStalledError(EngineError):
+    """The watchdog killed an engine that made no progress for too long."""
+
+
+class SessionError(EngineError):
+    """The warm interactive session could not do what was asked."""
+
+
+class GenerationCancelled(H3BridgeError):
+    """The caller cancelled the job; the engine is gone and no output was left behind."""
