@@ -1,0 +1,181 @@
+"""The machine-wide engine lock: at most one MiniMax-H3 engine holds the model in memory.
+
+h3 maps tens of GiB of weights and plans its working set for the whole machine
+(h3_host.c memory planning), so two engines at once would page each other to
+death. Every engine (one-shot run or warm session) holds this lock while its
+process is alive; everyone else waits, reporting ``progress.WAITING_PHASE``
+through ``on_wait`` and staying cancellable.
+
+The lock is a filelock (an OS file lock, so it is released by the kernel if the
+holder dies). The file lives in the user's cache directory; set
+``H3BRIDGE_LOCK_PATH`` to put it elsewhere (tests do, to stay isolated).
+
+Within one process the file lock still excludes: two holders in the same
+process block each other exactly as two processes do (each `EngineLock` opens
+its own descriptor). So that a process cannot deadlock on its own idle warm
+session, holders may register a *yield hook* (`register_yield_hook`): when
+someone in this process has to wait, the hooks run first and an idle session
+shuts down (releasing the lock) instead of making its own process wait for
+its idle timer. A busy holder sees `has_in_process_waiters()` after its job and
+yields then.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from filelock import FileLock, Timeout
+
+from .cancel import CancelToken
+from .errors import GenerationCancelled
+
+LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
+LOCK_FILE_NAME = "engine.lock"
+# Short polls keep "waiting for the engine" reports fresh and cancellation prompt.
+DEFAULT_POLL_INTERVAL = 0.1
+
+WaitCallback = Callable[[float], None]
+YieldHook = Callable[[], None]
+
+
+def default_lock_path() -> Path:
+    """`$H3BRIDGE_LOCK_PATH`, else `<user cache dir>/h3bridge/engine.lock`."""
+    override = os.environ.get(LOCK_PATH_ENV)
+    if override:
+        return Path(override).expanduser()
+    if sys.platform == "darwin":
+        cache_root = Path.home() / "Library" / "Caches"
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        cache_root = Path(xdg) if xdg else Path.home() / ".cache"
+    return cache_root / "h3bridge" / LOCK_FILE_NAME
+
+
+# --- in-process cooperation -------------------------------------------------------------------
+
+_registry_guard = threading.Lock()
+_yield_hooks: dict[int, YieldHook] = {}
+_next_hook_id = 0
+_in_process_waiters = 0
+
+
+def register_yield_hook(hook: YieldHook) -> int:
+    """Run `hook` whenever another holder in this process has to wait; returns an id to unregister.
+
+    The hook is called from the waiting thread. It should release the lock if its
+    holder is idle (e.g. shut an idle session down) and return quickly otherwise.
+    """
+    global _next_hook_id
+    with _registry_guard:
+        _next_hook_id += 1
+        _yield_hooks[_next_hook_id] = hook
+        return _next_hook_id
+
+
+def unregister_yield_hook(hook_id: int) -> None:
+    with _registry_guard:
+        _yield_hooks.pop(hook_id, None)
+
+
+def has_in_process_waiters() -> bool:
+    """True while some thread of this process is waiting for the engine lock."""
+    with _registry_guard:
+        return _in_process_waiters > 0
+
+
+def _run_yield_hooks() -> None:
+    with _registry_guard:
+        hooks = list(_yield_hooks.values())
+    for hook in hooks:
+        hook()
+
+
+# --- the lock ----------------------------------------------------------------------------------
+
+class EngineLock:
+    """One claim on the machine's engine. Acquire/release may happen on different threads.
+
+    Not reentrant: a second `EngineLock` in the same process waits like any other holder.
+    """
+
+    def __init__(self, path: Path | None = None, *, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+        self.path = Path(path) if path is not None else default_lock_path()
+        self.poll_interval = poll_interval
+        self.waited = 0.0   # seconds the last acquire spent waiting
+        # thread_local=False: a session acquires on its job thread and may release on its
+        # idle-timer thread; filelock's default per-thread counter would ignore that release.
+        self._file_lock = FileLock(str(self.path), thread_local=False)
+
+    @property
+    def is_held(self) -> bool:
+        return self._file_lock.is_locked
+
+    def acquire(self, *, cancel: CancelToken | None = None, on_wait: WaitCallback | None = None) -> None:
+        """Block until this process owns the engine. Raises GenerationCancelled if cancelled first.
+
+        `on_wait(seconds_waited)` is called once per poll while someone else holds the lock,
+        starting right after the first failed attempt (so callers can show WAITING_PHASE).
+        """
+        global _in_process_waiters
+        if self.is_held:
+            raise RuntimeError("EngineLock.acquire called twice without release")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self.waited = 0.0
+        if cancel is not None and cancel.cancelled:
+            raise GenerationCancelled("cancelled before the engine started")
+        if self._try_acquire(timeout=0):
+            return
+        with _registry_guard:
+            _in_process_waiters += 1
+        try:
+            # Someone holds it. If that someone is an idle holder in this very process, ask it
+            # to step aside now rather than wait for its idle timer.
+            _run_yield_hooks()
+            while True:
+                self.waited = time.monotonic() - started
+                if on_wait is not None:
+                    on_wait(self.waited)
+                if cancel is not None and cancel.cancelled:
+                    raise GenerationCancelled("cancelled while waiting for the engine")
+                if self._try_acquire(timeout=self.poll_interval):
+                    self.waited = time.monotonic() - started
+                    return
+        finally:
+            with _registry_guard:
+                _in_process_waiters -= 1
+
+    def _try_acquire(self, *, timeout: float) -> bool:
+        try:
+            # Short poll inside filelock; our loop does the reporting and cancellation.
+            self._file_lock.acquire(timeout=timeout, poll_interval=min(0.02, self.poll_interval))
+        except Timeout:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Give the engine back. Safe to call when not held."""
+        if self._file_lock.is_locked:
+            self._file_lock.release(force=True)
+
+
+@contextmanager
+def engine_lock(*, cancel: CancelToken | None = None, on_wait: WaitCallback | None = None,
+                path: Path | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL) -> Iterator[EngineLock]:
+    """Hold the machine-wide engine lock for the `with` block.
+
+    While another holder has it, `on_wait(seconds_waited)` is called every `poll_interval`
+    (report ``progress.WAITING_PHASE``) and `cancel` is checked (raises GenerationCancelled).
+    Yields the `EngineLock`; its `waited` says how long the wait was.
+    """
+    lock = EngineLock(path, poll_interval=poll_interval)
+    lock.acquire(cancel=cancel, on_wait=on_wait)
+    try:
+        yield lock
+    finally:
+        lock.release()

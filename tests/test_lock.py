@@ -1,0 +1,204 @@
+"""The machine-wide engine lock (h3bridge/lock.py)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from h3bridge.cancel import CancelToken
+from h3bridge.errors import GenerationCancelled
+from h3bridge.lock import (
+    LOCK_PATH_ENV,
+    EngineLock,
+    default_lock_path,
+    engine_lock,
+    has_in_process_waiters,
+    register_yield_hook,
+    unregister_yield_hook,
+)
+
+
+@pytest.fixture
+def lock_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "locks" / "engine.lock"
+    monkeypatch.setenv(LOCK_PATH_ENV, str(path))
+    return path
+
+
+def test_env_override_and_default_location(lock_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert default_lock_path() == lock_path
+    monkeypatch.delenv(LOCK_PATH_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/cache")
+    if sys.platform != "darwin":
+        assert default_lock_path() == Path("/somewhere/cache/h3bridge/engine.lock")
+    assert default_lock_path().name == "engine.lock"
+
+
+def test_uncontended_lock_creates_parent_and_does_not_wait(lock_path: Path) -> None:
+    waits: list[float] = []
+    with engine_lock(on_wait=waits.append) as held:
+        assert held.is_held
+        assert lock_path.parent.is_dir()
+        assert held.waited == 0.0
+    assert waits == []
+    assert not held.is_held
+
+
+def test_second_holder_in_same_process_waits_and_reports(lock_path: Path) -> None:
+    first = EngineLock()
+    first.acquire()
+    waits: list[float] = []
+    got_it = threading.Event()
+
+    def second() -> None:
+        with engine_lock(on_wait=waits.append, poll_interval=0.02):
+            got_it.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not waits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert waits, "the waiting holder never reported waiting"
+    assert has_in_process_waiters()
+    assert not got_it.is_set()
+    first.release()
+    thread.join(5)
+    assert got_it.is_set()
+    assert not has_in_process_waiters()
+    # Reports are the seconds waited so far, never decreasing.
+    assert waits == sorted(waits)
+
+
+def test_cancel_while_waiting_raises_and_leaves_holder_intact(lock_path: Path) -> None:
+    holder = EngineLock()
+    holder.acquire()
+    token = CancelToken()
+    waits: list[float] = []
+
+    def cancel_on_third_report(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 3:
+            token.cancel()
+
+    with pytest.raises(GenerationCancelled, match="waiting for the engine"):
+        with engine_lock(cancel=token, on_wait=cancel_on_third_report, poll_interval=0.01):
+            pytest.fail("must not get the lock while it is held")
+    assert len(waits) == 3
+    assert holder.is_held
+    holder.release()
+
+
+def test_already_cancelled_token_never_takes_the_lock(lock_path: Path) -> None:
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(GenerationCancelled):
+        with engine_lock(cancel=token):
+            pass
+    with engine_lock() as held:   # and nothing was left behind
+        assert held.is_held
+
+
+def test_release_from_another_thread_frees_the_lock(lock_path: Path) -> None:
+    """A session acquires on its job thread and releases from its idle timer thread."""
+    holder = EngineLock()
+    holder.acquire()
+    thread = threading.Thread(target=holder.release)
+    thread.start()
+    thread.join()
+    assert not holder.is_held
+    with engine_lock(on_wait=lambda s: pytest.fail("lock was not released")):
+        pass
+
+
+def test_yield_hook_lets_an_idle_in_process_holder_step_aside(lock_path: Path) -> None:
+    idle_holder = EngineLock()
+    idle_holder.acquire()
+    calls: list[str] = []
+
+    def step_aside() -> None:
+        calls.append("asked")
+        idle_holder.release()
+
+    hook_id = register_yield_hook(step_aside)
+    try:
+        with engine_lock(poll_interval=0.01) as held:
+            assert held.is_held
+    finally:
+        unregister_yield_hook(hook_id)
+    assert calls == ["asked"]
+
+
+_QUEUE_CHILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from h3bridge.lock import engine_lock
+    name, log, release_flag = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    def note(text):
+        with open(log, "a") as handle:
+            handle.write(f"{name} {text}\\n")
+    reported = []
+    def on_wait(seconds):
+        if not reported:
+            reported.append(seconds)
+            note("waiting")
+    with engine_lock(on_wait=on_wait, poll_interval=0.02):
+        note("acquired")
+        while not release_flag.exists():
+            time.sleep(0.01)
+        note("releasing")
+""")
+
+
+def _wait_for_line(log: Path, line: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and line in log.read_text().splitlines():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{line!r} never appeared in {log.read_text() if log.exists() else '(no log)'}")
+
+
+def test_two_processes_queue_in_order_without_overlap(lock_path: Path, tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    flag_a, flag_b = tmp_path / "release-a", tmp_path / "release-b"
+    env = {**os.environ, LOCK_PATH_ENV: str(lock_path)}
+    first = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "A", str(log), str(flag_a)], env=env)
+    try:
+        _wait_for_line(log, "A acquired")
+        second = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "B", str(log), str(flag_b)], env=env)
+        try:
+            _wait_for_line(log, "B waiting")
+            flag_a.touch()
+            _wait_for_line(log, "B acquired")
+            flag_b.touch()
+            assert second.wait(20) == 0
+        finally:
+            second.kill()
+        assert first.wait(20) == 0
+    finally:
+        first.kill()
+    assert log.read_text().splitlines() == [
+        "A acquired", "B waiting", "A releasing", "B acquired", "B releasing"]
+
+
+def test_lock_is_freed_when_its_holder_process_dies(lock_path: Path, tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    env = {**os.environ, LOCK_PATH_ENV: str(lock_path)}
+    holder = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "A", str(log), str(tmp_path / "never")],
+                              env=env)
+    try:
+        _wait_for_line(log, "A acquired")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+    finally:
+        holder.kill()
+    with engine_lock(poll_interval=0.01) as held:   # the kernel dropped the dead holder's lock
+        assert held.is_held
