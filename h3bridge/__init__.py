@@ -5,6 +5,8 @@ The public API is what this module exports; everything else is internal.
 from __future__ import annotations
 
 from .cancel import CancelToken
+from .engine import OneShotEngine, locate_engine
+from .engine_process import EngineProcess
 from .errors import (
     EngineCrashedError,
     EngineError,
@@ -35,7 +37,7 @@ from .result import GenerationResult
 __version__ = "0.1.0"
 
 __all__ = [
-    "CancelToken", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
+    "CancelToken", "EngineProcess", "OneShotEngine", "locate_engine", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
     "GenerationCancelled", "GenerationRequest", "GenerationResult", "H3BridgeError", "IntegrityError",
     "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "ProgressEvent",
     "Reference", "ReferenceImageSize", "ReferenceKind", "RequestError", "SessionError", "SlowerPath",

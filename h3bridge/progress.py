@@ -1,8 +1,9 @@
 """Typed progress events, shared by every engine and the CLI/ComfyUI progress bars."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 # Shown while a job waits for the machine-wide engine lock.
 WAITING_PHASE = "waiting for the engine"
@@ -18,3 +19,103 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+
+
+# ----------------------------------------------------------------------------- parsing h3's stderr
+
+# main.c cli_progress: fprintf(stderr, "\r%-25s %4d/%-4d", phase, completed, total). The phase is
+# left-justified in 25 columns, `done` right-justified in 4, `total` left-justified in 4.
+_PROGRESS = re.compile(r"^(?P<phase>\S.*?) +(?P<done>\d+)/(?P<total>\d+)(?P<pad> *)$")
+
+
+def parse_progress(text: str) -> tuple[str, int, int] | None:
+    """(phase, done, total) for one `\\r`/`\\n`-delimited piece of h3's stderr, else None.
+
+    `h3: ...` message lines are never progress.
+    """
+    if text.startswith("h3:") or text.startswith("h3 profile:"):
+        return None
+    match = _PROGRESS.match(text)
+    if not match:
+        return None
+    return match["phase"], int(match["done"]), int(match["total"])
+
+
+def is_complete_progress(text: str) -> bool:
+    """True when an unterminated piece is a whole progress record, not a torn read.
+
+    `%-4d` pads the total to at least 4 columns, so a piece whose total field is
+    shorter than that may still be growing.
+    """
+    match = _PROGRESS.match(text)
+    return bool(match) and len(match["total"]) + len(match["pad"]) >= 4
+
+
+# Relative cost of each upstream phase (h3.c h3_generate order; weights from upstream README and
+# issue 17 timings on M-series Macs: the denoise loop dominates, then the DiT load and the text
+# encoder). Used only to turn per-phase counters into one overall fraction.
+PHASE_WEIGHTS: dict[str, float] = {
+    "tokenizer": 0.5,
+    "audio VAE encoder": 1.0,
+    "video VAE encoder": 2.0,
+    "Qwen vision": 2.0,
+    "text encoder": 8.0,
+    "refine text": 0.5,
+    "precompute AdaLN": 2.0,
+    "load transformer core": 12.0,
+    "preview VAE load": 2.0,
+    "denoise enqueue": 2.0,
+    "denoise": 55.0,
+    "audio VAE": 2.0,
+    "video VAE load": 5.0,
+    "FFmpeg": 4.0,
+}
+PHASE_ORDER: tuple[str, ...] = tuple(PHASE_WEIGHTS)
+
+
+class ProgressTracker:
+    """Turns (phase, done, total) records into ProgressEvents and per-phase timings.
+
+    `phases` are the phases this job is expected to run, in upstream order; a phase
+    that never shows up (e.g. `denoise enqueue` off M5) counts as done once a later
+    phase starts. The overall fraction never goes backwards (reference encoders
+    interleave per reference).
+    """
+
+    def __init__(self, phases: Sequence[str], started: float) -> None:
+        self.phases = [p for p in PHASE_ORDER if p in phases]
+        self.total_weight = sum(PHASE_WEIGHTS[p] for p in self.phases) or 1.0
+        self.started = started
+        self.timings: dict[str, float] = {}
+        self._last: tuple[str, int, int] | None = None
+        self._phase: str | None = None
+        self._phase_started = started
+        self._fraction = 0.0
+
+    def update(self, phase: str, done: int, total: int, now: float) -> ProgressEvent | None:
+        """Record one progress record; None when it repeats the previous one."""
+        record = (phase, done, total)
+        if record == self._last:
+            return None
+        self._last = record
+        if phase != self._phase:
+            self._close_phase(now)
+            self._phase, self._phase_started = phase, now
+        if phase in self.phases:
+            index = self.phases.index(phase)
+            before = sum(PHASE_WEIGHTS[p] for p in self.phases[:index])
+            within = PHASE_WEIGHTS[phase] * (min(done, total) / total if total > 0 else 1.0)
+            self._fraction = max(self._fraction, min(1.0, (before + within) / self.total_weight))
+        return ProgressEvent(phase=phase, done=done, total=total, fraction=self._fraction,
+                             elapsed=now - self.started)
+
+    def finish(self, now: float) -> dict[str, float]:
+        """Close the running phase; return seconds per phase plus "total"."""
+        self._close_phase(now)
+        self._phase = None
+        self.timings["total"] = now - self.started
+        return dict(self.timings)
+
+    def _close_phase(self, now: float) -> None:
+        if self._phase is not None:
+            self.timings[self._phase] = self.timings.get(self._phase, 0.0) + (now - self._phase_started)

@@ -6,8 +6,11 @@ main.c); messages are written for a user and name the nearest valid value.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from .errors import RequestError
 
 # h3.h / h3_host.h constants.
 FPS = 24
@@ -18,6 +21,17 @@ MIN_FRAMES = 22          # h3.c: "generation requires at least one trained 22-fr
 MAX_FRAMES = 362         # h3.c: "frames must align within the released 5..362 range"
 MAX_STEPS = 1000
 MIN_LAYERS, MAX_LAYERS = 35, 50
+MIN_STEPS = 2                 # h3.c h3_valid_params: "denoising steps must be in [2, 1000]"
+MAX_REUSE = 3                 # h3.c h3_valid_params: "denoise reuse must be in [1, 3]"
+MAX_CORE_REUSE = 6            # h3.c h3_valid_params: "core reuse must be in [1, 6]"
+MAX_SEED = 2**64 - 1          # main.c parse_u64: the seed is a uint64_t
+# Ref2VA limits: main.c append_reference (12, parse time) and h3.c h3_valid_params (9/3/3).
+MAX_REFERENCES, MAX_REFERENCE_IMAGES, MAX_REFERENCE_VIDEOS, MAX_REFERENCE_AUDIO = 12, 9, 3, 3
+# Reference audio (h3.c h3_generate reference loop, h3_ffmpeg.c h3_ffmpeg_read_audio_f32):
+MIN_AUDIO_SAMPLES = SAMPLE_RATE * 2      # "reference audio requires at least 2 seconds at 32 kHz"
+MAX_AUDIO_SAMPLES = SAMPLE_RATE * 15     # "... exceeds 15 seconds in total" / the per-file cap
+MIN_SOUNDTRACK_FRAMES = 56               # "video soundtrack N requires at least 2 seconds; request at least 56 output frames"
+MIN_REFERENCE_VIDEO_FRAMES = 5           # h3_ffmpeg.c: "reference videos require at least 5 decoded frames"
 DEFAULT_WIDTH, DEFAULT_HEIGHT, DEFAULT_FRAMES, DEFAULT_STEPS, DEFAULT_SEED = 864, 480, 56, 20, 42
 
 
@@ -118,7 +132,6 @@ class GenerationRequest:
         try:
             chosen = PRESETS[preset]
         except KeyError:
-            from .errors import RequestError
             raise RequestError(f"unknown preset {preset!r}", field="preset",
                                hint=f"use one of: {', '.join(PRESETS)}") from None
         values: dict[str, object] = {"steps": chosen.steps, "layers": chosen.layers, "reuse": chosen.reuse}
@@ -138,3 +151,338 @@ class GenerationRequest:
     def frame_count(self) -> int:
         """Frames the engine will actually produce."""
         return align_frame_count(self.requested_frames)
+
+    @property
+    def is_ref2va(self) -> bool:
+        return bool(self.references)
+
+    def validate(self, *, check_files: bool = True) -> "GenerationRequest":
+        """Check every upstream rule before any engine starts; return self.
+
+        Raises RequestError(field=...) naming the bad value and the nearest valid
+        one. With `check_files`, anchors and references must exist, be readable
+        media of the right kind, and reference audio durations (read with PyAV)
+        must fit upstream's limits.
+        """
+        _validate_values(self)
+        if check_files:
+            _validate_files(self)
+        return self
+
+
+# ----------------------------------------------------------------------------- validation
+
+def legal_frame_counts() -> list[int]:
+    """Every length h3 can render: 5 + 17n within 22..362 (h3_host.c h3_align_frame_count)."""
+    return list(range(MIN_FRAMES, MAX_FRAMES + 1, 17))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require_int(value: object, name: str) -> int:
+    if not _is_int(value):
+        raise RequestError(f"{name}={value!r} must be a whole number", field=name)
+    return value  # type: ignore[return-value]
+
+
+def _require_range(value: object, name: str, low: int, high: int, meaning: str) -> None:
+    number = _require_int(value, name)
+    if not low <= number <= high:
+        nearest = low if number < low else high
+        raise RequestError(f"{name}={number} is out of range: {meaning} must be in [{low}, {high}]; "
+                           f"the nearest valid value is {nearest}", field=name,
+                           hint=f"use {name}={nearest}")
+
+
+def _multiples_around(value: int, multiple: int, low: int, high: int) -> list[int]:
+    below = max(low, (value // multiple) * multiple)
+    above = min(high, -(-value // multiple) * multiple)
+    return sorted({below, above})
+
+
+def _validate_frames(request: GenerationRequest) -> None:
+    if request.frames is not None and request.seconds is not None:
+        # main.c: "--seconds and --frames are mutually exclusive" (exit 2)
+        raise RequestError("frames and seconds are mutually exclusive; set only one of them",
+                           field="seconds", hint="drop seconds, or drop frames")
+    legal = legal_frame_counts()
+    if request.seconds is not None:
+        seconds = request.seconds
+        # main.c frames_from_seconds: finite, > 0, llround(seconds * 24) >= 1.
+        if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                or not math.isfinite(seconds) or seconds <= 0):
+            raise RequestError(f"seconds={seconds!r} must be a positive number of seconds",
+                               field="seconds", hint=f"e.g. seconds={legal[2] / FPS:g} ({legal[2]} frames)")
+        aligned = align_frame_count(frames_from_seconds(seconds))
+        if aligned < MIN_FRAMES:
+            raise RequestError(f"seconds={seconds:g} is {frames_from_seconds(seconds)} frames, shorter than "
+                               f"h3's shortest clip of {MIN_FRAMES} frames ({MIN_FRAMES / FPS:.3f} s); "
+                               f"the nearest valid duration is {MIN_FRAMES / FPS:.3f} s",
+                               field="seconds", hint=f"use seconds>={MIN_FRAMES / FPS:.3f} or frames={MIN_FRAMES}")
+        if aligned > MAX_FRAMES:
+            raise RequestError(f"seconds={seconds:g} is {frames_from_seconds(seconds)} frames, longer than "
+                               f"h3's longest clip of {MAX_FRAMES} frames ({MAX_FRAMES / FPS:.3f} s); "
+                               f"the nearest valid duration is {MAX_FRAMES / FPS:.3f} s",
+                               field="seconds", hint=f"use seconds<={MAX_FRAMES / FPS:.3f} or frames={MAX_FRAMES}")
+        return
+    if request.frames is None:
+        return
+    frames = _require_int(request.frames, "frames")
+    # h3.c h3_valid_params: frames < 5 or aligned > 362 fails; h3_generate: aligned < 22 fails.
+    # Upstream silently rounds other values up to 5 + 17n; we ask for a legal length instead so
+    # the clip is the length the caller asked for (align_frame_count gives upstream's rounding).
+    if frames < MIN_FRAMES:
+        raise RequestError(f"frames={frames} is shorter than h3's shortest clip; the shortest legal "
+                           f"length is {MIN_FRAMES} (legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
+                           field="frames", hint=f"use frames={MIN_FRAMES}")
+    if frames > MAX_FRAMES:
+        raise RequestError(f"frames={frames} is longer than h3's longest clip; the longest legal "
+                           f"length is {MAX_FRAMES} (legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
+                           field="frames", hint=f"use frames={MAX_FRAMES}")
+    if frames not in legal:
+        below = max(n for n in legal if n < frames)
+        above = min(n for n in legal if n > frames)
+        raise RequestError(f"frames={frames} is not a legal H3 length; the next legal lengths are "
+                           f"{below} and {above}", field="frames",
+                           hint=f"use frames={below} or frames={above} (legal lengths are 5 + 17n, {MIN_FRAMES}..{MAX_FRAMES})")
+
+
+def _validate_canvas(request: GenerationRequest) -> None:
+    # h3.c h3_valid_params: "width and height must be multiples of 32 and at least 32"
+    for name in ("width", "height"):
+        value = _require_int(getattr(request, name), name)
+        if value < CANVAS_MULTIPLE or value % CANVAS_MULTIPLE:
+            options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, 1344)
+            raise RequestError(f"{name}={value} is not a multiple of 32 of at least 32; the nearest valid "
+                               f"{name}s are {' and '.join(map(str, options))}", field=name,
+                               hint=f"use {name}={options[-1] if len(options) == 1 else options[0]}")
+    width, height = request.width, request.height
+    # h3.c h3_valid_params: "canvas exceeds the released 768*1344 pixel limit"
+    if width * height > MAX_PIXELS:
+        fit_height = max(CANVAS_MULTIPLE, (MAX_PIXELS // width) // CANVAS_MULTIPLE * CANVAS_MULTIPLE)
+        fit_width = max(CANVAS_MULTIPLE, (MAX_PIXELS // height) // CANVAS_MULTIPLE * CANVAS_MULTIPLE)
+        raise RequestError(f"canvas {width}x{height} is {width * height} pixels, over h3's 768*1344 "
+                           f"({MAX_PIXELS}) pixel limit; the nearest valid canvases are "
+                           f"{width}x{fit_height} and {fit_width}x{height}", field="width",
+                           hint=f"use {width}x{fit_height}, {fit_width}x{height}, or e.g. 1344x768")
+    render_w, render_h = request.render_width, request.render_height
+    if (render_w is None) != (render_h is None):
+        # h3.c h3_valid_params: "render width and height must be set together"
+        missing = "render_height" if render_h is None else "render_width"
+        raise RequestError("render_width and render_height must be set together (or neither)", field=missing,
+                           hint=f"also set {missing}, or drop the render canvas")
+    if render_w is None or render_h is None:
+        return
+    render_w = _require_int(render_w, "render_width")
+    render_h = _require_int(render_h, "render_height")
+    # h3.c h3_valid_params: "internal render canvas must be same-aspect multiples of 32 no larger
+    # than the output canvas"
+    valid = [(w, w * height // width) for w in range(CANVAS_MULTIPLE, width + 1, CANVAS_MULTIPLE)
+             if (w * height) % width == 0 and (w * height // width) % CANVAS_MULTIPLE == 0]
+    if (render_w, render_h) in valid:
+        return
+    nearest = sorted(valid, key=lambda wh: (abs(wh[0] - render_w) + abs(wh[1] - render_h), -wh[0]))[:2]
+    listed = " and ".join(f"{w}x{h}" for w, h in sorted(nearest))
+    if render_w > width or render_h > height:
+        problem = f"is larger than the output canvas {width}x{height}"
+    elif render_w % CANVAS_MULTIPLE or render_h % CANVAS_MULTIPLE or render_w < 32 or render_h < 32:
+        problem = "is not made of multiples of 32 of at least 32"
+    else:
+        problem = f"does not have the output canvas's aspect ({width}x{height})"
+    raise RequestError(f"render canvas {render_w}x{render_h} {problem}; the nearest valid render canvases "
+                       f"are {listed}", field="render_width",
+                       hint=f"use a same-aspect canvas of multiples of 32 no larger than {width}x{height}, "
+                            f"e.g. {sorted(nearest)[0][0]}x{sorted(nearest)[0][1]}, or drop the render canvas")
+
+
+def _validate_quality(request: GenerationRequest) -> None:
+    # h3.c h3_valid_params, in upstream's order.
+    _require_range(request.steps, "steps", MIN_STEPS, MAX_STEPS, "denoising steps")
+    _require_range(request.reuse, "reuse", 1, MAX_REUSE, "denoiser reuse")
+    _require_range(request.layers, "layers", MIN_LAYERS, MAX_LAYERS, "DiT layers")
+    _require_range(request.core_reuse, "core_reuse", 1, MAX_CORE_REUSE, "core reuse")
+    if request.ssd_streaming and request.int8_row_fc2:
+        raise RequestError("ssd_streaming streams the original BF16 weights and cannot be combined with "
+                           "int8_row_fc2", field="int8_row_fc2", hint="drop int8_row_fc2 (or ssd_streaming)")
+    if request.int8_row_fc2 and SlowerPath.BF16_MLP in request.slower_paths:
+        raise RequestError("int8_row_fc2 cannot be combined with the slower BF16 MLP path",
+                           field="int8_row_fc2", hint="drop int8_row_fc2 or the bf16-mlp slower path")
+    if request.core_reuse > 1 and request.reuse > 1:
+        raise RequestError(f"core_reuse={request.core_reuse} and reuse={request.reuse} cannot be combined: "
+                           f"one of them must be 1", field="core_reuse",
+                           hint="use core_reuse=1 (keep reuse) or reuse=1 (keep core_reuse)")
+    seed = _require_int(request.seed, "seed")
+    if not 0 <= seed <= MAX_SEED:
+        raise RequestError(f"seed={seed} must be in [0, 2**64-1]", field="seed",
+                           hint=f"use seed={min(max(seed, 0), MAX_SEED)}")
+    for path in request.slower_paths:
+        if not isinstance(path, SlowerPath):
+            raise RequestError(f"unknown slower path {path!r}", field="slower_paths",
+                               hint=f"use one of: {', '.join(p.value for p in SlowerPath)}")
+    if not isinstance(request.reference_image_size, ReferenceImageSize):
+        raise RequestError(f"reference_image_size={request.reference_image_size!r} must be match or max",
+                           field="reference_image_size", hint="use 'match' (default) or 'max'")
+
+
+def _validate_references(request: GenerationRequest) -> None:
+    references = request.references
+    if not references:
+        return
+    if request.first_frame is not None or request.last_frame is not None:
+        # h3.c h3_valid_params: "full references cannot be combined with frame anchors"
+        raise RequestError("references cannot be combined with first_frame/last_frame anchors",
+                           field="references", hint="drop the anchors (FL2VA) or the references (Ref2VA)")
+    if len(references) > MAX_REFERENCES:
+        # main.c append_reference: "Ref2VA supports at most 12 references"
+        raise RequestError(f"{len(references)} references given; Ref2VA supports at most {MAX_REFERENCES}",
+                           field="references", hint=f"keep at most {MAX_REFERENCES} references")
+    images = videos = audio_inputs = visual = 0
+    for index, reference in enumerate(references, 1):
+        if not isinstance(reference, Reference) or not isinstance(reference.kind, ReferenceKind):
+            raise RequestError(f"reference {index} ({reference!r}) is not a Reference with a ReferenceKind",
+                               field="references")
+        if not str(reference.path):
+            raise RequestError(f"reference {index} has no input path", field="references")
+        if (reference.kind is ReferenceKind.VIDEO_AUDIO) != (reference.audio_path is not None):
+            raise RequestError(f"reference {index} ({reference.kind.value}): only video_audio references take "
+                               f"an audio_path, and they need one", field="references",
+                               hint="give video_audio references an audio_path, and no other kind")
+        kind = reference.kind
+        if kind is ReferenceKind.IMAGE:
+            images += 1
+            visual += 1
+        elif kind in (ReferenceKind.VIDEO, ReferenceKind.SILENT_VIDEO, ReferenceKind.VIDEO_AUDIO):
+            videos += 1
+            visual += 1
+            audio_inputs += kind is not ReferenceKind.SILENT_VIDEO
+        else:
+            audio_inputs += 1
+    # h3.c h3_valid_params: "Ref2VA limits are 9 images, 3 videos, and 3 audio inputs"
+    for count, limit, what in ((images, MAX_REFERENCE_IMAGES, "images"), (videos, MAX_REFERENCE_VIDEOS, "videos"),
+                               (audio_inputs, MAX_REFERENCE_AUDIO, "audio inputs")):
+        if count > limit:
+            extra = " (a video reference with its soundtrack counts as an audio input)" if what == "audio inputs" else ""
+            raise RequestError(f"{count} reference {what} given; Ref2VA allows at most {limit}{extra}",
+                               field="references", hint=f"keep at most {limit} reference {what}")
+    if not visual:
+        # h3.c h3_valid_params: "reference audio requires an image or video reference"
+        raise RequestError("reference audio needs an image or video reference too", field="references",
+                           hint="add a reference image or video")
+
+
+def _validate_values(request: GenerationRequest) -> None:
+    if not isinstance(request.prompt, str) or not request.prompt.strip():
+        # h3.c h3_generate: "prompt must not be empty"
+        raise RequestError("the prompt is empty", field="prompt", hint="describe the clip in the prompt")
+    if "\0" in request.prompt:
+        raise RequestError("the prompt contains a NUL character, which cannot reach the engine",
+                           field="prompt", hint="remove the NUL character")
+    _validate_canvas(request)
+    _validate_frames(request)
+    _validate_quality(request)
+    _validate_references(request)
+
+
+def _validate_files(request: GenerationRequest) -> None:
+    from .media import MediaInfo, probe_media  # PyAV is only needed when files are checked
+
+    def probe(path: Path, field_name: str, what: str) -> MediaInfo:
+        path = Path(path)
+        if not path.is_file():
+            raise RequestError(f"{what} {str(path)!r} does not exist or is not a file", field=field_name,
+                               hint="check the path")
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            raise RequestError(f"{what} {str(path)!r} cannot be read: {error.strerror}", field=field_name,
+                               hint="check the file's permissions") from None
+        try:
+            return probe_media(path)
+        except Exception as error:  # PyAV raises many types for undecodable input
+            raise RequestError(f"{what} {str(path)!r} is not readable media: {error}", field=field_name,
+                               hint="use a PNG/JPEG image, an MP4/MOV video, or a WAV/MP3/AAC audio file") from None
+
+    def need_visual(info: MediaInfo, path: Path, field_name: str, what: str) -> None:
+        if not info.has_video:
+            raise RequestError(f"{what} {str(path)!r} has no image or video stream", field=field_name,
+                               hint="use an image or video file")
+
+    for name in ("first_frame", "last_frame"):
+        anchor = getattr(request, name)
+        if anchor is not None:
+            need_visual(probe(anchor, name, name.replace("_", " ")), anchor, name, name.replace("_", " "))
+    output_frames = request.frame_count
+    total_samples = 0
+    for index, reference in enumerate(request.references, 1):
+        what = f"reference {index} ({reference.kind.value})"
+        info = probe(reference.path, "references", what)
+        soundtrack_path: Path | None = None
+        max_samples = MAX_AUDIO_SAMPLES
+        if reference.kind is ReferenceKind.AUDIO:
+            if not info.has_audio:
+                raise RequestError(f"{what} {str(reference.path)!r} has no audio stream", field="references",
+                                   hint="use an audio file (WAV, MP3, AAC ...)")
+            audio_samples = info.audio_samples
+        else:
+            need_visual(info, reference.path, "references", what)
+            if reference.kind is ReferenceKind.IMAGE:
+                continue
+            # h3_ffmpeg.c h3_ffmpeg_read_video_f32: decode at 24 fps up to the output length,
+            # require >= 5 frames, then trim down to 5 + 17n.
+            decoded = min(info.frames_at_24fps or 0, output_frames)
+            if decoded < MIN_REFERENCE_VIDEO_FRAMES:
+                raise RequestError(f"{what} {str(reference.path)!r} has {decoded} frames at 24 fps; reference "
+                                   f"videos need at least {MIN_REFERENCE_VIDEO_FRAMES}", field="references",
+                                   hint="use a longer video")
+            condition_frames = decoded
+            while condition_frames % 17 != 5:
+                condition_frames -= 1
+            if reference.kind is ReferenceKind.SILENT_VIDEO:
+                continue
+            soundtrack_path = reference.audio_path if reference.kind is ReferenceKind.VIDEO_AUDIO else reference.path
+            # h3.c h3_generate: the soundtrack is cut to the decoded video's duration, which must
+            # be >= 2 s, i.e. >= 56 frames (5 + 17n) of both the output and the reference video.
+            if condition_frames < MIN_SOUNDTRACK_FRAMES:
+                if output_frames < MIN_SOUNDTRACK_FRAMES:
+                    raise RequestError(f"{what}: a video soundtrack needs at least {MIN_SOUNDTRACK_FRAMES} output "
+                                       f"frames, but the clip has {output_frames}", field="frames",
+                                       hint=f"use frames>={MIN_SOUNDTRACK_FRAMES}, or use a silent_video reference")
+                raise RequestError(f"{what}: the video {str(reference.path)!r} is only {decoded} frames at 24 fps; "
+                                   f"its soundtrack needs at least {MIN_SOUNDTRACK_FRAMES} frames of video "
+                                   f"(2.33 s)", field="references",
+                                   hint="use a longer video, or use a silent_video reference")
+            max_samples = round(condition_frames * SAMPLE_RATE / FPS)
+            if max_samples > MAX_AUDIO_SAMPLES:
+                # h3_ffmpeg.c h3_ffmpeg_read_audio_f32 rejects a soundtrack window over 15 s
+                # ("invalid FFmpeg audio input arguments"): 362 frames of video is 15.08 s.
+                raise RequestError(f"{what}: at {output_frames} frames the video soundtrack window is "
+                                   f"{condition_frames / FPS:.2f} s, over h3's 15 s audio limit; the nearest valid "
+                                   f"length is 345 frames", field="frames",
+                                   hint="use frames<=345, or a shorter reference video, or a silent_video reference")
+            if reference.kind is ReferenceKind.VIDEO_AUDIO:
+                assert reference.audio_path is not None
+                info = probe(reference.audio_path, "references", f"{what} soundtrack")
+            if not info.has_audio:
+                raise RequestError(f"{what} {str(soundtrack_path)!r} has no audio stream", field="references",
+                                   hint="use a silent_video reference, or a video_audio reference with a "
+                                        "separate soundtrack")
+            audio_samples = min(info.audio_samples or 0, max_samples)
+        seconds = (audio_samples or 0) / SAMPLE_RATE
+        source = soundtrack_path or reference.path
+        if (audio_samples or 0) < MIN_AUDIO_SAMPLES:
+            # h3_ffmpeg.c: "reference audio requires at least 2 seconds at 32 kHz"
+            raise RequestError(f"{what}: audio {str(source)!r} is {seconds:.2f} s; reference audio must be "
+                               f"at least 2 s", field="references", hint="use audio of 2 to 15 seconds")
+        if reference.kind is ReferenceKind.AUDIO and audio_samples > MAX_AUDIO_SAMPLES:
+            # h3_ffmpeg.c: "reference audio exceeds the 15 second total limit"
+            raise RequestError(f"{what}: audio {str(source)!r} is {seconds:.2f} s; reference audio must be "
+                               f"at most 15 s", field="references", hint="trim the audio to 15 seconds or less")
+        total_samples += audio_samples
+        if total_samples > MAX_AUDIO_SAMPLES:
+            # h3.c h3_generate: "ordered reference audio exceeds 15 seconds in total"
+            raise RequestError(f"reference audio adds up to {total_samples / SAMPLE_RATE:.2f} s after reference "
+                               f"{index}; all reference audio together must be at most 15 s", field="references",
+                               hint="drop or trim audio references")

@@ -1,0 +1,410 @@
+"""The one-shot engine: one `h3` process per request, supervised from Python.
+
+    from h3bridge import GenerationRequest, OneShotEngine
+    engine = OneShotEngine(model_dir="~/models/MiniMax-H3")
+    result = engine.generate(GenerationRequest("A red fox runs through snow"), Path("fox.mp4"))
+
+The engine is antirez's `h3` binary (or any program with the same command line,
+such as `h3-sim`). Everything here works from h3's observable behaviour: its flags
+(main.c), its stderr progress records and `h3: <message>` lines, its exit codes
+(0 ok, 2 usage, 1 failure), and its `--frames-dir` PPM files.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cancel import CancelToken
+from .engine_process import EngineProcess
+from .errors import (
+    EngineCrashedError,
+    EngineError,
+    EngineNotFoundError,
+    EngineStalledError,
+    GenerationCancelled,
+    ModelError,
+    OutputExistsError,
+    RequestError,
+)
+from .media import decode_audio, read_frames_dir, remove_quietly
+from .progress import PHASE_ORDER, ProgressCallback, ProgressTracker, is_complete_progress, parse_progress
+from .request import GenerationRequest, ReferenceImageSize, ReferenceKind
+from .result import GenerationResult
+
+ENGINE_ENV = "H3_BIN"
+MODEL_DIR_ENV = "H3_MODEL_DIR"
+ENGINE_BUILD_HINT = (
+    "build h3 on an Apple Silicon Mac: `git clone https://github.com/antirez/h3.c && cd h3.c && make`, "
+    "then pass engine_path=/path/to/h3.c/h3 (CLI: --engine-path), set H3_BIN, or put h3 on PATH. "
+    "To try h3bridge without a Mac, use the simulator: engine_path=$(command -v h3-sim) "
+    "(installed with h3bridge) and a fixture model from `h3-sim-model DIR`.")
+FFMPEG_HINT = ("install FFmpeg (`brew install ffmpeg` on macOS, `apt-get install ffmpeg` on Debian/Ubuntu), "
+               "or point H3_FFMPEG / H3_FFPROBE at the programs (apps started from the Dock lack Homebrew's PATH)")
+POLL_SECONDS = 0.05
+
+
+# ----------------------------------------------------------------------------- locating things
+
+def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The h3 binary: `explicit`, else env H3_BIN, else `h3` on PATH. Absolute path.
+
+    An explicit directory (an h3.c checkout) means its `h3` inside.
+    Raises EngineNotFoundError saying how to build h3 or use h3-sim.
+    """
+    candidates: list[tuple[str, str]] = []
+    if explicit is not None and str(explicit):
+        candidates.append(("the given engine path", os.fspath(explicit)))
+    elif os.environ.get(ENGINE_ENV):
+        candidates.append((f"${ENGINE_ENV}", os.environ[ENGINE_ENV]))
+    else:
+        found = shutil.which("h3")
+        if found is None:
+            raise EngineNotFoundError("the h3 engine was not found (no engine path given, H3_BIN unset, "
+                                      "no `h3` on PATH)", hint=ENGINE_BUILD_HINT)
+        candidates.append(("PATH", found))
+    source, raw = candidates[0]
+    path = Path(raw).expanduser()
+    if path.is_dir() and (path / "h3").is_file():
+        path = path / "h3"
+    if not path.is_file():
+        # A bare name ("h3-sim") given explicitly or in H3_BIN: look it up on PATH.
+        found = shutil.which(raw) if os.sep not in raw else None
+        if found is None:
+            raise EngineNotFoundError(f"the h3 engine from {source} does not exist: {raw}", hint=ENGINE_BUILD_HINT)
+        path = Path(found)
+    if not os.access(path, os.X_OK):
+        raise EngineNotFoundError(f"the h3 engine from {source} is not executable: {path}",
+                                  hint=f"chmod +x {path}, or rebuild it with `make`")
+    return path.absolute()
+
+
+def locate_model_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The model directory: `explicit`, else env H3_MODEL_DIR. Must be a directory."""
+    raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(MODEL_DIR_ENV)
+    if not raw:
+        raise ModelError("no MiniMax-H3 model directory given",
+                         hint=f"pass model_dir= (CLI: --model-dir) or set {MODEL_DIR_ENV}; "
+                              "for tests, `h3-sim-model DIR` writes a fixture model")
+    path = Path(raw).expanduser().absolute()
+    if not path.is_dir():
+        raise ModelError(f"the model directory {path} does not exist or is not a directory",
+                         hint="download MiniMaxAI/MiniMax-H3 there, or fix the path")
+    return path
+
+
+@dataclass(frozen=True)
+class MediaTools:
+    """Absolute paths of the FFmpeg programs h3 runs (None when not found)."""
+
+    ffmpeg: Path | None
+    ffprobe: Path | None
+
+
+def locate_media_tools(env: dict[str, str] | None = None) -> MediaTools:
+    """FFmpeg/FFprobe as h3 would find them: `H3_FFMPEG`/`H3_FFPROBE`, else PATH (h3_ffmpeg.c
+    `ffmpeg_program`/`ffprobe_program`), resolved to absolute paths."""
+    env = dict(os.environ) if env is None else env
+
+    def find(variable: str, name: str) -> Path | None:
+        configured = env.get(variable)
+        found = shutil.which(configured or name, path=env.get("PATH"))
+        return Path(found).absolute() if found else None
+
+    return MediaTools(ffmpeg=find("H3_FFMPEG", "ffmpeg"), ffprobe=find("H3_FFPROBE", "ffprobe"))
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _abs(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+_REFERENCE_FLAGS = {
+    ReferenceKind.IMAGE: "--ref-image",
+    ReferenceKind.VIDEO: "--ref-video",
+    ReferenceKind.SILENT_VIDEO: "--ref-silent-video",
+    ReferenceKind.VIDEO_AUDIO: "--ref-video-audio",
+    ReferenceKind.AUDIO: "--ref-audio",
+}
+
+
+def request_arguments(request: GenerationRequest) -> list[str]:
+    """The h3 flags (main.c option table) for every generation option of `request`.
+
+    Paths are absolute. Model dir, prompt, output and frames dir are not included
+    (the one-shot engine and the session set those differently).
+    """
+    args = ["--width", str(request.width), "--height", str(request.height),
+            # h3 would align a non-legal length itself; we always pass the aligned count.
+            "--frames", str(request.frame_count),
+            "--steps", str(request.steps), "--seed", str(request.seed),
+            "--reuse", str(request.reuse), "--layers", str(request.layers),
+            "--core-reuse", str(request.core_reuse)]
+    if request.render_width is not None and request.render_height is not None:
+        args += ["--render-width", str(request.render_width), "--render-height", str(request.render_height)]
+    if request.token_reduction:
+        args.append("--token-reduction")
+    if request.ssd_streaming:
+        args.append("--ssd-streaming")
+    if request.int8_row_fc2:
+        args.append("--use-int8-row-fc2")
+    if request.reference_rope:
+        args.append("--use-reference-rope")
+    for slower in sorted(request.slower_paths, key=lambda p: p.value):
+        args.append(f"--use-slower-{slower.value}")
+    if request.first_frame is not None:
+        args += ["--first-frame", _abs(request.first_frame)]
+    if request.last_frame is not None:
+        args += ["--last-frame", _abs(request.last_frame)]
+    for reference in request.references:
+        args += [_REFERENCE_FLAGS[reference.kind], _abs(reference.path)]
+        if reference.kind is ReferenceKind.VIDEO_AUDIO:
+            assert reference.audio_path is not None
+            args.append(_abs(reference.audio_path))
+    if request.reference_image_size is not ReferenceImageSize.MATCH:
+        args += ["--ref-image-size", request.reference_image_size.value]
+    return args
+
+
+def expected_phases(request: GenerationRequest, *, writes_mp4: bool) -> list[str]:
+    """The upstream phases a one-shot job runs (h3.c h3_generate), for progress weighting."""
+    phases = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
+              "denoise enqueue", "denoise", "audio VAE", "video VAE load"]
+    visual = [r for r in request.references if r.kind is not ReferenceKind.AUDIO]
+    if visual or request.first_frame is not None or request.last_frame is not None:
+        phases += ["video VAE encoder", "Qwen vision"]
+    if any(r.kind not in (ReferenceKind.IMAGE, ReferenceKind.SILENT_VIDEO) for r in request.references):
+        phases.append("audio VAE encoder")
+    if writes_mp4:
+        phases.append("FFmpeg")
+    return [p for p in PHASE_ORDER if p in phases]
+
+
+def engine_message_from(stderr: str) -> str | None:
+    """h3's own words: the text after `h3: ` on its last message line that is not a warning
+    or a success report (main.c prints the failure as the last `h3: %s` line)."""
+    for line in reversed(stderr.replace("\r", "\n").split("\n")):
+        if line.startswith("h3: ") and not line.startswith(("h3: warning:", "h3: wrote ")):
+            return line[len("h3: "):]
+    return None
+
+
+# ----------------------------------------------------------------------------- the engine
+
+class OneShotEngine:
+    """Runs one `h3` process per request.
+
+    engine_path: the h3 binary (default: env H3_BIN, then `h3` on PATH), see locate_engine.
+    model_dir: the MiniMax-H3 directory (default: env H3_MODEL_DIR).
+    stall_timeout: kill the engine if it reports no progress for this many seconds
+      (None disables the watchdog). The tiled video VAE decode reports nothing at
+      upstream 8974cc0, so keep this generous on large clips.
+    """
+
+    def __init__(self, engine_path: str | os.PathLike[str] | None = None,
+                 model_dir: str | os.PathLike[str] | None = None, *,
+                 stall_timeout: float | None = 600.0) -> None:
+        self.engine_path = locate_engine(engine_path)
+        self.model_dir = locate_model_dir(model_dir)
+        self.stall_timeout = stall_timeout
+
+    def command(self, request: GenerationRequest, output_arg: str, frames_dir: str | None) -> list[str]:
+        """The exact argv for one job (`output_arg` '' means no MP4, as in h3)."""
+        argv = [str(self.engine_path), "-d", str(self.model_dir), "-p", request.prompt, "-o", output_arg]
+        argv += request_arguments(request)
+        if frames_dir is not None:
+            argv += ["--frames-dir", frames_dir]
+        return argv
+
+    def environment(self, tools: MediaTools) -> dict[str, str]:
+        env = dict(os.environ)
+        if tools.ffmpeg is not None:
+            env["H3_FFMPEG"] = str(tools.ffmpeg)
+        if tools.ffprobe is not None:
+            env["H3_FFPROBE"] = str(tools.ffprobe)
+        return env
+
+    def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
+                 overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
+                 on_progress: ProgressCallback | None = None,
+                 cancel: CancelToken | None = None) -> GenerationResult:
+        """Render one clip and return its frames, audio and MP4.
+
+        output: where the MP4 goes (None: no MP4 is kept). It is written under a temporary
+          name in the same directory and renamed into place only on success; an existing
+          file is never replaced unless `overwrite` (OutputExistsError before the engine starts).
+        want_frames: read the frames into `result.frames` (uint8 [F, H, W, 3]).
+        want_audio: decode the soundtrack into `result.audio` (float32 [channels, samples], 32 kHz).
+        on_progress: called with ProgressEvents from the calling thread.
+        cancel: a CancelToken; cancelling (from any thread) stops the engine within a second
+          and raises GenerationCancelled. No output or temporary file is left behind.
+
+        Raises RequestError (bad request), OutputExistsError, EngineNotFoundError (FFmpeg
+        missing), EngineError / EngineCrashedError / EngineStalledError (h3 failed; h3's own
+        message is in `engine_message`), GenerationCancelled.
+        """
+        request.validate()
+        output_path = Path(output).expanduser().absolute() if output is not None and os.fspath(output) else None
+        if output_path is not None:
+            if output_path.is_dir():
+                raise RequestError(f"the output {output_path} is a directory", field="output",
+                                   hint="give a file name ending in .mp4")
+            if output_path.exists() and not overwrite:
+                raise OutputExistsError(f"the output {output_path} already exists",
+                                        hint="choose another name, or allow overwriting (CLI: --overwrite)")
+        writes_mp4 = output_path is not None or want_audio
+        needs_ffmpeg = writes_mp4 or request.first_frame is not None or request.last_frame is not None \
+            or bool(request.references)
+        tools = locate_media_tools()
+        if needs_ffmpeg and tools.ffmpeg is None:
+            raise EngineNotFoundError("FFmpeg was not found; h3 needs it to write the MP4 and read media inputs",
+                                      hint=FFMPEG_HINT)
+        if request.references and tools.ffprobe is None:
+            raise EngineNotFoundError("FFprobe was not found; h3 needs it to size reference images and videos",
+                                      hint=FFMPEG_HINT)
+
+        workdir = Path(tempfile.mkdtemp(prefix="h3bridge-"))
+        mp4_temp: Path | None = None
+        try:
+            if output_path is not None:
+                # h3_ffmpeg.c make_parents creates the output's parents; so do we, for the temp name.
+                output_path.parent.mkdir(parents=True, exist_ok=True)
+                # Same directory (atomic rename), ends in .mp4 (FFmpeg picks the muxer by suffix).
+                mp4_temp = output_path.parent / f".{output_path.name}.{uuid.uuid4().hex[:12]}.partial.mp4"
+            elif want_audio:
+                mp4_temp = workdir / "audio.mp4"
+            frames_dir = workdir / "frames" if want_frames else None
+            argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
+                                None if frames_dir is None else str(frames_dir))
+            stderr, timings = self._run(argv, request, writes_mp4=mp4_temp is not None,
+                                        on_progress=on_progress, cancel=cancel)
+            frames = audio = None
+            if frames_dir is not None:
+                frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
+            if mp4_temp is not None:
+                if not mp4_temp.is_file():
+                    raise EngineError("h3 reported success but wrote no MP4", engine_message=None,
+                                      exit_code=0, stderr=stderr, command=argv)
+                if want_audio:
+                    audio = decode_audio(mp4_temp)
+            if output_path is not None:
+                assert mp4_temp is not None
+                _publish(mp4_temp, output_path, overwrite=overwrite)
+            return GenerationResult(request=request, video_path=output_path, frames=frames, audio=audio,
+                                    width=request.width, height=request.height, frame_count=request.frame_count,
+                                    seed=request.seed, timings=timings, command=argv, engine_log=stderr)
+        finally:
+            if mp4_temp is not None and mp4_temp.parent != workdir:
+                remove_quietly(mp4_temp)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run(self, argv: list[str], request: GenerationRequest, *, writes_mp4: bool,
+             on_progress: ProgressCallback | None, cancel: CancelToken | None) -> tuple[str, dict[str, float]]:
+        """Run h3 to completion under supervision; return (stderr, timings) or raise."""
+        tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), time.monotonic())
+        env = self.environment(locate_media_tools())
+        try:
+            # h3 opens h3_shaders.metal by relative path: run it from its own directory.
+            process = EngineProcess(argv, cwd=self.engine_path.parent, env=env)
+        except OSError as error:
+            raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
+                                      hint=ENGINE_BUILD_HINT) from None
+        last_activity = time.monotonic()
+
+        def handle(piece_timeout: float) -> None:
+            nonlocal last_activity
+            piece = process.next_piece(piece_timeout)
+            while piece is not None:
+                last_activity = time.monotonic()
+                record = parse_progress(piece.text)
+                if record is not None and (piece.complete or is_complete_progress(piece.text)):
+                    event = tracker.update(*record, now=last_activity)
+                    if event is not None and on_progress is not None:
+                        on_progress(event)
+                piece = process.next_piece(0)
+
+        try:
+            while True:
+                handle(POLL_SECONDS)
+                if cancel is not None and cancel.cancelled:
+                    process.stop()
+                    raise GenerationCancelled("generation cancelled; the engine was stopped and no output was kept")
+                if process.poll() is not None:
+                    process.stop()      # sweep up grandchildren (FFmpeg) and let stderr reach EOF
+                    handle(0)
+                    break
+                if self.stall_timeout is not None and time.monotonic() - last_activity > self.stall_timeout:
+                    process.stop()
+                    stderr = process.stderr_text
+                    raise EngineStalledError(
+                        f"the engine made no progress for {self.stall_timeout:g} s and was stopped",
+                        engine_message=engine_message_from(stderr), exit_code=process.poll(), stderr=stderr,
+                        command=argv, hint="raise stall_timeout for very large clips, or check the engine log")
+        finally:
+            process.stop()
+        stderr = process.stderr_text
+        timings = tracker.finish(time.monotonic())
+        status = process.popen.returncode
+        if status == 0:
+            return stderr, timings
+        message = engine_message_from(stderr)
+        if status < 0:
+            name = signal.Signals(-status).name if -status in signal.Signals._value2member_map_ else str(-status)
+            raise EngineCrashedError(f"the engine crashed ({name})" + (f" after: {message}" if message else ""),
+                                     engine_message=message, exit_code=status, stderr=stderr, command=argv,
+                                     hint="SIGKILL often means macOS ran out of memory: try --ssd-streaming, "
+                                          "fewer frames or a smaller canvas" if -status == signal.SIGKILL else
+                                          "see the engine log (EngineCrashedError.stderr)")
+        if status == 2:
+            raise EngineError(f"h3 rejected its command line: {message or 'usage error'}", engine_message=message,
+                              exit_code=status, stderr=stderr, command=argv,
+                              hint="this h3 build may be older or newer than h3bridge expects (upstream 8974cc0)")
+        raise EngineError(f"h3 failed: {message or f'exit status {status}'}", engine_message=message,
+                          exit_code=status, stderr=stderr, command=argv, hint=_hint_for(message))
+
+
+def _hint_for(message: str | None) -> str | None:
+    """A fix for the engine failures we recognise; None leaves h3's message to speak for itself."""
+    if not message:
+        return "see the engine log (EngineError.stderr)"
+    lowered = message.lower()
+    if "ffmpeg" in lowered or "ffprobe" in lowered:
+        return FFMPEG_HINT
+    if "ref2va" in lowered and "checkpoint" in lowered:
+        return "download the Ref2VA transformer into the model directory, or drop the references"
+    if "metal" in lowered or "m5" in lowered:
+        return "this Mac's GPU lacks the feature; drop the option that needs it (e.g. int8_row_fc2)"
+    if "safetensors" in lowered or "model" in lowered or "tokenizer" in lowered or "config.json" in lowered:
+        return "check the model directory (h3bridge verify)"
+    return None
+
+
+def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
+    """Move the finished MP4 into place atomically, never clobbering a file that appeared
+    meanwhile unless `overwrite`."""
+    if overwrite:
+        os.replace(temp, output)
+        return
+    try:
+        os.link(temp, output)      # fails if `output` exists: no race with another writer
+    except FileExistsError:
+        raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was discarded",
+                                hint="choose another name, or allow overwriting (CLI: --overwrite)") from None
+    except OSError:
+        # File systems without hard links (exFAT, some network shares).
+        if output.exists():
+            raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was discarded",
+                                    hint="choose another name, or allow overwriting") from None
+        os.replace(temp, output)
+        return
+    os.unlink(temp)
+
+
+__all__ = ["OneShotEngine", "locate_engine", "locate_model_dir", "locate_media_tools", "MediaTools",
+           "request_arguments", "expected_phases", "engine_message_from"]

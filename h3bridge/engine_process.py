@@ -1,0 +1,164 @@
+"""Supervision of an engine child process and everything it spawns.
+
+One reusable piece for the one-shot engine and the long-lived session: the child
+runs in its own session/process group (so Ctrl-C in the terminal does not reach it
+and FFmpeg grandchildren die with it), arguments are a list (never a shell), stderr
+is read by a background thread and handed over as text pieces split on `\\r` and
+`\\n` (h3 redraws progress with `\\r`), and stopping is SIGTERM to the whole group,
+then SIGKILL after a short grace period.
+"""
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+# SIGTERM first so h3/FFmpeg can exit on their own; SIGKILL after this many seconds.
+# Kept short so a cancel always completes well within a second.
+TERMINATE_GRACE_SECONDS = 0.4
+
+
+@dataclass(frozen=True)
+class StderrPiece:
+    """A piece of the child's stderr between `\\r`/`\\n` delimiters.
+
+    `complete` is False for the unterminated tail of the latest read (h3 leaves its
+    progress line unterminated until the next redraw); the same text may arrive again
+    later as a complete piece.
+    """
+
+    text: str
+    complete: bool
+
+
+class EngineProcess:
+    """A child process in its own process group, with its stderr streamed to `pieces`."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: Path | str | None = None,
+                 env: Mapping[str, str] | None = None, stdin: int | IO[bytes] | None = subprocess.DEVNULL,
+                 stdout: int | IO[bytes] | None = subprocess.DEVNULL) -> None:
+        self.argv = [str(a) for a in argv]
+        self.pieces: queue.Queue[StderrPiece | None] = queue.Queue()   # None marks stderr EOF
+        self._chunks: list[str] = []
+        self._chunks_lock = threading.Lock()
+        self.popen = subprocess.Popen(
+            self.argv, cwd=None if cwd is None else str(cwd), env=None if env is None else dict(env),
+            stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        # start_new_session makes the child a session and group leader: pgid == pid.
+        self.pgid = self.popen.pid
+        self.started = time.monotonic()
+        self._reader = threading.Thread(target=self._read_stderr, name=f"h3-stderr-{self.pid}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def stderr_text(self) -> str:
+        """Everything the child wrote to stderr so far."""
+        with self._chunks_lock:
+            return "".join(self._chunks)
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def group_alive(self) -> bool:
+        """True while any process of the child's group still exists."""
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _read_stderr(self) -> None:
+        assert self.popen.stderr is not None
+        fd = self.popen.stderr.fileno()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        try:
+            while True:
+                data = os.read(fd, 65536)
+                text = decoder.decode(data, final=not data)
+                if text:
+                    with self._chunks_lock:
+                        self._chunks.append(text)
+                    pending += text
+                    start = 0
+                    for index, char in enumerate(pending):
+                        if char in "\r\n":
+                            if index > start:
+                                self.pieces.put(StderrPiece(pending[start:index], True))
+                            start = index + 1
+                    pending = pending[start:]
+                    if pending and data:
+                        self.pieces.put(StderrPiece(pending, False))
+                if not data:
+                    break
+            if pending:
+                self.pieces.put(StderrPiece(pending, True))
+        except OSError:
+            pass
+        finally:
+            self.pieces.put(None)
+
+    def next_piece(self, timeout: float) -> StderrPiece | None:
+        """The next stderr piece, or None after `timeout` seconds / at EOF."""
+        try:
+            return self.pieces.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def wait_reader(self, timeout: float = 2.0) -> None:
+        """Wait until stderr hit EOF (all group members closed it)."""
+        self._reader.join(timeout)
+
+    def signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, grace: float = TERMINATE_GRACE_SECONDS) -> int | None:
+        """Terminate the whole group: SIGTERM, then SIGKILL after `grace` seconds; reap the child.
+
+        Idempotent; also sweeps up grandchildren (FFmpeg) when the leader already exited.
+        Returns the child's exit status.
+        """
+        if self.popen.poll() is None or self.group_alive():
+            self.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if self.popen.poll() is not None and not self.group_alive():
+                    break
+                time.sleep(0.01)
+            self.signal_group(signal.SIGKILL)
+        try:
+            status = self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            status = None
+        # The group is gone once its last member is reaped; members that are not our
+        # children are reaped by init, so poll briefly.
+        deadline = time.monotonic() + 1.0
+        while self.group_alive() and time.monotonic() < deadline:
+            self.signal_group(signal.SIGKILL)
+            time.sleep(0.01)
+        self.wait_reader(1.0)
+        if self.popen.stderr is not None and not self._reader.is_alive():
+            self.popen.stderr.close()
+        return status
+
+    def __enter__(self) -> "EngineProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,186 @@
+"""Media reading with PyAV and numpy: engine PPM frames, MP4 audio, and input probing.
+
+Frames come from h3's `--frames-dir` (main.c `cli_frame`: binary P6, maxval 255,
+`frame-%04d.ppm`, 0-based). They are read straight into one preallocated array and
+each file is deleted as soon as it is read, so a clip never exists twice in memory
+or twice on disk.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from .errors import MediaError
+from .request import FPS, SAMPLE_RATE
+
+PPM_NAME = "frame-{index:04d}.ppm"   # main.c cli_frame: "%s/frame-%04d.ppm"
+
+
+# ----------------------------------------------------------------------------- PPM frames
+
+def _read_ppm_header(handle) -> tuple[int, int, int]:
+    """Parse a binary PPM header (P6, whitespace separated, `#` comments); return (w, h, maxval)."""
+    tokens: list[bytes] = []
+    token = b""
+    while len(tokens) < 4:
+        char = handle.read(1)
+        if not char:
+            raise MediaError("truncated PPM header")
+        if char == b"#" and not token:
+            while char not in (b"\n", b""):
+                char = handle.read(1)
+            continue
+        if char.isspace():
+            if token:
+                tokens.append(token)
+                token = b""
+            continue
+        token += char
+    if tokens[0] != b"P6":
+        raise MediaError(f"not a binary PPM (magic {tokens[0]!r})")
+    try:
+        width, height, maxval = (int(t) for t in tokens[1:])
+    except ValueError:
+        raise MediaError("malformed PPM header") from None
+    return width, height, maxval
+
+
+def read_ppm_into(path: Path, out: np.ndarray) -> None:
+    """Read one P6 frame directly into `out` (uint8 [H, W, 3], C-contiguous), no extra copy."""
+    with open(path, "rb") as handle:
+        width, height, maxval = _read_ppm_header(handle)
+        if (height, width, 3) != out.shape or maxval != 255:
+            raise MediaError(f"{path.name}: {width}x{height} maxval {maxval}, expected "
+                             f"{out.shape[1]}x{out.shape[0]} maxval 255")
+        view = memoryview(out).cast("B")
+        filled = 0
+        while filled < len(view):
+            count = handle.readinto(view[filled:])
+            if not count:
+                raise MediaError(f"{path.name}: truncated pixel data ({filled} of {len(view)} bytes)")
+            filled += count
+
+
+def read_frames_dir(directory: Path, frame_count: int, width: int, height: int,
+                    *, delete: bool = True) -> np.ndarray:
+    """Read `frame-0000.ppm` ... into ONE preallocated uint8 [F, H, W, 3] array.
+
+    With `delete`, each PPM is removed right after it is read, so the frames never
+    exist as two full copies (disk + memory) at once.
+    """
+    present = sorted(p.name for p in directory.glob("frame-*.ppm"))
+    expected = [PPM_NAME.format(index=i) for i in range(frame_count)]
+    if present != expected:
+        raise MediaError(f"the engine wrote {len(present)} frames to {directory}, expected {frame_count}",
+                         hint="the engine's frame output is incomplete; see its log")
+    frames = np.empty((frame_count, height, width, 3), dtype=np.uint8)
+    for index, name in enumerate(expected):
+        path = directory / name
+        read_ppm_into(path, frames[index])
+        if delete:
+            path.unlink()
+    return frames
+
+
+# ----------------------------------------------------------------------------- audio
+
+def decode_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Decode the first audio stream of `path` as float32 [channels, samples] at `sample_rate`."""
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.audio:
+                raise MediaError(f"{path} has no audio stream")
+            stream = container.streams.audio[0]
+            layout = stream.layout.name if stream.layout else "stereo"
+            resampler = av.AudioResampler(format="fltp", layout=layout, rate=sample_rate)
+            chunks: list[np.ndarray] = []
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    chunks.append(out.to_ndarray())
+            for out in resampler.resample(None):
+                chunks.append(out.to_ndarray())
+    except av.FFmpegError as error:
+        raise MediaError(f"cannot decode audio from {path}: {error}") from None
+    if not chunks:
+        return np.zeros((stream.channels or 2, 0), dtype=np.float32)
+    return np.ascontiguousarray(np.concatenate(chunks, axis=1), dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------- probing
+
+@dataclass(frozen=True)
+class MediaInfo:
+    """What request validation needs to know about an input file."""
+
+    has_video: bool
+    has_audio: bool
+    width: int | None
+    height: int | None
+    frames_at_24fps: int | None     # video length resampled to 24 fps (FFmpeg `fps=24`), None for no video
+    audio_samples: int | None       # audio length in 32 kHz samples, None for no audio (capped, see probe_media)
+
+
+def _seconds(value: int | None, time_base: Fraction | None) -> float | None:
+    if value is None or time_base is None:
+        return None
+    return float(value * time_base)
+
+
+def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> MediaInfo:
+    """Open `path` with PyAV and measure it as h3's FFmpeg reads would.
+
+    The first video frame is decoded (proves the file is real media). Video length at
+    24 fps comes from the stream/container duration, as FFmpeg's `fps=24` filter (h3_ffmpeg.c
+    `h3_ffmpeg_read_video_f32`) emits about duration*24 frames. Audio is decoded and
+    resampled to 32 kHz like `h3_ffmpeg_read_audio_f32`, stopping once `audio_cap_samples`
+    is passed (anything that long is over every limit anyway).
+    """
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, OSError) as error:
+        raise MediaError(f"cannot open {path}: {error}") from None
+    with container:
+        video = container.streams.video[0] if container.streams.video else None
+        audio = container.streams.audio[0] if container.streams.audio else None
+        width = height = frames24 = samples = None
+        if video is not None:
+            first = next(container.decode(video), None)
+            if first is None:
+                raise MediaError(f"{path} has a video stream but no decodable frame")
+            width, height = first.width, first.height
+            duration = _seconds(video.duration, video.time_base)
+            if duration is None and container.duration is not None:
+                duration = container.duration / 1_000_000
+            if duration is None or video.frames == 1:
+                frames24 = max(1, video.frames or 1)
+            else:
+                frames24 = int(duration * FPS + 0.5)
+        if audio is not None:
+            container.seek(0)
+            resampler = av.AudioResampler(format="flt", layout="stereo", rate=SAMPLE_RATE)
+            samples = 0
+            for frame in container.decode(audio):
+                for out in resampler.resample(frame):
+                    samples += out.samples
+                if samples > audio_cap_samples:
+                    break
+            else:
+                for out in resampler.resample(None):
+                    samples += out.samples
+    return MediaInfo(has_video=video is not None, has_audio=audio is not None, width=width, height=height,
+                     frames_at_24fps=frames24, audio_samples=samples)
+
+
+def remove_quietly(path: Path | str | None) -> None:
+    """Delete a file we created, ignoring that it may already be gone."""
+    if path is None:
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
