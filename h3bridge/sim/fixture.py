@@ -124,8 +124,8 @@ TINY = Dims(
     vis_blocks=27, vis_hidden=4, vis_intermediate=4, vis_patch=2, vis_positions=4, vis_merge=2,
     vae_blocks=36, vae_hidden=4, vae_ffn=4, vae_registers=1, vae_output_patch=4, vae_latent=24,
     vae_enc_channels=(2, 2, 2, 2),
-    audio_latent=32, audio_decoder_dim=8, audio_upsample_kernels=(2, 2, 2), audio_resblock_kernels=(3,),
-    audio_encoder_dim=2, audio_encoder_stages=2,
+    audio_latent=32, audio_decoder_dim=64, audio_upsample_kernels=(2, 2, 2, 2, 2),
+    audio_resblock_kernels=(1, 1, 1), audio_encoder_dim=2, audio_encoder_stages=5,
 )
 
 
