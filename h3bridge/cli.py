@@ -1,0 +1,329 @@
+"""The `h3bridge` command line.
+
+Each subcommand is one `add_*_command(subparsers)` function registered in
+SUBCOMMANDS; it sets `handler=` (a function taking the parsed args and returning
+an exit status). Add a subcommand by writing such a function and appending it.
+
+Exit status: 0 ok, 1 failure (message and fix on stderr), 2 bad arguments,
+130 cancelled with Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import signal
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .cancel import CancelToken
+from .errors import GenerationCancelled, H3BridgeError, RequestError
+from .progress import ProgressEvent
+from .request import (
+    DEFAULT_HEIGHT,
+    DEFAULT_SEED,
+    DEFAULT_STEPS,
+    DEFAULT_WIDTH,
+    MAX_LAYERS,
+    PRESETS,
+    GenerationRequest,
+    Reference,
+    ReferenceImageSize,
+    ReferenceKind,
+    SlowerPath,
+)
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+DEFAULT_OUTPUT = "outputs/h3.mp4"   # main.c: `-o` default, relative to the working directory
+
+
+# ----------------------------------------------------------------------------- shared options
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--engine-path / --model-dir, shared by every subcommand that runs or inspects h3."""
+    parser.add_argument("--engine-path", metavar="PATH",
+                        help="the h3 binary or its h3.c checkout (default: $H3_BIN, then h3 on PATH)")
+    parser.add_argument("-d", "--model-dir", metavar="PATH",
+                        help="the MiniMax-H3 model directory (default: $H3_MODEL_DIR)")
+
+
+class _AppendReference(argparse.Action):
+    """Keeps every --ref-* flag in one ordered list: upstream references are ordered."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, kind: ReferenceKind, **kwargs: object) -> None:
+        self.kind = kind
+        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        references = list(getattr(namespace, self.dest, None) or [])
+        if self.kind is ReferenceKind.VIDEO_AUDIO:
+            video, audio = values
+            references.append(Reference(self.kind, Path(video), Path(audio)))
+        else:
+            references.append(Reference(self.kind, Path(values)))
+        setattr(namespace, self.dest, references)
+
+
+def add_request_options(parser: argparse.ArgumentParser) -> None:
+    """Every GenerationRequest field as an h3-named flag (main.c option table)."""
+    group = parser.add_argument_group("clip")
+    group.add_argument("-p", "--prompt", required=True, help="the H3 prompt")
+    group.add_argument("--preset", choices=sorted(PRESETS),
+                       help="steps/layers/reuse bundle: " + ", ".join(
+                           f"{name} ({p.steps} steps, {p.layers} layers, reuse {p.reuse})"
+                           for name, p in PRESETS.items()) + "; explicit flags win")
+    group.add_argument("--width", type=int, default=DEFAULT_WIDTH, help=f"output width (default {DEFAULT_WIDTH})")
+    group.add_argument("--height", type=int, default=DEFAULT_HEIGHT,
+                       help=f"output height (default {DEFAULT_HEIGHT})")
+    group.add_argument("--render-width", type=int, help="lower internal model width (with --render-height)")
+    group.add_argument("--render-height", type=int, help="lower internal model height (with --render-width)")
+    length = group.add_mutually_exclusive_group()
+    length.add_argument("--frames", type=int, help="frames: 22, 39, 56, ... 362 (5 + 17n; default 56)")
+    length.add_argument("--seconds", type=float, help="duration at 24 fps, rounded up to a legal length")
+    group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    quality = parser.add_argument_group("speed and quality")
+    quality.add_argument("--steps", type=int, help=f"denoising passes 2..1000 (default {DEFAULT_STEPS})")
+    quality.add_argument("--reuse", type=int, help="denoiser reuse: 1 close, 2 fast, 3 aggressive")
+    quality.add_argument("--layers", type=int, help=f"DiT blocks 35..{MAX_LAYERS}: 50 exact, 45 fast, 40 aggressive")
+    quality.add_argument("--core-reuse", type=int, help="core refresh 1..6: 1 exact, 4 fast, 6 aggressive")
+    quality.add_argument("--token-reduction", action="store_true", help="pair video tokens in middle DiT blocks")
+    quality.add_argument("--ssd-streaming", action="store_true",
+                         help="stream BF16 DiT layers from SSD (24-32 GB Macs)")
+    quality.add_argument("--use-int8-row-fc2", action="store_true", help="faster one-scale int8 FC2 (M5)")
+    quality.add_argument("--use-reference-rope", action="store_true", help="disable native 256 RoPE adaptation")
+    for slower in SlowerPath:
+        quality.add_argument(f"--use-slower-{slower.value}", dest="slower_paths", action="append_const",
+                             const=slower, help=argparse.SUPPRESS)
+    media = parser.add_argument_group("conditioning (anchors XOR ordered references)")
+    media.add_argument("--first-frame", type=Path, metavar="PATH", help="first-frame image (FL2VA)")
+    media.add_argument("--last-frame", type=Path, metavar="PATH", help="last-frame image (FL2VA)")
+    for flag, kind, help_text in (
+            ("--ref-image", ReferenceKind.IMAGE, "append a reference image"),
+            ("--ref-video", ReferenceKind.VIDEO, "append a reference video with its soundtrack"),
+            ("--ref-silent-video", ReferenceKind.SILENT_VIDEO, "append a reference video without audio"),
+            ("--ref-audio", ReferenceKind.AUDIO, "append a reference audio clip (2-15 s)")):
+        media.add_argument(flag, dest="references", action=_AppendReference, kind=kind, metavar="PATH",
+                           help=help_text)
+    media.add_argument("--ref-video-audio", dest="references", action=_AppendReference,
+                       kind=ReferenceKind.VIDEO_AUDIO, nargs=2, metavar=("VIDEO", "AUDIO"),
+                       help="append a reference video with a separate soundtrack")
+    media.add_argument("--ref-image-size", choices=[s.value for s in ReferenceImageSize],
+                       default=ReferenceImageSize.MATCH.value, help="reference image sizing (default match)")
+
+
+def request_from_args(args: argparse.Namespace) -> GenerationRequest:
+    """Build the GenerationRequest the flags describe (preset first, explicit flags win)."""
+    fields: dict[str, object] = dict(
+        width=args.width, height=args.height, render_width=args.render_width, render_height=args.render_height,
+        frames=args.frames, seconds=args.seconds, seed=args.seed, token_reduction=args.token_reduction,
+        ssd_streaming=args.ssd_streaming, int8_row_fc2=args.use_int8_row_fc2,
+        reference_rope=args.use_reference_rope, first_frame=args.first_frame, last_frame=args.last_frame,
+        references=tuple(args.references or ()), reference_image_size=ReferenceImageSize(args.ref_image_size),
+        slower_paths=frozenset(args.slower_paths or ()))
+    for name in ("steps", "reuse", "layers", "core_reuse"):
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    if args.preset:
+        return GenerationRequest.from_preset(args.preset, args.prompt, **fields)
+    return GenerationRequest(prompt=args.prompt, **fields)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- progress display
+
+class PhaseProgressBars:
+    """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._bar = None
+        self._phase: str | None = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+        if event.phase != self._phase or self._bar is None or self._bar.total != event.total:
+            self.close()
+            self._phase = event.phase
+            self._bar = tqdm(total=event.total, desc=f"{event.phase:<22}", unit="step", file=sys.stderr,
+                             leave=True, dynamic_ncols=True,
+                             bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
+        self._bar.n = event.done
+        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s", refresh=False)
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+# ----------------------------------------------------------------------------- generate
+
+def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("generate", help="render one clip (MP4 with audio)",
+                                   description="Render one MiniMax-H3 clip through the h3 engine.")
+    add_request_options(parser)
+    output = parser.add_argument_group("output")
+    output.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
+                        help=f"output MP4 (default {DEFAULT_OUTPUT}; '' writes no MP4)")
+    output.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    output.add_argument("--no-frames", action="store_true", help="do not read the frames back into memory")
+    output.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    output.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_engine_options(parser)
+    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="stop the engine after this long without progress (default 600; 0 disables)")
+    parser.set_defaults(handler=run_generate)
+
+
+def result_summary(result) -> dict[str, object]:
+    """The machine-readable part of a GenerationResult (for --json)."""
+    return {
+        "video_path": None if result.video_path is None else str(result.video_path),
+        "width": result.width, "height": result.height, "frame_count": result.frame_count,
+        "fps": result.fps, "seed": result.seed, "sample_rate": result.sample_rate,
+        "frames_shape": None if result.frames is None else list(result.frames.shape),
+        "audio_shape": None if result.audio is None else list(result.audio.shape),
+        "timings": result.timings, "command": result.command,
+    }
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from .engine import OneShotEngine
+    request = request_from_args(args).validate()
+    engine = OneShotEngine(args.engine_path, args.model_dir,
+                           stall_timeout=args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None)
+    cancel = CancelToken()
+    bars = PhaseProgressBars(enabled=not args.quiet)
+
+    def interrupt(signum: int, frame: object) -> None:
+        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        result = engine.generate(request, args.output or None, overwrite=args.overwrite,
+                                 want_frames=not args.no_frames, want_audio=True, on_progress=bars, cancel=cancel)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        bars.close()
+    if args.json:
+        print(json.dumps(result_summary(result), indent=2))
+    else:
+        where = result.video_path if result.video_path is not None else "(no MP4 kept)"
+        print(f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames, "
+              f"seed {result.seed}, {result.timings.get('total', 0.0):.1f} s", file=sys.stderr)
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- doctor
+
+# h3.c h3_load_dir: what a model directory must hold before h3 will load it.
+REQUIRED_MODEL_FILES = ("FL2VA/transformer/config.json", "FL2VA/tokenizer/tokenizer.json")
+REQUIRED_SHARD_DIRS = ("FL2VA/text_encoder", "FL2VA/transformer", "FL2VA/video_vae/source", "FL2VA/audio_vae")
+
+
+def add_doctor_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("doctor", help="check the engine, FFmpeg, model and memory",
+                                   description="Say what h3bridge can find on this machine and what is missing.")
+    add_engine_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.set_defaults(handler=run_doctor)
+
+
+def model_dir_problems(model_dir: Path) -> list[str]:
+    """Basic presence checks of the upstream layout (the `verify` subcommand goes deeper)."""
+    problems = [f"missing {name}" for name in REQUIRED_MODEL_FILES if not (model_dir / name).is_file()]
+    for name in REQUIRED_SHARD_DIRS:
+        if not any((model_dir / name).glob("*.safetensors")):
+            problems.append(f"no *.safetensors in {name}")
+    return problems
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    import psutil
+
+    from .engine import locate_engine, locate_media_tools, locate_model_dir
+
+    checks: list[dict[str, object]] = []
+
+    def record(name: str, ok: bool, detail: str, fix: str | None = None) -> None:
+        checks.append({"check": name, "ok": ok, "detail": detail, "fix": None if ok else fix})
+
+    try:
+        record("engine", True, str(locate_engine(args.engine_path)))
+    except H3BridgeError as error:
+        record("engine", False, error.message, error.hint)
+    tools = locate_media_tools()
+    from .engine import FFMPEG_HINT
+    for name, path in (("ffmpeg", tools.ffmpeg), ("ffprobe", tools.ffprobe)):
+        record(name, path is not None, str(path) if path else f"{name} not found", FFMPEG_HINT)
+    try:
+        model_dir = locate_model_dir(args.model_dir)
+        problems = model_dir_problems(model_dir)
+        ref2va = (model_dir / "Ref2VA/transformer/model.safetensors.index.json").is_file()
+        record("model", not problems,
+               f"{model_dir}" + (f" ({'; '.join(problems)})" if problems else
+                                 f" (FL2VA{' + Ref2VA' if ref2va else ', no Ref2VA: references unavailable'})"),
+               "download MiniMaxAI/MiniMax-H3 (official sharded BF16 layout) into this directory")
+    except H3BridgeError as error:
+        record("model", False, error.message, error.hint)
+    memory = psutil.virtual_memory()
+    gib = memory.total / 2**30
+    record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available"
+           + ("" if gib >= 48 else "; under 48 GiB h3 needs --ssd-streaming"))
+    machine = f"{platform.system()} {platform.machine()}"
+    apple = platform.system() == "Darwin" and platform.machine() == "arm64"
+    record("platform", True, machine + ("" if apple else " (the real h3 needs an Apple Silicon Mac; h3-sim runs here)"))
+    if args.json:
+        print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
+    else:
+        for check in checks:
+            mark = "ok     " if check["ok"] else "MISSING"
+            print(f"{mark} {check['check']:<9} {check['detail']}")
+            if check["fix"]:
+                print(f"          fix: {check['fix']}")
+    return EXIT_OK if all(c["ok"] for c in checks) else EXIT_FAILURE
+
+
+# ----------------------------------------------------------------------------- entry point
+
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="h3bridge", description="MiniMax-H3 through antirez's h3.c engine.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in SUBCOMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)     # exits 2 on bad arguments, as argparse does
+    try:
+        return args.handler(args)
+    except GenerationCancelled as error:
+        print(f"h3bridge: {error.message}", file=sys.stderr)
+        return EXIT_CANCELLED
+    except KeyboardInterrupt:
+        print("h3bridge: interrupted", file=sys.stderr)
+        return EXIT_CANCELLED
+    except RequestError as error:
+        print(f"h3bridge: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except H3BridgeError as error:
+        print(f"h3bridge: {error}", file=sys.stderr)
+        engine_message = getattr(error, "engine_message", None)
+        if engine_message and engine_message not in error.message:
+            print(f"  h3 said: {engine_message}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":   # pragma: no cover
+    sys.exit(main())
