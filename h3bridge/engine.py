@@ -19,6 +19,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+import numpy as np
 
 from .cancel import CancelToken
 from .engine_process import EngineProcess
@@ -33,7 +36,16 @@ from .errors import (
     RequestError,
 )
 from .media import decode_audio, read_frames_dir, remove_quietly
-from .progress import PHASE_ORDER, ProgressCallback, ProgressTracker, is_complete_progress, parse_progress
+from .lock import engine_lock
+from .progress import (
+    PHASE_ORDER,
+    WAITING_PHASE,
+    ProgressCallback,
+    ProgressEvent,
+    ProgressTracker,
+    is_complete_progress,
+    parse_progress,
+)
 from .request import GenerationRequest, ReferenceImageSize, ReferenceKind
 from .result import GenerationResult
 
@@ -195,6 +207,78 @@ def engine_message_from(stderr: str) -> str | None:
     return None
 
 
+# ----------------------------------------------------------------------------- shared by every engine
+# (the one-shot engine here and the warm session in session.py)
+
+def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
+    """The absolute output path (None: no MP4 kept); refuses a directory or, unless
+    `overwrite`, an existing file, before any engine starts."""
+    output_path = Path(output).expanduser().absolute() if output is not None and os.fspath(output) else None
+    if output_path is not None:
+        if output_path.is_dir():
+            raise RequestError(f"the output {output_path} is a directory", field="output",
+                               hint="give a file name ending in .mp4")
+        if output_path.exists() and not overwrite:
+            raise OutputExistsError(f"the output {output_path} already exists",
+                                    hint="choose another name, or allow overwriting (CLI: --overwrite)")
+    return output_path
+
+
+def check_media_tools(request: GenerationRequest, *, writes_mp4: bool) -> MediaTools:
+    """FFmpeg/FFprobe must exist when h3 will need them; EngineNotFoundError otherwise."""
+    needs_ffmpeg = writes_mp4 or request.first_frame is not None or request.last_frame is not None \
+        or bool(request.references)
+    tools = locate_media_tools()
+    if needs_ffmpeg and tools.ffmpeg is None:
+        raise EngineNotFoundError("FFmpeg was not found; h3 needs it to write the MP4 and read media inputs",
+                                  hint=FFMPEG_HINT)
+    if request.references and tools.ffprobe is None:
+        raise EngineNotFoundError("FFprobe was not found; h3 needs it to size reference images and videos",
+                                  hint=FFMPEG_HINT)
+    return tools
+
+
+def engine_environment(tools: MediaTools) -> dict[str, str]:
+    """Our environment, with FFmpeg/FFprobe pinned to the absolute paths we found."""
+    env = dict(os.environ)
+    if tools.ffmpeg is not None:
+        env["H3_FFMPEG"] = str(tools.ffmpeg)
+    if tools.ffprobe is not None:
+        env["H3_FFPROBE"] = str(tools.ffprobe)
+    return env
+
+
+def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], None] | None:
+    """An `on_wait` for lock.engine_lock that reports WAITING_PHASE through `on_progress`."""
+    if on_progress is None:
+        return None
+
+    def report(waited: float) -> None:
+        on_progress(ProgressEvent(phase=WAITING_PHASE, done=0, total=0, fraction=0.0, elapsed=waited))
+    return report
+
+
+def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Path | None, *,
+                  overwrite: bool, frames: np.ndarray | None, want_audio: bool, timings: dict[str, float],
+                  command: list[str], engine_log: str, seed: int | None = None) -> GenerationResult:
+    """Decode the audio (if wanted) from the finished MP4 `mp4`, publish it to `output_path`
+    (atomic rename from a temp name in the same directory), and build the GenerationResult."""
+    audio = None
+    if mp4 is not None:
+        if not mp4.is_file():
+            raise EngineError("h3 reported success but wrote no MP4", engine_message=None,
+                              exit_code=0, stderr=engine_log, command=command)
+        if want_audio:
+            audio = decode_audio(mp4)
+    if output_path is not None:
+        assert mp4 is not None
+        _publish(mp4, output_path, overwrite=overwrite)
+    return GenerationResult(request=request, video_path=output_path, frames=frames, audio=audio,
+                            width=request.width, height=request.height, frame_count=request.frame_count,
+                            seed=request.seed if seed is None else seed, timings=timings, command=command,
+                            engine_log=engine_log)
+
+
 # ----------------------------------------------------------------------------- the engine
 
 class OneShotEngine:
@@ -223,12 +307,7 @@ class OneShotEngine:
         return argv
 
     def environment(self, tools: MediaTools) -> dict[str, str]:
-        env = dict(os.environ)
-        if tools.ffmpeg is not None:
-            env["H3_FFMPEG"] = str(tools.ffmpeg)
-        if tools.ffprobe is not None:
-            env["H3_FFPROBE"] = str(tools.ffprobe)
-        return env
+        return engine_environment(tools)
 
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
@@ -250,24 +329,9 @@ class OneShotEngine:
         message is in `engine_message`), GenerationCancelled.
         """
         request.validate()
-        output_path = Path(output).expanduser().absolute() if output is not None and os.fspath(output) else None
-        if output_path is not None:
-            if output_path.is_dir():
-                raise RequestError(f"the output {output_path} is a directory", field="output",
-                                   hint="give a file name ending in .mp4")
-            if output_path.exists() and not overwrite:
-                raise OutputExistsError(f"the output {output_path} already exists",
-                                        hint="choose another name, or allow overwriting (CLI: --overwrite)")
+        output_path = resolve_output(output, overwrite=overwrite)
         writes_mp4 = output_path is not None or want_audio
-        needs_ffmpeg = writes_mp4 or request.first_frame is not None or request.last_frame is not None \
-            or bool(request.references)
-        tools = locate_media_tools()
-        if needs_ffmpeg and tools.ffmpeg is None:
-            raise EngineNotFoundError("FFmpeg was not found; h3 needs it to write the MP4 and read media inputs",
-                                      hint=FFMPEG_HINT)
-        if request.references and tools.ffprobe is None:
-            raise EngineNotFoundError("FFprobe was not found; h3 needs it to size reference images and videos",
-                                      hint=FFMPEG_HINT)
+        check_media_tools(request, writes_mp4=writes_mp4)
 
         workdir = Path(tempfile.mkdtemp(prefix="h3bridge-"))
         mp4_temp: Path | None = None
@@ -282,23 +346,15 @@ class OneShotEngine:
             frames_dir = workdir / "frames" if want_frames else None
             argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
                                 None if frames_dir is None else str(frames_dir))
-            stderr, timings = self._run(argv, request, writes_mp4=mp4_temp is not None,
-                                        on_progress=on_progress, cancel=cancel)
-            frames = audio = None
+            # One engine per machine (lock.py): wait, cancellably, while another holds the model.
+            with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress)):
+                stderr, timings = self._run(argv, request, writes_mp4=mp4_temp is not None,
+                                            on_progress=on_progress, cancel=cancel)
+            frames = None
             if frames_dir is not None:
                 frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
-            if mp4_temp is not None:
-                if not mp4_temp.is_file():
-                    raise EngineError("h3 reported success but wrote no MP4", engine_message=None,
-                                      exit_code=0, stderr=stderr, command=argv)
-                if want_audio:
-                    audio = decode_audio(mp4_temp)
-            if output_path is not None:
-                assert mp4_temp is not None
-                _publish(mp4_temp, output_path, overwrite=overwrite)
-            return GenerationResult(request=request, video_path=output_path, frames=frames, audio=audio,
-                                    width=request.width, height=request.height, frame_count=request.frame_count,
-                                    seed=request.seed, timings=timings, command=argv, engine_log=stderr)
+            return finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
+                                 want_audio=want_audio, timings=timings, command=argv, engine_log=stderr)
         finally:
             if mp4_temp is not None and mp4_temp.parent != workdir:
                 remove_quietly(mp4_temp)
@@ -407,4 +463,5 @@ def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
 
 
 __all__ = ["OneShotEngine", "locate_engine", "locate_model_dir", "locate_media_tools", "MediaTools",
-           "request_arguments", "expected_phases", "engine_message_from"]
+           "request_arguments", "expected_phases", "engine_message_from", "resolve_output", "check_media_tools",
+           "engine_environment", "waiting_reporter", "finish_result"]
