@@ -87,6 +87,40 @@ def read_frames_dir(directory: Path, frame_count: int, width: int, height: int,
     return frames
 
 
+# ----------------------------------------------------------------------------- MP4 frames
+
+def decode_video_frames(path: Path, frame_count: int, width: int, height: int) -> np.ndarray:
+    """Decode the first video stream of `path` into ONE preallocated uint8 [F, H, W, 3] RGB array.
+
+    For engines that cannot hand over raw frames (h3's interactive session ignores
+    `--frames-dir`, h3_cli.c `generate`): these are the H.264-compressed frames, not the
+    engine's exact RGB. The stream must hold exactly `frame_count` frames of `width`x`height`.
+    """
+    frames = np.empty((frame_count, height, width, 3), dtype=np.uint8)
+    decoded = 0
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(f"{path} has no video stream")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            for frame in container.decode(stream):
+                if decoded >= frame_count:
+                    decoded += 1
+                    break
+                if (frame.width, frame.height) != (width, height):
+                    raise MediaError(f"{path} is {frame.width}x{frame.height}, expected {width}x{height}")
+                frames[decoded] = frame.to_ndarray(format="rgb24")
+                decoded += 1
+    except av.FFmpegError as error:
+        raise MediaError(f"cannot decode video from {path}: {error}") from None
+    if decoded != frame_count:
+        raise MediaError(f"{path} holds {'more than ' if decoded > frame_count else ''}"
+                         f"{min(decoded, frame_count)} frames, expected {frame_count}",
+                         hint="the engine's MP4 is incomplete; see its log")
+    return frames
+
+
 # ----------------------------------------------------------------------------- audio
 
 def decode_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
