@@ -346,6 +346,12 @@ def audio_vae_tensors(d: Dims) -> list[TensorSpec]:
 # Writing safetensors
 
 
+def data_order(specs: Sequence[TensorSpec]) -> list[TensorSpec]:
+    """Larger elements first, as the `safetensors` library lays data out, so every tensor starts
+    at a multiple of its element size."""
+    return sorted(specs, key=lambda spec: -DTYPE_SIZES[spec.dtype])
+
+
 def encode_header(specs: Sequence[TensorSpec], metadata: dict[str, str] | None = None) -> bytes:
     """The 8-byte length plus JSON header, padded with spaces so the data section starts on an
     8-byte boundary (what the `safetensors` library itself writes)."""
@@ -353,7 +359,7 @@ def encode_header(specs: Sequence[TensorSpec], metadata: dict[str, str] | None =
     if metadata is not None:
         header["__metadata__"] = metadata
     offset = 0
-    for spec in specs:
+    for spec in data_order(specs):
         header[spec.name] = {"dtype": spec.dtype, "shape": list(spec.shape),
                              "data_offsets": [offset, offset + spec.nbytes]}
         offset += spec.nbytes
@@ -384,7 +390,7 @@ def write_safetensors(path: Path, specs: Sequence[TensorSpec], *, sparse: bool =
         if sparse:
             handle.truncate(len(header) + data_size)
         else:
-            for spec in specs:
+            for spec in data_order(specs):
                 handle.write(tensor_bytes(spec))
     return len(header) + data_size
 
