@@ -89,5 +89,14 @@ class SessionError(EngineError):
     """The warm interactive session could not do what was asked."""
 
 
+class SessionCommandError(SessionError):
+    """h3 refused a session `!` command (its reply is `engine_message`) and kept the old value."""
+
+
+class SessionUnsupportedError(SessionError):
+    """The warm session cannot run this request as given (e.g. a multi-line prompt: h3's
+    interactive mode reads one line per prompt); run it one-shot. Raised before anything starts."""
+
+
 class GenerationCancelled(H3BridgeError):
     """The caller cancelled the job; the engine is gone and no output was left behind."""
