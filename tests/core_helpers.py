@@ -1,0 +1,66 @@
+"""Shared helpers for the CORE tests (request, engine, CLI, media): small media files and
+the h3-sim engine with a fixture model. Imported by test modules, not a conftest, so other
+helpers' conftest files stay independent."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from h3bridge import GenerationRequest
+
+FAST = dict(width=96, height=64, frames=22, steps=2)   # the cheapest legal clip
+
+
+def fast_request(prompt: str = "a red fox runs through snow", **changes: object) -> GenerationRequest:
+    fields = dict(FAST)
+    fields.update(changes)
+    return GenerationRequest(prompt=prompt, **fields)  # type: ignore[arg-type]
+
+
+def ffmpeg(path: Path, *args: str) -> Path:
+    """Make a small media file with the ffmpeg program (lavfi sources)."""
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *args, str(path)], check=True)
+    return path
+
+
+def make_image(path: Path, size: str = "64x64", color: str = "red") -> Path:
+    return ffmpeg(path, "-f", "lavfi", "-i", f"color=c={color}:s={size}", "-frames:v", "1")
+
+
+def make_video(path: Path, seconds: float, *, audio: bool = True, size: str = "64x64") -> Path:
+    args = ["-f", "lavfi", "-i", f"testsrc=s={size}:r=24:d={seconds}"]
+    if audio:
+        args += ["-f", "lavfi", "-i", f"sine=d={seconds}:sample_rate=32000", "-ac", "2", "-c:a", "aac"]
+    return ffmpeg(path, *args, "-c:v", "libx264", "-pix_fmt", "yuv420p", "-shortest")
+
+
+def make_audio(path: Path, seconds: float) -> Path:
+    return ffmpeg(path, "-f", "lavfi", "-i", f"sine=d={seconds}:sample_rate=32000", "-ac", "2")
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A set of small inputs: images, videos with/without sound, audio of several lengths."""
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg is not installed")
+    root = tmp_path_factory.mktemp("core-media")
+    return {
+        "image": make_image(root / "red image.png"),
+        "image2": make_image(root / "blue.png", color="blue"),
+        "video3s": make_video(root / "clip 3s.mp4", 3.0),
+        "video1s": make_video(root / "clip1s.mp4", 1.0),
+        "silent3s": make_video(root / "silent.mp4", 3.0, audio=False),
+        "audio1s": make_audio(root / "a1.wav", 1.0),
+        "audio3s": make_audio(root / "a3.wav", 3.0),
+        "audio6s": make_audio(root / "a6.wav", 6.0),
+        "audio16s": make_audio(root / "a16.wav", 16.0),
+        "text": _write(root / "notes.txt", "not media at all\n"),
+    }
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

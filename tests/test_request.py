@@ -1,0 +1,247 @@
+"""GenerationRequest.validate: every upstream rule (h3.c h3_valid_params, main.c) with a
+message that names the bad value and the nearest valid one."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core_helpers import fast_request, media  # noqa: F401  (media is a fixture)
+from h3bridge import (
+    PRESETS,
+    GenerationRequest,
+    Reference,
+    ReferenceImageSize,
+    ReferenceKind,
+    RequestError,
+    SlowerPath,
+    align_frame_count,
+)
+from h3bridge.request import legal_frame_counts
+
+IMG = Path("/nonexistent/ref.png")   # value checks never touch files
+
+
+def reject(request: GenerationRequest, field: str, *fragments: str, check_files: bool = False) -> RequestError:
+    with pytest.raises(RequestError) as caught:
+        request.validate(check_files=check_files)
+    error = caught.value
+    assert error.field == field, str(error)
+    for fragment in fragments:
+        assert fragment in str(error), f"{fragment!r} not in {str(error)!r}"
+    return error
+
+
+def refs(*kinds: ReferenceKind) -> tuple[Reference, ...]:
+    return tuple(Reference(kind, IMG, IMG if kind is ReferenceKind.VIDEO_AUDIO else None) for kind in kinds)
+
+
+def test_defaults_and_fast_request_are_valid() -> None:
+    assert GenerationRequest("a fox").validate(check_files=False).frame_count == 56
+    assert fast_request().validate().frame_count == 22
+
+
+def test_legal_frame_counts_are_5_plus_17n_from_22_to_362() -> None:
+    legal = legal_frame_counts()
+    assert legal[0] == 22 and legal[-1] == 362 and all(b - a == 17 for a, b in zip(legal, legal[1:]))
+    assert all(align_frame_count(n) == n for n in legal)
+
+
+def test_frames_between_legal_lengths_names_both_neighbours() -> None:
+    error = reject(fast_request(frames=23), "frames",
+                   "frames=23 is not a legal H3 length; the next legal lengths are 22 and 39")
+    assert "frames=22" in error.hint and "frames=39" in error.hint
+
+
+@pytest.mark.parametrize("frames, nearest", [(5, "22"), (21, "22"), (0, "22"), (363, "362"), (1000, "362")])
+def test_frames_outside_the_released_range(frames: int, nearest: str) -> None:
+    reject(fast_request(frames=frames), "frames", f"frames={frames}", f"is {nearest}")
+
+
+def test_every_legal_frame_count_passes() -> None:
+    for frames in legal_frame_counts():
+        fast_request(frames=frames).validate()
+
+
+def test_seconds_use_llround_then_align_like_main_c() -> None:
+    # main.c frames_from_seconds: llround(s * 24); h3 then aligns up to 5 + 17n.
+    assert fast_request(frames=None, seconds=3.0).validate().frame_count == 73
+    assert fast_request(frames=None, seconds=22 / 24).validate().frame_count == 22
+
+
+def test_seconds_rounding_is_half_away_from_zero() -> None:
+    # 22.5 frames: llround gives 23, which aligns to 39 (banker's rounding would give 22).
+    assert fast_request(frames=None, seconds=22.5 / 24).validate().frame_count == 39
+
+
+@pytest.mark.parametrize("seconds, fragment", [(0.0, "positive"), (-1.0, "positive"), (float("nan"), "positive"),
+                                               (0.1, "0.917 s"), (15.2, "15.083 s")])
+def test_bad_seconds(seconds: float, fragment: str) -> None:
+    reject(fast_request(frames=None, seconds=seconds), "seconds", fragment)
+
+
+def test_frames_and_seconds_are_mutually_exclusive() -> None:
+    reject(fast_request(frames=22, seconds=1.0), "seconds", "mutually exclusive")
+
+
+@pytest.mark.parametrize("field, value, nearest", [("width", 500, "480 and 512"), ("height", 70, "64 and 96"),
+                                                   ("width", 16, "32"), ("height", 0, "32")])
+def test_canvas_must_be_multiples_of_32(field: str, value: int, nearest: str) -> None:
+    reject(fast_request(**{field: value}), field, f"{field}={value}", "multiple of 32", nearest)
+
+
+def test_canvas_pixel_cap_names_fitting_canvases() -> None:
+    error = reject(fast_request(width=1344, height=800), "width", "1344x800", "768*1344", "1344x768")
+    assert "1344x768" in error.hint
+
+
+def test_largest_released_canvas_passes() -> None:
+    fast_request(width=1344, height=768).validate()
+    fast_request(width=768, height=1344).validate()
+
+
+def test_render_canvas_both_or_neither() -> None:
+    reject(fast_request(render_width=64), "render_height", "together")
+    reject(fast_request(render_height=32), "render_width", "together")
+
+
+def test_render_canvas_rules() -> None:
+    base = dict(width=864, height=480)
+    fast_request(**base, render_width=576, render_height=320).validate()
+    fast_request(**base, render_width=864, render_height=480).validate()      # equal to output is allowed
+    reject(fast_request(**base, render_width=576, render_height=352), "render_width", "aspect", "576x320")
+    reject(fast_request(**base, render_width=1152, render_height=640), "render_width", "larger", "864x480")
+    reject(fast_request(**base, render_width=300, render_height=160), "render_width", "multiples of 32", "288x160")
+
+
+@pytest.mark.parametrize("field, value, nearest", [
+    ("steps", 1, 2), ("steps", 1001, 1000), ("reuse", 0, 1), ("reuse", 4, 3),
+    ("layers", 34, 35), ("layers", 51, 50), ("core_reuse", 0, 1), ("core_reuse", 7, 6)])
+def test_ranges_name_the_nearest_valid_value(field: str, value: int, nearest: int) -> None:
+    error = reject(fast_request(**{field: value}), field, f"{field}={value}", f"nearest valid value is {nearest}")
+    assert error.hint == f"use {field}={nearest}"
+
+
+def test_whole_numbers_only() -> None:
+    reject(fast_request(steps=2.5), "steps", "whole number")
+    reject(fast_request(width=True), "width", "whole number")
+
+
+def test_core_reuse_excludes_denoiser_reuse() -> None:
+    fast_request(core_reuse=4, reuse=1).validate()
+    reject(fast_request(core_reuse=4, reuse=2), "core_reuse", "cannot be combined")
+
+
+def test_ssd_streaming_excludes_int8_row_fc2() -> None:
+    reject(fast_request(ssd_streaming=True, int8_row_fc2=True), "int8_row_fc2", "SSD".lower())
+
+
+def test_int8_row_fc2_excludes_slower_bf16_mlp() -> None:
+    fast_request(int8_row_fc2=True, slower_paths=frozenset({SlowerPath.BF16_QKV})).validate()
+    reject(fast_request(int8_row_fc2=True, slower_paths=frozenset({SlowerPath.BF16_MLP})),
+           "int8_row_fc2", "BF16 MLP")
+
+
+def test_seed_is_a_uint64() -> None:
+    fast_request(seed=2**64 - 1).validate()
+    reject(fast_request(seed=-1), "seed", "2**64-1")
+    reject(fast_request(seed=2**64), "seed", "2**64-1")
+
+
+def test_prompt_must_not_be_empty_or_hold_nul() -> None:
+    reject(fast_request(prompt="   "), "prompt", "empty")
+    reject(fast_request(prompt="a\0b"), "prompt", "NUL")
+
+
+def test_reference_count_limits() -> None:
+    reject(fast_request(references=refs(*[ReferenceKind.IMAGE] * 13)), "references", "at most 12")
+    reject(fast_request(references=refs(*[ReferenceKind.IMAGE] * 10)), "references", "10 reference images",
+           "at most 9")
+    reject(fast_request(references=refs(*[ReferenceKind.SILENT_VIDEO] * 4)), "references", "at most 3")
+    reject(fast_request(references=refs(ReferenceKind.IMAGE, *[ReferenceKind.AUDIO] * 4)), "references",
+           "4 reference audio inputs")
+    # A video with its soundtrack is an audio input too (h3.c h3_valid_params).
+    reject(fast_request(references=refs(ReferenceKind.VIDEO, ReferenceKind.VIDEO_AUDIO, *[ReferenceKind.AUDIO] * 2)),
+           "references", "audio inputs", "soundtrack")
+    fast_request(references=refs(*[ReferenceKind.IMAGE] * 9, *[ReferenceKind.SILENT_VIDEO] * 3)).validate(
+        check_files=False)
+
+
+def test_audio_references_need_a_visual_reference() -> None:
+    reject(fast_request(references=refs(ReferenceKind.AUDIO)), "references", "image or video reference")
+
+
+def test_references_exclude_anchors() -> None:
+    reject(fast_request(first_frame=IMG, references=refs(ReferenceKind.IMAGE)), "references", "anchors")
+    reject(fast_request(last_frame=IMG, references=refs(ReferenceKind.IMAGE)), "references", "anchors")
+
+
+def test_video_audio_needs_its_soundtrack_path() -> None:
+    reject(fast_request(references=(Reference(ReferenceKind.VIDEO_AUDIO, IMG),)), "references", "audio_path")
+    reject(fast_request(references=(Reference(ReferenceKind.IMAGE, IMG, IMG),)), "references", "audio_path")
+
+
+def test_presets() -> None:
+    assert set(PRESETS) == {"preview", "balanced", "quality", "reference"}
+    for name, preset in PRESETS.items():
+        request = GenerationRequest.from_preset(name, "a fox", width=96, height=64, frames=22).validate()
+        assert (request.steps, request.layers, request.reuse) == (preset.steps, preset.layers, preset.reuse)
+    assert GenerationRequest.from_preset("quality", "a fox", steps=3).steps == 3
+    with pytest.raises(RequestError) as caught:
+        GenerationRequest.from_preset("ultra", "a fox")
+    assert caught.value.field == "preset" and "balanced" in caught.value.hint
+
+
+def test_reference_image_size_enum() -> None:
+    fast_request(reference_image_size=ReferenceImageSize.MAX).validate()
+    reject(fast_request(reference_image_size="huge"), "reference_image_size", "match or max")
+
+
+# ----------------------------------------------------------------------------- file checks
+
+def test_anchor_files_must_exist_and_be_images(media: dict[str, Path], tmp_path: Path) -> None:
+    fast_request(first_frame=media["image"], last_frame=media["image2"]).validate()
+    reject(fast_request(first_frame=tmp_path / "missing.png"), "first_frame", "does not exist", check_files=True)
+    reject(fast_request(last_frame=media["text"]), "last_frame", "not readable media", check_files=True)
+    reject(fast_request(first_frame=media["audio3s"]), "first_frame", "no image or video stream", check_files=True)
+    # Value checks alone never open files.
+    fast_request(first_frame=tmp_path / "missing.png").validate(check_files=False)
+
+
+def test_reference_files_kinds(media: dict[str, Path]) -> None:
+    ok = (Reference(ReferenceKind.IMAGE, media["image"]), Reference(ReferenceKind.SILENT_VIDEO, media["silent3s"]),
+          Reference(ReferenceKind.AUDIO, media["audio3s"]))
+    fast_request(references=ok).validate()
+    reject(fast_request(references=(Reference(ReferenceKind.IMAGE, media["image"]),
+                                    Reference(ReferenceKind.AUDIO, media["image2"]))),
+           "references", "no audio stream", check_files=True)
+    error = reject(fast_request(frames=56, references=(Reference(ReferenceKind.VIDEO, media["silent3s"]),)),
+                   "references", "no audio stream", check_files=True)
+    assert "silent_video" in error.hint
+
+
+def test_reference_audio_duration_limits(media: dict[str, Path]) -> None:
+    image = Reference(ReferenceKind.IMAGE, media["image"])
+    reject(fast_request(references=(image, Reference(ReferenceKind.AUDIO, media["audio1s"]))),
+           "references", "1.00 s", "at least 2 s", check_files=True)
+    reject(fast_request(references=(image, Reference(ReferenceKind.AUDIO, media["audio16s"]))),
+           "references", "at most 15 s", check_files=True)
+    six = Reference(ReferenceKind.AUDIO, media["audio6s"])
+    fast_request(references=(image, six, six)).validate()
+    reject(fast_request(references=(image, six, six, six)), "references", "together", "at most 15 s",
+           check_files=True)
+
+
+def test_video_soundtrack_needs_56_output_frames(media: dict[str, Path]) -> None:
+    video = Reference(ReferenceKind.VIDEO, media["video3s"])
+    fast_request(frames=56, references=(video,)).validate()
+    reject(fast_request(frames=39, references=(video,)), "frames", "at least 56 output frames", check_files=True)
+    # The silent variant has no such rule.
+    fast_request(frames=22, references=(Reference(ReferenceKind.SILENT_VIDEO, media["video3s"]),)).validate()
+
+
+def test_video_soundtrack_needs_56_frames_of_video(media: dict[str, Path]) -> None:
+    short = Reference(ReferenceKind.VIDEO_AUDIO, media["video1s"], media["audio3s"])
+    reject(fast_request(frames=56, references=(short,)), "references", "24 frames", "56", check_files=True)
+    separate = Reference(ReferenceKind.VIDEO_AUDIO, media["video3s"], media["audio6s"])
+    fast_request(frames=73, references=(separate,)).validate()
