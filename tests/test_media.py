@@ -1,0 +1,80 @@
+"""media.py: PPM frames straight into one array, audio decode, input probing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core_helpers import media  # noqa: F401  (fixture)
+from h3bridge.errors import MediaError
+from h3bridge.media import decode_audio, probe_media, read_frames_dir, read_ppm_into
+
+
+def write_ppm(path: Path, frame: np.ndarray, header: bytes | None = None) -> None:
+    height, width, _ = frame.shape
+    path.write_bytes((header or b"P6\n%d %d\n255\n" % (width, height)) + frame.tobytes())
+
+
+def test_frames_dir_is_read_into_one_array_and_emptied(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    clip = rng.integers(0, 256, (5, 6, 10, 3), dtype=np.uint8)
+    for index, frame in enumerate(clip):
+        write_ppm(tmp_path / f"frame-{index:04d}.ppm", frame)
+    frames = read_frames_dir(tmp_path, 5, 10, 6)
+    assert frames.dtype == np.uint8 and frames.shape == (5, 6, 10, 3) and frames.flags.c_contiguous
+    np.testing.assert_array_equal(frames, clip)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ppm_header_comments_and_whitespace(tmp_path: Path) -> None:
+    frame = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    write_ppm(tmp_path / "f.ppm", frame, header=b"P6 # made by hand\n3\t2\n255\n")
+    out = np.zeros_like(frame)
+    read_ppm_into(tmp_path / "f.ppm", out)
+    np.testing.assert_array_equal(out, frame)
+
+
+@pytest.mark.parametrize("header, data_bytes, fragment", [
+    (b"P6\n4 2\n255\n", 24, "expected 3x2"),          # wrong size
+    (b"P6\n3 2\n65535\n", 18, "maxval 65535"),        # 16-bit PPM
+    (b"P5\n3 2\n255\n", 18, "not a binary PPM"),      # greyscale
+    (b"P6\n3 2\n255\n", 10, "truncated"),             # short pixel data
+    (b"P6\n3", 0, "truncated PPM header"),
+])
+def test_bad_ppm_files_raise_media_error(tmp_path: Path, header: bytes, data_bytes: int, fragment: str) -> None:
+    (tmp_path / "f.ppm").write_bytes(header + bytes(data_bytes))
+    with pytest.raises(MediaError, match=fragment):
+        read_ppm_into(tmp_path / "f.ppm", np.zeros((2, 3, 3), dtype=np.uint8))
+
+
+def test_missing_frames_are_reported(tmp_path: Path) -> None:
+    frame = np.zeros((2, 2, 3), dtype=np.uint8)
+    write_ppm(tmp_path / "frame-0000.ppm", frame)
+    write_ppm(tmp_path / "frame-0002.ppm", frame)
+    with pytest.raises(MediaError, match="wrote 2 frames .* expected 3"):
+        read_frames_dir(tmp_path, 3, 2, 2)
+
+
+def test_decode_audio_is_float32_channels_by_samples_at_32k(media: dict[str, Path]) -> None:
+    audio = decode_audio(media["audio3s"])
+    assert audio.dtype == np.float32 and audio.shape[0] == 2
+    assert abs(audio.shape[1] - 96000) < 32000 * 0.05
+    assert 0.05 < float(np.abs(audio).max()) <= 1.0     # lavfi sine (amplitude 1/8), not silence
+
+
+def test_decode_audio_without_audio_stream(media: dict[str, Path]) -> None:
+    with pytest.raises(MediaError, match="no audio stream"):
+        decode_audio(media["silent3s"])
+
+
+def test_probe_media(media: dict[str, Path]) -> None:
+    image = probe_media(media["image"])
+    assert image.has_video and not image.has_audio and (image.width, image.height) == (64, 64)
+    video = probe_media(media["video3s"])
+    assert video.has_video and video.has_audio and abs(video.frames_at_24fps - 72) <= 1
+    assert abs(video.audio_samples - 96000) < 32000 * 0.05
+    audio = probe_media(media["audio16s"])
+    assert not audio.has_video and audio.audio_samples > 15 * 32000
+    with pytest.raises(MediaError):
+        probe_media(media["text"])
