@@ -1,0 +1,690 @@
+"""h3-sim's generation core: upstream h3.c's `h3_load_dir` / `h3_generate` / cache API, simulated.
+
+Public API (used by `h3bridge.sim.cli` and by the interactive session in `h3bridge.sim.interactive`):
+
+    ctx = SimContext.load_dir(model_dir)          # h3_load_dir; raises SimError(upstream text)
+    ctx.device, ctx.model                         # h3_device / h3_model (SimDevice, ModelInfo)
+    ctx.set_cache_enabled(True)                   # h3_cache_set_enabled (False also clears)
+    ctx.clear_cache()                             # h3_cache_clear
+    ctx.cache_info() -> CacheInfo                 # h3_cache_get_info: embedding_entries,
+                                                  #   embedding_bytes, prepared_dit, video_decoder
+    result = generate(ctx, prompt, params,        # h3_generate; params is a SimParams (params.py)
+                      on_progress=None,           #   (phase: str, done: int, total: int) -> bool
+                      on_frame=None)              #   (frame: SimFrame) -> bool
+                                                  # callbacks return True to cancel, like upstream's
+                                                  # non-zero; raises SimError(message) where
+                                                  # h3_generate returns NULL (message = h3_last_error)
+    result: SimResult(width, height, frames, fps, sample_rate, seed)
+
+`generate` writes upstream's own stderr lines itself ("h3: conditioning cache hit", "h3: video
+VAE cache miss; decoder retained", ...) to `sys.stderr`, as h3.c does with fprintf; progress
+goes only through `on_progress` (the CLI formats it like main.c `cli_progress`). With
+`params.output_path` set it writes the MP4 through the ffmpeg program exactly like
+h3_ffmpeg.c. Interactive mode: `h3bridge.sim.cli` calls
+`h3bridge.sim.interactive.run(ctx, model_dir, params, show, seed_given) -> int` (h3_cli_run).
+
+Upstream order inside `h3_generate` (h3.c:848-1727), mirrored step by step below: empty prompt;
+`h3_valid_params`; 22-frame chunk; Ref2VA checkpoint; cache keys and invalidation;
+conditioning (tokenizer 0/1..1/1; Ref2VA: ffprobe + image/video reads, then reference audio
+with its limits and "audio VAE encoder" n/7; FL2VA: first/last frame reads; "video VAE
+encoder" tiles and "Qwen vision" n/27 per visual; "text encoder" 0..50/50); DiT ("refine
+text", "precompute AdaLN" n/50, "load transformer core" n/50) or cache hit; optional "preview
+VAE load"; "denoise" (or "denoise enqueue" + final "denoise" on M5); "audio VAE" 0..7/7;
+"video VAE load" n/36 (0/36 first when caching); frames to on_frame; "FFmpeg" 0/F, F/F.
+
+Simulation-only environment variables (documented again in the README "h3-sim" section):
+  H3_SIM_TIME_SCALE    seconds of sleep per simulated M1-Ultra second (default 0.002: a default
+                       864x480x56/20-step job takes ~0.3 s; 1 = realistic ~2 min)
+  H3_SIM_CRASH_PHASE   <phase>[:<done>]  report that progress, then die with SIGSEGV
+  H3_SIM_HANG_PHASE    <phase>[:<done>]  report that progress, then stop progressing forever
+  H3_SIM_FAIL_PHASE    <phase>[:<done>]  report that progress, then fail like a Metal error:
+  H3_SIM_FAIL_MESSAGE  the message (default "Metal command buffer failed: Internal Error
+                       (0000000e:Internal Error)"); main.c prints "h3: <message>", exit 1
+  (without :<done> a fault fires at the phase's first report; a phase that this job never
+  reports never fires.)  Device variables: see device.py. H3_SIM_LOG: see cli.py.
+Upstream variables honoured: H3_FFMPEG, H3_FFPROBE (ffmpeg.py), H3_CPU_SAMPLER / H3_GPU_SAMPLER
+(h3_dit.c:2579-2585 sampler choice).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import content
+from . import ffmpeg as media
+from .device import SimDevice, device_from_env
+from .params import (AUDIO_HOP_LENGTH, FPS, SAMPLE_RATE, SLOWER_FLAGS,
+                     ReferenceImageSize, ReferenceKind, SimParams, align_frame_count, c_llround,
+                     latent_canvas, reference_image_canvas, reference_video_canvas,
+                     temporal, valid_params_error,
+                     video_encoder_latent_t)
+from .st_header import ComponentInfo, HeaderError, inventory_dir, weight_store_paths
+
+ERROR_LIMIT = 511          # char error[512] (h3_set_error, h3.c:361-367)
+TEXT_LAYERS = 50           # h3_text_encoder.c:13
+VISION_LAYERS = 27         # h3_vision_encoder.c:14
+DIT_BLOCKS = 50            # h3_dit_schedule.h:11
+VAE_LAYERS = 36            # h3_video_vae.c:19
+AUDIO_STAGES = 7           # h3_audio_vae.c:18 (decoder); encoder reports ENCODER_STAGES + 2 = 7
+ENCODER_TILE, ENCODER_OVERLAP = 256, 64   # h3_video_encoder.c:20-22
+TEXT_WIDTH = 5120          # h3_text_encoder.c:15 TEXT_HIDDEN (cached BF16 row width)
+DEFAULT_FAIL_MESSAGE = "Metal command buffer failed: Internal Error (0000000e:Internal Error)"
+
+
+class SimError(Exception):
+    """h3_last_error text of a failed h3_load_dir / h3_generate."""
+
+    def __init__(self, message: str) -> None:
+        raw = message.encode("utf-8", "surrogateescape")
+        # vsnprintf into char[512] keeps at most 511 bytes.
+        self.message = raw[:ERROR_LIMIT].decode("utf-8", "ignore") if len(raw) > ERROR_LIMIT else message
+        super().__init__(self.message)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """h3_model_info (h3.h:155-161)."""
+
+    text_encoder: ComponentInfo
+    fl2va_transformer: ComponentInfo
+    ref2va_transformer: ComponentInfo
+    video_vae: ComponentInfo
+    audio_vae: ComponentInfo
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """h3_cache_info (h3.h:23-28)."""
+
+    embedding_entries: int
+    embedding_bytes: int
+    prepared_dit: bool
+    video_decoder: bool
+
+
+@dataclass(frozen=True)
+class SimFrame:
+    """h3_frame (h3.h:49-59); `rgb` is HxWx3 uint8, stride = width * 3."""
+
+    width: int
+    height: int
+    stride: int
+    rgb: np.ndarray
+    frame_index: int
+    frame_count: int
+    denoise_step: int = -1
+    denoise_steps: int = 0
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """h3_result (h3.h:163-170)."""
+
+    width: int
+    height: int
+    frames: int
+    fps: int
+    sample_rate: int
+    seed: int
+
+
+ProgressCallback = Callable[[str, int, int], object]
+FrameCallback = Callable[[SimFrame], object]
+
+
+@dataclass
+class _Conditioning:
+    """The conditioning cache entry (h3.c:219-267): encoded rows, plus the decoded media the
+    simulator renders from."""
+
+    key: str
+    tokens: int
+    tagged: bool
+    video_elements: int
+    audio_elements: int
+    conditioned: bool
+    media: content.Conditions
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+@dataclass
+class SimContext:
+    """h3_ctx: model directory inventory + device + the interactive caches."""
+
+    model_dir: str
+    device: SimDevice
+    model: ModelInfo
+    cache_enabled: bool = False
+    _conditioning: _Conditioning | None = None
+    _dit_key: str | None = None
+    _video_decoder_key: str | None = None
+
+    @classmethod
+    def load_dir(cls, model_dir: str | os.PathLike[str] | None) -> "SimContext":
+        """h3_load_dir (h3.c:407-460)."""
+        if not model_dir:
+            raise SimError("model directory is required")
+        root = os.fspath(model_dir)
+
+        def require_file(relative: str) -> None:
+            path = f"{root}/{relative}"
+            if not os.path.isfile(path):      # stat + S_ISREG, following symlinks
+                raise SimError(f"missing required model file: {path}")
+
+        def inventory(relative: str) -> ComponentInfo:
+            try:
+                return inventory_dir(f"{root}/{relative}")
+            except HeaderError as error:
+                raise SimError(str(error)) from None
+
+        require_file("FL2VA/transformer/config.json")
+        require_file("FL2VA/tokenizer/tokenizer.json")
+        text_encoder = inventory("FL2VA/text_encoder")
+        fl2va = inventory("FL2VA/transformer")
+        video_vae = inventory("FL2VA/video_vae/source")
+        audio_vae = inventory("FL2VA/audio_vae")
+        ref2va = ComponentInfo()
+        if os.path.isfile(f"{root}/Ref2VA/transformer/model.safetensors.index.json"):
+            ref2va = inventory("Ref2VA/transformer")
+        device = device_from_env()
+        if device is None:
+            raise SimError("no Metal device available")
+        return cls(root, device, ModelInfo(text_encoder, fl2va, ref2va, video_vae, audio_vae))
+
+    def set_cache_enabled(self, enabled: bool) -> None:
+        """h3_cache_set_enabled (h3.c:66-70)."""
+        if not enabled:
+            self.clear_cache()
+        self.cache_enabled = bool(enabled)
+
+    def clear_cache(self) -> None:
+        """h3_cache_clear (h3.c:53-64)."""
+        self._conditioning = None
+        self._dit_key = None
+        self._video_decoder_key = None
+
+    def cache_info(self) -> CacheInfo:
+        """h3_cache_get_info (h3.c:72-89): BF16 rows + one tag byte per token + f32 conditions."""
+        entry = self._conditioning
+        entries = 1 if entry else 0
+        size = 0
+        if entry:
+            size = (entry.tokens * TEXT_WIDTH * 2 + entry.tokens
+                    + entry.video_elements * 4 + entry.audio_elements * 4)
+        return CacheInfo(entries, size, self._dit_key is not None,
+                         self._video_decoder_key is not None)
+
+
+# ---------------------------------------------------------------- time model and faults
+
+# Seconds on the reference machine (M1 Ultra, 864x480, 56 frames, 20 steps; issue 17 gives
+# text encoder 10.5 s, DiT load 18.3 s, denoise 86.6 s; the rest are plausible small costs).
+_BASE_SECONDS = {
+    "tokenizer": 0.3, "text encoder": 10.5, "refine text": 0.4, "precompute AdaLN": 3.0,
+    "load transformer core": 15.3, "denoise": 86.6, "audio VAE": 1.6,
+    "video VAE load": 2.8, "video decode": 7.5, "preview VAE load": 2.8, "preview decode": 0.6,
+    "FFmpeg": 1.2, "Qwen vision": 1.1, "video VAE encoder": 0.7, "audio VAE encoder": 0.6,
+    "media read": 0.2,
+}
+_REFERENCE_ROWS = 12 * (480 // 32) * (864 // 32)     # video rows of the reference job
+_REFERENCE_PIXEL_FRAMES = 864 * 480 * 56
+
+
+def _time_scale() -> float:
+    text = os.environ.get("H3_SIM_TIME_SCALE", "")
+    try:
+        value = float(text) if text else 0.002
+    except ValueError:
+        raise SimError(f"H3_SIM_TIME_SCALE must be a number, not {text!r}") from None
+    return max(value, 0.0)
+
+
+@dataclass(frozen=True)
+class _Fault:
+    phase: str
+    done: int | None
+
+    @classmethod
+    def parse(cls, variable: str) -> "_Fault | None":
+        text = os.environ.get(variable, "")
+        if not text:
+            return None
+        phase, colon, done = text.rpartition(":")
+        if colon and done.strip().lstrip("-").isdigit():
+            return cls(phase, int(done))
+        return cls(text, None)
+
+    def matches(self, phase: str, done: int) -> bool:
+        return phase == self.phase and (self.done is None or self.done == done)
+
+
+class _Progress:
+    """h3_generation_progress + h3_progress_emit (h3.c:639-653), with faults and time."""
+
+    def __init__(self, ctx: SimContext, on_progress: ProgressCallback | None) -> None:
+        self.ctx = ctx
+        self.on_progress = on_progress
+        self.cancelled_message: str | None = None
+        self.scale = _time_scale()
+        self.crash = _Fault.parse("H3_SIM_CRASH_PHASE")
+        self.hang = _Fault.parse("H3_SIM_HANG_PHASE")
+        self.fail = _Fault.parse("H3_SIM_FAIL_PHASE")
+
+    def work(self, reference_seconds: float) -> None:
+        if self.scale and reference_seconds > 0:
+            time.sleep(reference_seconds * self.scale)
+
+    def emit(self, phase: str, done: int, total: int) -> None:
+        if self.cancelled_message is None and self.on_progress is not None:
+            if self.on_progress(phase, done, total):
+                self.cancelled_message = f"generation cancelled during {phase}"
+        if self.crash and self.crash.matches(phase, done):
+            sys.stdout.flush()
+            _stderr("")
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(5)   # the signal is delivered asynchronously on some platforms
+        if self.hang and self.hang.matches(phase, done):
+            while True:
+                time.sleep(3600)
+        if self.fail and self.fail.matches(phase, done):
+            raise SimError(os.environ.get("H3_SIM_FAIL_MESSAGE") or DEFAULT_FAIL_MESSAGE)
+
+    def check_cancelled(self) -> None:
+        """`if (progress.cancelled) goto cleanup;`"""
+        if self.cancelled_message is not None:
+            raise SimError(self.cancelled_message)
+
+    def steps(self, phase: str, total: int, seconds: float, *, start: int = 1) -> None:
+        """A stage that reports start..total/total, spending `seconds` evenly."""
+        for done in range(start, total + 1):
+            self.work(seconds / max(total - start + 1, 1))
+            self.emit(phase, done, total)
+
+
+# ---------------------------------------------------------------- keys (h3.c:127-192)
+
+def _key_file(role: str, path: str | None) -> str:
+    """h3_key_file: path identity by size and mtime (seconds, nanoseconds)."""
+    if path is None:
+        return f"|{role}=none"
+    length = len(path.encode("utf-8", "surrogateescape"))
+    try:
+        status = os.stat(path)
+    except OSError:
+        return f"|{role}={length}:{path}:missing"
+    return (f"|{role}={length}:{path}:{status.st_size}:"
+            f"{status.st_mtime_ns // 10**9}:{status.st_mtime_ns % 10**9}")
+
+
+def _conditioning_key(prompt: str, p: SimParams, render_w: int, render_h: int, ref2va: bool) -> str:
+    key = f"mode={int(ref2va)}|prompt={len(prompt.encode('utf-8', 'surrogateescape'))}:{prompt}"
+    if not ref2va and not p.first_frame and not p.last_frame:
+        return key
+    key += (f"|render={render_w}x{render_h}|frames={p.frames}|image-size={int(p.reference_image_size)}"
+            + _key_file("first", p.first_frame) + _key_file("last", p.last_frame))
+    for reference in p.references:
+        key += (f"|ref={int(reference.kind)}:{int(reference.include_embedded_audio)}"
+                + _key_file("media", reference.path) + _key_file("audio", reference.audio_path))
+    return key
+
+
+def _prepared_key(conditioning: str, p: SimParams, render_w: int, render_h: int) -> str:
+    slow = "".join(str(int(getattr(p, name))) for name in SLOWER_FLAGS)
+    return (f"{conditioning}|shape={render_w}x{render_h}x{p.frames}|steps={p.steps}"
+            f"|layers={p.dit_layers}|reuse-core={p.core_reuse}|reduce={p.token_reduction}"
+            f"|row-fc2={p.use_int8_row_fc2}|reference-rope={p.use_reference_rope}"
+            f"|ssd-streaming={p.ssd_streaming}|slow={slow}")
+
+
+# ---------------------------------------------------------------- simulated stages
+
+def _open_weights(directory: str) -> None:
+    """Every stage opens its shards through h3_weight_store_open (dotfiles included)."""
+    try:
+        weight_store_paths(directory)
+    except HeaderError as error:
+        raise SimError(str(error)) from None
+
+
+def _check_config(path: str, label: str) -> None:
+    """load_latent_normalization's file checks (h3_video_vae.c:270-300, h3_audio_vae.c:300-330)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        raise SimError(f"cannot open {label} config {path}: {os.strerror(error.errno or 0)}") from None
+    if size < 1 or size > 1024 * 1024:
+        raise SimError(f"invalid {label} config {path}")
+
+
+def _load_tokenizer(path: str) -> None:
+    """h3_tokenizer_load's readable/JSON checks (h3_tokenizer.m:289-313)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        raise SimError(f"cannot read tokenizer: {path}") from None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        # NSJSONSerialization's localizedDescription for malformed JSON.
+        raise SimError("The data couldn\u2019t be read because it isn\u2019t in the correct format.") from None
+    if not isinstance(value, dict):
+        raise SimError("invalid tokenizer JSON")
+
+
+def _encoder_tiles(extent: int) -> int:
+    """tile_axis_build (h3_video_encoder.c:611-651): tiles along one axis."""
+    if extent <= ENCODER_TILE:
+        return 1
+    count = -(-extent // ENCODER_TILE)
+    while ENCODER_TILE * count - ENCODER_OVERLAP * (count - 1) < extent:
+        count += 1
+    return count
+
+
+def _media(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except media.MediaFailure as failure:
+        raise SimError(str(failure)) from None
+
+
+def _simulated_tokens(prompt: str, vision_outputs: int) -> int:
+    """A stand-in for the tokenizer's count (template + ~4 bytes per token + vision spans)."""
+    return 24 + len(prompt.encode("utf-8", "surrogateescape")) // 4 + 1 + 256 * vision_outputs
+
+
+def _use_gpu_sampler(device: SimDevice) -> bool:
+    """gpu_sampler_requested (h3_dit.c:2579-2585)."""
+    cpu = os.environ.get("H3_CPU_SAMPLER")
+    if cpu and cpu != "0":
+        return False
+    value = os.environ.get("H3_GPU_SAMPLER")
+    if value is not None:
+        return bool(value) and value != "0"
+    return device.is_m5
+
+
+def generate(ctx: SimContext, prompt: str | None, params: SimParams,
+             on_progress: ProgressCallback | None = None,
+             on_frame: FrameCallback | None = None) -> SimResult:
+    """h3_generate (h3.c:848-1727). Raises SimError with h3_last_error's text."""
+    p = params
+    if not prompt:
+        raise SimError("prompt must not be empty")
+    message = valid_params_error(p, ctx.device.metal4, on_frame is not None)
+    if message:
+        raise SimError(message)
+    render_w = p.render_width or p.width
+    render_h = p.render_height or p.height
+    if align_frame_count(p.frames) < 22:
+        raise SimError("generation requires at least one trained 22-frame decoder chunk")
+    ref2va = bool(p.references)
+    if ref2va and not ctx.model.ref2va_transformer.files:
+        raise SimError("ordered references require the Ref2VA checkpoint")
+    progress = _Progress(ctx, on_progress)
+    shape = temporal(p.frames)
+    latent_w, latent_h = latent_canvas(render_w, render_h)
+    part = "Ref2VA" if ref2va else "FL2VA"
+    root = ctx.model_dir
+    tokenizer_path = f"{root}/{part}/tokenizer/tokenizer.json"
+    text_path = f"{root}/{part}/text_encoder"
+    dit_path = f"{root}/{part}/transformer"
+    vae_path = f"{root}/{part}/video_vae/source"
+    audio_vae_path = f"{root}/{part}/audio_vae"
+    conditioning_key = _conditioning_key(prompt, p, render_w, render_h, ref2va)
+    prepared_key = _prepared_key(conditioning_key, p, render_w, render_h)
+    decoder_key = f"{vae_path}|{latent_h}x{latent_w}"
+    if ctx.cache_enabled and ctx._video_decoder_key not in (None, decoder_key):
+        ctx._video_decoder_key = None
+    if ctx.cache_enabled and ctx._dit_key not in (None, prepared_key):
+        ctx._dit_key = None
+    cached = ctx._conditioning
+    if ctx.cache_enabled and cached is not None and cached.key == conditioning_key:
+        conditioning = cached
+        _stderr("h3: conditioning cache hit\n")
+    else:
+        conditioning = _encode_conditions(ctx, progress, prompt, p, ref2va, shape.frame_count,
+                                          render_w, render_h, tokenizer_path, text_path,
+                                          vae_path, audio_vae_path, conditioning_key)
+        if ctx.cache_enabled:
+            ctx._conditioning = conditioning
+            _stderr("h3: conditioning cache miss; stored exact BF16\n")
+    progress.check_cancelled()
+
+    # DiT preparation (h3.c:1465-1538, h3_dit.c load_dit:1593-1700).
+    rows_scale = (shape.video_t * (render_h // 32) * (render_w // 32)) / _REFERENCE_ROWS
+    if ctx.cache_enabled and ctx._dit_key == prepared_key:
+        _stderr("h3: prepared DiT cache hit\n")
+    else:
+        _open_weights(dit_path)
+        progress.emit("refine text", 0, 1)
+        progress.work(_BASE_SECONDS["refine text"])
+        progress.emit("refine text", 1, 1)
+        progress.steps("precompute AdaLN", DIT_BLOCKS, _BASE_SECONDS["precompute AdaLN"])
+        core_seconds = _BASE_SECONDS["load transformer core"] * p.dit_layers / DIT_BLOCKS
+        if p.ssd_streaming:
+            core_seconds *= 0.1    # only norms + two stream slots are prepared
+        progress.steps("load transformer core", DIT_BLOCKS, core_seconds)
+        if ctx.cache_enabled:
+            ctx._dit_key = prepared_key
+            _stderr("h3: prepared DiT cache miss; model retained\n")
+    progress.check_cancelled()
+
+    spec = content.PatternSpec(prompt, p.seed, p.width, p.height, shape.frame_count)
+    preview_decoder = False
+    if p.preview_denoise:
+        progress.emit("preview VAE load", 0, VAE_LAYERS)
+        _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "preview VAE load")
+        preview_decoder = True
+        if ctx.cache_enabled and ctx._video_decoder_key == decoder_key:
+            progress.emit("preview VAE load", VAE_LAYERS, VAE_LAYERS)
+        progress.check_cancelled()
+
+    # Denoising (h3_dit.c denoise_euler_gpu / h3_dit_denoise_euler_preview).
+    per_step = (_BASE_SECONDS["denoise"] / 20.0) * rows_scale * (p.dit_layers / DIT_BLOCKS)
+    if p.ssd_streaming:
+        per_step *= 1.5
+    gpu = _use_gpu_sampler(ctx.device)
+    running = "denoise enqueue" if gpu else "denoise"
+    preview_index = min(((shape.video_t - 2) // 5 // 2) * 17 + 11, shape.frame_count - 1)
+    for step in range(p.steps):
+        progress.emit(running, step, p.steps)
+        evaluated = (p.denoise_reuse == 1 or step in (0, p.steps - 1)
+                     or step % p.denoise_reuse == 0)
+        progress.work(per_step if evaluated else per_step * 0.05)
+        if preview_decoder and on_frame is not None:
+            progress.work(_BASE_SECONDS["preview decode"])
+            rgb = content.render_preview(spec, conditioning.media, preview_index, step + 1, p.steps)
+            frame = SimFrame(p.width, p.height, p.width * 3, rgb, preview_index,
+                             shape.frame_count, step, p.steps)
+            if on_frame(frame):
+                if ctx.cache_enabled:
+                    ctx._dit_key = None    # h3.c:1583-1588 drops a DiT that failed mid-run
+                raise SimError(f"generation cancelled during denoising preview {step + 1}")
+        progress.emit(running, step + 1, p.steps)
+    if gpu:
+        progress.emit("denoise", p.steps, p.steps)
+    progress.check_cancelled()
+
+    # Audio VAE decode (h3.c:1594-1603, h3_audio_vae.c:660-700).
+    progress.emit("audio VAE", 0, AUDIO_STAGES)
+    _check_config(f"{audio_vae_path}/config.json", "audio VAE")
+    _open_weights(audio_vae_path)
+    progress.steps("audio VAE", AUDIO_STAGES, _BASE_SECONDS["audio VAE"] * shape.audio_t / 93)
+    samples = shape.audio_t * AUDIO_HOP_LENGTH
+    pcm = content.render_audio(prompt, p.seed, samples, SAMPLE_RATE, conditioning.media)
+    progress.check_cancelled()
+
+    # Video VAE (h3.c:1604-1632).
+    decode_seconds = _BASE_SECONDS["video decode"] * (render_w * render_h * shape.frame_count) \
+        / _REFERENCE_PIXEL_FRAMES
+    if not preview_decoder and ctx.cache_enabled:
+        progress.emit("video VAE load", 0, VAE_LAYERS)
+        _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "video VAE load")
+        preview_decoder = True
+        if ctx._video_decoder_key == decoder_key:
+            progress.emit("video VAE load", VAE_LAYERS, VAE_LAYERS)
+    if preview_decoder:
+        progress.work(decode_seconds)
+    else:
+        _check_config(f"{vae_path}/../config.json", "video VAE")
+        _open_weights(vae_path)
+        progress.steps("video VAE load", VAE_LAYERS, _BASE_SECONDS["video VAE load"])
+        progress.work(decode_seconds)   # the tiled decode reports nothing at this commit
+    progress.check_cancelled()
+
+    if on_frame is not None:
+        for index, rgb in enumerate(content.iter_frames(spec, conditioning.media)):
+            frame = SimFrame(p.width, p.height, p.width * 3, rgb, index, shape.frame_count)
+            if on_frame(frame):
+                raise SimError(f"generation cancelled while delivering frame {index}")
+
+    if p.output_path:
+        progress.emit("FFmpeg", 0, shape.frame_count)
+        progress.work(_BASE_SECONDS["FFmpeg"] * (p.width * p.height * shape.frame_count)
+                      / _REFERENCE_PIXEL_FRAMES)
+        _media(lambda: media.write_av(p.output_path or "", content.iter_frames(spec, conditioning.media),
+                                      shape.frame_count, p.width, p.height, FPS, pcm, SAMPLE_RATE))
+        progress.emit("FFmpeg", shape.frame_count, shape.frame_count)
+    return SimResult(p.width, p.height, shape.frame_count, FPS, SAMPLE_RATE, p.seed)
+
+
+def _acquire_video_decoder(ctx: SimContext, progress: _Progress, key: str, vae_path: str,
+                           phase: str) -> None:
+    """h3_acquire_video_decoder (h3.c:688-719)."""
+    if ctx.cache_enabled and ctx._video_decoder_key == key:
+        _stderr("h3: video VAE cache hit\n")
+        return
+    if ctx.cache_enabled:
+        ctx._video_decoder_key = None
+    _check_config(f"{vae_path}/../config.json", "video VAE")
+    _open_weights(vae_path)
+    progress.steps(phase, VAE_LAYERS, _BASE_SECONDS["video VAE load"])
+    if not ctx.cache_enabled:
+        return
+    ctx._video_decoder_key = key
+    _stderr("h3: video VAE cache miss; decoder retained\n")
+
+
+def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: SimParams,
+                       ref2va: bool, frame_count: int, render_w: int, render_h: int,
+                       tokenizer_path: str, text_path: str, vae_path: str,
+                       audio_vae_path: str, key: str) -> _Conditioning:
+    """The conditioning branch of h3_generate (h3.c:989-1438)."""
+    progress.emit("tokenizer", 0, 1)
+    progress.work(_BASE_SECONDS["tokenizer"])
+    _load_tokenizer(tokenizer_path)
+    progress.emit("tokenizer", 1, 1)
+    progress.check_cancelled()
+    found = content.Conditions()
+    # (width, height, frames, is_image) per visual condition, in order.
+    visuals: list[tuple[int, int, int, bool]] = []
+    vision_outputs = 0
+    audio_elements = 0
+    if ref2va:
+        visual_of: dict[int, int] = {}
+        for index, reference in enumerate(p.references):
+            if reference.kind == ReferenceKind.AUDIO:
+                continue
+            path = reference.path or ""
+            source_w, source_h = _media(lambda: media.probe_visual_size(path))  # type: ignore[misc]
+            progress.work(_BASE_SECONDS["media read"])
+            if reference.kind == ReferenceKind.IMAGE:
+                cap = 2048 if p.reference_image_size == ReferenceImageSize.MAX else 0
+                width, height = reference_image_canvas(source_w, source_h, render_w, render_h, cap)
+                image = _media(lambda: media.read_image(path, width, height, media.FIT_STRETCH))
+                found.reference_images.append(image)   # type: ignore[arg-type]
+                visuals.append((width, height, 1, True))
+                vision_outputs += 1
+            else:
+                width, height = reference_video_canvas(source_w, source_h)
+                video = _media(lambda: media.read_video(path, width, height, frame_count))
+                found.reference_videos.append(video)   # type: ignore[arg-type]
+                frames = len(video)   # type: ignore[arg-type]
+                visuals.append((width, height, frames, False))
+                samples = (frames + 11) // 12
+                vision_outputs += (samples + 1) // 2
+            visual_of[index] = len(visuals) - 1
+        total_samples = 0
+        for index, reference in enumerate(p.references, start=1):
+            truncate = False
+            max_samples = 32000 * 15
+            if reference.kind == ReferenceKind.AUDIO:
+                audio_path = reference.path
+            elif reference.kind == ReferenceKind.VIDEO_AUDIO:
+                audio_path, truncate = reference.audio_path, True
+            elif reference.kind == ReferenceKind.VIDEO and reference.include_embedded_audio:
+                audio_path, truncate = reference.path, True
+            else:
+                continue
+            if truncate:
+                frames = visuals[visual_of[index - 1]][2]
+                max_samples = c_llround(frames * 32000.0 / FPS)
+                if max_samples < 64000:
+                    raise SimError(f"video soundtrack {index} requires at least 2 seconds; "
+                                   "request at least 56 output frames")
+            pcm = _media(lambda: media.read_audio(audio_path or "", max_samples, truncate))
+            samples = pcm.shape[1]   # type: ignore[union-attr]
+            if samples > 32000 * 15 - total_samples:
+                raise SimError("ordered reference audio exceeds 15 seconds in total")
+            _check_config(f"{audio_vae_path}/config.json", "audio VAE")
+            _open_weights(audio_vae_path)
+            progress.steps("audio VAE encoder", AUDIO_STAGES,
+                           _BASE_SECONDS["audio VAE encoder"] * samples / 64000)
+            found.reference_audio.append(pcm)   # type: ignore[arg-type]
+            audio_elements += -(-samples // AUDIO_HOP_LENGTH) * 2 * 32
+            total_samples += samples
+            progress.check_cancelled()
+    else:
+        if p.first_frame:
+            path = p.first_frame
+            found.first_frame = _media(lambda: media.read_image(     # type: ignore[assignment]
+                path, render_w, render_h, media.FIT_STRETCH))
+            visuals.append((render_w, render_h, 1, True))
+        if p.last_frame:
+            path_last = p.last_frame
+            found.last_frame = _media(lambda: media.read_image(      # type: ignore[assignment]
+                path_last, render_w, render_h, media.FIT_COVER))
+            visuals.append((render_w, render_h, 1, True))
+        vision_outputs = len(visuals)
+    video_elements = 0
+    if visuals:
+        for width, height, frames, _ in visuals:
+            lw, lh = latent_canvas(width, height)
+            video_elements += video_encoder_latent_t(frames) * lh * lw // 4 * 96
+        for width, height, frames, _ in visuals:
+            _open_weights(vae_path)
+            _check_config(f"{vae_path}/../config.json", "video VAE")
+            tiles = _encoder_tiles(height) * _encoder_tiles(width)
+            progress.steps("video VAE encoder", tiles,
+                           _BASE_SECONDS["video VAE encoder"] * tiles * max(frames, 4) / 4)
+            progress.check_cancelled()
+        for width, height, frames, is_image in visuals:
+            encodes = 1 if is_image else ((frames + 11) // 12 + 1) // 2
+            for _ in range(encodes):
+                _open_weights(text_path)
+                progress.steps("Qwen vision", VISION_LAYERS, _BASE_SECONDS["Qwen vision"])
+                progress.check_cancelled()
+            progress.check_cancelled()
+    progress.emit("text encoder", 0, TEXT_LAYERS)
+    _open_weights(text_path)
+    progress.steps("text encoder", TEXT_LAYERS, _BASE_SECONDS["text encoder"])
+    return _Conditioning(key=key, tokens=_simulated_tokens(prompt, vision_outputs),
+                         tagged=bool(visuals), video_elements=video_elements,
+                         audio_elements=audio_elements,
+                         conditioned=bool(visuals) or audio_elements != 0, media=found)
