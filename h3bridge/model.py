@@ -1,0 +1,423 @@
+"""Model inventory: what is in a MiniMax-H3 directory, and what is wrong with it, before h3 loads it.
+
+The official layout is the one h3.c reads (8974cc0):
+  h3.c `h3_load_dir`: FL2VA/transformer/config.json and FL2VA/tokenizer/tokenizer.json must be
+    files; FL2VA/{text_encoder,transformer,video_vae/source,audio_vae} must each hold >= 1
+    `*.safetensors` (h3_safetensors.c `h3_st_inventory_dir`, which skips dotfiles);
+    Ref2VA is enabled only when Ref2VA/transformer/model.safetensors.index.json is a file, and then
+    Ref2VA/transformer is inventoried too.
+  h3.c `h3_generate`: reference jobs read the Ref2VA/{tokenizer,text_encoder,transformer,video_vae/source,
+    audio_vae} copies.
+  h3_video_vae.c / h3_audio_vae.c `load_latent_normalization`: video_vae/config.json and
+    audio_vae/config.json, read when decoding.
+  h3_weights.c `h3_weight_store_open`: loads every `*.safetensors` in a component directory,
+    dotfiles included, so an AppleDouble `._x.safetensors` passes `--info` and fails at load.
+
+Layouts users end up with by mistake are reported as `Problem`s with a fix.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .errors import IntegrityError, ModelError
+from .safetensors import GGUF_MAGIC, GIT_LFS_POINTER_PREFIX, ShardHeader, read_header
+
+FL2VA, REF2VA = "FL2VA", "Ref2VA"
+PARTITIONS = (FL2VA, REF2VA)
+OFFICIAL_REPO = "MiniMaxAI/MiniMax-H3"
+DOWNLOAD_HINT = f"download the official layout: `huggingface-cli download {OFFICIAL_REPO} --local-dir DIR`"
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    key: str
+    relative: str        # inside a partition
+    label: str
+
+
+# h3.c h3_load_dir inventory order.
+COMPONENTS: tuple[ComponentSpec, ...] = (
+    ComponentSpec("text_encoder", "text_encoder", "text encoder (Qwen3-VL)"),
+    ComponentSpec("transformer", "transformer", "transformer (DiT)"),
+    ComponentSpec("video_vae", "video_vae/source", "video VAE"),
+    ComponentSpec("audio_vae", "audio_vae", "audio VAE"),
+)
+REQUIRED_FILES = ("transformer/config.json", "tokenizer/tokenizer.json")   # h3.c h3_require_file
+DECODE_CONFIGS = ("video_vae/config.json", "audio_vae/config.json")       # load_latent_normalization
+REF2VA_MARKER = "transformer/model.safetensors.index.json"                 # h3.c h3_load_dir
+
+PARTIAL_SUFFIXES = (".incomplete", ".part", ".partial", ".aria2", ".crdownload", ".download", ".tmp")
+QUANTIZED_NAME = re.compile(r"(int8|fp8|f8_e|nvfp4|mxfp4|awq|gptq|convrot|w[468]a[468]|q[2-8]_k|bnb|4bit|8bit)",
+                            re.IGNORECASE)
+QUANT_TENSOR_SUFFIXES = (".weight_scale", ".weight_scale_2", ".scale_weight", ".input_scale", ".comfy_quant",
+                         ".qweight", ".scales", ".absmax")
+COMFY_MODEL_DIRS = ("diffusion_models", "text_encoders", "vae", "checkpoints", "unet")
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str          # "error": h3 will fail or render garbage; "warning": works, but not as expected
+    kind: str              # stable identifier, e.g. "appledouble", "comfyui-repack"
+    message: str
+    fix: str
+    path: Path | None = None
+    error: ModelError | None = None   # the typed exception to raise for it
+
+    def exception(self) -> ModelError:
+        return self.error if self.error is not None else ModelError(self.message, hint=self.fix)
+
+
+@dataclass
+class Component:
+    partition: str
+    spec: ComponentSpec
+    directory: Path
+    shards: list[ShardHeader] = field(default_factory=list)
+    shard_paths: list[Path] = field(default_factory=list)   # every *.safetensors h3 would open
+
+    @property
+    def files(self) -> int:
+        return len(self.shard_paths)
+
+    @property
+    def tensors(self) -> int:
+        return sum(len(shard.tensors) for shard in self.shards)
+
+    @property
+    def file_bytes(self) -> int:
+        return sum(shard.file_size for shard in self.shards)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(shard.tensor_bytes for shard in self.shards)
+
+    @property
+    def dtype_bytes(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for shard in self.shards:
+            for tensor in shard.tensors:
+                counts[tensor.dtype] += tensor.nbytes
+        return dict(counts.most_common())
+
+    def bytes_where(self, predicate: Callable[[str], bool]) -> int:
+        return sum(t.nbytes for shard in self.shards for t in shard.tensors if predicate(t.name))
+
+    def tensor_names(self) -> Iterator[str]:
+        for shard in self.shards:
+            for tensor in shard.tensors:
+                yield tensor.name
+
+
+@dataclass
+class Partition:
+    name: str
+    directory: Path
+    components: dict[str, Component] = field(default_factory=dict)
+    enabled: bool = True       # Ref2VA: whether h3 would use it (its index JSON exists)
+
+
+@dataclass
+class ModelInventory:
+    root: Path
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
+    def has_ref2va(self) -> bool:
+        partition = self.partitions.get(REF2VA)
+        return partition is not None and partition.enabled
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        return [path for partition in self.partitions.values()
+                for component in partition.components.values() for path in component.shard_paths]
+
+    @property
+    def file_bytes(self) -> int:
+        return sum(c.file_bytes for p in self.partitions.values() for c in p.components.values())
+
+    def component(self, partition: str, key: str) -> Component | None:
+        found = self.partitions.get(partition)
+        return found.components.get(key) if found else None
+
+    def raise_for_problems(self) -> None:
+        """Raise the first error as its typed exception (IntegrityError for damaged shards)."""
+        if not self.errors:
+            return
+        first = self.errors[0].exception()
+        if len(self.errors) == 1:
+            raise first
+        message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `h3bridge info {self.root}`)"
+        if isinstance(first, IntegrityError):
+            raise IntegrityError(message, path=first.path, tensor=first.tensor, hint=first.hint)
+        raise ModelError(message, hint=first.hint)
+
+    def table(self) -> str:
+        """The inventory as a fixed-width table, then problems with their fixes."""
+        lines = [f"model: {self.root}",
+                 f"{'component':<30} {'files':>5} {'tensors':>8} {'size':>10}  dtypes"]
+        for partition in self.partitions.values():
+            state = "" if partition.enabled else "  (ignored by h3: no transformer/model.safetensors.index.json)"
+            lines.append(f"{partition.name}{state}")
+            for component in partition.components.values():
+                dtypes = ", ".join(f"{name} {format_bytes(size)}" for name, size in component.dtype_bytes.items())
+                lines.append(f"  {component.spec.relative:<28} {component.files:>5} {component.tensors:>8} "
+                             f"{format_bytes(component.file_bytes):>10}  {dtypes}")
+        lines.append(f"{'total':<30} {len(self.shard_paths):>5} "
+                     f"{sum(c.tensors for p in self.partitions.values() for c in p.components.values()):>8} "
+                     f"{format_bytes(self.file_bytes):>10}")
+        if not self.has_ref2va:
+            lines.append("Ref2VA: not installed (prompt-only and first/last-frame jobs work; references need it)")
+        for problem in self.problems:
+            lines.append(f"{problem.severity}: {problem.message}")
+            lines.append(f"  fix: {problem.fix}")
+        if not self.problems:
+            lines.append("layout: OK (headers checked; `h3bridge verify --checksums` also hashes the data)")
+        return "\n".join(lines)
+
+
+def format_bytes(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+# ---------------------------------------------------------------------------------------------
+# Detection of mistaken layouts
+
+
+def _walk_files(root: Path) -> Iterator[Path]:
+    for directory, _subdirs, files in os.walk(root):
+        for name in files:
+            yield Path(directory) / name
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
+def _is_lfs_pointer(path: Path) -> bool:
+    try:
+        return path.stat().st_size < 1024 and _starts_with(path, GIT_LFS_POINTER_PREFIX)
+    except OSError:
+        return False
+
+
+def hf_cache_blobs_dir(root: Path) -> Path | None:
+    """For a Hugging Face cache snapshot (hub/models--org--name/snapshots/<rev>), its blobs dir."""
+    resolved = root.resolve()
+    if resolved.parent.name == "snapshots" and resolved.parent.parent.name.startswith("models--"):
+        return resolved.parent.parent / "blobs"
+    return None
+
+
+def _scan_tree(root: Path, inventory: ModelInventory) -> None:
+    add = inventory.problems.append
+    appledouble: list[Path] = []
+    partial: list[Path] = []
+    gguf: list[Path] = []
+    lfs: list[Path] = []
+    for path in _walk_files(root):
+        name = path.name
+        if name.startswith("._"):
+            appledouble.append(path)
+        elif name.endswith(PARTIAL_SUFFIXES):
+            partial.append(path)
+        elif name.endswith(".gguf") or (name.endswith(".safetensors") and _starts_with(path, GGUF_MAGIC)):
+            gguf.append(path)
+        elif name.endswith(".safetensors") and _is_lfs_pointer(path):
+            lfs.append(path)
+    blobs = hf_cache_blobs_dir(root)
+    if blobs is not None and blobs.is_dir():
+        partial += sorted(p for p in blobs.iterdir() if p.name.endswith(".incomplete"))
+    if appledouble:
+        weights = [p for p in appledouble if p.name.endswith(".safetensors")]
+        add(Problem(
+            "error" if weights else "warning", "appledouble",
+            f"{len(appledouble)} AppleDouble '._*' file(s) (macOS metadata left by copying through exFAT/SMB), "
+            f"e.g. {appledouble[0]}"
+            + ("; h3 skips them in --info but tries to load them as weights and fails" if weights else ""),
+            f"delete them: `dot_clean -m {root}` or `find {root} -name '._*' -delete`", appledouble[0]))
+    if partial:
+        add(Problem("error", "partial-download",
+                    f"unfinished download: {len(partial)} partial file(s), e.g. {partial[0]}",
+                    f"resume the download (`huggingface-cli download {OFFICIAL_REPO} --local-dir {root}` "
+                    "continues where it stopped), then run `h3bridge verify --checksums`", partial[0]))
+    if gguf:
+        add(Problem("error", "gguf",
+                    f"GGUF file(s) h3 cannot read (it reads BF16/F32 safetensors only), e.g. {gguf[0]}",
+                    DOWNLOAD_HINT, gguf[0]))
+    if lfs:
+        add(Problem("error", "git-lfs-pointer",
+                    f"{len(lfs)} Git LFS pointer file(s) instead of weights (cloned without LFS), e.g. {lfs[0]}",
+                    f"run `git lfs pull` in {root}, or {DOWNLOAD_HINT}", lfs[0]))
+
+
+def _detect_foreign_layout(root: Path, inventory: ModelInventory) -> bool:
+    """No FL2VA/: say what the directory looks like instead. True when something was reported."""
+    add = inventory.problems.append
+    if root.name in PARTITIONS and (root / "transformer").is_dir():
+        add(Problem("error", "partition-given",
+                    f"{root} is the {root.name} partition, not the model directory",
+                    f"pass its parent: --model-dir {root.parent}", root))
+        return True
+    children = [c for c in root.iterdir() if c.is_dir()] if root.is_dir() else []
+    nested = [c for c in children if (c / FL2VA).is_dir()]
+    if nested:
+        add(Problem("error", "nested-model", f"{root} holds the model one level down, in {nested[0]}",
+                    f"pass --model-dir {nested[0]}", nested[0]))
+        return True
+    singles = [p for p in root.glob("*.safetensors") if not p.name.startswith("._")]
+    for sub in COMFY_MODEL_DIRS:
+        singles += [p for p in (root / sub).glob("*.safetensors") if not p.name.startswith("._")]
+    if singles:
+        quantized = [p for p in singles if QUANTIZED_NAME.search(p.name)]
+        detail = (f"; {len(quantized)} of them quantized ({quantized[0].name}), which h3 cannot read either"
+                  if quantized else "")
+        add(Problem("error", "comfyui-repack",
+                    f"{root} holds single-file repacks (e.g. {singles[0].name}), as ComfyUI uses; h3 reads only the "
+                    f"official sharded FL2VA/ and Ref2VA/ tree{detail}",
+                    f"{DOWNLOAD_HINT} (ComfyUI repacks also misalign data, upstream issue 18)", singles[0]))
+        return True
+    if (root / REF2VA).is_dir():
+        add(Problem("error", "missing-partition",
+                    f"{root} has Ref2VA/ but no FL2VA/; h3 needs FL2VA for every job (missing required model file: "
+                    f"{root / FL2VA / REQUIRED_FILES[0]})",
+                    f"{DOWNLOAD_HINT} (include the FL2VA/ folder)", root / FL2VA))
+        return True
+    return False
+
+
+def _check_index(component: Component, add: Callable[[Problem], None]) -> None:
+    """model.safetensors.index.json lists every shard and tensor; a gap means a partial download."""
+    index_path = component.directory / "model.safetensors.index.json"
+    if not index_path.is_file():
+        return
+    try:
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+        listed = set(weight_map.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        add(Problem("error", "bad-index", f"{index_path} is not a valid shard index ({error})",
+                    f"download it again ({DOWNLOAD_HINT})", index_path))
+        return
+    present = {p.name for p in component.shard_paths}
+    missing = sorted(listed - present)
+    if missing:
+        add(Problem("error", "missing-shards",
+                    f"{component.directory}: {len(missing)} of {len(listed)} shards listed in "
+                    f"model.safetensors.index.json are missing (e.g. {missing[0]}): a partial download",
+                    f"resume the download ({DOWNLOAD_HINT})", component.directory / missing[0]))
+        return
+    if component.shards and len(component.shards) == len(component.shard_paths):
+        names = set(component.tensor_names())
+        absent = sorted(set(weight_map) - names)
+        if absent:
+            add(Problem("error", "missing-tensors",
+                        f"{component.directory}: {len(absent)} tensor(s) listed in the index are in no shard "
+                        f"(e.g. {absent[0]})", f"download the shards again ({DOWNLOAD_HINT})", component.directory))
+
+
+def _check_quantized(component: Component, add: Callable[[Problem], None]) -> None:
+    """int8 / nvfp4 style checkpoints use dtypes upstream parses (I8, U8) but cannot load as weights."""
+    quant_tensors = [n for n in component.tensor_names() if n.endswith(QUANT_TENSOR_SUFFIXES)]
+    int_matrices = [t.name for s in component.shards for t in s.tensors
+                    if t.dtype in ("I8", "U8") and len(t.shape) >= 2]
+    if quant_tensors or int_matrices:
+        example = (int_matrices or quant_tensors)[0]
+        add(Problem("error", "quantized",
+                    f"{component.directory} is a quantized checkpoint (e.g. tensor {example!r}); h3 loads BF16/F32 "
+                    "weights only (it quantizes at load time itself on M5)",
+                    f"{DOWNLOAD_HINT} (the BF16 release)", component.directory))
+
+
+def _component_shards(directory: Path) -> list[Path]:
+    """What h3_weights.c opens: every name ending in .safetensors, dotfiles included, sorted."""
+    try:
+        return sorted(p for p in directory.iterdir() if p.name.endswith(".safetensors") and p.is_file())
+    except OSError:
+        return []
+
+
+def _inventory_partition(root: Path, name: str, inventory: ModelInventory, *, read_headers: bool) -> None:
+    add = inventory.problems.append
+    base = root / name
+    partition = Partition(name=name, directory=base)
+    if name == REF2VA:
+        partition.enabled = (base / REF2VA_MARKER).is_file()
+        if not partition.enabled:
+            add(Problem("warning", "ref2va-ignored",
+                        f"{base} exists but has no {REF2VA_MARKER}; h3 ignores it, so reference jobs will fail",
+                        f"finish the Ref2VA download ({DOWNLOAD_HINT})", base / REF2VA_MARKER))
+    inventory.partitions[name] = partition
+    severity = "error" if partition.enabled else "warning"
+    for relative in REQUIRED_FILES + DECODE_CONFIGS:
+        if not (base / relative).is_file():
+            # h3.c h3_require_file: "missing required model file: %s"
+            add(Problem(severity, "missing-file", f"missing required model file: {base / relative}",
+                        f"{DOWNLOAD_HINT} (config and tokenizer files are part of the snapshot)", base / relative))
+    for spec in COMPONENTS:
+        directory = base / spec.relative
+        component = Component(partition=name, spec=spec, directory=directory,
+                              shard_paths=_component_shards(directory))
+        partition.components[spec.key] = component
+        visible = [p for p in component.shard_paths if not p.name.startswith(".")]
+        if not visible:
+            # h3_safetensors.c h3_st_inventory_dir: "%s: no safetensors files"
+            add(Problem(severity, "missing-component", f"{directory}: no safetensors files",
+                        DOWNLOAD_HINT, directory))
+            continue
+        if read_headers:
+            for path in component.shard_paths:
+                if path.name.startswith("._") or _is_lfs_pointer(path):
+                    continue     # already reported by the tree scan, with its own fix
+                try:
+                    component.shards.append(read_header(path))
+                except IntegrityError as error:
+                    add(Problem("error", "integrity", error.message, error.hint or "", path, error))
+            _check_quantized(component, add)
+        _check_index(component, add)
+
+
+def inspect_model(model_dir: str | Path, *, read_headers: bool = True) -> ModelInventory:
+    """Inventory a model directory; reads shard headers only. Never raises for layout problems:
+    they are in `problems` (call `raise_for_problems`). Raises ModelError only if the path is unusable."""
+    root = Path(model_dir).expanduser()
+    inventory = ModelInventory(root=root)
+    if not root.exists():
+        raise ModelError(f"model directory not found: {root}", hint=DOWNLOAD_HINT)
+    if root.is_file():
+        kind = "GGUF" if _starts_with(root, GGUF_MAGIC) else "single-file"
+        raise ModelError(f"{root} is a {kind} file; h3 needs the official model directory "
+                         "(FL2VA/ and optional Ref2VA/ folders), not a ComfyUI-style repack",
+                         hint=DOWNLOAD_HINT)
+    _scan_tree(root, inventory)
+    if not (root / FL2VA).is_dir():
+        if not _detect_foreign_layout(root, inventory):
+            inventory.problems.append(Problem(
+                "error", "not-a-model",
+                f"{root} is not a MiniMax-H3 model directory (missing required model file: "
+                f"{root / FL2VA / REQUIRED_FILES[0]})", DOWNLOAD_HINT, root))
+        return inventory
+    for name in PARTITIONS:
+        if name == FL2VA or (root / name).is_dir():
+            _inventory_partition(root, name, inventory, read_headers=read_headers)
+    return inventory
