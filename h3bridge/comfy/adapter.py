@@ -1,0 +1,461 @@
+"""Everything the ComfyUI nodes do, without ComfyUI.
+
+The nodes in `nodes.py` only translate between ComfyUI values (torch tensors,
+AUDIO dicts, VIDEO objects, hidden PROMPT/UNIQUE_ID) and the plain values used
+here (numpy arrays, paths, dataclasses). No module imported from here imports
+comfy, torch or folder_paths, so all of it is testable in CI.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..cancel import CancelToken
+from ..errors import ModelError, RequestError
+from ..progress import ProgressEvent
+from ..reference_files import ReferenceList, RunDirectory, materialise_references, write_png
+from ..request import (
+    FPS,
+    MAX_FRAMES,
+    MIN_FRAMES,
+    PRESETS,
+    SAMPLE_RATE,
+    GenerationRequest,
+    align_frame_count,
+)
+from ..result import GenerationResult
+
+# ----------------------------------------------------------------------------- choices
+
+ONE_SHOT = "one-shot"
+WARM_SESSION = "warm session"
+ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION)
+SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
+LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
+PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
+MODEL_FOLDER = "h3"                      # ComfyUI/models/h3/<model dir>
+DEFAULT_MODEL_NAME = "MiniMax-H3"
+
+# Output order of the H3 Generate node; IMAGE is the one that can be skipped.
+GENERATE_OUTPUTS: tuple[str, ...] = ("VIDEO", "IMAGE", "AUDIO", "STRING")
+IMAGE_OUTPUT_INDEX = GENERATE_OUTPUTS.index("IMAGE")
+
+# ComfyUI progress bars take integers; 1000 steps gives 0.1 % resolution.
+PROGRESS_STEPS = 1000
+
+
+# ----------------------------------------------------------------------------- engine handle
+
+@dataclass(frozen=True)
+class EngineHandle:
+    """The H3_ENGINE value: where the engine and model are and how to run them.
+
+    Small and immutable: creating one starts nothing; `open_engine` does the work
+    when a Generate node runs.
+    """
+
+    engine_path: Path
+    model_dir: Path
+    mode: str = ONE_SHOT
+    stall_timeout: float | None = None
+
+    def describe(self) -> str:
+        return f"{self.mode} engine {self.engine_path} with model {self.model_dir}"
+
+
+def resolve_model_dir(value: str, search_roots: Sequence[Path]) -> Path:
+    """A model directory from a node value: an absolute/home path, or a name under a
+    registered model folder (ComfyUI/models/h3/NAME)."""
+    text = value.strip()
+    if not text:
+        raise ModelError("no model directory given",
+                         hint=f"put the MiniMax-H3 folder in ComfyUI/models/{MODEL_FOLDER}/ and give its name, "
+                              "or give an absolute path")
+    candidate = Path(os.path.expanduser(text))
+    if candidate.is_absolute():
+        if candidate.is_dir():
+            return candidate
+        raise ModelError(f"model directory {candidate} does not exist or is not a directory",
+                         hint="give the folder that holds FL2VA/ (and Ref2VA/)")
+    tried = [root / candidate for root in search_roots]
+    for path in tried:
+        if path.is_dir():
+            return path.resolve()
+    where = ", ".join(str(p) for p in tried) or "(no model folders registered)"
+    raise ModelError(f"model directory {text!r} was not found (looked in {where})",
+                     hint=f"put the MiniMax-H3 folder in ComfyUI/models/{MODEL_FOLDER}/{text}, "
+                          "or give an absolute path")
+
+
+def resolve_engine_path(value: str) -> Path:
+    """The engine binary: the given path, or (empty) what `locate_engine` finds."""
+    from ..engine import locate_engine   # lazily: engine.py may pull in more than nodes need at import
+    text = value.strip()
+    return Path(locate_engine(os.path.expanduser(text) if text else None))
+
+
+def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path],
+                          *, stall_timeout: float | None = None) -> EngineHandle:
+    """Validate the H3 Engine node's values cheaply (no engine run, no weights read)."""
+    if mode not in ENGINE_MODES:
+        raise RequestError(f"unknown engine mode {mode!r}", field="mode",
+                           hint=f"use one of: {', '.join(ENGINE_MODES)}")
+    if mode == WARM_SESSION and not session_mode_available():
+        raise RequestError("the warm session engine is not available in this h3bridge build",
+                           field="mode", hint=f"use mode {ONE_SHOT!r}")
+    engine = resolve_engine_path(engine_path)
+    model = resolve_model_dir(model_dir, search_roots)
+    check_model_layout(model)
+    return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout)
+
+
+def check_model_layout(model_dir: Path) -> None:
+    """The cheap structural check of a model directory (layout only, no shard headers read),
+    so a wrong folder is reported when the graph is queued, not minutes into a run."""
+    from ..model import inspect_model
+    inspect_model(model_dir, read_headers=False).raise_for_problems()
+
+
+def session_mode_available() -> bool:
+    try:
+        from .. import session
+    except ImportError:   # pragma: no cover
+        return False
+    return hasattr(session, "shared_session")
+
+
+def open_engine(handle: EngineHandle) -> Any:
+    """An engine object with `.generate(request, output, ...)` for this handle."""
+    if handle.mode == WARM_SESSION:
+        from ..session import shared_session
+        return shared_session(handle.engine_path, handle.model_dir)
+    from ..engine import OneShotEngine
+    if handle.stall_timeout is None:
+        return OneShotEngine(handle.engine_path, handle.model_dir)
+    return OneShotEngine(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
+
+
+# ----------------------------------------------------------------------------- request
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    """The H3 Generate / H3 Memory Plan node values, as plain Python."""
+
+    prompt: str = ""
+    preset: str = "balanced"
+    width: int = 864
+    height: int = 480
+    length_unit: str = "seconds"
+    seconds: float = 2.0
+    frames: int = 56
+    steps: int = 0              # 0: the preset's
+    seed: int = 42
+    layers: int = 0             # 0: the preset's
+    reuse: int = 0              # 0: the preset's
+    core_reuse: int = 1         # 1: off (mutually exclusive with reuse > 1)
+    token_reduction: bool = False
+    int8_row_fc2: bool = False
+    ssd_streaming: str = "auto"
+
+
+def snap_frames(frames: int) -> int:
+    """The legal H3 length a frame count becomes: upstream's upward rounding to 5 + 17n
+    (h3_host.c `h3_align_frame_count`), kept inside the released 22..362 range."""
+    return min(max(align_frame_count(int(frames)), MIN_FRAMES), MAX_FRAMES)
+
+
+def frames_for(settings: GenerateSettings) -> int:
+    """The frame count the node will request, after snapping."""
+    if settings.length_unit == "seconds":
+        from ..request import frames_from_seconds
+        if settings.seconds <= 0:
+            raise RequestError(f"seconds={settings.seconds:g} must be positive", field="seconds",
+                               hint=f"e.g. seconds={MIN_FRAMES / FPS:.3f}")
+        return snap_frames(frames_from_seconds(settings.seconds))
+    if settings.length_unit == "frames":
+        return snap_frames(settings.frames)
+    raise RequestError(f"unknown length unit {settings.length_unit!r}", field="length_unit",
+                       hint=f"use one of: {', '.join(LENGTH_UNITS)}")
+
+
+def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
+                  first_frame: Path | None = None, last_frame: Path | None = None,
+                  references: tuple = ()) -> GenerationRequest:
+    """Node values -> GenerationRequest (preset first, then the explicit overrides)."""
+    if settings.preset not in PRESETS:
+        raise RequestError(f"unknown preset {settings.preset!r}", field="preset",
+                           hint=f"use one of: {', '.join(PRESETS)}")
+    if settings.core_reuse > 1 and settings.reuse > 1:
+        # README "4. Choose a speed/quality preset": `--reuse` and `--core-reuse` are mutually exclusive.
+        raise RequestError("reuse and core_reuse are mutually exclusive", field="core_reuse",
+                           hint="set reuse to 0 (preset) or 1, or core_reuse to 1")
+    overrides: dict[str, object] = {
+        "width": settings.width,
+        "height": settings.height,
+        "frames": frames_for(settings),
+        "seed": settings.seed,
+        "token_reduction": settings.token_reduction,
+        "int8_row_fc2": settings.int8_row_fc2,
+        "ssd_streaming": ssd_streaming,
+        "first_frame": first_frame,
+        "last_frame": last_frame,
+        "references": tuple(references),
+    }
+    if settings.steps > 0:
+        overrides["steps"] = settings.steps
+    if settings.layers > 0:
+        overrides["layers"] = settings.layers
+    if settings.core_reuse > 1:
+        overrides["core_reuse"] = settings.core_reuse
+        overrides["reuse"] = 1          # core reuse replaces the preset's whole-velocity reuse
+    elif settings.reuse > 0:
+        overrides["reuse"] = settings.reuse
+    return GenerationRequest.from_preset(settings.preset, settings.prompt, **overrides)
+
+
+def memory_plan(request: GenerationRequest, model_dir: Path) -> Any:
+    """The MemoryPlan for a request on this machine (memory.preflight)."""
+    from ..memory import preflight
+    return preflight(request, model_dir)
+
+
+def plan_text(plan: Any) -> str:
+    render = getattr(plan, "render", None)
+    return render() if callable(render) else str(plan)
+
+
+def plan_wants_ssd_streaming(plan: Any) -> bool:
+    return bool(getattr(plan, "needs_ssd_streaming", False))
+
+
+def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path) -> tuple[bool, Any]:
+    """SSD streaming on/off from the node's choice; 'auto' follows the memory plan.
+
+    Returns (ssd_streaming, plan) where plan is the MemoryPlan of the request with that
+    choice applied (None when on/off were explicit and no plan was needed).
+    """
+    if choice == "on":
+        return True, None
+    if choice == "off":
+        return False, None
+    if choice != "auto":
+        raise RequestError(f"unknown SSD streaming choice {choice!r}", field="ssd_streaming",
+                           hint=f"use one of: {', '.join(SSD_MODES)}")
+    plan = memory_plan(request.with_changes(ssd_streaming=False), model_dir)
+    if not plan_wants_ssd_streaming(plan):
+        return False, plan
+    return True, memory_plan(request.with_changes(ssd_streaming=True), model_dir)
+
+
+# ----------------------------------------------------------------------------- graph facts
+
+def output_is_connected(prompt: Mapping[str, Any] | None, node_id: str | None, output_index: int) -> bool:
+    """Whether any node input in the API-format `prompt` links to output `output_index`
+    of node `node_id` (a link is the list ``[source_node_id, output_index]``).
+
+    When the graph is unknown (no prompt or id) this answers True: building an
+    unneeded output wastes memory, skipping a needed one breaks the graph.
+    """
+    if not prompt or node_id is None:
+        return True
+    wanted = str(node_id)
+    for node in prompt.values():
+        inputs = node.get("inputs", {}) if isinstance(node, Mapping) else {}
+        for value in inputs.values():
+            if (isinstance(value, (list, tuple)) and len(value) == 2 and str(value[0]) == wanted
+                    and isinstance(value[1], int) and value[1] == output_index):
+                return True
+    return False
+
+
+# ----------------------------------------------------------------------------- conversions
+
+def frames_to_image_batch(frames: np.ndarray) -> np.ndarray:
+    """uint8 [F, H, W, 3] -> ComfyUI IMAGE float32 [F, H, W, 3] in 0..1, one allocation."""
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"expected uint8 frames [F, H, W, 3], got {frames.dtype} {list(frames.shape)}")
+    batch = frames.astype(np.float32)
+    batch *= np.float32(1.0 / 255.0)
+    return batch
+
+
+def placeholder_image(width: int, height: int) -> np.ndarray:
+    """The IMAGE returned when the IMAGE output is not connected: ONE black frame
+    [1, H, W, 3] (the full clip is never built; 1344x768x362 would be 4.5 GB)."""
+    return np.zeros((1, height, width, 3), dtype=np.float32)
+
+
+def audio_to_waveform(audio: np.ndarray | None, sample_count: int = 0) -> np.ndarray:
+    """Engine audio float32 [channels, T] -> ComfyUI AUDIO waveform [1, 2, T] float32.
+
+    Mono is duplicated to both channels; no audio gives `sample_count` samples of silence.
+    """
+    if audio is None:
+        return np.zeros((1, 2, sample_count), dtype=np.float32)
+    data = np.asarray(audio, dtype=np.float32)
+    if data.ndim != 2 or data.shape[0] not in (1, 2):
+        raise ValueError(f"expected audio [channels, samples], got {list(data.shape)}")
+    if data.shape[0] == 1:
+        data = np.repeat(data, 2, axis=0)
+    return np.ascontiguousarray(data[np.newaxis])
+
+
+def waveform_to_clip(waveform: np.ndarray, sample_rate: int):
+    """ComfyUI AUDIO waveform [B, C, T] (first item used) -> AudioClip."""
+    from ..reference_files import AudioClip
+    data = np.asarray(waveform, dtype=np.float32)
+    if data.ndim == 3:
+        data = data[0]
+    if data.ndim == 2 and data.shape[0] > 2:
+        data = data[:2]
+    return AudioClip(np.ascontiguousarray(data), int(sample_rate))
+
+
+# ----------------------------------------------------------------------------- progress
+
+class ProgressForwarder:
+    """ProgressEvent -> a host progress bar taking (value, total), never moving backwards.
+
+    The events' `fraction` is already phase-weighted over the whole job (progress.py),
+    so the bar shows overall progress, not the current phase's.
+    """
+
+    def __init__(self, update: Callable[[int, int], None], total: int = PROGRESS_STEPS) -> None:
+        self._update = update
+        self._total = total
+        self._value = -1
+        self.last_phase = ""
+
+    def __call__(self, event: ProgressEvent) -> None:
+        self.last_phase = event.phase
+        value = min(self._total, max(0, int(event.fraction * self._total)))
+        if value > self._value:
+            self._value = value
+            self._update(value, self._total)
+
+    def finish(self) -> None:
+        if self._value < self._total:
+            self._value = self._total
+            self._update(self._total, self._total)
+
+
+# ----------------------------------------------------------------------------- running
+
+@dataclass
+class GenerateInputs:
+    """Media handed to a Generate node, already as plain values."""
+
+    first_frame: np.ndarray | None = None      # image [H, W, C] or batch [B, H, W, C]
+    last_frame: np.ndarray | None = None
+    references: ReferenceList | None = None
+
+
+@dataclass
+class GenerateOutputs:
+    video_path: Path
+    image: np.ndarray                # float32 [F, H, W, 3], or placeholder [1, H, W, 3]
+    image_is_placeholder: bool
+    waveform: np.ndarray             # float32 [1, 2, T]
+    sample_rate: int
+    summary: str
+    result: GenerationResult = field(repr=False)
+
+
+def new_output_path(directory: Path, prefix: str = "h3") -> Path:
+    """A fresh, unused MP4 path in `directory` (created if needed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return directory / f"{prefix}-{stamp}-{uuid.uuid4().hex[:8]}.mp4"
+
+
+def summarise(result: GenerationResult, handle: EngineHandle, plan: Any = None,
+              image_is_placeholder: bool = False) -> str:
+    """The STRING output: what was asked, what ran, how long each phase took, the plan."""
+    request = result.request
+    lines = [
+        f"engine: {handle.describe()}",
+        f"video: {result.video_path}",
+        f"size: {result.width}x{result.height}, {result.frame_count} frames at {result.fps} fps "
+        f"({result.frame_count / result.fps:.3f} s), audio {result.sample_rate} Hz stereo",
+        f"seed: {result.seed}, steps: {request.steps}, layers: {request.layers}, reuse: {request.reuse}, "
+        f"core reuse: {request.core_reuse}, token reduction: {'on' if request.token_reduction else 'off'}, "
+        f"SSD streaming: {'on' if request.ssd_streaming else 'off'}",
+    ]
+    if request.first_frame or request.last_frame:
+        lines.append(f"anchors: first={'yes' if request.first_frame else 'no'}, "
+                     f"last={'yes' if request.last_frame else 'no'}")
+    if request.references:
+        lines.append("references: " + ", ".join(r.kind.value for r in request.references))
+    if image_is_placeholder:
+        lines.append("IMAGE output not connected: frames were not decoded (1-frame placeholder)")
+    if result.timings:
+        total = result.timings.get("total")
+        phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in result.timings.items() if name != "total")
+        lines.append(f"timings: {phases}" + (f"; total {total:.2f}s" if total is not None else ""))
+    if plan is not None:
+        lines.append("memory plan:")
+        lines.extend("  " + line for line in plan_text(plan).splitlines())
+    lines.append("prompt: " + request.prompt)
+    return "\n".join(lines)
+
+
+def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: GenerateInputs, *,
+                 scratch_parent: Path, output_dir: Path, want_image: bool,
+                 on_progress: Callable[[ProgressEvent], None] | None = None,
+                 cancel: CancelToken | None = None,
+                 engine_factory: Callable[[EngineHandle], Any] = open_engine) -> GenerateOutputs:
+    """Write the inputs to files, build and check the request, run the engine, convert.
+
+    Input files live in a private directory under `scratch_parent`, removed when this
+    returns (success or not). The MP4 is written to a fresh name in `output_dir`.
+    """
+    with RunDirectory(scratch_parent) as scratch:
+        first = write_png(inputs.first_frame, scratch / "first-frame.png") if inputs.first_frame is not None else None
+        last = write_png(inputs.last_frame, scratch / "last-frame.png") if inputs.last_frame is not None else None
+        references = materialise_references(inputs.references, scratch) if inputs.references else ()
+        request = build_request(settings, first_frame=first, last_frame=last, references=references)
+        ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir)
+        request = request.with_changes(ssd_streaming=ssd)
+        request.validate()
+        engine = engine_factory(handle)
+        output = new_output_path(output_dir)
+        result = engine.generate(request, output, overwrite=False, want_frames=want_image, want_audio=True,
+                                 on_progress=on_progress, cancel=cancel)
+    if want_image and result.frames is not None:
+        image, placeholder = frames_to_image_batch(result.frames), False
+    else:
+        image, placeholder = placeholder_image(result.width, result.height), True
+    samples = int(round(result.frame_count / result.fps * result.sample_rate))
+    waveform = audio_to_waveform(result.audio, samples)
+    video_path = result.video_path if result.video_path is not None else output
+    return GenerateOutputs(video_path=Path(video_path), image=image, image_is_placeholder=placeholder,
+                           waveform=waveform, sample_rate=result.sample_rate or SAMPLE_RATE,
+                           summary=summarise(result, handle, plan, placeholder), result=result)
+
+
+def describe_plan(handle: EngineHandle, settings: GenerateSettings) -> str:
+    """The H3 Memory Plan node's text: the plan for these settings, nothing run."""
+    request = build_request(settings)
+    ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir)
+    if plan is None:
+        plan = memory_plan(request.with_changes(ssd_streaming=ssd), handle.model_dir)
+    frames = request.frame_count
+    header = (f"{request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), preset {settings.preset}, "
+              f"SSD streaming {'on' if ssd else 'off'} ({settings.ssd_streaming})")
+    return header + "\n" + plan_text(plan)
+
+
+__all__ = [
+    "ENGINE_MODES", "EngineHandle", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
+    "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "PRESET_NAMES", "PROGRESS_STEPS",
+    "ProgressForwarder", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
+    "decide_ssd_streaming", "describe_plan", "frames_for", "frames_to_image_batch", "new_output_path",
+    "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
+    "run_generate", "snap_frames", "summarise", "waveform_to_clip",
+]

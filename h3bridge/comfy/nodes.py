@@ -1,0 +1,371 @@
+"""ComfyUI V3 nodes for h3bridge. The only module that imports ComfyUI.
+
+Each node converts ComfyUI values to plain ones, calls `adapter`, and converts
+the answer back; all decisions live in `adapter` and the h3bridge library.
+Importing this module starts no engine and reads no model.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+import torch
+
+import comfy.model_management
+import comfy.utils
+import folder_paths
+from comfy_api.latest import ComfyExtension, InputImpl, Types, io
+
+from ..cancel import CancelToken
+from ..errors import GenerationCancelled, H3BridgeError
+from ..prompt import StructuredPrompt, clean_prompt_text
+from ..reference_files import AudioClip, ReferenceItem, ReferenceList, VideoSource
+from ..request import FPS, MAX_FRAMES, MIN_FRAMES, MAX_SEED, ReferenceKind
+from . import adapter
+
+CATEGORY = "MiniMax-H3 (h3.c)"
+H3Engine = io.Custom("H3_ENGINE")
+H3References = io.Custom("H3_REFERENCES")
+
+# ----------------------------------------------------------------------------- helpers
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _user_facing_errors(function: _F) -> _F:
+    """Let library errors reach the ComfyUI error dialog with the library's message
+    (and type), without a traceback through our internals."""
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except GenerationCancelled:
+            # The user pressed Cancel: report it as ComfyUI's own interruption.
+            comfy.model_management.throw_exception_if_processing_interrupted()
+            raise
+        except H3BridgeError as error:
+            raise error.with_traceback(None) from None
+    return wrapper  # type: ignore[return-value]
+
+
+def _model_roots() -> list[Path]:
+    """ComfyUI/models/h3 (and any extra_model_paths.yaml `h3:` entries)."""
+    if adapter.MODEL_FOLDER not in folder_paths.folder_names_and_paths:
+        folder_paths.add_model_folder_path(adapter.MODEL_FOLDER,
+                                           os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER))
+    return [Path(p) for p in folder_paths.get_folder_paths(adapter.MODEL_FOLDER)]
+
+
+def _work_dir(name: str) -> Path:
+    return Path(folder_paths.get_temp_directory()) / "h3bridge" / name
+
+
+def _to_numpy(tensor: Any) -> np.ndarray:
+    return tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)
+
+
+def _audio_clip(audio: dict) -> AudioClip:
+    return adapter.waveform_to_clip(_to_numpy(audio["waveform"]), int(audio["sample_rate"]))
+
+
+def _video_source(video: Any) -> VideoSource:
+    """A ComfyUI VIDEO as something the library can write to an .mp4 path on demand."""
+    def write(target: Path) -> None:
+        video.save_to(str(target), format=Types.VideoContainer.MP4, codec=Types.VideoCodec.H264)
+    return VideoSource(write=write, description=type(video).__name__)
+
+
+def _running_prompt() -> dict | None:
+    """The API prompt being executed, for `fingerprint_inputs` (which ComfyUI calls
+    without the PROMPT hidden input). None when it cannot be known."""
+    try:
+        from server import PromptServer   # ComfyUI's top-level server module
+        running, _queued = PromptServer.instance.prompt_queue.get_current_queue_volatile()
+    except Exception:   # noqa: BLE001 - any failure just means "unknown"
+        return None
+    return running[0][2] if len(running) == 1 else None
+
+
+# ----------------------------------------------------------------------------- shared inputs
+
+def _plan_inputs() -> list[io.Input]:
+    """The settings both H3 Generate and H3 Memory Plan take (same names, same meaning)."""
+    return [
+        io.Combo.Input("preset", options=list(adapter.PRESET_NAMES), default="balanced",
+                       tooltip="Speed/quality preset (steps, layers, reuse): preview 4/50/1, balanced 20/45/2, "
+                               "quality 20/50/1, reference 50/50/1. 24-32 GB Macs: preview or balanced with "
+                               "SSD streaming; 96-128 GB: quality."),
+        io.Int.Input("width", default=864, min=32, max=1344, step=32,
+                     tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
+        io.Int.Input("height", default=480, min=32, max=1344, step=32,
+                     tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
+        io.Combo.Input("length_unit", options=list(adapter.LENGTH_UNITS), default="seconds",
+                       tooltip="Give the length in seconds or in frames (24 fps)."),
+        io.Float.Input("seconds", default=2.0, min=0.05, max=MAX_FRAMES / FPS, step=0.125, round=0.001,
+                       tooltip=f"Clip length when length_unit is seconds. Snapped UP to the next legal H3 length "
+                               f"(5 + 17n frames at 24 fps, {MIN_FRAMES}..{MAX_FRAMES} frames): 10 s becomes "
+                               f"243 frames (10.125 s)."),
+        io.Int.Input("frames", default=56, min=MIN_FRAMES, max=MAX_FRAMES, step=17,
+                     tooltip=f"Clip length when length_unit is frames. Snapped UP to the next legal H3 length "
+                             f"(5 + 17n: 22, 39, 56, 73, ... {MAX_FRAMES})."),
+        io.Int.Input("layers", default=0, min=0, max=50, advanced=True,
+                     tooltip="Active DiT blocks, 35..50 (0 = preset). Fewer is faster and uses less memory."),
+        io.Int.Input("reuse", default=0, min=0, max=3, advanced=True,
+                     tooltip="Whole-denoiser reuse 1..3 (0 = preset). Exclusive with core_reuse."),
+        io.Int.Input("core_reuse", default=1, min=1, max=6, advanced=True,
+                     tooltip="Core residual reuse 1..6 (1 = off). Exclusive with reuse."),
+        io.Boolean.Input("token_reduction", default=False, advanced=True,
+                         tooltip="Faster; may change composition. Keep off at 256x256 and with layers 40 + reuse 3."),
+        io.Boolean.Input("int8_row_fc2", default=False, advanced=True,
+                         tooltip="~2.6% faster FC2 on M5; cannot be combined with SSD streaming."),
+        io.Combo.Input("ssd_streaming", options=list(adapter.SSD_MODES), default="auto",
+                       tooltip="Stream DiT blocks from SSD (two resident blocks, much less memory, slower). "
+                               "auto: on when the memory plan says the model does not fit in RAM."),
+    ]
+
+
+def _settings(values: dict[str, Any], prompt: str = "") -> adapter.GenerateSettings:
+    names = {f for f in adapter.GenerateSettings.__dataclass_fields__}
+    chosen = {k: v for k, v in values.items() if k in names and v is not None}
+    chosen["prompt"] = prompt
+    return adapter.GenerateSettings(**chosen)
+
+
+# ----------------------------------------------------------------------------- nodes
+
+class H3EngineNode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3Engine",
+            display_name="H3 Engine",
+            category=CATEGORY,
+            description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are. Nothing is loaded here; "
+                        "the engine runs when H3 Generate runs.",
+            inputs=[
+                io.String.Input("engine_path", default="",
+                                tooltip="Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on PATH."),
+                io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
+                                tooltip=f"Folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path "
+                                        "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/)."),
+                io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.ONE_SHOT,
+                               tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded "
+                                       "between clips (faster repeats, holds the memory until idle)."),
+                io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
+                             tooltip="Kill the engine after this many seconds without progress (0 = never)."),
+            ],
+            outputs=[H3Engine.Output(display_name="engine")],
+        )
+
+    @classmethod
+    def validate_inputs(cls, engine_path: str | None = None, model_dir: str | None = None,
+                        mode: str | None = None, stall_timeout: int | None = None) -> bool | str:
+        if engine_path is None or model_dir is None or mode is None:
+            return True     # linked values are checked when the node runs
+        try:
+            adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots())
+        except H3BridgeError as error:
+            return str(error)
+        return True
+
+    @classmethod
+    @_user_facing_errors
+    def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600) -> io.NodeOutput:
+        handle = adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots(),
+                                               stall_timeout=float(stall_timeout) if stall_timeout else None)
+        return io.NodeOutput(handle)
+
+
+class H3GenerateNode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3Generate",
+            display_name="H3 Generate",
+            category=CATEGORY,
+            description="Render a video with synchronized stereo audio with MiniMax-H3 on the h3 engine. "
+                        "If the IMAGE output is not connected, frames are not decoded and IMAGE is a single "
+                        "black placeholder frame.",
+            inputs=[
+                H3Engine.Input("engine"),
+                io.String.Input("prompt", multiline=True, default="",
+                                tooltip="What to render. Best as Scene/Action/Camera/Look/Audio lines (H3 Prompt node)."),
+                *_plan_inputs()[:6],
+                io.Int.Input("steps", default=0, min=0, max=1000,
+                             tooltip="Denoising passes, 2..1000 (0 = preset)."),
+                io.Int.Input("seed", default=42, min=0, max=MAX_SEED, control_after_generate=True,
+                             tooltip="Native random stream seed (h3 default 42)."),
+                *_plan_inputs()[6:],
+                io.Image.Input("first_frame", optional=True, tooltip="Anchor image for the first frame (FL2VA)."),
+                io.Image.Input("last_frame", optional=True, tooltip="Anchor image for the last frame (FL2VA)."),
+                H3References.Input("references", optional=True,
+                                   tooltip="Ordered references from H3 References (Ref2VA); not with frame anchors."),
+            ],
+            outputs=[
+                io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio."),
+                io.Image.Output(display_name="frames",
+                                tooltip="All frames [F, H, W, 3]. Only decoded when this output is connected."),
+                io.Audio.Output(display_name="audio", tooltip="Stereo 32 kHz soundtrack."),
+                io.String.Output(display_name="summary", tooltip="Request, timings and memory plan."),
+            ],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
+        )
+
+    @classmethod
+    def validate_inputs(cls, **values: Any) -> bool | str:
+        # Widget values only; linked ones (absent here) are checked at run time.
+        try:
+            request = adapter.build_request(_settings(values, values.get("prompt") or "validation"))
+            request.validate(check_files=False)
+        except H3BridgeError as error:
+            return str(error)
+        return True
+
+    @classmethod
+    def fingerprint_inputs(cls, **values: Any) -> Any:
+        # The cached outputs depend on whether IMAGE was built; re-run when that changes.
+        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+                                           adapter.IMAGE_OUTPUT_INDEX)
+
+    @classmethod
+    @_user_facing_errors
+    def execute(cls, engine: adapter.EngineHandle, prompt: str, first_frame: Any = None, last_frame: Any = None,
+                references: ReferenceList | None = None, **values: Any) -> io.NodeOutput:
+        want_image = adapter.output_is_connected(cls.hidden.prompt, cls.hidden.unique_id, adapter.IMAGE_OUTPUT_INDEX)
+        bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
+        progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total))
+        cancel = CancelToken(check=comfy.model_management.processing_interrupted)
+        outputs = adapter.run_generate(
+            engine, _settings(values, prompt),
+            adapter.GenerateInputs(
+                first_frame=None if first_frame is None else _to_numpy(first_frame),
+                last_frame=None if last_frame is None else _to_numpy(last_frame),
+                references=references),
+            scratch_parent=_work_dir("inputs"), output_dir=_work_dir("outputs"), want_image=want_image,
+            on_progress=progress, cancel=cancel)
+        progress.finish()
+        return io.NodeOutput(
+            InputImpl.VideoFromFile(str(outputs.video_path)),
+            torch.from_numpy(outputs.image),
+            {"waveform": torch.from_numpy(outputs.waveform), "sample_rate": outputs.sample_rate},
+            outputs.summary,
+        )
+
+
+_KINDS: dict[str, ReferenceKind] = {
+    "image": ReferenceKind.IMAGE,
+    "video": ReferenceKind.SILENT_VIDEO,
+    "video with its audio": ReferenceKind.VIDEO,
+    "video plus replacement audio": ReferenceKind.VIDEO_AUDIO,
+    "audio": ReferenceKind.AUDIO,
+}
+
+
+class H3ReferencesNode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3References",
+            display_name="H3 References",
+            category=CATEGORY,
+            description="Append one reference to an ordered list (chain several nodes). In the prompt, refer to them "
+                        "as <Picture i>, <Video k>, <Audio j>. Limits: 12 references, 9 images, 3 videos, "
+                        "3 audio inputs (a video with its audio counts as one video and one audio).",
+            inputs=[
+                H3References.Input("previous", optional=True, tooltip="References earlier in the order."),
+                io.Combo.Input("kind", options=list(_KINDS), default="image",
+                               tooltip="image: IMAGE. video: VIDEO, soundtrack ignored. video with its audio: VIDEO "
+                                       "with its own soundtrack. video plus replacement audio: VIDEO + AUDIO. "
+                                       "audio: AUDIO (needs an image or video reference too)."),
+                io.Image.Input("image", optional=True),
+                io.Video.Input("video", optional=True),
+                io.Audio.Input("audio", optional=True),
+            ],
+            outputs=[H3References.Output(display_name="references")],
+        )
+
+    @classmethod
+    @_user_facing_errors
+    def execute(cls, kind: str, previous: ReferenceList | None = None, image: Any = None, video: Any = None,
+                audio: dict | None = None) -> io.NodeOutput:
+        if kind not in _KINDS:
+            raise ValueError(f"unknown reference kind {kind!r}; use one of {', '.join(_KINDS)}")
+        item = ReferenceItem(
+            kind=_KINDS[kind],
+            image=None if image is None else _to_numpy(image),
+            video=None if video is None else _video_source(video),
+            audio=None if audio is None else _audio_clip(audio),
+        )
+        return io.NodeOutput((previous or ReferenceList()).appended(item))
+
+
+class H3PromptNode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3Prompt",
+            display_name="H3 Prompt",
+            category=CATEGORY,
+            description="Build the Scene / Action / Camera / Look / Audio prompt H3 was trained on "
+                        "(upstream README, 'Improve the prompt'); empty fields are left out. With only "
+                        "free_text, it cleans that text instead.",
+            inputs=[
+                io.String.Input("scene", multiline=True, default="", tooltip="Subject and setting."),
+                io.String.Input("action", multiline=True, default="", tooltip="What happens."),
+                io.String.Input("camera", multiline=True, default="", tooltip="Shot, lens, movement."),
+                io.String.Input("look", multiline=True, default="", tooltip="Lighting and style."),
+                io.String.Input("audio", multiline=True, default="", tooltip="Desired sound; say 'no music' if so."),
+                io.String.Input("free_text", multiline=True, default="", optional=True,
+                                tooltip="Used (cleaned) when all the fields above are empty."),
+                io.Int.Input("max_bytes", default=0, min=0, max=65536, advanced=True,
+                             tooltip="Cap the prompt's UTF-8 size (0 = no cap); cuts between words."),
+            ],
+            outputs=[io.String.Output(display_name="prompt")],
+        )
+
+    @classmethod
+    @_user_facing_errors
+    def execute(cls, scene: str, action: str, camera: str, look: str, audio: str, free_text: str = "",
+                max_bytes: int = 0) -> io.NodeOutput:
+        cap = max_bytes or None
+        structured = StructuredPrompt(scene=scene, action=action, camera=camera, look=look, audio=audio)
+        if not any(part.strip() for part in (scene, action, camera, look, audio)) and free_text.strip():
+            return io.NodeOutput(clean_prompt_text(free_text, max_bytes=cap))
+        return io.NodeOutput(structured.render(max_bytes=cap))
+
+
+class H3MemoryPlanNode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3MemoryPlan",
+            display_name="H3 Memory Plan",
+            category=CATEGORY,
+            description="Show whether these settings fit this machine's memory, and with SSD streaming or not, "
+                        "before anything runs.",
+            inputs=[H3Engine.Input("engine"), *_plan_inputs()],
+            outputs=[io.String.Output(display_name="plan")],
+        )
+
+    @classmethod
+    @_user_facing_errors
+    def execute(cls, engine: adapter.EngineHandle, **values: Any) -> io.NodeOutput:
+        return io.NodeOutput(adapter.describe_plan(engine, _settings(values, "memory plan")))
+
+
+NODES: list[type[io.ComfyNode]] = [H3EngineNode, H3GenerateNode, H3ReferencesNode, H3PromptNode, H3MemoryPlanNode]
+
+
+class H3BridgeExtension(ComfyExtension):
+    async def on_load(self) -> None:
+        _model_roots()   # registers ComfyUI/models/h3 (no disk access)
+
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        return list(NODES)
+
+
+async def comfy_entrypoint() -> H3BridgeExtension:
+    return H3BridgeExtension()
