@@ -1,0 +1,891 @@
+"""Warm engine session: one long-lived `h3` interactive process, MiniMax-H3 kept resident between jobs.
+
+`h3 -d MODEL_DIR` without `-p`/`--info` runs upstream's interactive mode (main.c calls
+`h3_cli_run`, h3_cli.c). There `h3_cache_set_enabled(ctx, 1)` keeps the encoded
+conditioning, the prepared DiT and the video VAE decoder between prompts, so a second
+job with the same prompt and shape skips the text encoder, the transformer load and
+the decoder load (h3.c `h3_generate`: "conditioning cache hit", "prepared DiT cache
+hit", "video VAE cache hit"). `SessionEngine` drives that process over pipes.
+
+Protocol (all of it upstream's, nothing private):
+
+* stdin is a pipe. linenoise.c `linenoise()` sees a non-TTY stdin and reads plain lines
+  (`linenoiseNoTTY`): no prompt is echoed, EOF ends the session. A line is a prompt unless
+  it starts with `!` (h3_cli.c `h3_cli_run`), so prompts cannot contain newlines.
+* stdout is a pseudo-terminal. Upstream prints every reply (`Seed: N`, `Size: WxH`,
+  `Done -> PATH [T s]`) with stdio and flushes only the `Seed:` line (h3_cli.c
+  `generate`); over a pipe stdout is block-buffered, so `Done -> PATH` would sit in the
+  child's buffer until the *next* job. With a pty stdio line-buffers stdout and every
+  reply arrives when it is printed. (Relying on stderr alone would lose the output path
+  and every command reply; a pty costs nothing and changes nothing else: linenoise only
+  looks at stdin, and terminal graphics are keyed on environment variables, h3_terminal.c
+  `h3_terminal_detect`.) The pty is put in raw mode so `\\n` is not rewritten to `\\r\\n`.
+* stderr is a pipe: progress (`\\r%-25s %4d/%-4d`, h3_cli.c `cli_progress`), cache
+  notices and `h3: <error>` lines.
+* Each `!` command answers with exactly one line: on stdout when it worked, on stderr
+  (`h3: ...`/`Usage: ...`) when it did not (h3_cli.c `process_command`). After a prompt
+  we queue two markers, `!output` (stdout `Output: DIR`) and an unknown command (stderr
+  `h3: unknown command; type !help`); both are answered only once `generate` returns,
+  so when both have arrived every byte of the job's output has been read on both
+  channels. The job worked iff `Done -> PATH` came before them; otherwise the last
+  `h3: ...` line is upstream's error, verbatim.
+
+Interactive mode ignores `-o` and `--frames-dir` (h3_cli.c `generate` sets
+`output_path` to `OUTPUTS/video-%04u.mp4` and `on_frame` only for `!show` previews), so
+the session moves the MP4 to the requested output and, when frames are wanted, decodes
+them from the MP4 with PyAV (lossy H.264 frames, not the engine's raw RGB; the one-shot
+engine's `--frames-dir` PPMs are exact). Options with no `!` command (the `--use-slower-*`
+paths, `--ref-image-size`, and non-image references) are passed at launch; a job that needs
+different ones restarts the session.
+
+Lifecycle and the machine-wide lock (see lock.py): the session takes the engine lock
+before it starts its process and keeps it while the process lives, because the process
+holds the model in memory. It shuts down
+
+* after `idle_timeout` seconds without a job (a background timer; memory goes back),
+* when a job is cancelled (upstream cannot stop a running denoise; the process group is
+  killed) or the process crashes (that job raises; the next job starts a fresh process),
+* when the engine binary (path or mtime) changed, or the model directory differs,
+* when its host process exits (atexit), or, failing that, when the child sees EOF on stdin
+  (its stdin pipe closes with its parent), and
+* when another job *in this process* needs the engine lock (one-shot run or another
+  session): an idle session steps aside at once through the lock's yield hook, a busy one
+  right after its current job. This is the policy that keeps a process from deadlocking on
+  its own warm session. Other processes simply wait (cancellably) for the lock, i.e. until
+  this session goes idle-timeout or is closed.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pty
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import tty
+import uuid
+import weakref
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .cancel import CancelToken
+from .engine import (
+    _REFERENCE_FLAGS,
+    _abs,
+    _hint_for,
+    check_media_tools,
+    engine_environment,
+    engine_message_from,
+    expected_phases,
+    finish_result,
+    locate_engine,
+    locate_model_dir,
+    resolve_output,
+    waiting_reporter,
+)
+from .engine_process import EngineProcess
+from .errors import (
+    EngineCrashedError,
+    EngineError,
+    EngineNotFoundError,
+    EngineStalledError,
+    GenerationCancelled,
+    SessionCommandError,
+    SessionError,
+    SessionUnsupportedError,
+)
+from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
+from .media import decode_video_frames, remove_quietly
+from .progress import ProgressCallback, ProgressEvent, ProgressTracker, is_complete_progress, parse_progress
+from .request import (
+    DEFAULT_FRAMES,
+    DEFAULT_HEIGHT,
+    DEFAULT_STEPS,
+    DEFAULT_WIDTH,
+    MAX_LAYERS,
+    GenerationRequest,
+    Reference,
+    ReferenceImageSize,
+    ReferenceKind,
+)
+from .result import GenerationResult
+
+DEFAULT_IDLE_TIMEOUT = 300.0
+# How long a graceful `!quit` may take before the process group is killed.
+QUIT_GRACE = 3.0
+# h3_cli.c `process_command`: the reply to any unknown `!` command, on stderr.
+UNKNOWN_COMMAND_REPLY = "h3: unknown command; type !help"
+SYNC_COMMAND = "!h3bridge-sync"
+# h3_cli.c `generate`: printf("Done -> %s [%.2fs]\n", output, elapsed)
+_DONE_LINE = re.compile(r"^Done -> (?P<path>.+) \[(?P<seconds>\d+(?:\.\d+)?)s\]$")
+# h3_cli.c `generate`: printf("Seed: %" PRIu64 "\n", params.seed) before each run.
+_SEED_LINE = re.compile(r"^Seed: (?P<seed>\d+)$")
+# h3_cli.c `cli_progress`: fprintf(stderr, "\r%-25s %4d/%-4d", phase, completed, total)
+_PROGRESS_SEGMENT = re.compile(r"^(?P<phase>.*?)\s+(?P<done>-?\d+)/(?P<total>-?\d+)\s*$")
+
+
+# ============================================================================ settings mirror
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """The generation settings an interactive h3 holds (h3_cli.c `h3_cli_state.params`).
+
+    `seed=None` means `Seed: random`. `references` are the ordered Ref2VA inputs.
+    """
+
+    width: int = DEFAULT_WIDTH
+    height: int = DEFAULT_HEIGHT
+    render: tuple[int, int] | None = None
+    frames: int = DEFAULT_FRAMES
+    steps: int = DEFAULT_STEPS
+    reuse: int = 1
+    layers: int = MAX_LAYERS
+    core_reuse: int = 1
+    token_reduction: bool = False
+    ssd_streaming: bool = False
+    int8_row_fc2: bool = False
+    reference_rope: bool = False
+    seed: int | None = None
+    first_frame: str | None = None
+    last_frame: str | None = None
+    references: tuple[Reference, ...] = ()
+
+    @classmethod
+    def for_request(cls, request: GenerationRequest) -> "SessionSettings":
+        render = None
+        if request.render_width is not None and request.render_height is not None:
+            render = (request.render_width, request.render_height)
+        return cls(
+            width=request.width, height=request.height, render=render,
+            frames=request.requested_frames, steps=request.steps, reuse=request.reuse,
+            layers=request.layers, core_reuse=request.core_reuse,
+            token_reduction=request.token_reduction, ssd_streaming=request.ssd_streaming,
+            int8_row_fc2=request.int8_row_fc2, reference_rope=request.reference_rope,
+            seed=request.seed,
+            first_frame=_sendable_path(request.first_frame, "first frame"),
+            last_frame=_sendable_path(request.last_frame, "last frame"),
+            references=tuple(replace(ref, path=Path(_sendable_path(ref.path, "reference") or ref.path),
+                                     audio_path=Path(_abs(ref.audio_path)) if ref.audio_path else None)
+                             for ref in request.references),
+        )
+
+    @classmethod
+    def from_status(cls, lines: list[str], references: tuple[Reference, ...]) -> "SessionSettings":
+        """Parse the `print_status` block h3_cli.c prints at startup (h3_cli.c `print_status`)."""
+        values: dict[str, object] = {"references": references}
+        for line in lines:
+            if match := re.match(r"^Size: (\d+)x(\d+)(?: \(render (\d+)x(\d+)\))?$", line):
+                values["width"], values["height"] = int(match[1]), int(match[2])
+                values["render"] = (int(match[3]), int(match[4])) if match[3] else None
+            elif match := re.match(r"^Frames: (\d+) requested", line):
+                values["frames"] = int(match[1])
+            elif match := re.match(r"^Steps: (\d+) \| reuse: (\d+) \| layers: (\d+) \| core reuse: (\d+) \| "
+                                   r"tokens: (\w+) \| weights: ([\w ]+) \| FC2: ([\w ]+)$", line):
+                values.update(steps=int(match[1]), reuse=int(match[2]), layers=int(match[3]),
+                              core_reuse=int(match[4]), token_reduction=match[5] == "reduced",
+                              ssd_streaming=match[6] == "SSD BF16", int8_row_fc2=match[7] == "int8 row")
+            elif match := re.match(r"^Spatial RoPE: (.*)$", line):
+                values["reference_rope"] = match[1] == "released reference"
+            elif match := re.match(r"^Seed: (random|\d+)$", line):
+                values["seed"] = None if match[1] == "random" else int(match[1])
+            elif match := re.match(r"^(First|Last): (.*)$", line):
+                key = "first_frame" if match[1] == "First" else "last_frame"
+                values[key] = None if match[2] == "none" else match[2]
+            elif match := re.match(r"^References: (\d+)", line):
+                if int(match[1]) != len(references):
+                    raise SessionError(f"h3 reports {match[1]} references at startup, expected {len(references)}")
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SessionCommand:
+    """One `!` line, the stdout reply that means it worked (h3_cli.c `process_command`),
+    and what it changes in the session's settings once it did."""
+
+    text: str
+    reply: str
+    changes: tuple[tuple[str, object], ...]
+
+    def accepts(self, line: str) -> bool:
+        return line == self.reply
+
+    def applied_to(self, settings: SessionSettings) -> SessionSettings:
+        return replace(settings, **dict(self.changes))
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def commands_for_change(current: SessionSettings, target: SessionSettings) -> list[SessionCommand]:
+    """The `!` commands that turn `current` into `target`, only for values that differ.
+
+    Replies are h3_cli.c's `printf`s for each command. Order matters where upstream refuses
+    combinations: SSD streaming and int8-row FC2 exclude each other ("disable !int8-row-fc2
+    before SSD streaming"), and anchors exclude references (`set_anchor`,
+    `add_reference_image`), so whatever is switched off or cleared goes first.
+    """
+    commands: list[SessionCommand] = []
+
+    def add(text: str, reply: str, **changes: object) -> None:
+        commands.append(SessionCommand(text, reply, tuple(changes.items())))
+
+    if (current.width, current.height) != (target.width, target.height):
+        size = f"{target.width}x{target.height}"
+        add(f"!size {size}", f"Size: {size}", width=target.width, height=target.height)
+    if current.render != target.render:
+        if target.render is None:
+            add("!render-size native", "Render size: native", render=None)
+        else:
+            size = f"{target.render[0]}x{target.render[1]}"
+            add(f"!render-size {size}", f"Render size: {size}", render=target.render)
+    # h3_cli.c `set_integer`: printf("%s: %d\n", name, value)
+    for name, label, attribute in (("frames", "Frames", "frames"), ("steps", "Steps", "steps"),
+                                   ("reuse", "Reuse", "reuse"), ("layers", "Layers", "layers"),
+                                   ("core-reuse", "Core reuse", "core_reuse")):
+        value = getattr(target, attribute)
+        if getattr(current, attribute) != value:
+            add(f"!{name} {value}", f"{label}: {value}", **{attribute: value})
+    if current.token_reduction != target.token_reduction:
+        state = _on_off(target.token_reduction)
+        add(f"!token-reduction {state}", f"Token reduction: {state}", token_reduction=target.token_reduction)
+    if current.reference_rope != target.reference_rope:
+        state = _on_off(target.reference_rope)
+        add(f"!reference-rope {state}", f"Reference spatial RoPE: {state}", reference_rope=target.reference_rope)
+    toggles = [
+        (current.ssd_streaming != target.ssd_streaming, target.ssd_streaming,
+         f"!ssd-streaming {_on_off(target.ssd_streaming)}", f"SSD streaming: {_on_off(target.ssd_streaming)}",
+         {"ssd_streaming": target.ssd_streaming}),
+        (current.int8_row_fc2 != target.int8_row_fc2, target.int8_row_fc2,
+         f"!int8-row-fc2 {_on_off(target.int8_row_fc2)}", f"FC2 int8 row scaling: {_on_off(target.int8_row_fc2)}",
+         {"int8_row_fc2": target.int8_row_fc2}),
+    ]
+    for switch_on in (False, True):
+        for changed, on, text, reply, changes in toggles:
+            if changed and on == switch_on:
+                add(text, reply, **changes)
+    if current.seed != target.seed:
+        if target.seed is None:
+            add("!seed random", "Seed: random", seed=None)
+        else:
+            add(f"!seed {target.seed}", f"Seed: {target.seed}", seed=target.seed)
+    references_change = current.references != target.references
+    if references_change and current.references:
+        add("!refs clear", "References: none", references=())
+    anchors = (("first", "First", "first_frame"), ("last", "Last", "last_frame"))
+    for name, label, attribute in anchors:
+        if getattr(current, attribute) is not None and getattr(target, attribute) is None:
+            add(f"!{name} clear", f"{label}: none", **{attribute: None})
+    for name, label, attribute in anchors:
+        path = getattr(target, attribute)
+        if path is not None and getattr(current, attribute) != path:
+            add(f"!{name} {path}", f"{label}: {path}", **{attribute: path})
+    if references_change:
+        for index, reference in enumerate(target.references, start=1):
+            if reference.kind is not ReferenceKind.IMAGE:
+                raise SessionUnsupportedError(
+                    f"reference {index} is a {reference.kind.value} reference; h3's interactive session can "
+                    "only add image references (!ref-image)", hint="run it one-shot")
+            # h3_cli.c `add_reference_image`: "Added reference %zu as <Picture %zu>: %s"
+            add(f"!ref-image {reference.path}", f"Added reference {index} as <Picture {index}>: {reference.path}",
+                references=target.references[:index])
+    return commands
+
+
+def _sendable_path(path: Path | None, what: str) -> str | None:
+    """An absolute path that survives the line protocol (one line, ends not trimmed)."""
+    if path is None:
+        return None
+    text = _abs(path)
+    if "\n" in text or "\r" in text or text != text.strip():
+        raise SessionUnsupportedError(
+            f"the {what} path {text!r} has a line break or surrounding whitespace, which h3's "
+            "interactive session cannot receive", hint="rename the file, or run it one-shot")
+    return text
+
+
+def _launch_flags(request: GenerationRequest) -> tuple[str, ...]:
+    """main.c flags that have no interactive command, so they are fixed for a process's life:
+    the slower-path switches, `--ref-image-size`, and references that are not images."""
+    flags: list[str] = [f"--use-slower-{path.value}" for path in sorted(request.slower_paths, key=lambda p: p.value)]
+    if request.reference_image_size is not ReferenceImageSize.MATCH:
+        flags += ["--ref-image-size", request.reference_image_size.value]
+    if any(ref.kind is not ReferenceKind.IMAGE for ref in request.references):
+        for reference in request.references:
+            flags += [_REFERENCE_FLAGS[reference.kind], _abs(reference.path)]
+            if reference.kind is ReferenceKind.VIDEO_AUDIO:
+                assert reference.audio_path is not None
+                flags.append(_abs(reference.audio_path))
+    return tuple(flags)
+
+
+def _launch_references(request: GenerationRequest) -> tuple[Reference, ...]:
+    """The references a process launched with `_launch_flags(request)` starts with."""
+    if any(ref.kind is not ReferenceKind.IMAGE for ref in request.references):
+        return SessionSettings.for_request(request).references
+    return ()
+
+
+def session_prompt(prompt: str, *, join_prompt_lines: bool = False) -> str:
+    """The one line a prompt becomes in the session, or SessionUnsupportedError.
+
+    Upstream reads one line per prompt and trims surrounding whitespace (h3_cli.c
+    `trim_trailing`/`skip_spaces`); a line starting with `!` is a command. A one-shot run
+    passes the prompt verbatim with `-p`, so anything the line protocol would change is
+    refused unless the caller opted in to joining lines.
+    """
+    if join_prompt_lines:
+        line = " ".join(part.strip() for part in prompt.splitlines() if part.strip())
+    else:
+        if "\n" in prompt or "\r" in prompt:
+            raise SessionUnsupportedError(
+                "the prompt has several lines; h3's interactive session reads one line per prompt",
+                hint="run it one-shot, or pass join_prompt_lines=True to join the lines with spaces")
+        if prompt != prompt.strip():
+            raise SessionUnsupportedError(
+                "the prompt starts or ends with whitespace, which h3's interactive session strips",
+                hint="strip the prompt, run it one-shot, or pass join_prompt_lines=True")
+        line = prompt
+    if not line:
+        raise SessionUnsupportedError("the prompt is empty", hint="describe the clip in the prompt")
+    if line.startswith("!"):
+        raise SessionUnsupportedError(
+            "the prompt starts with '!', which h3's interactive session reads as a command",
+            hint="reword the prompt's first character, or run it one-shot")
+    return line
+
+
+# ============================================================================ the child process
+
+@dataclass(frozen=True)
+class _Event:
+    stream: str            # "out" (a stdout line) or "err" (a stderr piece between \r/\n)
+    text: str | None       # None at that stream's EOF
+    complete: bool = True  # False: an unterminated stderr tail (a progress redraw), may grow
+
+
+class _SessionProcess:
+    """One interactive h3 child: stdin pipe, stdout pty, stderr pipe, both read into one queue.
+
+    Process-group supervision and stderr reading are engine_process.EngineProcess's (shared
+    with the one-shot engine); this adds the pty for stdout and the merged event queue.
+    """
+
+    def __init__(self, argv: list[str], *, cwd: str | None, env: dict[str, str] | None) -> None:
+        self.events: "queue.Queue[_Event]" = queue.Queue()
+        master, slave = pty.openpty()
+        tty.setraw(slave)   # no \n -> \r\n rewriting, no echo
+        try:
+            self.engine = EngineProcess(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=slave)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)   # the child has its copy; the master then sees EIO when the child is gone
+        self._master = master
+        self._threads = [
+            threading.Thread(target=self._read_stdout, name=f"h3-session-stdout-{self.pid}", daemon=True),
+            threading.Thread(target=self._forward_stderr, name=f"h3-session-stderr-{self.pid}", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def pid(self) -> int:
+        return self.engine.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.engine.pgid
+
+    def alive(self) -> bool:
+        return self.engine.poll() is None
+
+    def _read_stdout(self) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self._master, 65536)
+            except OSError:       # EIO: every holder of the pty's other end is gone
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self.events.put(_Event("out", line.decode("utf-8", "replace").rstrip("\r")))
+        if pending:
+            self.events.put(_Event("out", pending.decode("utf-8", "replace")))
+        self.events.put(_Event("out", None))
+
+    def _forward_stderr(self) -> None:
+        while True:
+            piece = self.engine.pieces.get()
+            if piece is None:
+                self.events.put(_Event("err", None))
+                return
+            self.events.put(_Event("err", piece.text, piece.complete))
+
+    def send(self, line: str) -> None:
+        stdin = self.engine.popen.stdin
+        assert stdin is not None
+        stdin.write(line.encode("utf-8") + b"\n")
+        stdin.flush()
+
+    def kill(self) -> None:
+        """Stop the whole process group (SIGTERM, SIGKILL after a short grace) and close our ends."""
+        self.engine.stop()
+        self._close()
+
+    def quit(self, grace: float = QUIT_GRACE) -> None:
+        """`!quit` (upstream saves its history and prints Goodbye.), close stdin; stop it if it lingers."""
+        try:
+            if self.alive():
+                self.send("!quit")
+            stdin = self.engine.popen.stdin
+            if stdin is not None:
+                stdin.close()
+            self.engine.popen.wait(timeout=grace)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def _close(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=1)
+        try:
+            os.close(self._master)
+        except OSError:
+            pass
+        stdin = self.engine.popen.stdin
+        try:
+            if stdin is not None and not stdin.closed:
+                stdin.close()
+        except OSError:
+            pass
+
+
+# ============================================================================ the engine
+
+_live_sessions: "weakref.WeakSet[SessionEngine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_sessions() -> None:
+    for session in list(_live_sessions):
+        session.close()
+
+
+@dataclass(frozen=True)
+class _EngineIdentity:
+    """What a running session was started from; any change means a restart."""
+
+    path: str
+    mtime_ns: int
+    model_dir: str
+    launch_flags: tuple[str, ...]
+
+
+@dataclass
+class _Job:
+    """Book-keeping for one generate() call."""
+
+    tracker: ProgressTracker
+    on_progress: ProgressCallback | None
+    cancel: CancelToken | None
+    stall_timeout: float | None
+    commands: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+    def report(self, event: ProgressEvent | None) -> None:
+        if event is not None and self.on_progress is not None:
+            self.on_progress(event)
+
+
+class SessionEngine:
+    """A warm h3: one interactive `h3` process reused across jobs while its inputs stay the same.
+
+    Use it as a context manager, or keep one for a host's lifetime through
+    `shared_session`. `generate` has the one-shot engine's signature and returns the same
+    GenerationResult. Thread-safe: jobs run one at a time.
+
+    Parameters:
+        engine_path: the `h3` binary (or h3-sim).
+        model_dir: the MiniMax-H3 model directory, fixed for the session's life.
+        idle_timeout: seconds without a job after which the process exits (memory goes back).
+        join_prompt_lines: join multi-line prompts with spaces instead of raising
+            SessionUnsupportedError (the clip then differs from a one-shot run of the same text).
+        stall_timeout: kill the session when a job shows no output for this long (None: never);
+            the one-shot engine's default.
+        lock_path: the engine lock file (default lock.default_lock_path()).
+        env, cwd: the child's environment and working directory (default: ours with FFmpeg
+            pinned, as one-shot; and the engine binary's directory, because upstream opens
+            `h3_shaders.metal` relative to it).
+    """
+
+    def __init__(self, engine_path: Path | str | None = None, model_dir: Path | str | None = None, *,
+                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT, join_prompt_lines: bool = False,
+                 stall_timeout: float | None = 600.0, lock_path: Path | None = None,
+                 env: dict[str, str] | None = None, cwd: Path | str | None = None) -> None:
+        # Located exactly as the one-shot engine does (H3_BIN / PATH, H3_MODEL_DIR).
+        self.engine_path = locate_engine(engine_path)
+        self.model_dir = locate_model_dir(model_dir)
+        self.idle_timeout = idle_timeout
+        self.join_prompt_lines = join_prompt_lines
+        self.stall_timeout = stall_timeout
+        self.env = env
+        self.cwd = cwd
+        self._lock = EngineLock(lock_path)
+        self._guard = threading.Lock()          # one job (or start/stop) at a time
+        self._process: _SessionProcess | None = None
+        self._identity: _EngineIdentity | None = None
+        self._settings: SessionSettings | None = None
+        self._outputs_dir: Path | None = None
+        self._hook_id: int | None = None
+        self._idle_timer: threading.Timer | None = None
+        self._last_used = time.monotonic()
+        self.starts = 0            # processes started so far (tests and benchmarks read it)
+        self.jobs = 0
+        _live_sessions.add(self)
+
+    # ------------------------------------------------------------------ public surface
+
+    @property
+    def pid(self) -> int | None:
+        """The running h3's pid (it also leads its process group), or None."""
+        process = self._process
+        return process.pid if process is not None and process.alive() else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    @property
+    def settings(self) -> SessionSettings | None:
+        """What the running h3 currently holds, as far as the session knows."""
+        return self._settings
+
+    def __enter__(self) -> "SessionEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the process (graceful `!quit`), release the engine lock. The session stays usable."""
+        with self._guard:
+            self._cancel_idle_timer()
+            self._shutdown(graceful=True)
+
+    def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
+                 overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
+                 on_progress: ProgressCallback | None = None,
+                 cancel: CancelToken | None = None) -> GenerationResult:
+        """Run one job in the warm process; same contract and result as OneShotEngine.generate.
+
+        Before each job only the `!` commands for values that changed are sent, then the
+        prompt. `result.command` lists exactly what was sent for this job. Frames, when
+        wanted, are decoded from the MP4 (interactive h3 has no `--frames-dir`).
+
+        Raises SessionUnsupportedError (before anything starts) when the request cannot go
+        through the line protocol, e.g. a multi-line prompt: run it one-shot then.
+        SessionCommandError when h3 refuses a setting (the session stays up). A job that is
+        cancelled (GenerationCancelled), stalls or crashes (EngineCrashedError) takes the
+        process with it; the next job starts a fresh one. While another engine holds the
+        machine-wide lock, `on_progress` sees WAITING_PHASE events and `cancel` still works.
+        """
+        line = session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
+        request.validate()
+        destination = resolve_output(output, overwrite=overwrite)
+        tools = check_media_tools(request, writes_mp4=True)    # interactive h3 always writes an MP4
+        target = SessionSettings.for_request(request)
+        flags = _launch_flags(request)
+        job = _Job(tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
+                   on_progress=on_progress, cancel=cancel, stall_timeout=self.stall_timeout)
+        with self._guard:
+            self._cancel_idle_timer()
+            try:
+                try:
+                    self._ensure_process(flags, job, references=_launch_references(request),
+                                         env=self.env if self.env is not None else engine_environment(tools))
+                    assert self._settings is not None
+                    for command in commands_for_change(self._settings, target):
+                        self._command(command, job)
+                    produced, seed = self._run_prompt(line, job)
+                except SessionCommandError:
+                    raise        # h3 refused a value and kept its previous one: the session is fine
+                except BaseException:
+                    # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
+                    # interrupted mid-job: the process state is unknown, so it goes.
+                    self._shutdown(graceful=False)
+                    raise
+                self.jobs += 1
+                timings = job.tracker.finish(time.monotonic())
+                return self._finish(request, produced, destination, overwrite=overwrite, seed=seed,
+                                    want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
+            finally:
+                self._last_used = time.monotonic()
+                if self._process is not None and has_in_process_waiters():
+                    # Someone in this process waits for the engine (policy in the module docstring).
+                    self._shutdown(graceful=True)
+                self._arm_idle_timer()
+
+    def _finish(self, request: GenerationRequest, produced: Path, destination: Path | None, *, overwrite: bool,
+                seed: int, want_frames: bool, want_audio: bool, job: _Job,
+                timings: dict[str, float]) -> GenerationResult:
+        """Frames from the MP4, then the shared one-shot ending: audio, atomic publish, result."""
+        staged: Path | None = None
+        try:
+            frames = None
+            if want_frames:
+                frames = decode_video_frames(produced, request.frame_count, request.width, request.height)
+            mp4: Path | None = produced if want_audio else None
+            if destination is not None:
+                # The session writes under /tmp/h3-XXXXXX; stage next to the destination so the
+                # final step is an atomic rename (h3_ffmpeg.c make_parents: parents are created).
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                staged = destination.parent / f".{destination.name}.{uuid.uuid4().hex[:12]}.partial.mp4"
+                shutil.move(str(produced), staged)
+                mp4 = staged
+            return finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
+                                 want_audio=want_audio, timings=timings, command=list(job.commands),
+                                 engine_log="\n".join(job.stderr), seed=seed)
+        finally:
+            remove_quietly(staged)     # gone already once published
+            remove_quietly(produced)   # the session directory would otherwise grow by one MP4 per job
+
+    # ------------------------------------------------------------------ process lifecycle
+
+    def _identity_for(self, flags: tuple[str, ...]) -> _EngineIdentity:
+        try:
+            stat = self.engine_path.stat()
+        except OSError:
+            raise EngineNotFoundError(f"the h3 engine {self.engine_path} does not exist",
+                                      hint="build h3 (make) or pass the path of the h3 binary") from None
+        return _EngineIdentity(path=os.path.realpath(self.engine_path), mtime_ns=stat.st_mtime_ns,
+                               model_dir=os.path.realpath(self.model_dir), launch_flags=flags)
+
+    def _ensure_process(self, flags: tuple[str, ...], job: _Job, *, references: tuple[Reference, ...],
+                        env: dict[str, str]) -> None:
+        """Reuse the running process if it was started from the same binary, model and launch
+        flags; otherwise (re)start one, first taking the machine-wide engine lock."""
+        identity = self._identity_for(flags)
+        if self._process is not None and (not self._process.alive() or identity != self._identity):
+            self._shutdown(graceful=self._process.alive())
+        if self._process is not None:
+            return
+        self._lock.acquire(cancel=job.cancel, on_wait=waiting_reporter(job.on_progress))
+        try:
+            argv = [str(self.engine_path), "-d", str(self.model_dir), *flags]
+            cwd = str(self.cwd) if self.cwd is not None else str(self.engine_path.parent)
+            try:
+                self._process = _SessionProcess(argv, cwd=cwd, env=env)
+            except OSError as error:
+                raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
+            self._identity = identity
+            self.starts += 1
+            self._hook_id = register_yield_hook(self._yield_if_idle)
+            self._read_banner(references, job)
+        except BaseException:
+            self._shutdown(graceful=False)
+            raise
+
+    def _read_banner(self, references: tuple[Reference, ...], job: _Job) -> None:
+        """h3_cli.c `h3_cli_run`: "H3 Interactive Mode", Model:, Outputs:, ..., then `print_status`."""
+        status: list[str] = []
+        while True:
+            event = self._next_event(job)
+            if event.stream == "err":
+                continue
+            line = event.text or ""
+            if line.startswith("Outputs: "):
+                self._outputs_dir = Path(line[len("Outputs: "):])
+            status.append(line)
+            if line.startswith("Show: "):     # the last line of print_status
+                break
+        self._settings = SessionSettings.from_status(status, references)
+
+    def _shutdown(self, *, graceful: bool) -> None:
+        """Stop the process (if any) and give the engine lock back. Caller holds the guard or owns the session."""
+        process, self._process = self._process, None
+        if self._hook_id is not None:
+            unregister_yield_hook(self._hook_id)
+            self._hook_id = None
+        if process is not None:
+            if graceful and process.alive():
+                process.quit()
+            else:
+                process.kill()
+        self._settings = None
+        self._identity = None
+        self._lock.release()
+
+    def _yield_if_idle(self) -> None:
+        """Lock yield hook: another job in this process waits for the engine."""
+        if self._guard.acquire(blocking=False):
+            try:
+                self._cancel_idle_timer()
+                self._shutdown(graceful=True)
+            finally:
+                self._guard.release()
+        # Busy: generate() sees has_in_process_waiters() when the job ends and steps aside then.
+
+    def _arm_idle_timer(self) -> None:
+        self._cancel_idle_timer()
+        if self._process is None:
+            return
+        timer = threading.Timer(self.idle_timeout, self._idle_expired)
+        timer.daemon = True
+        timer.name = "h3-session-idle"
+        self._idle_timer = timer
+        timer.start()
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _idle_expired(self) -> None:
+        if not self._guard.acquire(blocking=False):
+            return          # a job is running; it re-arms the timer when it ends
+        try:
+            if self._process is not None and time.monotonic() - self._last_used >= self.idle_timeout * 0.99:
+                self._shutdown(graceful=True)
+        finally:
+            self._guard.release()
+
+    # ------------------------------------------------------------------ talking to h3
+
+    def _next_event(self, job: _Job) -> _Event:
+        """The next stdout line or stderr piece; raises on cancel, stall, or the process ending."""
+        process = self._process
+        assert process is not None
+        last_activity = time.monotonic()
+        while True:
+            if job.cancel is not None and job.cancel.cancelled:
+                raise GenerationCancelled("cancelled; the warm h3 session was stopped")
+            try:
+                event = process.events.get(timeout=0.05)
+            except queue.Empty:
+                if job.stall_timeout is not None and time.monotonic() - last_activity > job.stall_timeout:
+                    raise EngineStalledError(
+                        f"h3 session showed no progress for {job.stall_timeout:g} s; it was stopped",
+                        stderr="\n".join(job.stderr), command=job.commands)
+                continue
+            last_activity = time.monotonic()
+            if event.text is None:
+                self._process_gone(process, job)
+            if event.stream == "err":
+                parsed = parse_progress(event.text)
+                if parsed is not None and (event.complete or is_complete_progress(event.text)):
+                    job.report(job.tracker.update(*parsed, now=last_activity))
+                if not event.complete:
+                    continue      # the same text arrives again once terminated
+                job.stderr.append(event.text)
+            return event
+
+    def _process_gone(self, process: _SessionProcess, job: _Job) -> None:
+        """A stream hit EOF: the child is exiting. Turn its status into a typed error."""
+        try:
+            status = process.engine.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            status = None
+        message = engine_message_from("\n".join(job.stderr))
+        log = "\n".join(job.stderr)
+        if status is not None and status < 0:
+            raise EngineCrashedError(
+                f"the h3 session died from signal {-status}"
+                + (f" ({signal.Signals(-status).name})" if -status in signal.valid_signals() else ""),
+                engine_message=message, exit_code=status, stderr=log, command=job.commands,
+                hint="the next job starts a fresh session; if it keeps crashing, run one-shot to see why")
+        raise SessionError(
+            f"the h3 session exited unexpectedly (status {status})" + (f": {message}" if message else ""),
+            engine_message=message, exit_code=status, stderr=log, command=job.commands,
+            hint=_hint_for(message))
+
+    def _command(self, command: SessionCommand, job: _Job) -> None:
+        """Send one `!` command; its one reply is on stdout (worked) or stderr (refused)."""
+        assert self._process is not None
+        job.commands.append(command.text)
+        self._process.send(command.text)
+        while True:
+            event = self._next_event(job)
+            line = event.text or ""
+            if event.stream == "out" and command.accepts(line):
+                assert self._settings is not None
+                self._settings = command.applied_to(self._settings)
+                return
+            if event.stream == "err" and (line.startswith("h3: ") or line.startswith("Usage: ")):
+                message = line[4:] if line.startswith("h3: ") else line
+                raise SessionCommandError(f"h3 refused {command.text!r}: {message}", engine_message=message,
+                                   stderr="\n".join(job.stderr), command=job.commands)
+
+    def _run_prompt(self, line: str, job: _Job) -> tuple[Path, int]:
+        """Send the prompt and the two end markers; return (MP4 path, seed) or raise EngineError."""
+        assert self._process is not None
+        job.commands.append(line)
+        self._process.send(line)
+        self._process.send("!output")       # stdout "Output: DIR" once generate() returned
+        self._process.send(SYNC_COMMAND)    # stderr "h3: unknown command; type !help" after that
+        produced: Path | None = None
+        seed: int | None = None
+        engine_lines: list[str] = []
+        seen_output = seen_sync = False
+        while not (seen_output and seen_sync):
+            event = self._next_event(job)
+            text = event.text or ""
+            if event.stream == "out":
+                if seed is None and (match := _SEED_LINE.match(text)):
+                    seed = int(match["seed"])
+                elif match := _DONE_LINE.match(text):
+                    produced = Path(match["path"])
+                elif text.startswith("Output: "):
+                    seen_output = True
+            elif text == UNKNOWN_COMMAND_REPLY:
+                seen_sync = True
+                job.stderr.pop()       # our marker, not part of the job's log
+            elif text.startswith("h3: "):
+                engine_lines.append(text[4:])
+        if produced is None:
+            message = engine_lines[-1] if engine_lines else None
+            raise EngineError(f"h3 failed: {message}" if message else "h3 produced no video",
+                              engine_message=message, stderr="\n".join(job.stderr), command=job.commands)
+        assert seed is not None
+        return produced, seed
+
+
+# ============================================================================ one per host process
+
+_shared: dict[tuple[str, str], SessionEngine] = {}
+_shared_guard = threading.Lock()
+
+
+def shared_session(engine_path: Path | str | None = None, model_dir: Path | str | None = None,
+                   **options: object) -> SessionEngine:
+    """The process-wide SessionEngine for this engine binary and model directory.
+
+    For hosts that render many clips (the ComfyUI H3 Engine node's "session" mode): every
+    caller asking for the same (engine, model dir) gets the same session, so the model stays
+    resident across jobs, graphs and nodes. The process inside starts on first use, restarts
+    transparently after a crash or when the binary changes, exits after `idle_timeout`
+    seconds idle, and is shut down at interpreter exit. `options` (SessionEngine keywords)
+    apply only when the session is first created.
+
+    A one-shot run in the same process does not deadlock on it: while this session is idle it
+    steps aside (shuts down) when the one-shot asks for the engine lock; while it is busy, it
+    steps aside right after its job (see the module docstring).
+    """
+    engine = locate_engine(engine_path)
+    model = locate_model_dir(model_dir)
+    key = (os.path.realpath(engine), os.path.realpath(model))
+    with _shared_guard:
+        session = _shared.get(key)
+        if session is None:
+            session = SessionEngine(engine, model, **options)  # type: ignore[arg-type]
+            _shared[key] = session
+        return session
