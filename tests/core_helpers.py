@@ -64,3 +64,37 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+# ----------------------------------------------------------------------------- h3-sim engine
+
+def sim_engine_path() -> Path:
+    """The h3-sim console script installed beside this Python (or on PATH)."""
+    import sys
+    beside = Path(sys.executable).with_name("h3-sim")
+    found = beside if beside.exists() else (Path(shutil.which("h3-sim")) if shutil.which("h3-sim") else None)
+    if found is None:
+        pytest.fail("h3-sim is not installed: pip install -e '.[test]'")
+    return found
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny fixture model directory (FL2VA + Ref2VA) written by the MODEL helper's fixture."""
+    from h3bridge.sim.fixture import write_fixture_model
+    return write_fixture_model(tmp_path_factory.mktemp("core-model") / "MiniMax-H3")
+
+
+@pytest.fixture
+def sim_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """H3_SIM_LOG: h3-sim appends one JSON line per invocation ({"argv", "cwd", "pid"})."""
+    path = tmp_path / "sim-log.jsonl"
+    monkeypatch.setenv("H3_SIM_LOG", str(path))
+    return path
+
+
+def sim_invocations(log: Path) -> list[dict]:
+    import json
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]

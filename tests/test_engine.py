@@ -1,0 +1,325 @@
+"""OneShotEngine against h3-sim: results, progress, failures, cancellation, safety of outputs."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import av
+import numpy as np
+import psutil
+import pytest
+
+from core_helpers import (  # noqa: F401  (fixtures)
+    fast_request,
+    media,
+    model_dir,
+    sim_engine_path,
+    sim_invocations,
+    sim_log,
+)
+from h3bridge import (
+    CancelToken,
+    EngineCrashedError,
+    EngineError,
+    EngineNotFoundError,
+    EngineStalledError,
+    GenerationCancelled,
+    OneShotEngine,
+    OutputExistsError,
+    ProgressEvent,
+    Reference,
+    ReferenceKind,
+    locate_engine,
+)
+
+T2VA_PHASES = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
+               "denoise enqueue", "denoise", "audio VAE", "video VAE load", "FFmpeg"]
+
+
+@pytest.fixture
+def engine(model_dir: Path) -> OneShotEngine:
+    return OneShotEngine(sim_engine_path(), model_dir, stall_timeout=60)
+
+
+def phase_sequence(events: list[ProgressEvent]) -> list[str]:
+    phases: list[str] = []
+    for event in events:
+        if not phases or phases[-1] != event.phase:
+            phases.append(event.phase)
+    return phases
+
+
+def check_event_stream(events: list[ProgressEvent]) -> None:
+    """Fractions and elapsed never go backwards; counters stay within their totals."""
+    assert events
+    for before, after in zip(events, events[1:]):
+        assert after.fraction >= before.fraction
+        assert after.elapsed >= before.elapsed
+        if after.phase == before.phase and after.total == before.total:
+            # a phase may run once per reference (Qwen vision n/27 per visual): restarts follow a full count
+            assert after.done >= before.done or before.done == before.total
+    assert all(0 <= e.done <= e.total and 0.0 <= e.fraction <= 1.0 for e in events)
+    assert events[-1].fraction == pytest.approx(1.0)
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+# ----------------------------------------------------------------------------- results and progress
+
+def test_t2va_result_and_progress(engine: OneShotEngine, tmp_path: Path) -> None:
+    events: list[ProgressEvent] = []
+    output = tmp_path / "clips" / "fox.mp4"
+    result = engine.generate(fast_request(), output, on_progress=events.append)
+    assert phase_sequence(events) == T2VA_PHASES
+    check_event_stream(events)
+    assert result.video_path == output and files_in(output.parent) == ["fox.mp4"]
+    assert result.frames is not None and result.frames.shape == (22, 64, 96, 3) and result.frames.dtype == np.uint8
+    # h3: audio_t = llround(22 * 40 / 24) = 37 latents of 800 samples, stereo, 32 kHz.
+    assert result.audio is not None and result.audio.dtype == np.float32 and result.audio.shape == (2, 37 * 800)
+    assert (result.width, result.height, result.frame_count, result.fps, result.sample_rate) == (96, 64, 22, 24, 32000)
+    with av.open(str(output)) as container:
+        assert container.streams.video[0].frames == 22 and container.streams.audio[0].rate == 32000
+    assert set(T2VA_PHASES) <= set(result.timings) and result.timings["total"] > 0
+    command = result.command
+    assert command[0] == str(engine.engine_path) and command[command.index("-d") + 1] == str(engine.model_dir)
+    assert "--frames-dir" in command and "h3: wrote" in result.engine_log
+
+
+def test_fl2va_progress_and_anchor_paths(engine: OneShotEngine, media: dict[str, Path], tmp_path: Path,
+                                         sim_log: Path) -> None:
+    events: list[ProgressEvent] = []
+    request = fast_request(first_frame=media["image"], last_frame=media["image2"])
+    result = engine.generate(request, tmp_path / "fl.mp4", on_progress=events.append)
+    phases = phase_sequence(events)
+    assert phases[0] == "tokenizer" and phases[-4:] == ["denoise", "audio VAE", "video VAE load", "FFmpeg"]
+    assert {"video VAE encoder", "Qwen vision"} <= set(phases)
+    assert phases.index("Qwen vision") < phases.index("text encoder")
+    check_event_stream(events)
+    argv = sim_invocations(sim_log)[0]["argv"]
+    assert argv[argv.index("--first-frame") + 1] == str(media["image"].absolute())
+    assert result.frames is not None and result.frames.shape[0] == 22
+
+
+def test_ref2va_progress(engine: OneShotEngine, media: dict[str, Path], tmp_path: Path) -> None:
+    events: list[ProgressEvent] = []
+    request = fast_request(frames=56, references=(Reference(ReferenceKind.IMAGE, media["image"]),
+                                                  Reference(ReferenceKind.VIDEO, media["video3s"]),
+                                                  Reference(ReferenceKind.AUDIO, media["audio3s"])))
+    result = engine.generate(request, tmp_path / "ref.mp4", on_progress=events.append)
+    phases = phase_sequence(events)
+    assert {"audio VAE encoder", "video VAE encoder", "Qwen vision"} <= set(phases)
+    assert phases.index("audio VAE encoder") < phases.index("text encoder") < phases.index("denoise")
+    check_event_stream(events)
+    assert result.frames is not None and result.frames.shape == (56, 64, 96, 3)
+
+
+def test_frames_only_and_audio_only_leave_no_mp4(engine: OneShotEngine, tmp_path: Path, sim_log: Path) -> None:
+    frames_only = engine.generate(fast_request(), None, want_audio=False)
+    argv = sim_invocations(sim_log)[-1]["argv"]
+    assert argv[argv.index("-o") + 1] == ""           # h3: -o '' writes no MP4
+    assert frames_only.video_path is None and frames_only.audio is None and frames_only.frames is not None
+    audio_only = engine.generate(fast_request(), None, want_frames=False)
+    argv = sim_invocations(sim_log)[-1]["argv"]
+    temp_mp4 = Path(argv[argv.index("-o") + 1])
+    assert "--frames-dir" not in argv and audio_only.frames is None and audio_only.audio is not None
+    assert not temp_mp4.exists() and not temp_mp4.parent.exists()      # private temp dir removed
+
+
+def test_frames_dir_is_private_and_removed(engine: OneShotEngine, tmp_path: Path) -> None:
+    result = engine.generate(fast_request(), tmp_path / "a.mp4")
+    frames_dir = Path(result.command[result.command.index("--frames-dir") + 1])
+    assert frames_dir.is_absolute() and not frames_dir.exists() and not frames_dir.parent.exists()
+
+
+def test_determinism(engine: OneShotEngine) -> None:
+    first = engine.generate(fast_request(seed=7), None)
+    again = engine.generate(fast_request(seed=7), None)
+    other = engine.generate(fast_request(seed=8), None)
+    np.testing.assert_array_equal(first.frames, again.frames)
+    assert not np.array_equal(first.frames, other.frames)
+
+
+def test_arguments_reach_the_engine_intact(engine: OneShotEngine, media: dict[str, Path], tmp_path: Path,
+                                          sim_log: Path) -> None:
+    prompt = ("A fox says \"hi\" & 'bye'; $(rm -rf /) `id` | tee > /dev/null < x * ? [a] {b} ~ # %s \\ \n"
+              "second line\tTAB — ünïcødé 狐狸 🦊 -p --width 32")
+    weird_dir = tmp_path / "out dir $HOME; 'quoted' \"d\" ü 🦊"
+    weird_dir.mkdir()
+    anchor = weird_dir / "first frame (1) & co.png"
+    anchor.write_bytes(media["image"].read_bytes())
+    output = weird_dir / "clip `name` $(x).mp4"
+    result = engine.generate(fast_request(prompt=prompt, first_frame=anchor), output)
+    record = sim_invocations(sim_log)[0]
+    assert record["argv"] == result.command[1:] or record["argv"] == result.command
+    argv = record["argv"]
+    assert argv[argv.index("-p") + 1] == prompt
+    assert argv[argv.index("--first-frame") + 1] == str(anchor)
+    assert Path(argv[argv.index("-o") + 1]).parent == weird_dir
+    assert record["cwd"] == str(engine.engine_path.parent)      # h3 opens its shaders by relative path
+    assert output.is_file() and files_in(weird_dir) == sorted([anchor.name, output.name])
+
+
+# ----------------------------------------------------------------------------- outputs are never lost
+
+def test_existing_output_is_never_overwritten(engine: OneShotEngine, tmp_path: Path, sim_log: Path) -> None:
+    output = tmp_path / "mine.mp4"
+    output.write_bytes(b"precious")
+    with pytest.raises(OutputExistsError, match="already exists"):
+        engine.generate(fast_request(), output)
+    assert output.read_bytes() == b"precious"
+    assert sim_invocations(sim_log) == []                      # refused before the engine started
+    engine.generate(fast_request(), output, overwrite=True)
+    assert output.read_bytes() != b"precious" and files_in(tmp_path) == sorted(["mine.mp4", sim_log.name])
+
+
+def test_invalid_request_never_starts_the_engine(engine: OneShotEngine, tmp_path: Path, sim_log: Path) -> None:
+    from h3bridge import RequestError
+    with pytest.raises(RequestError):
+        engine.generate(fast_request(frames=23), tmp_path / "x.mp4")
+    assert sim_invocations(sim_log) == [] and not (tmp_path / "x.mp4").exists()
+
+
+# ----------------------------------------------------------------------------- failures
+
+def test_engine_failure_keeps_h3s_message(engine: OneShotEngine, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_FAIL_PHASE", "audio VAE")
+    monkeypatch.setenv("H3_SIM_FAIL_MESSAGE", "Metal said: out of \"resources\" (0x1)")
+    output = tmp_path / "out" / "fail.mp4"
+    with pytest.raises(EngineError) as caught:
+        engine.generate(fast_request(), output)
+    error = caught.value
+    assert type(error) is EngineError and error.exit_code == 1
+    assert error.engine_message == "Metal said: out of \"resources\" (0x1)"
+    assert "h3: Metal said" in error.stderr and error.command[0] == str(engine.engine_path)
+    assert files_in(output.parent) == []
+
+
+def test_model_load_failure_is_reported_verbatim(tmp_path: Path) -> None:
+    empty_model = tmp_path / "empty model"
+    empty_model.mkdir()
+    engine = OneShotEngine(sim_engine_path(), empty_model)
+    with pytest.raises(EngineError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4")
+    assert caught.value.exit_code == 1 and caught.value.engine_message
+    assert f"h3: {caught.value.engine_message}" in caught.value.stderr
+    assert not (tmp_path / "x.mp4").exists()
+
+
+def test_usage_error_exit_2_is_an_engine_error(tmp_path: Path, model_dir: Path) -> None:
+    wrapper = tmp_path / "h3"
+    wrapper.write_text(f"#!/bin/sh\nexec '{sim_engine_path()}' --no-such-flag \"$@\"\n")
+    wrapper.chmod(0o755)
+    with pytest.raises(EngineError) as caught:
+        OneShotEngine(wrapper, model_dir).generate(fast_request(), tmp_path / "x.mp4")
+    assert type(caught.value) is EngineError and caught.value.exit_code == 2
+    assert "command line" in caught.value.message
+
+
+def test_crash_is_typed(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_CRASH_PHASE", "denoise")
+    with pytest.raises(EngineCrashedError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4")
+    assert caught.value.exit_code < 0 and "SIGSEGV" in caught.value.message
+    assert "denoise" in caught.value.stderr
+    assert files_in(tmp_path) == []
+
+
+def test_watchdog_stops_a_hung_engine(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "load transformer core:3")
+    engine = OneShotEngine(sim_engine_path(), model_dir, stall_timeout=0.5)
+    pgids: list[int] = []
+    with pytest.raises(EngineStalledError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4",
+                        on_progress=lambda e: pgids.extend(c.pid for c in psutil.Process().children()))
+    assert "no progress for 0.5 s" in caught.value.message and "load transformer core" in caught.value.stderr
+    assert_group_gone(pgids)
+    assert files_in(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- cancellation
+
+def assert_group_gone(pgids: list[int]) -> None:
+    assert pgids
+    for pgid in set(pgids):
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+
+
+@pytest.mark.parametrize("phase", ["tokenizer", "text encoder", "load transformer core", "denoise", "audio VAE",
+                                   "video VAE load", "FFmpeg"])
+def test_cancel_in_each_phase(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              phase: str) -> None:
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", phase)     # hold the engine inside `phase`
+    token = CancelToken()
+    pgids: list[int] = []
+
+    def on_progress(event: ProgressEvent) -> None:
+        pgids.extend(child.pid for child in psutil.Process().children())
+        if event.phase == phase:
+            threading.Thread(target=token.cancel).start()    # cancel from another thread
+    output = tmp_path / "out" / "cancelled.mp4"
+    with pytest.raises(GenerationCancelled):
+        engine.generate(fast_request(), output, on_progress=on_progress, cancel=token)
+    assert_group_gone(pgids)
+    assert files_in(output.parent) == []
+
+
+def test_cancel_token_check_hook(engine: OneShotEngine, tmp_path: Path) -> None:
+    """A host's own interrupt flag (ComfyUI) is polled through CancelToken(check=...)."""
+    seen: list[str] = []
+    token = CancelToken(check=lambda: "denoise" in seen)
+    with pytest.raises(GenerationCancelled):
+        engine.generate(fast_request(), tmp_path / "x.mp4", on_progress=lambda e: seen.append(e.phase), cancel=token)
+    assert "FFmpeg" not in seen and files_in(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- locating tools
+
+def test_missing_engine_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("H3_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EngineNotFoundError) as caught:
+        locate_engine()
+    assert "antirez/h3.c" in caught.value.hint and "make" in caught.value.hint and "h3-sim" in caught.value.hint
+    with pytest.raises(EngineNotFoundError, match="does not exist"):
+        locate_engine(tmp_path / "nope" / "h3")
+
+
+def test_engine_from_env_and_checkout_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_BIN", str(sim_engine_path()))
+    assert locate_engine() == sim_engine_path().absolute()
+    checkout = tmp_path / "h3.c"
+    checkout.mkdir()
+    (checkout / "h3").write_text("#!/bin/sh\n")
+    (checkout / "h3").chmod(0o755)
+    assert locate_engine(checkout) == checkout / "h3"
+    (checkout / "h3").chmod(0o644)
+    with pytest.raises(EngineNotFoundError, match="not executable"):
+        locate_engine(checkout)
+
+
+def test_missing_ffmpeg_is_reported_before_starting(engine: OneShotEngine, tmp_path: Path, sim_log: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("H3_FFMPEG", raising=False)
+    monkeypatch.delenv("H3_FFPROBE", raising=False)
+    with pytest.raises(EngineNotFoundError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4")
+    assert "FFmpeg was not found" in caught.value.message and "brew install ffmpeg" in caught.value.hint
+    assert sim_invocations(sim_log) == []
+    # A job that needs no FFmpeg (no MP4, no audio, no media inputs) still runs.
+    result = engine.generate(fast_request(), None, want_audio=False)
+    assert result.frames is not None
+
+
+def test_ffmpeg_paths_are_pinned_absolute(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         sim_log: Path) -> None:
+    monkeypatch.setenv("H3_FFMPEG", "ffmpeg")        # a bare name, as a user might set it
+    from h3bridge.engine import engine_environment, locate_media_tools
+    env = engine_environment(locate_media_tools())
+    assert Path(env["H3_FFMPEG"]).is_absolute() and Path(env["H3_FFPROBE"]).is_absolute()
+    engine.generate(fast_request(), tmp_path / "x.mp4")
