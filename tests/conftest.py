@@ -1,0 +1,20 @@
+"""Suite-wide test isolation (kept minimal: per-area helpers live in tests/*_helpers.py).
+
+Every engine (one-shot or warm session) takes the machine-wide engine lock (h3bridge/lock.py).
+Each test gets its own lock file so tests never queue behind one another or behind a real
+h3bridge run on the same machine; tests about the lock itself set H3BRIDGE_LOCK_PATH explicitly.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from h3bridge.lock import LOCK_PATH_ENV
+
+
+@pytest.fixture(autouse=True)
+def _isolated_engine_lock(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path_factory.mktemp("engine-lock") / "engine.lock"
+    monkeypatch.setenv(LOCK_PATH_ENV, str(path))
+    return path
