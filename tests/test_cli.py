@@ -1,0 +1,134 @@
+"""The `h3bridge` command line: generate (flags, --json, errors, Ctrl-C) and doctor."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core_helpers import media, model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401
+from h3bridge.cli import build_parser, main, request_from_args
+from h3bridge import Reference, ReferenceKind, SlowerPath
+
+FAST_FLAGS = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2"]
+
+
+def cli(*args: str, model: Path, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run the installed console script the way a user would."""
+    command = [sys.executable, "-m", "h3bridge.cli", *args, "--engine-path", str(sim_engine_path()),
+               "--model-dir", str(model)]
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=120, **kwargs)
+
+
+def test_generate_json(model_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "fox.mp4"
+    done = cli("generate", "-p", "a red fox", *FAST_FLAGS, "-o", str(output), "--json", model=model_dir)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["video_path"] == str(output) and output.is_file()
+    assert result["frames_shape"] == [22, 64, 96, 3] and result["audio_shape"] == [2, 29600]
+    assert result["fps"] == 24 and result["seed"] == 42 and result["timings"]["total"] > 0
+    assert "denoise" in done.stderr          # tqdm phase bars go to stderr
+
+
+def test_flags_map_to_the_request(tmp_path: Path) -> None:
+    args = build_parser().parse_args([
+        "generate", "-p", "x", "--preset", "balanced", "--steps", "9", "--seconds", "2.5", "--seed", "5",
+        "--ref-image", "a.png", "--ref-audio", "b.wav", "--ref-video-audio", "v.mp4", "s.wav", "--ref-image", "c.png",
+        "--use-slower-bf16-qkv", "--token-reduction", "--ref-image-size", "max", "--core-reuse", "1"])
+    request = request_from_args(args)
+    assert (request.steps, request.layers, request.reuse) == (9, 45, 2)      # preset, explicit steps win
+    assert request.seconds == 2.5 and request.frames is None and request.seed == 5
+    assert request.references == (Reference(ReferenceKind.IMAGE, Path("a.png")),
+                                  Reference(ReferenceKind.AUDIO, Path("b.wav")),
+                                  Reference(ReferenceKind.VIDEO_AUDIO, Path("v.mp4"), Path("s.wav")),
+                                  Reference(ReferenceKind.IMAGE, Path("c.png")))
+    assert request.slower_paths == frozenset({SlowerPath.BF16_QKV}) and request.token_reduction
+    assert request.reference_image_size.value == "max"
+
+
+def test_bad_values_exit_2_with_the_fix(model_dir: Path, tmp_path: Path) -> None:
+    done = cli("generate", "-p", "fox", "--width", "96", "--height", "64", "--frames", "23", "-o",
+               str(tmp_path / "x.mp4"), model=model_dir)
+    assert done.returncode == 2
+    assert "frames=23 is not a legal H3 length; the next legal lengths are 22 and 39" in done.stderr
+    assert "fix:" in done.stderr and "Traceback" not in done.stderr
+    with pytest.raises(SystemExit) as caught:
+        main(["generate", "--frames", "22"])          # argparse: -p is required
+    assert caught.value.code == 2
+
+
+def test_existing_output_exit_1_and_kept(model_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "mine.mp4"
+    output.write_bytes(b"keep me")
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(output), model=model_dir)
+    assert done.returncode == 1 and "already exists" in done.stderr and "--overwrite" in done.stderr
+    assert output.read_bytes() == b"keep me"
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(output), "--overwrite", "--quiet", model=model_dir)
+    assert done.returncode == 0 and output.read_bytes() != b"keep me"
+
+
+def test_engine_failure_exit_1_with_h3s_words(model_dir: Path, tmp_path: Path) -> None:
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(tmp_path / "x.mp4"), model=model_dir,
+               env={"H3_SIM_FAIL_PHASE": "denoise", "H3_SIM_FAIL_MESSAGE": "GPU fell over"})
+    assert done.returncode == 1 and "h3 failed: GPU fell over" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "x.mp4").exists()
+
+
+def test_missing_engine_exit_1_with_build_hint(tmp_path: Path, model_dir: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "generate", "-p", "x", "--engine-path",
+                           str(tmp_path / "h3"), "--model-dir", str(model_dir)], capture_output=True, text=True)
+    assert done.returncode == 1 and "github.com/antirez/h3.c" in done.stderr and "h3-sim" in done.stderr
+
+
+def test_ctrl_c_cancels_cleanly(model_dir: Path, tmp_path: Path, sim_log: Path) -> None:
+    output = tmp_path / "never.mp4"
+    command = [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "fox", *FAST_FLAGS, "-o", str(output),
+               "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "H3_SIM_HANG_PHASE": "denoise"})
+    try:
+        deadline = time.monotonic() + 60
+        engine_pids: list[int] = []
+        while time.monotonic() < deadline and not engine_pids:
+            engine_pids = [record["pid"] for record in sim_invocations(sim_log)]
+            time.sleep(0.05)
+        assert engine_pids, "the engine never started"
+        time.sleep(0.5)                       # let it reach the hung denoise phase
+        process.send_signal(signal.SIGINT)    # what the terminal sends on Ctrl-C
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert "Traceback" not in stderr and "cancelled" in stderr
+    for pid in engine_pids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)             # h3 ran as its own group leader: pgid == pid
+    assert list(tmp_path.glob("*.mp4")) == [] and list(tmp_path.glob(".*")) == []
+
+
+def test_doctor_reports_what_is_there(model_dir: Path) -> None:
+    done = cli("doctor", "--json", model=model_dir)
+    report = json.loads(done.stdout)
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["engine"]["ok"] and checks["ffmpeg"]["ok"] and checks["model"]["ok"]
+    assert "GiB total" in checks["memory"]["detail"]
+    assert done.returncode == 0 and report["ok"]
+
+
+def test_doctor_says_what_is_missing(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "doctor", "--engine-path", str(tmp_path / "h3"),
+                           "--model-dir", str(tmp_path)], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "H3_MODEL_DIR"})
+    assert done.returncode == 1
+    assert "MISSING engine" in done.stdout and "MISSING model" in done.stdout
+    assert "FL2VA/transformer/config.json" in done.stdout and "fix:" in done.stdout
+    assert psutil.virtual_memory().total > 0
