@@ -1,0 +1,192 @@
+"""verify: header checks, checksums against HF hashes or our manifest, and the hash cache."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from h3bridge import verify as verify_module
+from h3bridge.errors import IntegrityError, ModelError
+from h3bridge.sim.fixture import write_fixture_model
+from h3bridge.verify import HashCache, cache_dir, check_headers, hash_files, manifest_path, verify_model
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fixture_model(tmp_path_factory.mktemp("template") / "MiniMax-H3", ref2va=False)
+
+
+@pytest.fixture
+def model(template: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(template, tmp_path / "MiniMax-H3"))
+
+
+@pytest.fixture
+def count_hashing(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    hashed: list[Path] = []
+    original = verify_module.sha256_file
+
+    def counting(path: Path, on_bytes=None) -> str:
+        hashed.append(path)
+        return original(path, on_bytes)
+
+    monkeypatch.setattr(verify_module, "sha256_file", counting)
+    return hashed
+
+
+def some_shard(root: Path) -> Path:
+    return sorted((root / "FL2VA/transformer").glob("*.safetensors"))[1]
+
+
+def flip_last_byte(path: Path) -> None:
+    """Change data without changing the size (what bit rot or a bad copy does)."""
+    status = path.stat()
+    with open(path, "r+b") as handle:
+        handle.seek(-1, os.SEEK_END)
+        value = handle.read(1)[0]
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([value ^ 0xFF]))
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+
+
+def test_cache_dir_follows_environment(private_cache: Path) -> None:
+    assert cache_dir() == private_cache
+
+
+def test_header_verify_checks_every_shard(model: Path) -> None:
+    report = verify_model(model)
+    assert report.ok and len(report.results) == 23
+    assert {r.status for r in report.results} == {"header ok"}
+    assert "23 shard(s): OK" in report.table()
+
+
+def test_header_verify_reports_damaged_shard(model: Path) -> None:
+    shard = some_shard(model)
+    with open(shard, "r+b") as handle:
+        handle.truncate(shard.stat().st_size - 4)
+    report = verify_model(model)
+    assert not report.ok
+    bad = [r for r in report.results if r.header_error]
+    assert [r.path for r in bad] == [shard] and bad[0].status == "BAD HEADER"
+    with pytest.raises(IntegrityError, match="truncated"):
+        report.raise_for_errors()
+
+
+def test_check_headers_raises_on_layout_problem(model: Path) -> None:
+    assert check_headers(model).component("FL2VA", "transformer").files == 7
+    (model / "FL2VA/transformer/config.json").unlink()
+    with pytest.raises(ModelError, match="missing required model file"):
+        check_headers(model)
+
+
+def test_first_checksum_run_writes_manifest_then_checks_against_it(model: Path, private_cache: Path,
+                                                                  count_hashing: list[Path]) -> None:
+    first = verify_model(model, checksums=True, progress=False)
+    assert first.ok and first.manifest_written
+    assert first.manifest == manifest_path(model, private_cache) and first.manifest.is_file()
+    assert {r.status for r in first.results} == {"hashed, recorded"}
+    assert len(count_hashing) == 23
+    for result in first.results:
+        assert result.sha256 == hashlib.sha256(result.path.read_bytes()).hexdigest()
+    assert "manifest written" in first.table()
+
+    count_hashing.clear()
+    second = verify_model(model, checksums=True, progress=False)
+    assert second.ok and not second.manifest_written and count_hashing == []   # unchanged: nothing re-read
+    assert {r.status for r in second.results} == {"ok (cached)"}
+    assert {r.expected_source for r in second.results} == {"manifest"}
+
+
+def test_changed_file_invalidates_cache_and_fails_checksum(model: Path, count_hashing: list[Path]) -> None:
+    verify_model(model, checksums=True, progress=False)
+    shard = some_shard(model)
+    flip_last_byte(shard)
+    count_hashing.clear()
+    report = verify_model(model, checksums=True, progress=False)
+    assert count_hashing == [shard]          # only the changed file is hashed again
+    bad = [r for r in report.results if r.checksum_error]
+    assert [r.path for r in bad] == [shard] and bad[0].status == "CHECKSUM MISMATCH"
+    with pytest.raises(IntegrityError, match="checksum mismatch") as caught:
+        report.raise_for_errors()
+    assert caught.value.path == shard and "rewrite-manifest" in (caught.value.hint or "")
+    # a deliberate replacement is accepted after rewriting the manifest
+    assert verify_model(model, checksums=True, progress=False, rewrite_manifest=True).ok
+    assert verify_model(model, checksums=True, progress=False).ok
+
+
+def test_touched_but_identical_file_is_rehashed_and_passes(model: Path, count_hashing: list[Path]) -> None:
+    verify_model(model, checksums=True, progress=False)
+    shard = some_shard(model)
+    status = shard.stat()
+    os.utime(shard, ns=(status.st_atime_ns, status.st_mtime_ns + 5_000_000_000))
+    count_hashing.clear()
+    assert verify_model(model, checksums=True, progress=False).ok
+    assert count_hashing == [shard]
+
+
+def make_hf_cache_snapshot(template: Path, hub: Path) -> Path:
+    """hub/models--MiniMaxAI--MiniMax-H3/{blobs/<sha256>, snapshots/<rev>/... -> ../../blobs/<sha256>}."""
+    repo = hub / "models--MiniMaxAI--MiniMax-H3"
+    snapshot = repo / "snapshots" / ("c0ffee" * 6 + "abcd")
+    (repo / "blobs").mkdir(parents=True)
+    for source in template.rglob("*"):
+        if source.is_dir():
+            continue
+        target = snapshot / source.relative_to(template)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        blob = repo / "blobs" / digest
+        shutil.copyfile(source, blob)
+        target.symlink_to(os.path.relpath(blob, target.parent))
+    return snapshot
+
+
+def test_hugging_face_cache_snapshot_uses_blob_hashes(template: Path, tmp_path: Path,
+                                                      count_hashing: list[Path]) -> None:
+    snapshot = make_hf_cache_snapshot(template, tmp_path / "hub")
+    report = verify_model(snapshot, checksums=True, progress=False)
+    assert report.ok and not report.manifest_written
+    assert {r.expected_source for r in report.results} == {"huggingface-cache"}
+    flip_last_byte(some_shard(snapshot).resolve())
+    report = verify_model(snapshot, checksums=True, progress=False)
+    assert [r.path for r in report.results if r.checksum_error] == [some_shard(snapshot)]
+
+
+def test_local_dir_download_metadata_etag(model: Path) -> None:
+    shard = some_shard(model)
+    relative = shard.relative_to(model)
+    metadata = model / ".cache/huggingface/download" / (str(relative) + ".metadata")
+    metadata.parent.mkdir(parents=True)
+    metadata.write_text(f"{'1' * 40}\n{'0' * 64}\n1700000000.0\n")    # a wrong published hash
+    report = verify_model(model, checksums=True, progress=False)
+    [result] = [r for r in report.results if r.path == shard]
+    assert result.expected_source == "huggingface-download" and result.status == "CHECKSUM MISMATCH"
+    metadata.write_text(f"{'1' * 40}\n{hashlib.sha256(shard.read_bytes()).hexdigest()}\n1700000000.0\n")
+    assert verify_model(model, checksums=True, progress=False).ok
+
+
+def test_parallel_hashing_matches_hashlib(tmp_path: Path) -> None:
+    paths = []
+    for index, size in enumerate([0, 1, 8 * 1024 * 1024 + 3, 12345]):
+        path = tmp_path / f"f{index}"
+        path.write_bytes(os.urandom(size))
+        paths.append(path)
+    digests = hash_files(paths, workers=3, progress=False)
+    assert digests == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+def test_damaged_cache_file_is_ignored(model: Path, private_cache: Path) -> None:
+    private_cache.mkdir(parents=True)
+    (private_cache / "verify-cache.json").write_text("{not json")
+    assert verify_model(model, checksums=True, progress=False).ok
+    assert HashCache(private_cache).load().get(verify_module.FileIdentity.of(some_shard(model)))
