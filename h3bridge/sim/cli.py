@@ -297,8 +297,9 @@ def _log_invocation(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `h3-sim` console script; returns the exit status."""
-    # A C program dies on SIGINT; so does the simulator (callers stop engines with signals).
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if argv is None:
+        # As a program, die on SIGINT like a C program does (callers stop engines with signals).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     args = list(sys.argv if argv is None else argv)
     _log_invocation(args)
     try:
