@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core_helpers import fast_request, media  # noqa: F401  (media is a fixture)
 from h3bridge import (
@@ -17,7 +19,7 @@ from h3bridge import (
     SlowerPath,
     align_frame_count,
 )
-from h3bridge.request import legal_frame_counts
+from h3bridge.request import MAX_FRAMES, MIN_FRAMES, legal_frame_counts
 
 IMG = Path("/nonexistent/ref.png")   # value checks never touch files
 
@@ -56,6 +58,20 @@ def test_frames_between_legal_lengths_names_both_neighbours() -> None:
 @pytest.mark.parametrize("frames, nearest", [(5, "22"), (21, "22"), (0, "22"), (363, "362"), (1000, "362")])
 def test_frames_outside_the_released_range(frames: int, nearest: str) -> None:
     reject(fast_request(frames=frames), "frames", f"frames={frames}", f"is {nearest}")
+
+
+@given(st.integers(MIN_FRAMES, MAX_FRAMES))
+def test_frame_rule_matches_upstream_alignment(frames: int) -> None:
+    """Legal exactly when h3 would not change it (h3_align_frame_count); otherwise the message
+    brackets the value with its two legal neighbours."""
+    request = fast_request(frames=frames)
+    if align_frame_count(frames) == frames:
+        request.validate()
+        return
+    with pytest.raises(RequestError) as caught:
+        request.validate()
+    below, above = align_frame_count(frames) - 17, align_frame_count(frames)
+    assert f"next legal lengths are {below} and {above}" in caught.value.message
 
 
 def test_every_legal_frame_count_passes() -> None:
