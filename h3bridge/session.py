@@ -501,6 +501,7 @@ class _Job:
     stall_timeout: float | None
     commands: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
+    in_sync: bool = True     # False while a sent line's reply is still outstanding
 
     def report(self, event: ProgressEvent | None) -> None:
         if event is not None and self.on_progress is not None:
@@ -617,12 +618,13 @@ class SessionEngine:
                     for command in commands_for_change(self._settings, target):
                         self._command(command, job)
                     produced, seed = self._run_prompt(line, job)
-                except SessionCommandError:
-                    raise        # h3 refused a value and kept its previous one: the session is fine
                 except BaseException:
-                    # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
-                    # interrupted mid-job: the process state is unknown, so it goes.
-                    self._shutdown(graceful=False)
+                    if not (job.in_sync and self._process is not None and self._process.alive()):
+                        # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
+                        # interrupted mid-exchange: the process state is unknown, so it goes.
+                        self._shutdown(graceful=False)
+                    # Otherwise h3 answered in full (a refused command, a failed generation) and
+                    # waits for the next line, as upstream's loop does: keep it.
                     raise
                 self.jobs += 1
                 timings = job.tracker.finish(time.monotonic())
@@ -812,6 +814,7 @@ class SessionEngine:
         """Send one `!` command; its one reply is on stdout (worked) or stderr (refused)."""
         assert self._process is not None
         job.commands.append(command.text)
+        job.in_sync = False
         self._process.send(command.text)
         while True:
             event = self._next_event(job)
@@ -819,8 +822,10 @@ class SessionEngine:
             if event.stream == "out" and command.accepts(line):
                 assert self._settings is not None
                 self._settings = command.applied_to(self._settings)
+                job.in_sync = True
                 return
             if event.stream == "err" and (line.startswith("h3: ") or line.startswith("Usage: ")):
+                job.in_sync = True
                 message = line[4:] if line.startswith("h3: ") else line
                 raise SessionCommandError(f"h3 refused {command.text!r}: {message}", engine_message=message,
                                    stderr="\n".join(job.stderr), command=job.commands)
@@ -829,6 +834,7 @@ class SessionEngine:
         """Send the prompt and the two end markers; return (MP4 path, seed) or raise EngineError."""
         assert self._process is not None
         job.commands.append(line)
+        job.in_sync = False
         self._process.send(line)
         self._process.send("!output")       # stdout "Output: DIR" once generate() returned
         self._process.send(SYNC_COMMAND)    # stderr "h3: unknown command; type !help" after that
@@ -851,6 +857,7 @@ class SessionEngine:
                 job.stderr.pop()       # our marker, not part of the job's log
             elif text.startswith("h3: "):
                 engine_lines.append(text[4:])
+        job.in_sync = True
         if produced is None:
             message = engine_lines[-1] if engine_lines else None
             raise EngineError(f"h3 failed: {message}" if message else "h3 produced no video",

@@ -1,0 +1,418 @@
+"""The warm session (h3bridge/session.py) against h3-sim's interactive mode."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core_helpers import fast_request, make_image, model_dir, sim_engine_path  # noqa: F401  (fixture)
+from h3bridge import OneShotEngine
+from h3bridge.cancel import CancelToken
+from h3bridge.errors import (
+    EngineCrashedError,
+    EngineError,
+    GenerationCancelled,
+    OutputExistsError,
+    SessionCommandError,
+    SessionUnsupportedError,
+)
+from h3bridge.lock import LOCK_PATH_ENV, engine_lock
+from h3bridge.progress import WAITING_PHASE
+from h3bridge.session import SessionEngine, SessionSettings, commands_for_change, session_prompt, shared_session
+
+LOAD_PHASES = {"tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core"}
+CACHE_MISSES = ("h3: conditioning cache miss; stored exact BF16", "h3: prepared DiT cache miss; model retained",
+                "h3: video VAE cache miss; decoder retained")
+CACHE_HITS = ("h3: conditioning cache hit", "h3: prepared DiT cache hit", "h3: video VAE cache hit")
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Interactive h3 saves its history to $HOME/.h3_history (h3_cli.c:746-786).
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
+@pytest.fixture
+def session(model_dir: Path):  # noqa: F811
+    engine = SessionEngine(sim_engine_path(), model_dir, idle_timeout=120)
+    yield engine
+    engine.close()
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+# ----------------------------------------------------------------------------- reuse and caching
+
+def test_ten_jobs_reuse_one_process_and_only_the_first_pays_the_loads(session: SessionEngine,
+                                                                      tmp_path: Path) -> None:
+    pids = set()
+    results = []
+    for seed in range(10):
+        result = session.generate(fast_request(seed=seed), tmp_path / f"clip{seed}.mp4",
+                                  want_frames=seed < 2, want_audio=False)
+        pids.add(session.pid)
+        results.append(result)
+    assert len(pids) == 1 and session.starts == 1
+    first, rest = results[0], results[1:]
+    for line in CACHE_MISSES:
+        assert line in first.engine_log
+    assert LOAD_PHASES <= set(first.timings)
+    for seed, result in enumerate(rest, start=1):
+        for line in CACHE_HITS:          # the simulator's (h3.c's) own report of its cache state
+            assert line in result.engine_log, (seed, result.engine_log)
+        assert not any(line in result.engine_log for line in CACHE_MISSES)
+        assert not LOAD_PHASES & set(result.timings), result.timings
+        assert result.command == [f"!seed {seed}", "a red fox runs through snow"]
+        assert result.seed == seed and result.video_path == tmp_path / f"clip{seed}.mp4"
+        assert result.video_path.is_file()
+    # Different seeds give different clips; frames are decoded from the MP4 at the asked shape.
+    assert results[0].frames.shape == results[1].frames.shape == (22, 64, 96, 3)
+    assert not np.array_equal(results[0].frames, results[1].frames)
+
+
+def test_a_changed_option_sends_exactly_the_changed_commands(session: SessionEngine, tmp_path: Path) -> None:
+    base = fast_request(seed=5)
+    first = session.generate(base, tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    # First job: everything that differs from the banner's defaults (h3_cli.c print_status).
+    assert first.command == ["!size 96x64", "!frames 22", "!steps 2", "!seed 5", base.prompt]
+    changed = base.with_changes(steps=3, token_reduction=True)
+    second = session.generate(changed, tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert second.command == ["!steps 3", "!token-reduction on", base.prompt]
+    third = session.generate(changed.with_changes(render_width=64, render_height=32, width=128),
+                             tmp_path / "c.mp4", want_frames=False, want_audio=True)
+    assert third.command == ["!size 128x64", "!render-size 64x32", base.prompt]
+    assert third.audio is not None and third.audio.shape[0] == 2
+    fourth = session.generate(base, tmp_path / "d.mp4", want_frames=False, want_audio=False)
+    assert fourth.command == ["!size 96x64", "!render-size native", "!steps 2", "!token-reduction off",
+                              base.prompt]
+    same = session.generate(base, tmp_path / "e.mp4", want_frames=False, want_audio=False)
+    assert same.command == [base.prompt]
+    assert session.starts == 1
+    assert session.settings == SessionSettings.for_request(base)
+
+
+def test_anchor_commands_and_cache_invalidation(session: SessionEngine, tmp_path: Path) -> None:
+    image = make_image(tmp_path / "first frame.png")
+    request = fast_request(first_frame=image)
+    result = session.generate(request, tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert f"!first {image}" in result.command
+    # Upstream clears every cache when an anchor changes (h3_cli.c set_anchor -> h3_cache_clear).
+    cleared = session.generate(fast_request(), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert cleared.command == ["!first clear", "a red fox runs through snow"]
+    assert "h3: conditioning cache miss; stored exact BF16" in cleared.engine_log
+    assert session.starts == 1
+
+
+def test_refused_command_keeps_the_session(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    from h3bridge.sim.fixture import write_fixture_model
+    from h3bridge import Reference, ReferenceKind
+    fl2va_only = write_fixture_model(tmp_path / "fl2va-only", ref2va=False)
+    image = make_image(tmp_path / "ref.png")
+    with SessionEngine(sim_engine_path(), fl2va_only) as session:
+        session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+        pid = session.pid
+        with pytest.raises(SessionCommandError) as caught:
+            session.generate(fast_request(references=(Reference(ReferenceKind.IMAGE, image),)),
+                             tmp_path / "b.mp4", want_frames=False, want_audio=False)
+        assert caught.value.engine_message == "!ref-image requires the Ref2VA checkpoint"
+        assert not (tmp_path / "b.mp4").exists()
+        again = session.generate(fast_request(seed=1), tmp_path / "c.mp4", want_frames=False, want_audio=False)
+        assert session.pid == pid and again.command == ["!seed 1", "a red fox runs through snow"]
+
+
+def test_engine_failure_is_typed_and_the_session_survives(session: SessionEngine, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_FAIL_PHASE", "audio VAE:3")
+    monkeypatch.setenv("H3_SIM_FAIL_MESSAGE", "Metal command buffer failed: simulated")
+    with pytest.raises(EngineError) as caught:
+        session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert caught.value.engine_message == "Metal command buffer failed: simulated"
+    assert not (tmp_path / "a.mp4").exists()
+    assert session.running     # upstream prints the error and reads the next line (h3_cli.c generate)
+
+
+# ----------------------------------------------------------------------------- failures and lifecycle
+
+def test_crash_mid_job_then_recovery(session: SessionEngine, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_CRASH_PHASE", "load transformer core:3")
+    with pytest.raises(EngineCrashedError) as caught:
+        session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert caught.value.exit_code == -signal.SIGSEGV
+    assert not session.running and not (tmp_path / "a.mp4").exists()
+    with engine_lock(on_wait=lambda waited: pytest.fail("the crashed session still holds the lock")):
+        pass
+    monkeypatch.delenv("H3_SIM_CRASH_PHASE")
+    result = session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert result.video_path.is_file() and session.starts == 2 and session.running
+
+
+def test_externally_killed_session_is_replaced_transparently(session: SessionEngine, tmp_path: Path) -> None:
+    session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    os.killpg(session.pid, signal.SIGKILL)     # e.g. the OOM killer, while idle
+    assert wait_until(lambda: session.pid is None)
+    result = session.generate(fast_request(seed=3), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert result.video_path.is_file() and session.starts == 2
+
+
+def test_cancel_mid_denoise_kills_the_process_group(session: SessionEngine, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_DEVICE_NAME", "Apple M1 Ultra")      # CPU sampler: plain "denoise"
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "denoise:1")            # stuck inside the denoise loop
+    token = CancelToken()
+    seen: list[str] = []
+    pgid: list[int] = []
+
+    def on_progress(event) -> None:
+        seen.append(event.phase)
+        if event.phase == "denoise" and event.done >= 1 and not token.cancelled:
+            pgid.append(session.pid)
+            token.cancel()
+
+    with pytest.raises(GenerationCancelled):
+        session.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=token,
+                         want_frames=False, want_audio=False)
+    cancelled_at = time.monotonic()
+    assert pgid and wait_until(lambda: group_gone(pgid[0]), timeout=1.0)
+    assert time.monotonic() - cancelled_at < 1.0
+    assert not session.running and not (tmp_path / "a.mp4").exists()
+    monkeypatch.delenv("H3_SIM_HANG_PHASE")
+    result = session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert result.video_path.is_file() and session.starts == 2
+
+
+def test_idle_timeout_shuts_down_and_gives_the_lock_back(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    with SessionEngine(sim_engine_path(), model_dir, idle_timeout=0.3) as session:
+        session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+        pid = session.pid
+        assert pid is not None
+        assert wait_until(lambda: group_gone(pid))
+        assert not session.running
+        with engine_lock(on_wait=lambda waited: pytest.fail("the idle session kept the lock")):
+            pass
+        # And it comes back on the next job.
+        session.generate(fast_request(seed=2), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+        assert session.starts == 2
+
+
+def test_engine_binary_change_restarts_the_session(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    wrapper = tmp_path / "bin" / "h3"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/sh\nexec {sim_engine_path()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    with SessionEngine(wrapper, model_dir) as session:
+        session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+        session.generate(fast_request(seed=1), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+        assert session.starts == 1
+        stat = wrapper.stat()
+        os.utime(wrapper, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # "rebuilt"
+        result = session.generate(fast_request(seed=2), tmp_path / "c.mp4", want_frames=False, want_audio=False)
+        assert session.starts == 2
+        assert "h3: conditioning cache miss; stored exact BF16" in result.engine_log
+
+
+def test_launch_only_options_restart_with_flags(session: SessionEngine, tmp_path: Path) -> None:
+    from h3bridge import SlowerPath
+    session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    slower = fast_request(slower_paths=frozenset({SlowerPath.BF16_QKV}))
+    session.generate(slower, tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2     # no `!` command for --use-slower-*: a new process with the flag
+    session.generate(slower.with_changes(seed=9), tmp_path / "c.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2
+
+
+def test_host_death_ends_the_session(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The child sees EOF on stdin when its parent dies, and exits (linenoise returns NULL)."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge.session import SessionEngine
+        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+        session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False)
+        print(session.pid, flush=True)
+        time.sleep(60)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(host.stdout.readline())
+        host.send_signal(signal.SIGKILL)     # no atexit, no cleanup: only the pipe closes
+        host.wait(10)
+        assert wait_until(lambda: group_gone(child), timeout=10)
+    finally:
+        host.kill()
+
+
+def test_host_exit_closes_the_session_via_atexit(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge.session import SessionEngine
+        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+        session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False)
+        print(session.pid, flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert group_gone(int(done.stdout.split()[0]))
+    # `!quit` let upstream save its history (h3_cli.c:786).
+    assert (Path(os.environ["HOME"]) / ".h3_history").read_text().splitlines()[-1] == "!quit"
+
+
+# ----------------------------------------------------------------------------- the line protocol
+
+def test_multiline_prompts_are_refused_unless_joined(session: SessionEngine, model_dir: Path,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    request = fast_request("A fox.\nIt runs through snow.")
+    with pytest.raises(SessionUnsupportedError, match="several lines"):
+        session.generate(request, tmp_path / "a.mp4")
+    assert not session.running         # refused before anything started
+    for bad in ("!help", " padded", ""):
+        with pytest.raises(SessionUnsupportedError):
+            session_prompt(bad)
+    with SessionEngine(sim_engine_path(), model_dir, join_prompt_lines=True) as joining:
+        result = joining.generate(request, tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert result.command[-1] == "A fox. It runs through snow."
+
+
+def test_existing_output_is_refused_before_starting(session: SessionEngine, tmp_path: Path) -> None:
+    output = tmp_path / "mine.mp4"
+    output.write_bytes(b"precious")
+    with pytest.raises(OutputExistsError):
+        session.generate(fast_request(), output)
+    assert output.read_bytes() == b"precious" and not session.running
+    result = session.generate(fast_request(), output, overwrite=True, want_frames=False, want_audio=False)
+    assert output.read_bytes() != b"precious" and result.video_path == output
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]    # no temp files left
+
+
+def test_commands_switch_exclusive_options_off_first() -> None:
+    ssd = SessionSettings(ssd_streaming=True)
+    fc2 = SessionSettings(int8_row_fc2=True)
+    assert [c.text for c in commands_for_change(ssd, fc2)] == ["!ssd-streaming off", "!int8-row-fc2 on"]
+    assert [c.text for c in commands_for_change(fc2, ssd)] == ["!int8-row-fc2 off", "!ssd-streaming on"]
+    assert commands_for_change(fc2, fc2) == []
+
+
+# ----------------------------------------------------------------------------- one engine per machine
+
+def test_in_process_one_shot_makes_the_idle_session_step_aside(session: SessionEngine, model_dir: Path,  # noqa: F811
+                                                               tmp_path: Path) -> None:
+    session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    pid = session.pid
+    one_shot = OneShotEngine(sim_engine_path(), model_dir)
+    result = one_shot.generate(fast_request(), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert result.video_path.is_file()
+    assert not session.running and group_gone(pid)
+    session.generate(fast_request(), tmp_path / "c.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2
+
+
+def test_shared_session_is_one_per_engine_and_model(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    first = shared_session(sim_engine_path(), model_dir)
+    try:
+        assert shared_session(str(sim_engine_path()), str(model_dir)) is first
+        other = write_other_model(tmp_path)
+        assert shared_session(sim_engine_path(), other) is not first
+    finally:
+        first.close()
+
+
+def write_other_model(tmp_path: Path) -> Path:
+    from h3bridge.sim.fixture import write_fixture_model
+    return write_fixture_model(tmp_path / "other-model", ref2va=False)
+
+
+_QUEUED_SESSION = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[5])
+    from core_helpers import fast_request
+    from h3bridge.session import SessionEngine
+    from h3bridge.progress import WAITING_PHASE
+    name, engine, model, log = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
+    release = log.with_name("release-" + name)
+    def note(text):
+        with open(log, "a") as handle:
+            handle.write(f"{name} {text}\\n")
+    waited = []
+    def on_progress(event):
+        if event.phase == WAITING_PHASE and not waited:
+            waited.append(1)
+            note("waiting")
+    with SessionEngine(engine, model) as session:
+        session.generate(fast_request(), log.with_name(name + ".mp4"), want_frames=False, want_audio=False,
+                         on_progress=on_progress)
+        note("generated")
+        while not release.exists():
+            time.sleep(0.01)
+        note("closing")
+""")
+
+
+def test_two_processes_queue_on_the_engine_lock_in_order(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    log = tmp_path / "log.txt"
+    args = [str(sim_engine_path()), str(model_dir), str(log), str(Path(__file__).parent)]
+    env = dict(os.environ)     # the same lock file for both (conftest's per-test H3BRIDGE_LOCK_PATH)
+    assert env[LOCK_PATH_ENV]
+
+    def wait_line(line: str) -> None:
+        assert wait_until(lambda: log.exists() and line in log.read_text().splitlines(), timeout=30), \
+            log.read_text() if log.exists() else "(no log)"
+
+    first = subprocess.Popen([sys.executable, "-c", _QUEUED_SESSION, "A", *args], env=env)
+    second = None
+    try:
+        wait_line("A generated")          # A's session is alive and idle: it holds the model
+        second = subprocess.Popen([sys.executable, "-c", _QUEUED_SESSION, "B", *args], env=env)
+        wait_line("B waiting")
+        (tmp_path / "release-A").touch()
+        wait_line("B generated")
+        (tmp_path / "release-B").touch()
+        assert second.wait(30) == 0 and first.wait(30) == 0
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert log.read_text().splitlines() == ["A generated", "B waiting", "A closing", "B generated", "B closing"]
+
+
+def test_waiting_for_the_engine_is_reported_and_cancellable(session: SessionEngine, tmp_path: Path) -> None:
+    token = CancelToken()
+    events = []
+
+    def on_progress(event) -> None:
+        events.append(event)
+        if event.phase == WAITING_PHASE and len(events) >= 3:
+            token.cancel()
+
+    with engine_lock():      # another engine (here: this test) holds the machine
+        with pytest.raises(GenerationCancelled):
+            session.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=token)
+    assert events and all(event.phase == WAITING_PHASE for event in events)
+    assert not session.running and not (tmp_path / "a.mp4").exists()
