@@ -40,11 +40,16 @@ def sim_program() -> str:
 
 def run_sim_process(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None,
                     timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the installed h3-sim console script as a child process."""
+    """Run the installed h3-sim console script as a child process.
+
+    Output is decoded by hand: text mode would turn cli_progress's '\r' into newlines."""
     merged = dict(os.environ)
     merged.update(env or {})
-    return subprocess.run([sim_program(), *args], capture_output=True, text=True, env=merged,
-                          cwd=cwd, timeout=timeout)
+    done = subprocess.run([sim_program(), *args], capture_output=True, env=merged, cwd=cwd,
+                          timeout=timeout)
+    return subprocess.CompletedProcess(done.args, done.returncode,
+                                       done.stdout.decode("utf-8", "replace"),
+                                       done.stderr.decode("utf-8", "replace"))
 
 
 def make_model(path: Path, *, ref2va: bool = True) -> Path:
