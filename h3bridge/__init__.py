@@ -20,8 +20,11 @@ from .errors import (
     ModelError,
     OutputExistsError,
     RequestError,
+    SessionCommandError,
     SessionError,
+    SessionUnsupportedError,
 )
+from .lock import engine_lock
 from .progress import ProgressEvent
 from .request import (
     PRESETS,
@@ -33,6 +36,7 @@ from .request import (
     align_frame_count,
 )
 from .result import GenerationResult
+from .session import SessionEngine, shared_session
 
 __version__ = "0.1.0"
 
@@ -42,4 +46,6 @@ __all__ = [
     "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "ProgressEvent",
     "Reference", "ReferenceImageSize", "ReferenceKind", "RequestError", "SessionError", "SlowerPath",
     "align_frame_count",
+    # warm session and the machine-wide engine lock (session.py, lock.py)
+    "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
 ]
