@@ -176,6 +176,10 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     add_engine_options(parser)
     parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="stop the engine after this long without progress (default 600; 0 disables)")
+    parser.add_argument("--session", action="store_true",
+                        help="render through h3's interactive mode (the warm SessionEngine the library and "
+                             "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
+                             "session cannot take (several lines) runs one-shot instead")
     parser.set_defaults(handler=run_generate)
 
 
@@ -193,9 +197,13 @@ def result_summary(result) -> dict[str, object]:
 
 def run_generate(args: argparse.Namespace) -> int:
     from .engine import OneShotEngine
+    from .errors import SessionUnsupportedError
+    from .session import SessionEngine
     request = request_from_args(args).validate()
-    engine = OneShotEngine(args.engine_path, args.model_dir,
-                           stall_timeout=args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None)
+    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout) \
+        if getattr(args, "session", False) else None
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
 
@@ -203,12 +211,23 @@ def run_generate(args: argparse.Namespace) -> int:
         cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
 
     previous = signal.signal(signal.SIGINT, interrupt)
+    options = dict(overwrite=args.overwrite, want_frames=not args.no_frames, want_audio=True,
+                   on_progress=bars, cancel=cancel)
     try:
-        result = engine.generate(request, args.output or None, overwrite=args.overwrite,
-                                 want_frames=not args.no_frames, want_audio=True, on_progress=bars, cancel=cancel)
+        if session is not None:
+            try:
+                result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+            except SessionUnsupportedError as error:
+                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+                session.close()
+                session = None
+        if session is None:
+            result = one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
     finally:
         signal.signal(signal.SIGINT, previous)
         bars.close()
+        if session is not None:
+            session.close()
     if args.json:
         print(json.dumps(result_summary(result), indent=2))
     else:
