@@ -38,6 +38,20 @@ class StderrPiece:
     complete: bool
 
 
+def live_group_members(pgid: int) -> list[int]:
+    """PIDs in process group `pgid` that are still running (not zombies)."""
+    import psutil
+
+    members: list[int] = []
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(process.pid) == pgid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
 class EngineProcess:
     """A child process in its own process group, with its stderr streamed to `pieces`."""
 
@@ -71,14 +85,18 @@ class EngineProcess:
         return self.popen.poll()
 
     def group_alive(self) -> bool:
-        """True while any process of the child's group still exists."""
+        """True while any process of the child's group still runs.
+
+        Members that already died but wait to be reaped (zombies: an orphaned FFmpeg is
+        reaped by init, which can take a moment in containers) do not count.
+        """
         try:
             os.killpg(self.pgid, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
             return True
-        return True
+        return bool(live_group_members(self.pgid))
 
     def _read_stderr(self) -> None:
         assert self.popen.stderr is not None
@@ -146,8 +164,7 @@ class EngineProcess:
             status = self.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
-        # The group is gone once its last member is reaped; members that are not our
-        # children are reaped by init, so poll briefly.
+        # Members that are not our children are reaped by init; make sure none still runs.
         deadline = time.monotonic() + 1.0
         while self.group_alive() and time.monotonic() < deadline:
             self.signal_group(signal.SIGKILL)

@@ -98,3 +98,25 @@ def sim_invocations(log: Path) -> list[dict]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
+
+
+def assert_group_gone(pgid: int) -> None:
+    """Nothing of the engine's process group runs any more, and the group disappears.
+
+    Every member must already be dead (no live process) when this is called; orphaned members
+    (FFmpeg) are reaped by init, which in containers can lag a little, so the final
+    `os.killpg(pgid, 0)` -> ProcessLookupError check allows for that.
+    """
+    import os
+    import time
+
+    from h3bridge.engine_process import live_group_members
+    assert live_group_members(pgid) == [], f"engine group {pgid} still has running processes"
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"engine group {pgid} was never reaped"
+        time.sleep(0.02)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from h3bridge.engine import engine_message_from, expected_phases
 from h3bridge.engine_process import EngineProcess
 from h3bridge.progress import PHASE_ORDER, ProgressTracker, is_complete_progress, parse_progress
-from core_helpers import fast_request
+from core_helpers import assert_group_gone, fast_request
 
 
 def upstream_record(phase: str, done: int, total: int) -> str:
@@ -91,8 +91,9 @@ def test_process_group_is_stopped_with_grandchildren(tmp_path) -> None:
     started = time.monotonic()
     process.stop()
     assert time.monotonic() - started < 5
+    assert_group_gone(process.pgid)
     with pytest.raises(ProcessLookupError):
-        os.killpg(process.pgid, 0)
+        os.kill(grandchild, 0)
     assert process.popen.returncode < 0
     assert "ünïcødé" in process.stderr_text
     process.stop()                                       # idempotent
