@@ -76,13 +76,17 @@ def iter_frames(spec: PatternSpec, conditions: Conditions) -> Iterator[np.ndarra
                          for image in conditions.reference_images], axis=0)
     denominator = max(spec.frame_count - 1, 1)
     frame = np.empty((spec.height, spec.width, 3), dtype=np.float32)
+    two_pi = 2 * np.pi
     for index in range(spec.frame_count):
         t = index / 24.0
-        two_pi = np.float32(2 * np.pi)
-        frame[..., 0] = 0.5 + 0.5 * np.sin(two_pi * (fx * x + vx * t) + phases[0])
-        frame[..., 1] = 0.5 + 0.5 * np.sin(two_pi * (fy * y + vy * t) + phases[1])
-        frame[..., 2] = 0.5 + 0.5 * np.sin(two_pi * (fx * x + fy * y - vb * t) + phases[2])
-        frame *= 255.0
+        # Separable waves: red varies along x, green along y, blue along x+y (expanded with
+        # the angle-sum identity so each frame needs only 1-D sines).
+        frame[..., 0] = (0.5 + 0.5 * np.sin(two_pi * (fx * x + vx * t) + phases[0])) * 255.0
+        frame[..., 1] = (0.5 + 0.5 * np.sin(two_pi * (fy * y + vy * t) + phases[1])) * 255.0
+        along_x = two_pi * (fx * x - vb * t) + phases[2]
+        along_y = two_pi * fy * y
+        frame[..., 2] = 127.5 + 127.5 * (np.sin(along_x) * np.cos(along_y)
+                                         + np.cos(along_x) * np.sin(along_y))
         left = int((0.5 + 0.4 * np.sin(orbit[0] * t)) * (spec.width - box_w))
         top = int((0.5 + 0.4 * np.cos(orbit[1] * t)) * (spec.height - box_h))
         frame[top:top + box_h, left:left + box_w] = box_color

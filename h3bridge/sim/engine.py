@@ -33,8 +33,9 @@ VAE load"; "denoise" (or "denoise enqueue" + final "denoise" on M5); "audio VAE"
 "video VAE load" n/36 (0/36 first when caching); frames to on_frame; "FFmpeg" 0/F, F/F.
 
 Simulation-only environment variables (documented again in the README "h3-sim" section):
-  H3_SIM_TIME_SCALE    seconds of sleep per simulated M1-Ultra second (default 0.002: a default
-                       864x480x56/20-step job takes ~0.3 s; 1 = realistic ~2 min)
+  H3_SIM_TIME_SCALE    seconds of sleep per simulated M1-Ultra second (default 0.002: the phases
+                       of a default 864x480x56/20-step job sleep ~0.3 s in all; 1 = realistic,
+                       ~2 min; real work such as frame rendering and x264 comes on top)
   H3_SIM_CRASH_PHASE   <phase>[:<done>]  report that progress, then die with SIGSEGV
   H3_SIM_HANG_PHASE    <phase>[:<done>]  report that progress, then stop progressing forever
   H3_SIM_FAIL_PHASE    <phase>[:<done>]  report that progress, then fail like a Metal error:

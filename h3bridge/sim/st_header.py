@@ -21,6 +21,7 @@ Mirrored (h3_safetensors.c at 8974cc0):
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 MAX_HEADER = 256 * 1024 * 1024        # H3_ST_MAX_HEADER, h3_safetensors.c:13
@@ -32,6 +33,7 @@ DTYPE_SIZES = {                        # h3_parse_dtype / h3_dtype_size, :183-21
 }
 _UINT64_MAX = (1 << 64) - 1
 _WHITESPACE = b" \n\r\t"
+_SPECIAL = re.compile(rb"[\x00-\x1f\\]")
 
 
 class HeaderError(Exception):
@@ -94,6 +96,12 @@ class _Cursor:
         if self.at >= self.end or self.data[self.at] != ord('"'):
             raise self.fail("expected JSON string")
         self.at += 1
+        # Fast path for the common case (no escapes, no control bytes); same result.
+        close = self.data.find(b'"', self.at)
+        if close >= 0 and _SPECIAL.search(self.data, self.at, close) is None:
+            text = self.data[self.at:close]
+            self.at = close + 1
+            return text.decode("utf-8", errors="surrogateescape")
         out = bytearray()
         malformed = self.fail("malformed JSON string escape")
         while self.at < self.end and self.data[self.at] != ord('"'):
