@@ -299,3 +299,15 @@ def test_output_parent_that_cannot_be_created(capsys: pytest.CaptureFixture[str]
     message = _fail(capsys, model, "-p", "x", "--width", "64", "--height", "64", "--steps", "2",
                     "--frames", "22", "-o", str(blocker / "sub" / "out.mp4"))
     assert message == f"cannot create output directory {blocker}/sub: Not a directory"
+
+
+def test_prompt_must_be_utf8(capsys: pytest.CaptureFixture[str], model: Path,
+                             media: dict[str, Path]) -> None:
+    invalid = b"caf\xe9".decode("utf-8", "surrogateescape")   # how Python receives such argv
+    run = run_sim(capsys, "-d", str(model), "-p", invalid, *SMALL, "--frames", "22")
+    assert run.code == 1
+    assert run.err.endswith("\rtokenizer                    1/1   \nh3: prompt is not valid UTF-8\n")
+    anchored = run_sim(capsys, "-d", str(model), "-p", invalid, *SMALL, "--frames", "22",
+                       "--first-frame", str(media["image"]))
+    assert anchored.err.endswith("\rtext encoder                 0/50  \n"
+                                 "h3: prompt is not valid UTF-8\n")

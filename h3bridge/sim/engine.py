@@ -409,6 +409,15 @@ def _simulated_tokens(prompt: str, vision_outputs: int) -> int:
     return 24 + len(prompt.encode("utf-8", "surrogateescape")) // 4 + 1 + 256 * vision_outputs
 
 
+def _is_utf8(text: str) -> bool:
+    """argv arrives surrogate-escaped; undecodable bytes mean the C string is not UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _use_gpu_sampler(device: SimDevice) -> bool:
     """gpu_sampler_requested (h3_dit.c:2579-2585)."""
     cpu = os.environ.get("H3_CPU_SAMPLER")
@@ -682,7 +691,15 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
                 progress.steps("Qwen vision", VISION_LAYERS, _BASE_SECONDS["Qwen vision"])
                 progress.check_cancelled()
             progress.check_cancelled()
+    utf8 = _is_utf8(prompt)
+    if not visuals and not utf8:
+        # h3_tokenizer_encode (h3_tokenizer.m:424-427) runs before "text encoder" 0/50 in
+        # T2VA (h3.c:1412-1416) ...
+        raise SimError("prompt is not valid UTF-8")
     progress.emit("text encoder", 0, TEXT_LAYERS)
+    if not utf8:
+        # ... and inside h3_multimodal_encode_* (h3_multimodal.c:65) after it otherwise.
+        raise SimError("prompt is not valid UTF-8")
     _open_weights(text_path)
     progress.steps("text encoder", TEXT_LAYERS, _BASE_SECONDS["text encoder"])
     return _Conditioning(key=key, tokens=_simulated_tokens(prompt, vision_outputs),
