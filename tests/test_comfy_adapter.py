@@ -17,7 +17,7 @@ from h3bridge.reference_files import ReferenceList
 from h3bridge.request import PRESETS, ReferenceKind
 from h3bridge.result import GenerationResult
 
-from comfy_helpers import fixture_model  # noqa: F401  (pytest fixture)
+from comfy_helpers import fixture_model, realistic_model  # noqa: F401  (pytest fixtures)
 
 
 # ----------------------------------------------------------------------------- graph connectivity
@@ -99,10 +99,45 @@ def test_bad_choices_are_request_errors_naming_the_field() -> None:
     assert info.value.field == "ssd_streaming"
 
 
-def test_explicit_ssd_choice_needs_no_plan() -> None:
+def test_explicit_ssd_choice_is_planned_as_given(fixture_model: Path) -> None:
     request = adapter.build_request(adapter.GenerateSettings(prompt="x"))
-    assert adapter.decide_ssd_streaming("on", request, Path("/nonexistent")) == (True, None)
-    assert adapter.decide_ssd_streaming("off", request, Path("/nonexistent")) == (False, None)
+    for choice, expected in (("on", True), ("off", False)):
+        ssd, plan = adapter.decide_ssd_streaming(choice, request, fixture_model)
+        assert ssd is expected and plan.request.ssd_streaming is expected and plan.fits
+
+
+@pytest.mark.parametrize(("gigabytes", "expected"), [(24, True), (32, True), (64, False), (128, False)])
+def test_auto_ssd_streaming_follows_the_memory_plan(realistic_model: Path, gigabytes: int, expected: bool) -> None:
+    # README "ComfyUI": 24-32 GB Macs need SSD streaming at 864x480; 64 GB and up do not.
+    from h3bridge.memory import MachineFacts
+    request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0))
+    ssd, plan = adapter.decide_ssd_streaming("auto", request, realistic_model, machine=MachineFacts.mac(gigabytes))
+    assert ssd is expected and plan.fits and plan.request.ssd_streaming is expected
+
+
+def test_forced_resident_weights_that_do_not_fit_fail_before_the_engine(realistic_model: Path) -> None:
+    from h3bridge.errors import MemoryPlanError
+    from h3bridge.memory import MachineFacts
+    request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0))
+    with pytest.raises(MemoryPlanError) as info:
+        adapter.decide_ssd_streaming("off", request, realistic_model, machine=MachineFacts.mac(24))
+    assert "--ssd-streaming" in (info.value.hint or "")
+
+
+def test_memory_plan_text_shows_the_auto_decision(realistic_model: Path) -> None:
+    from h3bridge.memory import MachineFacts
+    handle = adapter.EngineHandle(engine_path=Path("/bin/h3"), model_dir=realistic_model)
+    settings = adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0)
+    small = adapter.describe_plan(handle, settings, machine=MachineFacts.mac(24))
+    assert small.startswith("864x480, 107 frames (4.458 s), preset balanced, SSD streaming on (auto)")
+    assert "fits" in small
+    large = adapter.describe_plan(handle, settings, machine=MachineFacts.mac(128))
+    assert "SSD streaming off (auto)" in large
+    # Forced off on a small Mac: shown as not fitting, with the fix, instead of raising.
+    forced = adapter.describe_plan(handle, adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0,
+                                                                   ssd_streaming="off"),
+                                   machine=MachineFacts.mac(24))
+    assert "does not fit" in forced and "--ssd-streaming" in forced
 
 
 # ----------------------------------------------------------------------------- engine settings
@@ -212,23 +247,27 @@ class RecordingEngine:
                                 seed=request.seed, timings={"denoise": 1.5, "total": 2.0})
 
 
-HANDLE = adapter.EngineHandle(engine_path=Path("/bin/h3"), model_dir=Path("/models/MiniMax-H3"))
 SMALL = adapter.GenerateSettings(prompt="a red fox", preset="preview", width=96, height=64,
                                  length_unit="frames", frames=22, ssd_streaming="off")
 
 
+@pytest.fixture
+def handle(fixture_model: Path) -> adapter.EngineHandle:
+    return adapter.EngineHandle(engine_path=Path("/bin/h3"), model_dir=fixture_model)
+
+
 def _run(tmp_path: Path, engine: RecordingEngine, *, want_image: bool, inputs: adapter.GenerateInputs | None = None,
-         settings: adapter.GenerateSettings = SMALL) -> adapter.GenerateOutputs:
+         settings: adapter.GenerateSettings = SMALL, handle: adapter.EngineHandle) -> adapter.GenerateOutputs:
     events: list[ProgressEvent] = []
-    return adapter.run_generate(HANDLE, settings, inputs or adapter.GenerateInputs(),
+    return adapter.run_generate(handle, settings, inputs or adapter.GenerateInputs(),
                                 scratch_parent=tmp_path / "scratch", output_dir=tmp_path / "out",
                                 want_image=want_image, on_progress=events.append, cancel=CancelToken(),
                                 engine_factory=lambda handle: engine)
 
 
-def test_unconnected_image_output_builds_no_frames(tmp_path: Path) -> None:
+def test_unconnected_image_output_builds_no_frames(tmp_path: Path, handle: adapter.EngineHandle) -> None:
     engine = RecordingEngine()
-    outputs = _run(tmp_path, engine, want_image=False)
+    outputs = _run(tmp_path, engine, want_image=False, handle=handle)
     assert engine.calls[0]["want_frames"] is False and engine.calls[0]["want_audio"] is True
     assert engine.calls[0]["overwrite"] is False
     assert outputs.image_is_placeholder and outputs.image.shape == (1, 64, 96, 3)
@@ -237,9 +276,9 @@ def test_unconnected_image_output_builds_no_frames(tmp_path: Path) -> None:
     assert outputs.waveform.shape == (1, 2, 32000) and outputs.sample_rate == 32000
 
 
-def test_connected_image_output_gets_every_frame(tmp_path: Path) -> None:
+def test_connected_image_output_gets_every_frame(tmp_path: Path, handle: adapter.EngineHandle) -> None:
     engine = RecordingEngine()
-    outputs = _run(tmp_path, engine, want_image=True)
+    outputs = _run(tmp_path, engine, want_image=True, handle=handle)
     assert engine.calls[0]["want_frames"] is True
     assert not outputs.image_is_placeholder
     assert outputs.image.shape == (22, 64, 96, 3) and outputs.image.dtype == np.float32
@@ -249,18 +288,18 @@ def test_connected_image_output_gets_every_frame(tmp_path: Path) -> None:
     assert "prompt: a red fox" in summary
 
 
-def test_each_run_writes_a_new_mp4(tmp_path: Path) -> None:
-    first = _run(tmp_path, RecordingEngine(), want_image=False).video_path
-    second = _run(tmp_path, RecordingEngine(), want_image=False).video_path
+def test_each_run_writes_a_new_mp4(tmp_path: Path, handle: adapter.EngineHandle) -> None:
+    first = _run(tmp_path, RecordingEngine(), want_image=False, handle=handle).video_path
+    second = _run(tmp_path, RecordingEngine(), want_image=False, handle=handle).video_path
     assert first != second and first.is_file() and second.is_file()
 
 
-def test_anchor_images_are_written_and_cleaned_up(tmp_path: Path) -> None:
+def test_anchor_images_are_written_and_cleaned_up(tmp_path: Path, handle: adapter.EngineHandle) -> None:
     first = np.zeros((1, 64, 96, 3), dtype=np.float32)
     first[..., 0] = 1.0
     last = np.full((64, 96, 4), 0.5, dtype=np.float32)     # RGBA without batch: alpha dropped
     engine = RecordingEngine()
-    _run(tmp_path, engine, want_image=False, inputs=adapter.GenerateInputs(first_frame=first, last_frame=last))
+    _run(tmp_path, engine, want_image=False, handle=handle, inputs=adapter.GenerateInputs(first_frame=first, last_frame=last))
     request = engine.calls[0]["request"]
     assert request.first_frame is not None and request.last_frame is not None
     assert [p.suffix for p in engine.seen_files] == [".png", ".png"]
@@ -268,7 +307,7 @@ def test_anchor_images_are_written_and_cleaned_up(tmp_path: Path) -> None:
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
-def test_scratch_files_are_removed_when_the_engine_fails(tmp_path: Path) -> None:
+def test_scratch_files_are_removed_when_the_engine_fails(tmp_path: Path, handle: adapter.EngineHandle) -> None:
     class FailingEngine(RecordingEngine):
         def generate(self, request, output, **kwargs):
             self.seen_files.append(Path(request.first_frame))
@@ -276,22 +315,22 @@ def test_scratch_files_are_removed_when_the_engine_fails(tmp_path: Path) -> None
 
     engine = FailingEngine()
     with pytest.raises(RequestError, match="engine said no"):
-        _run(tmp_path, engine, want_image=True,
+        _run(tmp_path, engine, want_image=True, handle=handle,
              inputs=adapter.GenerateInputs(first_frame=np.zeros((64, 96, 3), np.float32)))
     assert engine.seen_files and not engine.seen_files[0].exists()
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
-def test_bad_request_fails_before_the_engine_starts(tmp_path: Path) -> None:
+def test_bad_request_fails_before_the_engine_starts(tmp_path: Path, handle: adapter.EngineHandle) -> None:
     engine = RecordingEngine()
     with pytest.raises(RequestError) as info:
-        _run(tmp_path, engine, want_image=False,
+        _run(tmp_path, engine, want_image=False, handle=handle,
              settings=adapter.GenerateSettings(prompt="x", width=100, height=64, ssd_streaming="off"))
     assert info.value.field == "width"
     assert engine.calls == []
 
 
-def test_references_reach_the_engine_in_order(tmp_path: Path) -> None:
+def test_references_reach_the_engine_in_order(tmp_path: Path, handle: adapter.EngineHandle) -> None:
     from h3bridge.reference_files import AudioClip, ReferenceItem
     picture = np.full((40, 48, 3), 0.25, np.float32)
     sound = AudioClip(np.zeros((2, 32000 * 3), np.float32), 32000)
@@ -301,17 +340,10 @@ def test_references_reach_the_engine_in_order(tmp_path: Path) -> None:
     engine = RecordingEngine()
     settings = adapter.GenerateSettings(prompt="the fox <Picture 1> with <Audio 1>", preset="preview", width=96,
                                         height=64, length_unit="frames", frames=56, ssd_streaming="off")
-    _run(tmp_path, engine, want_image=False, inputs=adapter.GenerateInputs(references=references), settings=settings)
+    _run(tmp_path, engine, want_image=False, handle=handle, inputs=adapter.GenerateInputs(references=references), settings=settings)
     request = engine.calls[0]["request"]
     assert [r.kind for r in request.references] == [ReferenceKind.IMAGE, ReferenceKind.AUDIO]
     assert [p.suffix for p in engine.seen_files] == [".png", ".wav"]
     assert not any(p.exists() for p in engine.seen_files)
 
 
-def test_memory_plan_text_for_explicit_choice(tmp_path: Path, fixture_model: Path) -> None:
-    pytest.importorskip("h3bridge.memory")
-    handle = adapter.EngineHandle(engine_path=Path("/bin/h3"), model_dir=fixture_model)
-    text = adapter.describe_plan(handle, adapter.GenerateSettings(prompt="x", width=512, height=512,
-                                                                  length_unit="frames", frames=22,
-                                                                  ssd_streaming="on"))
-    assert text.startswith("512x512, 22 frames") and "SSD streaming on (on)" in text

@@ -219,38 +219,40 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
     return GenerationRequest.from_preset(settings.preset, settings.prompt, **overrides)
 
 
-def memory_plan(request: GenerationRequest, model_dir: Path) -> Any:
-    """The MemoryPlan for a request on this machine (memory.preflight)."""
+def memory_plan(request: GenerationRequest, model_dir: Path, *, force: bool = False, machine: Any = None) -> Any:
+    """The MemoryPlan for a request on this machine (memory.preflight: layout, shard headers,
+    then the plan). Without `force`, a plan that does not fit raises MemoryPlanError naming
+    the setting that would fit."""
     from ..memory import preflight
-    return preflight(request, model_dir)
+    return preflight(request, model_dir, force=force, machine=machine)
 
 
 def plan_text(plan: Any) -> str:
-    render = getattr(plan, "render", None)
-    return render() if callable(render) else str(plan)
+    return plan.render()
 
 
-def plan_wants_ssd_streaming(plan: Any) -> bool:
-    return bool(getattr(plan, "needs_ssd_streaming", False))
+def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
+                         machine: Any = None) -> tuple[bool, Any]:
+    """SSD streaming on/off from the node's choice and the memory plan for it.
 
-
-def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path) -> tuple[bool, Any]:
-    """SSD streaming on/off from the node's choice; 'auto' follows the memory plan.
-
-    Returns (ssd_streaming, plan) where plan is the MemoryPlan of the request with that
-    choice applied (None when on/off were explicit and no plan was needed).
+    'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
+    fit in memory without it and does with it (memory.py's suggestion). Returns
+    (ssd_streaming, plan); raises MemoryPlanError (with the plan and its fix) when the
+    chosen setting does not fit, before any engine starts.
     """
-    if choice == "on":
-        return True, None
-    if choice == "off":
-        return False, None
-    if choice != "auto":
+    if choice not in SSD_MODES:
         raise RequestError(f"unknown SSD streaming choice {choice!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
-    plan = memory_plan(request.with_changes(ssd_streaming=False), model_dir)
-    if not plan_wants_ssd_streaming(plan):
-        return False, plan
-    return True, memory_plan(request.with_changes(ssd_streaming=True), model_dir)
+    if choice != "auto":
+        ssd = choice == "on"
+        return ssd, memory_plan(request.with_changes(ssd_streaming=ssd), model_dir, machine=machine)
+    resident = memory_plan(request.with_changes(ssd_streaming=False), model_dir, force=True, machine=machine)
+    if resident.fits:
+        return False, resident
+    if resident.needs_ssd_streaming:
+        return True, memory_plan(request.with_changes(ssd_streaming=True), model_dir, machine=machine)
+    memory_plan(request.with_changes(ssd_streaming=False), model_dir, machine=machine)   # raises the plan's error
+    return False, resident   # pragma: no cover - preflight raised above
 
 
 # ----------------------------------------------------------------------------- graph facts
@@ -439,12 +441,18 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                            summary=summarise(result, handle, plan, placeholder), result=result)
 
 
-def describe_plan(handle: EngineHandle, settings: GenerateSettings) -> str:
-    """The H3 Memory Plan node's text: the plan for these settings, nothing run."""
+def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: Any = None) -> str:
+    """The H3 Memory Plan node's text: the plan for these settings, nothing run. A plan that
+    does not fit is shown (with the setting that would fit), not raised."""
     request = build_request(settings)
-    ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir)
-    if plan is None:
-        plan = memory_plan(request.with_changes(ssd_streaming=ssd), handle.model_dir)
+    ssd = settings.ssd_streaming == "on"
+    if settings.ssd_streaming == "auto":
+        resident = memory_plan(request, handle.model_dir, force=True, machine=machine)
+        ssd = not resident.fits and resident.needs_ssd_streaming
+    elif settings.ssd_streaming not in SSD_MODES:
+        raise RequestError(f"unknown SSD streaming choice {settings.ssd_streaming!r}", field="ssd_streaming",
+                           hint=f"use one of: {', '.join(SSD_MODES)}")
+    plan = memory_plan(request.with_changes(ssd_streaming=ssd), handle.model_dir, force=True, machine=machine)
     frames = request.frame_count
     header = (f"{request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), preset {settings.preset}, "
               f"SSD streaming {'on' if ssd else 'off'} ({settings.ssd_streaming})")

@@ -104,7 +104,7 @@ def _plan_inputs() -> list[io.Input]:
                      tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
         io.Combo.Input("length_unit", options=list(adapter.LENGTH_UNITS), default="seconds",
                        tooltip="Give the length in seconds or in frames (24 fps)."),
-        io.Float.Input("seconds", default=2.0, min=0.05, max=MAX_FRAMES / FPS, step=0.125, round=0.001,
+        io.Float.Input("seconds", default=2.0, min=0.05, max=round(MAX_FRAMES / FPS, 3), step=0.125, round=0.001,
                        tooltip=f"Clip length when length_unit is seconds. Snapped UP to the next legal H3 length "
                                f"(5 + 17n frames at 24 fps, {MIN_FRAMES}..{MAX_FRAMES} frames): 10 s becomes "
                                f"243 frames (10.125 s)."),
