@@ -16,11 +16,11 @@ caller can observe is mirrored from h3_cli.c at 8974cc0 (line numbers below):
   limit, and EOF ends the session (linenoise.c `linenoiseNoTTY` :1566). On a TTY the sim
   takes linenoise's "unsupported terminal" path (prints `h3> `, reads a line of at most
   4095 bytes); it does not implement line editing;
-* output buffering: stdout is written through Python's stdio, which like C's is
-  line-buffered on a TTY and block-buffered otherwise; it is flushed only where upstream
-  calls fflush(stdout): after the `Seed:` line of each job (:436) and at exit. So over a
-  pipe `Done -> PATH` and command replies arrive late, as with the real h3. stderr
-  (progress, `h3: ...`) is unbuffered, as in C;
+* output buffering: stdout gets C stdio's rule (line-buffered on a TTY, fully buffered
+  otherwise, whatever PYTHONUNBUFFERED says) and is flushed only where upstream calls
+  fflush(stdout): after the `Seed:` line of each job (:436) and at exit. So over a pipe
+  `Done -> PATH` and command replies arrive late, as with the real h3. stderr (progress,
+  `h3: ...`) is flushed on every write, as C's unbuffered stderr;
 * every `!` command with upstream's exact replies (stdout) and errors (stderr).
 
 The terminal graphics of `!show` are not drawn (the sim reports success and draws
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import io
 import math
 import os
 import re
@@ -760,13 +761,41 @@ def _make_session_directory() -> str:
     raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))
 
 
+def _c_stdio_stdout() -> object | None:
+    """Give fd 1 C stdio's buffering: line-buffered on a TTY, fully buffered otherwise.
+
+    Python's own choice depends on PYTHONUNBUFFERED/-u (then every write goes straight out),
+    which would hide exactly the behaviour a driver of the real h3 has to cope with. Returns
+    the previous sys.stdout to restore, or None when stdout is not fd 1 (in-process capture).
+    """
+    try:
+        if sys.stdout.fileno() != 1:
+            return None
+    except (AttributeError, OSError, ValueError):
+        return None
+    previous = sys.stdout
+    previous.flush()
+    buffered = io.BufferedWriter(io.FileIO(1, "w", closefd=False), buffer_size=io.DEFAULT_BUFFER_SIZE)
+    sys.stdout = io.TextIOWrapper(buffered, encoding="utf-8", errors="surrogateescape",
+                                  line_buffering=os.isatty(1), write_through=False)
+    return previous
+
+
 def run(ctx: core.SimContext, model_dir: str, initial: SimParams, show: bool, seed_given: bool) -> int:
     """h3_cli.c:691 `h3_cli_run`. Returns the process exit status (0, or 1 on setup failure)."""
-    for stream in (sys.stdout, sys.stderr):
-        # C passes prompt and path bytes through untouched.
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(errors="surrogateescape")
+    previous_stdout = _c_stdio_stdout()
+    try:
+        return _run(ctx, model_dir, initial, show, seed_given)
+    finally:
+        sys.stdout.flush()          # exit() flushes stdio
+        if previous_stdout is not None:
+            sys.stdout = previous_stdout  # type: ignore[assignment]
+
+
+def _run(ctx: core.SimContext, model_dir: str, initial: SimParams, show: bool, seed_given: bool) -> int:
+    reconfigure = getattr(sys.stderr, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="surrogateescape")     # C passes prompt and path bytes through untouched
     ctx.set_cache_enabled(True)
     params = copy.copy(initial)
     initial_references = list(initial.references)
