@@ -224,14 +224,15 @@ class CliState:
     frame_write_failed: bool = False
 
     def progress(self, phase: str, completed: int, total: int) -> bool:
-        phase = phase.encode("utf-8", "surrogateescape")[:63].decode("utf-8", "ignore")
-        if phase == self.phase and completed == self.completed and total == self.total:
+        # state->phase is char[64]: comparisons see at most 63 bytes, the line shows all.
+        stored = phase.encode("utf-8", "surrogateescape")[:63].decode("utf-8", "ignore")
+        if stored == self.phase and completed == self.completed and total == self.total:
             return False
         err = sys.stderr
-        if phase != self.phase:
+        if stored != self.phase:
             if self.active:
                 err.write("\n")
-            self.phase = phase
+            self.phase = stored
         self.completed, self.total = completed, total
         self.active = completed < total
         err.write(f"\r{phase:<25} {completed:4d}/{total:<4d}")
