@@ -369,11 +369,18 @@ def _inventory_partition(root: Path, name: str, inventory: ModelInventory, *, re
                         f"finish the Ref2VA download ({DOWNLOAD_HINT})", base / REF2VA_MARKER))
     inventory.partitions[name] = partition
     severity = "error" if partition.enabled else "warning"
-    for relative in REQUIRED_FILES + DECODE_CONFIGS:
-        if not (base / relative).is_file():
-            # h3.c h3_require_file: "missing required model file: %s"
-            add(Problem(severity, "missing-file", f"missing required model file: {base / relative}",
-                        f"{DOWNLOAD_HINT} (config and tokenizer files are part of the snapshot)", base / relative))
+
+    def require_files(names: tuple[str, ...]) -> None:
+        for relative in names:
+            if not (base / relative).is_file():
+                # h3.c h3_require_file: "missing required model file: %s"
+                add(Problem(severity, "missing-file", f"missing required model file: {base / relative}",
+                            f"{DOWNLOAD_HINT} (config and tokenizer files are part of the snapshot)",
+                            base / relative))
+
+    # Problems in upstream's order: h3_load_dir's required files, then its component inventories,
+    # then the VAE configs that decoding reads later.
+    require_files(REQUIRED_FILES)
     for spec in COMPONENTS:
         directory = base / spec.relative
         component = Component(partition=name, spec=spec, directory=directory,
@@ -395,6 +402,7 @@ def _inventory_partition(root: Path, name: str, inventory: ModelInventory, *, re
                     add(Problem("error", "integrity", error.message, error.hint or "", path, error))
             _check_quantized(component, add)
         _check_index(component, add)
+    require_files(DECODE_CONFIGS)
 
 
 def inspect_model(model_dir: str | Path, *, read_headers: bool = True) -> ModelInventory:
