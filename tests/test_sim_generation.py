@@ -99,6 +99,16 @@ def test_fl2va_phase_sequence(capsys: pytest.CaptureFixture[str], model: Path,
                                          + TEXT + expected_tail(2, 22)[:-2])
 
 
+def test_visual_encoder_tiles_follow_the_render_canvas(capsys: pytest.CaptureFixture[str],
+                                                      model: Path, media: dict[str, Path]) -> None:
+    # tile_axis_build (h3_video_encoder.c:611-651): 288 px -> 2 tiles of 256 with >= 64 overlap.
+    run = run_sim(capsys, "-d", str(model), "-p", "x", "--width", "288", "--height", "288",
+                  "--steps", "2", "--frames", "22", "-o", "", "--first-frame", str(media["red"]))
+    assert run.code == 0, run.err
+    assert [r for r in progress_records(run.err) if r[0] == "video VAE encoder"] == \
+        [("video VAE encoder", n, 4) for n in range(1, 5)]
+
+
 def test_ref2va_phase_sequence(capsys: pytest.CaptureFixture[str], model: Path,
                                media: dict[str, Path]) -> None:
     run = run_sim(capsys, "-d", str(model), "-p", "x", *TINY, "--frames", "56", "-o", "",

@@ -311,3 +311,41 @@ def test_prompt_must_be_utf8(capsys: pytest.CaptureFixture[str], model: Path,
                        "--first-frame", str(media["image"]))
     assert anchored.err.endswith("\rtext encoder                 0/50  \n"
                                  "h3: prompt is not valid UTF-8\n")
+
+
+# Rules of h3_valid_params that main.c's parser can never trigger, reached through the engine API
+# that the interactive session (and any in-process caller) uses.
+@pytest.mark.parametrize("changes,message", [
+    ({"token_reduction": 2}, "token reduction must be zero or one"),
+    ({"use_int8_row_fc2": 2}, "int8 row FC2 must be zero or one"),
+    ({"use_reference_rope": 2}, "reference RoPE must be zero or one"),
+    ({"ssd_streaming": 2}, "SSD streaming must be zero or one"),
+    ({"preview_denoise": 2}, "denoising preview must be zero or one"),
+    ({"reference_image_size": 2}, "unknown reference image sizing policy"),
+    ({"references": [None] * 13}, "Ref2VA supports at most 12 references"),
+])
+def test_engine_only_rules(model: Path, changes: dict[str, object], message: str) -> None:
+    from h3bridge.sim.engine import SimContext, SimError, generate
+    from h3bridge.sim.params import SimParams
+    params = SimParams(width=64, height=64, frames=22, steps=2)
+    for name, value in changes.items():
+        setattr(params, name, value)
+    with pytest.raises(SimError) as caught:
+        generate(SimContext.load_dir(str(model)), "x", params, on_frame=lambda frame: False)
+    assert caught.value.message == message
+
+
+def test_unknown_reference_kind(model: Path) -> None:
+    from h3bridge.sim.engine import SimContext, SimError, generate
+    from h3bridge.sim.params import SimParams, SimReference
+    params = SimParams(width=64, height=64, frames=22,
+                       references=[SimReference(7, "a.png")])   # type: ignore[arg-type]
+    with pytest.raises(SimError, match="^reference 1 has an unknown type$"):
+        generate(SimContext.load_dir(str(model)), "x", params)
+
+
+def test_info_comes_before_parameter_validation(capsys: pytest.CaptureFixture[str],
+                                                model: Path) -> None:
+    run = run_sim(capsys, "-d", str(model), "--info", "-p", "x", "--width", "48")
+    assert run.out.startswith("h3-metal 0.1.0-dev\n") and run.code == 1
+    assert run.err == "h3: width and height must be multiples of 32 and at least 32\n"
