@@ -47,10 +47,13 @@ DIT_BLOCKS = 50               # h3_dit_schedule.h H3_DIT_BLOCKS
 TEXT_LAYERS_USED = 50         # h3_text_encoder.c TEXT_LAYERS
 INT8_MIN_SEQUENCE = 128       # h3_dit.c: int8 QKV/attention-output need dit->sequence >= 128
 # --- published figures (upstream README, issues; /work/shared/h3-upstream-facts.md "Memory and speed")
-ACTIVATION_BYTES_PER_ROW = 96_800      # "activation arena ~96.8 KB per sequence row"
-PREVIEW_WORKSPACE = 1 * GIB            # README: --show "adds roughly 10 GiB" = 9.0 GiB decoder + ~1 GiB tiles
-VAE_TILE_WORKSPACE = 1 * GIB           # same decoder and tile plan (256-320 px tiles, README) for the final decode
-AUDIO_WORKSPACE = 64 * 2**20           # facts: audio VAE decode ~0.3 GiB in total, weights included
+# Workspaces scale with the model that uses them (a smaller model has narrower activations), so
+# each published figure is stored with the size it was measured at.
+ACTIVATION_BYTES_PER_ROW = 96_800      # "activation arena ~96.8 KB per sequence row" ...
+ACTIVATION_HIDDEN = 5376               # ... at the DiT width H3_DIT_HIDDEN (h3_dit_schedule.h)
+VAE_WORKSPACE_RATIO = 1 / 9            # README: --show "adds roughly 10 GiB" = 9.0 GiB decoder + ~1 GiB tiles;
+                                       # the final decode uses the same decoder and tile plan (README)
+AUDIO_WORKSPACE_RATIO = 0.2            # facts: audio VAE decode ~0.3 GiB in total, weights (~0.25 GiB) included
 REFERENCE_AUDIO_SECONDS_MAX = 15       # h3.c: reference audio <= 15 s in total
 # --- h3bridge estimates (not published upstream; deliberately generous)
 PROCESS_BASE = GIB // 2                # Metal device, compiled shaders, binary, tokenizer, host state
@@ -134,6 +137,7 @@ class ModelSizes:
     dit_block_int8: int            # per block when h3 quantizes all four matrices (int8 + F32 row scales)
     dit_block_int8_mlp_only: int   # per block with int8 MLP, BF16 QKV/out
     dit_other: int                 # patch projections and final layer
+    dit_hidden: int                # DiT width (activation rows scale with it)
     adaln_row_bytes: int           # per timestep row, all blocks + final layer (BF16 outputs)
     text_layer: int                # one Qwen3 layer
     text_layers_used: int
@@ -160,7 +164,7 @@ class ModelSizes:
         vae_block = (3 * vae_h * vae_h + vae_h * vae_h + 2 * vae_f * vae_h + vae_h * vae_f + 10 * vae_h) * 4
         return cls(
             dit_blocks=DIT_BLOCKS, dit_block_matrices=stream, dit_block_norms=norms, dit_block_int8=int8,
-            dit_block_int8_mlp_only=int8_mlp, dit_other=6 * 2**20,
+            dit_block_int8_mlp_only=int8_mlp, dit_other=6 * 2**20, dit_hidden=hidden,
             adaln_row_bytes=(DIT_BLOCKS * 3 * 6 * hidden + 2 * hidden) * 2,
             text_layer=text_layer, text_layers_used=TEXT_LAYERS_USED, vision_tower=int(1.2e9),
             video_decoder=36 * vae_block + 50 * 2**20, video_encoder=int(0.6e9),
@@ -215,7 +219,7 @@ _STREAMED = ("attn.qkv_proj.weight", "attn.out_proj.weight", "mlp.fc1.weight", "
 def _dit_sizes(dit: Component) -> dict[str, int]:
     blocks = _layer_indices(dit, r"blocks\.(\d+)\.")
     count = max(len(blocks), 1)
-    matrices = norms = int8 = int8_mlp = adaln_rows = 0
+    matrices = norms = int8 = int8_mlp = adaln_rows = hidden = 0
     other = 0
     for shard in dit.shards:
         for tensor in shard.tensors:
@@ -231,13 +235,16 @@ def _dit_sizes(dit: Component) -> dict[str, int]:
                     adaln_rows += tensor.nbytes          # one BF16 output row per timestep row
                 elif not suffix.startswith("adaln_proj."):
                     norms += tensor.nbytes
+                    if suffix == "norm1.weight" and tensor.shape:
+                        hidden = tensor.shape[0]
             elif name == "final_layer.adaln_proj.linear.bias":
                 adaln_rows += tensor.nbytes
             elif name.startswith(("video_patch_proj.", "audio_patch_proj.", "final_layer.")) and "adaln" not in name:
                 other += tensor.nbytes
     return {"dit_blocks": len(blocks) or DIT_BLOCKS, "dit_block_matrices": matrices // count,
             "dit_block_norms": norms // count, "dit_block_int8": int8 // count,
-            "dit_block_int8_mlp_only": int8_mlp // count, "dit_other": other, "adaln_row_bytes": adaln_rows}
+            "dit_block_int8_mlp_only": int8_mlp // count, "dit_other": other, "adaln_row_bytes": adaln_rows,
+            "dit_hidden": hidden or ACTIVATION_HIDDEN}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,20 +450,23 @@ def _build_phases(request: GenerationRequest, preview: bool, sizes: ModelSizes,
         ("patch/final layers", sizes.dit_other),
         # h3_dit_schedule.c: BLOCK_OUTPUT BF16 values per timestep row for every block, kept for the run
         (f"AdaLN schedule ({g.time_rows} timestep rows)", g.time_rows * sizes.adaln_row_bytes),
-        (f"activation arena ({g.sequence} rows)", g.sequence * ACTIVATION_BYTES_PER_ROW),
+        (f"activation arena ({g.sequence} rows)",
+         g.sequence * ACTIVATION_BYTES_PER_ROW * sizes.dit_hidden // ACTIVATION_HIDDEN),
     ]
     denoise = [base, *dit_parts, *shared]
+    vae_workspace = int(sizes.video_decoder * VAE_WORKSPACE_RATIO)
     if preview:
-        denoise.append(("preview VAE (--show)", sizes.video_decoder + PREVIEW_WORKSPACE))
+        denoise.append(("preview VAE (--show)", sizes.video_decoder + vae_workspace))
     phases.append(PhaseMemory("DiT load + denoise", tuple(denoise)))
     latents = g.video_t * (g.render_height // VAE_SPATIAL_RATIO) * (g.render_width // VAE_SPATIAL_RATIO) * 24 * 4
     samples = math.ceil(g.frames / FPS * 32000)
     waveform = samples * 2 * 4
     phases.append(PhaseMemory("audio decode", (
-        base, ("audio VAE decoder", sizes.audio_decoder), ("workspace", AUDIO_WORKSPACE),
+        base, ("audio VAE decoder", sizes.audio_decoder),
+        ("workspace", int(sizes.audio_decoder * AUDIO_WORKSPACE_RATIO)),
         ("latents", latents), ("waveform", waveform))))
     phases.append(PhaseMemory("video decode", (
-        base, ("video VAE decoder", sizes.video_decoder), ("tile workspace", VAE_TILE_WORKSPACE),
+        base, ("video VAE decoder", sizes.video_decoder), ("tile workspace", vae_workspace),
         ("latents", latents), ("decoded frames (F32)", g.frames * pixels_render * 4),
         ("output frames (RGB8)", g.frames * pixels_out), ("waveform", waveform))))
     phases.append(PhaseMemory("mux (FFmpeg)", (
