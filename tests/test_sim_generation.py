@@ -342,3 +342,68 @@ def test_invalid_time_scale_is_reported(capsys: pytest.CaptureFixture[str], mode
     monkeypatch.setenv("H3_SIM_TIME_SCALE", "fast")
     run = run_sim(capsys, "-d", str(model), "-p", "x", *TINY, "--frames", "22", "-o", "")
     assert (run.code, run.err) == (1, "h3: H3_SIM_TIME_SCALE must be a number, not 'fast'\n")
+
+
+FAKE_FFMPEG = """#!{python}
+import json, os, sys, threading
+with open({log!r}, "w") as handle:
+    json.dump(sys.argv, handle)
+audio_fd = int(sys.argv[sys.argv.index("-i", sys.argv.index("-i") + 1) + 1].split(":")[1])
+sizes = {{}}
+def drain(fd, name):
+    total = 0
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        total += len(chunk)
+    sizes[name] = total
+threads = [threading.Thread(target=drain, args=(0, "video")),
+           threading.Thread(target=drain, args=(audio_fd, "audio"))]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+with open({log!r} + ".sizes", "w") as handle:
+    json.dump(sizes, handle)
+sys.exit({status})
+"""
+
+
+def _fake_ffmpeg(tmp_path: Path, status: int) -> tuple[Path, Path]:
+    import sys
+    log = tmp_path / "argv.json"
+    script = tmp_path / "fake-ffmpeg"
+    script.write_text(FAKE_FFMPEG.format(python=sys.executable, log=str(log), status=status))
+    script.chmod(0o755)
+    return script, log
+
+
+def test_ffmpeg_spawned_exactly_like_upstream(capsys: pytest.CaptureFixture[str], model: Path,
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    script, log = _fake_ffmpeg(tmp_path, 0)
+    monkeypatch.setenv("H3_FFMPEG", str(script))
+    output = str(tmp_path / "o.mp4")
+    run = run_sim(capsys, "-d", str(model), "-p", "x", *TINY, "--frames", "22", "-o", output)
+    assert run.code == 0, run.err
+    argv = json.loads(log.read_text())
+    audio_input = argv[argv.index("-i", argv.index("-i") + 1) + 1]
+    assert argv[1:] == [
+        "-y", "-loglevel", "error", "-f", "rawvideo", "-pixel_format", "rgb24",
+        "-video_size", "64x64", "-framerate", "24", "-i", "pipe:0",
+        "-f", "f32le", "-ar", "32000", "-ac", "2", "-i", audio_input,
+        "-map", "0:v:0", "-map", "1:a:0", "-c:v", "libx264", "-preset", "fast", "-crf", "18",
+        "-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "192k", "-movflags", "+faststart", output]
+    assert int(audio_input.split(":")[1]) > 2
+    sizes = json.loads(Path(str(log) + ".sizes").read_text())
+    # 22 raw rgb24 frames; llround(22 * 40 / 24) = 37 audio latents * 800 samples, stereo f32.
+    assert sizes == {"video": 22 * 64 * 64 * 3, "audio": 37 * 800 * 2 * 4}
+
+
+def test_ffmpeg_exit_status_reported(capsys: pytest.CaptureFixture[str], model: Path,
+                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script, _ = _fake_ffmpeg(tmp_path, 3)
+    monkeypatch.setenv("H3_FFMPEG", str(script))
+    run = run_sim(capsys, "-d", str(model), "-p", "x", *TINY, "--frames", "22",
+                  "-o", str(tmp_path / "o.mp4"))
+    assert run.code == 1
+    assert run.err.endswith("\rFFmpeg                       0/22  \nh3: FFmpeg exited with status 3\n")
