@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from h3bridge import GenerationRequest, OneShotEngine
+from h3bridge.engine import engine_working_directory
 from h3bridge.sim.fixture import write_fixture_model
 
 
@@ -50,7 +51,7 @@ def bench_overhead(engine: OneShotEngine, reps: int, workdir: Path) -> dict[str,
         frames_dir = workdir / f"direct-frames-{rep}"
         argv[argv.index("--frames-dir") + 1] = str(frames_dir)
         started = time.perf_counter()
-        subprocess.run(argv, cwd=engine.engine_path.parent, check=True, stderr=subprocess.DEVNULL)
+        subprocess.run(argv, cwd=engine_working_directory(engine.engine_path), check=True, stderr=subprocess.DEVNULL)
         direct = time.perf_counter() - started
         shutil.rmtree(frames_dir, ignore_errors=True)
         if rep:
@@ -97,6 +98,7 @@ def _measure(script: str, directory: Path, count: int, width: int, height: int) 
 _GENERATE_FRAMES = """
 import sys, time, tracemalloc
 from h3bridge import GenerationRequest, OneShotEngine
+from h3bridge.engine import engine_working_directory
 engine = OneShotEngine(sys.argv[1], sys.argv[2])
 request = GenerationRequest("a red fox", width=768, height=768, frames=362, steps=2)
 tracemalloc.start()
@@ -112,7 +114,7 @@ def bench_frames(engine: OneShotEngine, workdir: Path) -> dict[str, float]:
     request = GenerationRequest("a red fox", width=width, height=height, frames=count, steps=2)
     argv = engine.command(request, "", str(frames_dir))
     started = time.perf_counter()
-    subprocess.run(argv, cwd=engine.engine_path.parent, check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, cwd=engine_working_directory(engine.engine_path), check=True, stderr=subprocess.DEVNULL)
     render = time.perf_counter() - started
     bridge_time, bridge_peak, nbytes = _measure(_READ_BRIDGE, frames_dir, count, width, height)
     numpy_time, numpy_peak, _ = _measure(_READ_NUMPY, frames_dir, count, width, height)

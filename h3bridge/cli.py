@@ -174,6 +174,8 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     output.add_argument("--quiet", action="store_true", help="no progress bars")
     add_engine_options(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
     parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="stop the engine after this long without progress (default 600; 0 disables)")
     parser.add_argument("--session", action="store_true",
@@ -202,6 +204,7 @@ def run_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args).validate()
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False))
     session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout) \
         if getattr(args, "session", False) else None
     cancel = CancelToken()
@@ -264,7 +267,7 @@ def model_dir_problems(model_dir: Path) -> list[str]:
 def run_doctor(args: argparse.Namespace) -> int:
     import psutil
 
-    from .engine import locate_engine, locate_media_tools, locate_model_dir
+    from .engine import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
 
     checks: list[dict[str, object]] = []
 
@@ -272,7 +275,11 @@ def run_doctor(args: argparse.Namespace) -> int:
         checks.append({"check": name, "ok": ok, "detail": detail, "fix": None if ok else fix})
 
     try:
-        record("engine", True, str(locate_engine(args.engine_path)))
+        engine_path = locate_engine(args.engine_path)
+        shaders = engine_working_directory(engine_path) / "h3_shaders.metal"
+        # The real h3 compiles this file at run time from its own directory; simulators need none.
+        note = "" if shaders.is_file() else f" (no h3_shaders.metal in {shaders.parent}: the real h3 needs it there)"
+        record("engine", True, f"{engine_path}{note}")
     except H3BridgeError as error:
         record("engine", False, error.message, error.hint)
     tools = locate_media_tools()
@@ -307,9 +314,123 @@ def run_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if all(c["ok"] for c in checks) else EXIT_FAILURE
 
 
+# ----------------------------------------------------------------------------- model: info, verify, plan
+# (MODEL helper: model.py, verify.py, memory.py)
+
+def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool) -> None:
+    """Model check + memory plan before starting an engine; a refusal prints the plan."""
+    from .errors import MemoryPlanError
+    from .memory import preflight
+    try:
+        plan = preflight(request, model_dir, force=force)
+    except MemoryPlanError as error:
+        if error.plan is not None:
+            print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
+        raise
+    if force and not plan.fits:
+        print(f"h3bridge: --force: {plan.verdict()}", file=sys.stderr)
+
+
+def _model_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model_dir", nargs="?", metavar="MODEL_DIR", type=Path,
+                        help="the MiniMax-H3 model directory (default: $H3_MODEL_DIR)")
+
+
+def _model_dir_from(args: argparse.Namespace) -> Path:
+    import os
+
+    from .engine import MODEL_DIR_ENV
+    from .errors import ModelError
+    if args.model_dir is not None:
+        return args.model_dir
+    if os.environ.get(MODEL_DIR_ENV):
+        return Path(os.environ[MODEL_DIR_ENV])
+    raise ModelError("no model directory given", hint=f"pass MODEL_DIR or set {MODEL_DIR_ENV}")
+
+
+def add_info_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("info", help="inventory a model directory (files, tensors, sizes, problems)",
+                                   description="Inventory a MiniMax-H3 model directory from its shard headers "
+                                               "(no tensor data read) and report layout problems with fixes.")
+    _model_dir_argument(parser)
+    parser.set_defaults(handler=run_info)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from .model import inspect_model
+    inventory = inspect_model(_model_dir_from(args))
+    print(inventory.table())
+    return EXIT_FAILURE if inventory.errors else EXIT_OK
+
+
+def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("verify", help="check every shard's header (and with --checksums, its SHA-256)",
+                                   description="Check every shard header; with --checksums hash every shard and "
+                                               "compare with the Hugging Face hashes or h3bridge's manifest.")
+    _model_dir_argument(parser)
+    parser.add_argument("--checksums", action="store_true",
+                        help="hash every shard (all cores) and compare; results cached by path, size and mtime")
+    parser.add_argument("--rewrite-manifest", action="store_true",
+                        help="record the current hashes as the reference (after replacing a file on purpose)")
+    parser.add_argument("--workers", type=int, help="hashing threads (default: all cores)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from .verify import verify_model
+    report = verify_model(_model_dir_from(args), checksums=args.checksums or args.rewrite_manifest,
+                          workers=args.workers, progress=False if args.quiet else None,
+                          rewrite_manifest=args.rewrite_manifest)
+    print(report.table())
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("plan", help="peak memory per phase for a request, and what to change if it "
+                                                "does not fit", description="Plan a request's unified-memory use "
+                                   "on this machine (or a given one) without starting an engine. Exit 0 if it fits, 1 if not.")
+    add_request_options(parser)
+    for action in parser._actions:
+        if action.dest == "prompt":     # the plan barely depends on the prompt
+            action.required, action.default = False, "A red fox runs through snow at dawn"
+    machine = parser.add_argument_group("machine and model")
+    machine.add_argument("-d", "--model-dir", metavar="PATH", type=Path,
+                         help="size the plan from this model's shards (default: $H3_MODEL_DIR, else upstream's shapes)")
+    machine.add_argument("--show", action="store_true", help="plan for h3's live preview (--show, ~10 GiB more)")
+    machine.add_argument("--memory-gb", type=float, metavar="GB",
+                         help="plan for a Mac with this much unified memory instead of this machine")
+    machine.add_argument("--chip", metavar="NAME", help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    import os
+
+    from .engine import MODEL_DIR_ENV
+    from .memory import MachineFacts, plan_memory
+    from .model import inspect_model
+    request = request_from_args(args).validate(check_files=False)
+    if args.memory_gb is not None:
+        machine = MachineFacts.mac(args.memory_gb, args.chip or "Apple M4 Pro")
+    else:
+        machine = MachineFacts.detect()
+    model_dir = args.model_dir or (Path(os.environ[MODEL_DIR_ENV]) if os.environ.get(MODEL_DIR_ENV) else None)
+    inventory = inspect_model(model_dir) if model_dir is not None else None
+    if inventory is not None:
+        for problem in inventory.errors:
+            print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
+    plan = plan_memory(request, inventory, machine=machine, preview=args.show)
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
+    return EXIT_OK if plan.fits else EXIT_FAILURE
+
+
 # ----------------------------------------------------------------------------- entry point
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
+                                                                   add_info_command, add_verify_command,
+                                                                   add_plan_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -96,6 +96,13 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path.absolute()
 
 
+def engine_working_directory(engine_path: Path) -> Path:
+    """Where h3 must run: its real (symlink-resolved) directory, because h3 compiles
+    `h3_shaders.metal` at run time from a relative path (h3.c passes "h3_shaders.metal" to
+    every Metal loader), so a symlink to h3 in ~/bin must still run from the h3.c checkout."""
+    return engine_path.resolve().parent
+
+
 def locate_model_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The model directory: `explicit`, else env H3_MODEL_DIR. Must be a directory."""
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(MODEL_DIR_ENV)
@@ -367,7 +374,7 @@ class OneShotEngine:
         env = self.environment(locate_media_tools())
         try:
             # h3 opens h3_shaders.metal by relative path: run it from its own directory.
-            process = EngineProcess(argv, cwd=self.engine_path.parent, env=env)
+            process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env)
         except OSError as error:
             raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
                                       hint=ENGINE_BUILD_HINT) from None

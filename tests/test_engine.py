@@ -32,6 +32,7 @@ from h3bridge import (
     ReferenceKind,
     locate_engine,
 )
+from h3bridge.engine import engine_working_directory
 
 T2VA_PHASES = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
                "denoise enqueue", "denoise", "audio VAE", "video VAE load", "FFmpeg"]
@@ -158,7 +159,7 @@ def test_arguments_reach_the_engine_intact(engine: OneShotEngine, media: dict[st
     assert argv[argv.index("-p") + 1] == prompt
     assert argv[argv.index("--first-frame") + 1] == str(anchor)
     assert Path(argv[argv.index("-o") + 1]).parent == weird_dir
-    assert record["cwd"] == str(engine.engine_path.parent)      # h3 opens its shaders by relative path
+    assert record["cwd"] == str(engine_working_directory(engine.engine_path))   # shaders by relative path
     assert output.is_file() and files_in(weird_dir) == sorted([anchor.name, output.name])
 
 
@@ -322,3 +323,14 @@ def test_ffmpeg_paths_are_pinned_absolute(engine: OneShotEngine, tmp_path: Path,
     env = engine_environment(locate_media_tools())
     assert Path(env["H3_FFMPEG"]).is_absolute() and Path(env["H3_FFPROBE"]).is_absolute()
     engine.generate(fast_request(), tmp_path / "x.mp4")
+
+
+def test_engine_runs_from_its_real_directory(model_dir: Path, tmp_path: Path, sim_log: Path) -> None:
+    """A symlinked h3 (~/bin/h3 -> ~/h3.c/h3) still runs where its shaders are."""
+    link_dir = tmp_path / "bin"
+    link_dir.mkdir()
+    (link_dir / "h3").symlink_to(sim_engine_path())
+    engine = OneShotEngine(link_dir / "h3", model_dir)
+    engine.generate(fast_request(), None, want_audio=False, want_frames=False)
+    record = sim_invocations(sim_log)[0]
+    assert record["cwd"] == str(sim_engine_path().resolve().parent) != str(link_dir)
