@@ -197,8 +197,8 @@ def _require_range(value: object, name: str, low: int, high: int, meaning: str) 
 
 
 def _multiples_around(value: int, multiple: int, low: int, high: int) -> list[int]:
-    below = max(low, (value // multiple) * multiple)
-    above = min(high, -(-value // multiple) * multiple)
+    below = min(high, max(low, (value // multiple) * multiple))
+    above = min(high, max(low, -(-value // multiple) * multiple))
     return sorted({below, above})
 
 
@@ -255,8 +255,9 @@ def _validate_canvas(request: GenerationRequest) -> None:
         value = _require_int(getattr(request, name), name)
         if value < CANVAS_MULTIPLE or value % CANVAS_MULTIPLE:
             options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, 1344)
-            raise RequestError(f"{name}={value} is not a multiple of 32 of at least 32; the nearest valid "
-                               f"{name}s are {' and '.join(map(str, options))}", field=name,
+            nearest = (f"the nearest valid {name} is {options[0]}" if len(options) == 1 else
+                       f"the nearest valid {name}s are {options[0]} and {options[1]}")
+            raise RequestError(f"{name}={value} is not a multiple of 32 of at least 32; {nearest}", field=name,
                                hint=f"use {name}={options[-1] if len(options) == 1 else options[0]}")
     width, height = request.width, request.height
     # h3.c h3_valid_params: "canvas exceeds the released 768*1344 pixel limit"

@@ -101,7 +101,7 @@ def test_frames_and_seconds_are_mutually_exclusive() -> None:
 
 
 @pytest.mark.parametrize("field, value, nearest", [("width", 500, "480 and 512"), ("height", 70, "64 and 96"),
-                                                   ("width", 16, "32"), ("height", 0, "32")])
+                                                   ("width", 16, "nearest valid width is 32"), ("height", 0, "32"), ("width", 2000, "nearest valid width is 1344")])
 def test_canvas_must_be_multiples_of_32(field: str, value: int, nearest: str) -> None:
     reject(fast_request(**{field: value}), field, f"{field}={value}", "multiple of 32", nearest)
 
