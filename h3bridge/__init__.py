@@ -25,6 +25,8 @@ from .errors import (
     SessionUnsupportedError,
 )
 from .lock import engine_lock
+from .memory import MachineFacts, MemoryPlan, plan_memory, preflight
+from .model import ModelInventory, inspect_model
 from .progress import ProgressEvent
 from .request import (
     PRESETS,
@@ -37,6 +39,7 @@ from .request import (
 )
 from .result import GenerationResult
 from .session import SessionEngine, shared_session
+from .verify import VerifyReport, verify_model
 
 __version__ = "0.1.0"
 
@@ -48,4 +51,7 @@ __all__ = [
     "align_frame_count",
     # warm session and the machine-wide engine lock (session.py, lock.py)
     "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
+    # model inventory, verification and memory plan (model.py, verify.py, memory.py)
+    "ModelInventory", "inspect_model", "VerifyReport", "verify_model", "MachineFacts", "MemoryPlan",
+    "plan_memory", "preflight",
 ]
