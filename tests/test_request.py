@@ -261,3 +261,34 @@ def test_video_soundtrack_needs_56_frames_of_video(media: dict[str, Path]) -> No
     reject(fast_request(frames=56, references=(short,)), "references", "24 frames", "56", check_files=True)
     separate = Reference(ReferenceKind.VIDEO_AUDIO, media["video3s"], media["audio6s"])
     fast_request(frames=73, references=(separate,)).validate()
+
+
+# ----------------------------------------------------------------------------- agreement with h3-sim's mirror
+
+@given(width=st.sampled_from([32, 64, 96, 500, 768, 864, 1344, 1376]),
+       height=st.sampled_from([32, 64, 480, 768, 770, 1344]),
+       render=st.sampled_from([None, (32, 32), (64, 32), (432, 240), (96, 64), (576, 320), (2000, 2000)]),
+       frames=st.sampled_from(legal_frame_counts() + [5, 21, 379]),
+       steps=st.integers(0, 1002), reuse=st.integers(0, 4), layers=st.integers(33, 52),
+       core_reuse=st.integers(0, 7), ssd=st.booleans(), int8=st.booleans(), bf16_mlp=st.booleans())
+def test_value_rules_agree_with_h3_sim(width: int, height: int, render: tuple[int, int] | None, frames: int,
+                                       steps: int, reuse: int, layers: int, core_reuse: int, ssd: bool,
+                                       int8: bool, bf16_mlp: bool) -> None:
+    """Two independent mirrors of h3.c h3_valid_params (+ the 22-frame check) must agree on what
+    is legal, for frame counts that are already 5 + 17n."""
+    from h3bridge.sim.params import SimParams, valid_params_error
+    render_w, render_h = render or (0, 0)
+    ours = fast_request(width=width, height=height, frames=frames, steps=steps, reuse=reuse, layers=layers,
+                        core_reuse=core_reuse, ssd_streaming=ssd, int8_row_fc2=int8,
+                        render_width=render_w if render else None, render_height=render_h if render else None,
+                        slower_paths=frozenset({SlowerPath.BF16_MLP}) if bf16_mlp else frozenset())
+    try:
+        ours.validate(check_files=False)
+        accepted = True
+    except RequestError:
+        accepted = False
+    sim = SimParams(width=width, height=height, frames=frames, steps=steps, denoise_reuse=reuse, dit_layers=layers,
+                    core_reuse=core_reuse, ssd_streaming=int(ssd), use_int8_row_fc2=int(int8),
+                    use_slower_bf16_mlp=int(bf16_mlp), render_width=render_w, render_height=render_h)
+    sim_accepts = valid_params_error(sim, metal4=True, has_frame_callback=True) is None and frames >= 22
+    assert accepted == sim_accepts
