@@ -1,0 +1,322 @@
+"""The node pack inside a real ComfyUI server (headless, CPU), against h3-sim.
+
+Runs only when COMFYUI_DIR points at a ComfyUI checkout (and COMFYUI_PYTHON at the
+python of the environment it is installed in; default: this python). Everything
+talks to 127.0.0.1 only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import av
+import psutil
+import pytest
+
+from comfy_workflows import ui_to_api
+from h3bridge.sim.fixture import write_fixture_model
+
+pytestmark = pytest.mark.comfyui
+
+COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
+COMFYUI_PYTHON = os.environ.get("COMFYUI_PYTHON") or sys.executable
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "example_workflows"
+WORKFLOWS = ["h3_text_to_video_audio.json", "h3_first_last_frame.json", "h3_references.json"]
+
+if not COMFYUI_DIR:
+    pytest.skip("set COMFYUI_DIR (and COMFYUI_PYTHON) to run the ComfyUI integration tests",
+                allow_module_level=True)
+
+
+@dataclass
+class Server:
+    url: str
+    base: Path
+    process: subprocess.Popen
+    object_info: dict
+    slow_engine: Path
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.load(response)
+
+    def post(self, path: str, body: dict) -> Any:
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                data = response.read()
+        except urllib.error.HTTPError as error:
+            raise AssertionError(f"{path} answered {error.code}: {error.read().decode()[:4000]}") from None
+        return json.loads(data) if data else None
+
+    def queue(self, prompt: dict) -> str:
+        return self.post("/prompt", {"prompt": prompt})["prompt_id"]
+
+    def wait(self, prompt_id: str, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            history = self.get(f"/history/{prompt_id}")
+            entry = history.get(prompt_id)
+            if entry and entry["status"].get("completed") is not None and entry["status"]["status_str"] in ("success", "error"):
+                return entry
+            time.sleep(0.25)
+        raise AssertionError(f"prompt {prompt_id} did not finish in {timeout} s")
+
+    def engine_processes(self) -> list[psutil.Process]:
+        """h3-sim processes started by the server (the engine runs in its own session)."""
+        found = []
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                if any("h3-sim" in part for part in child.cmdline()):
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _make_inputs(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    run = lambda *args: subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True)  # noqa: E731
+    run("-f", "lavfi", "-i", "color=c=red:s=512x512", "-frames:v", "1", str(directory / "h3_first_frame.png"))
+    run("-f", "lavfi", "-i", "color=c=blue:s=512x512", "-frames:v", "1", str(directory / "h3_last_frame.png"))
+    run("-f", "lavfi", "-i", "testsrc=s=320x240", "-frames:v", "1", str(directory / "h3_reference.png"))
+    run("-f", "lavfi", "-i", "sine=d=3:sample_rate=44100", "-ac", "2", str(directory / "h3_reference_music.wav"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
+    base = tmp_path_factory.mktemp("comfy-base")
+    (base / "custom_nodes").mkdir()
+    (base / "custom_nodes" / "h3bridge").symlink_to(REPO, target_is_directory=True)
+    write_fixture_model(base / "models" / "h3" / "MiniMax-H3")
+    _make_inputs(base / "input")
+    sim = shutil.which("h3-sim")
+    assert sim, "h3-sim is not installed (pip install -e .)"
+    sim = str(Path(sim).resolve())
+    # The same simulator, ~1000x slower, for the interrupt test (the env var reaches only this engine).
+    slow = base / "slow-h3-sim"
+    slow.write_text(f'#!/bin/sh\nH3_SIM_TIME_SCALE=2 exec "{sim}" "$@"\n')
+    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    port = _free_port()
+    env = dict(os.environ, H3_BIN=sim)
+    log = open(base / "comfyui.log", "wb")
+    process = subprocess.Popen(
+        [COMFYUI_PYTHON, "main.py", "--cpu", "--disable-api-nodes", "--base-directory", str(base),
+         "--listen", "127.0.0.1", "--port", str(port)],
+        cwd=COMFYUI_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    info = None
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "/object_info", timeout=30) as response:
+                info = json.load(response)
+            break
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(1)
+    if info is None:
+        process.kill()
+        pytest.fail("ComfyUI did not start:\n" + (base / "comfyui.log").read_text(errors="replace")[-4000:])
+    yield Server(url=url, base=base, process=process, object_info=info, slow_engine=slow)
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    log.close()
+
+
+def _with_probes(prompt: dict, generate_id: str) -> dict:
+    """Add core nodes that report what H3 Generate output: IMAGE size, AUDIO file, summary."""
+    prompt = json.loads(json.dumps(prompt))
+    prompt["900"] = {"class_type": "GetImageSize", "inputs": {"image": [generate_id, 1]}}
+    for slot, name in enumerate(("width", "height", "batch")):
+        prompt[f"90{slot + 1}"] = {"class_type": "PreviewAny", "inputs": {"source": ["900", slot]}}
+    prompt["910"] = {"class_type": "SaveAudio", "inputs": {"audio": [generate_id, 2], "filename_prefix": "audio/h3"}}
+    prompt["920"] = {"class_type": "PreviewAny", "inputs": {"source": [generate_id, 3]}}
+    return prompt
+
+
+def _generate_id(prompt: dict) -> str:
+    return next(node_id for node_id, node in prompt.items() if node["class_type"] == "H3Generate")
+
+
+def _output_file(server: Server, item: dict) -> Path:
+    return server.base / item.get("type", "output") / item.get("subfolder", "") / item["filename"]
+
+
+# ----------------------------------------------------------------------------- schema
+
+def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Server) -> None:
+    info = server.object_info
+    expected_outputs = {
+        "H3Engine": ["H3_ENGINE"],
+        "H3Generate": ["VIDEO", "IMAGE", "AUDIO", "STRING"],
+        "H3References": ["H3_REFERENCES"],
+        "H3Prompt": ["STRING"],
+        "H3MemoryPlan": ["STRING"],
+    }
+    for node_id, outputs in expected_outputs.items():
+        assert info[node_id]["output"] == outputs
+        assert info[node_id]["category"] == "MiniMax-H3 (h3.c)"
+    generate = info["H3Generate"]["input"]
+    assert generate["required"]["engine"][0] == "H3_ENGINE"
+    assert generate["required"]["prompt"][1]["multiline"] is True
+    assert generate["required"]["preset"][1]["options"] == ["preview", "balanced", "quality", "reference"]
+    assert generate["required"]["seed"][1]["control_after_generate"] is True
+    assert generate["required"]["ssd_streaming"][1]["options"] == ["auto", "on", "off"]
+    assert "Snapped UP" in generate["required"]["frames"][1]["tooltip"]
+    assert {name: spec[0] for name, spec in generate["optional"].items()} == {
+        "first_frame": "IMAGE", "last_frame": "IMAGE", "references": "H3_REFERENCES"}
+    assert set(info["H3Generate"]["input"]["hidden"]) == {"prompt", "unique_id"}
+    references = info["H3References"]["input"]
+    assert references["required"]["kind"][1]["options"] == [
+        "image", "video", "video with its audio", "video plus replacement audio", "audio"]
+    assert {name: spec[0] for name, spec in references["optional"].items()} == {
+        "previous": "H3_REFERENCES", "image": "IMAGE", "video": "VIDEO", "audio": "AUDIO"}
+    assert set(info["H3Prompt"]["input"]["required"]) >= {"scene", "action", "camera", "look", "audio"}
+    assert info["H3Engine"]["input"]["required"]["mode"][1]["options"][0] == "one-shot"
+
+
+# ----------------------------------------------------------------------------- example workflows
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_example_workflow_runs_and_saves_an_mp4_with_audio(server: Server, name: str) -> None:
+    workflow = json.loads((EXAMPLES / name).read_text())
+    assert {"nodes", "links", "version"} <= set(workflow)            # the frontend's (UI) format
+    assert any(node["type"] == "SaveVideo" for node in workflow["nodes"])
+    prompt = ui_to_api(workflow, server.object_info)
+    generate_id = _generate_id(prompt)
+    entry = server.wait(server.queue(_with_probes(prompt, generate_id)))
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
+    outputs = entry["outputs"]
+
+    save_id = next(i for i, node in prompt.items() if node["class_type"] == "SaveVideo")
+    saved = _output_file(server, outputs[save_id]["images"][0])
+    with av.open(str(saved)) as container:
+        video, audio = container.streams.video[0], container.streams.audio[0]
+        size = (video.codec_context.width, video.codec_context.height)
+        frames = sum(1 for _ in container.decode(video))
+        assert audio.codec_context.sample_rate == 32000 and audio.codec_context.channels == 2
+    generate = prompt[generate_id]["inputs"]
+    assert size == (generate["width"], generate["height"])
+    summary = outputs["920"]["text"][0]
+    assert f"{frames} frames at 24 fps" in summary
+
+    width, height, batch = (int(outputs[f"90{i}"]["text"][0]) for i in (1, 2, 3))
+    assert (width, height, batch) == (size[0], size[1], frames)     # IMAGE [F, H, W, 3] (connected here)
+
+    flac = _output_file(server, outputs["910"]["audio"][0])
+    with av.open(str(flac)) as container:
+        stream = container.streams.audio[0]
+        samples = sum(frame.samples for frame in container.decode(stream))
+        assert stream.codec_context.sample_rate == 32000 and stream.codec_context.channels == 2
+    assert abs(samples - frames / 24 * 32000) < 32000 * 0.1          # AUDIO covers the clip
+
+    if "references" in name:
+        assert "references: image, audio" in summary
+    if "first_last" in name:
+        assert "anchors: first=yes, last=yes" in summary
+
+
+def test_unconnected_image_output_is_not_decoded(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    prompt[_generate_id(prompt)]["inputs"]["seed"] = 4242        # not a cached result
+    entry = server.wait(server.queue(prompt))
+    assert entry["status"]["status_str"] == "success"
+    summary_node = next(i for i, n in prompt.items() if n["class_type"] == "PreviewAny")
+    assert "IMAGE output not connected" in entry["outputs"][summary_node]["text"][0]
+
+
+def test_connecting_image_later_reruns_instead_of_reusing_the_placeholder(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt[generate_id]["inputs"]["seed"] = 99
+    first = server.wait(server.queue(prompt))
+    assert first["status"]["status_str"] == "success"
+    # Same inputs, IMAGE now connected: ComfyUI would serve the cached placeholder unless the
+    # node's fingerprint changes with the connection.
+    second = server.wait(server.queue(_with_probes(prompt, generate_id)))
+    assert second["status"]["status_str"] == "success"
+    frames = int(prompt[generate_id]["inputs"]["seconds"] * 24)
+    batch = int(second["outputs"]["903"]["text"][0])
+    assert batch > 1 and batch >= frames
+
+
+def test_library_errors_reach_the_user_with_the_librarys_message(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), server.object_info)
+    # Ref2VA references together with first/last-frame anchors: valid for ComfyUI, refused by
+    # the library (h3.c h3_valid_params: "full references cannot be combined with frame anchors").
+    generate_id = _generate_id(prompt)
+    prompt["50"] = {"class_type": "LoadImage", "inputs": {"image": "h3_reference.png"}}
+    prompt["51"] = {"class_type": "H3References", "inputs": {"kind": "image", "image": ["50", 0]}}
+    prompt[generate_id]["inputs"]["references"] = ["51", 0]
+    entry = server.wait(server.queue(prompt))
+    assert entry["status"]["status_str"] == "error"
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    assert error["node_type"] == "H3Generate"
+    assert "cannot be combined" in error["exception_message"]
+    assert error["exception_type"].endswith("RequestError")
+    assert not any("adapter.py" in line for line in error["traceback"])
+
+
+def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[engine_id]["inputs"]["model_dir"] = "NoSuchModel"
+    request = urllib.request.Request(server.url + "/prompt", data=json.dumps({"prompt": prompt}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    body = json.loads(info.value.read())
+    details = body["node_errors"][engine_id]["errors"][0]["details"]
+    assert "model directory 'NoSuchModel' was not found" in details and "models/h3" in details
+
+
+# ----------------------------------------------------------------------------- interrupt
+
+def test_interrupt_stops_the_engine(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[engine_id]["inputs"]["engine_path"] = str(server.slow_engine)
+    prompt[_generate_id(prompt)]["inputs"]["seed"] = 777
+    prompt_id = server.queue(prompt)
+    deadline = time.monotonic() + 60
+    engines: list[psutil.Process] = []
+    while time.monotonic() < deadline and not engines:
+        engines = server.engine_processes()
+        time.sleep(0.1)
+    assert engines, "the engine never started"
+    time.sleep(1.0)                                # well into the (slowed) run
+    assert all(p.is_running() for p in engines)
+    stopped_at = time.monotonic()
+    server.post("/interrupt", {})
+    entry = server.wait(prompt_id, timeout=30)
+    gone, alive = psutil.wait_procs(engines, timeout=5)
+    assert not alive, f"engine still running: {alive}"
+    assert time.monotonic() - stopped_at < 10
+    assert entry["status"]["status_str"] == "error"
+    assert any(m[0] == "execution_interrupted" for m in entry["status"]["messages"])
+    leftovers = list((server.base / "temp" / "h3bridge").rglob("*.partial.mp4"))
+    assert leftovers == []
