@@ -334,3 +334,38 @@ def test_engine_runs_from_its_real_directory(model_dir: Path, tmp_path: Path, si
     engine.generate(fast_request(), None, want_audio=False, want_frames=False)
     record = sim_invocations(sim_log)[0]
     assert record["cwd"] == str(sim_engine_path().resolve().parent) != str(link_dir)
+
+
+# ----------------------------------------------------------------------------- validation agrees with the engine
+
+AGREEMENT_CASES = {
+    # name: (frames, references as (kind, media key[, audio key])), engine accepts?
+    "short audio": (22, [("image", "image"), ("audio", "audio1s")], False),
+    "long audio": (22, [("image", "image"), ("audio", "audio16s")], False),
+    "audio over 15 s in total": (22, [("image", "image"), ("audio", "audio6s"), ("audio", "audio6s"),
+                                      ("audio", "audio6s")], False),
+    "soundtrack with 39 frames": (39, [("video", "video3s")], False),
+    "soundtrack of a 1 s video": (56, [("video_audio", "video1s", "audio3s")], False),
+    "image and 3 s audio": (22, [("image", "image"), ("audio", "audio3s")], True),
+    "video soundtrack at 56 frames": (56, [("video", "video3s")], True),
+}
+
+
+@pytest.mark.parametrize("case", list(AGREEMENT_CASES))
+def test_file_rules_agree_with_the_engine(case: str, engine: OneShotEngine, media: dict[str, Path]) -> None:
+    """What validate() refuses, the engine itself refuses too (run directly, bypassing validation)."""
+    import subprocess
+
+    from h3bridge import RequestError
+    frames, specs, engine_accepts = AGREEMENT_CASES[case]
+    references = tuple(Reference(ReferenceKind(kind), media[key], media[rest[0]] if rest else None)
+                       for kind, key, *rest in specs)
+    request = fast_request(frames=frames, references=references)
+    try:
+        request.validate()
+        accepted = True
+    except RequestError:
+        accepted = False
+    done = subprocess.run(engine.command(request, "", None), capture_output=True, text=True, timeout=60,
+                          cwd=engine_working_directory(engine.engine_path))
+    assert (done.returncode == 0) == engine_accepts == accepted, done.stderr[-500:]
