@@ -131,3 +131,12 @@ def test_doctor_says_what_is_missing(tmp_path: Path) -> None:
     assert "MISSING engine" in done.stdout and "MISSING model" in done.stdout
     assert "FL2VA/transformer/config.json" in done.stdout and "fix:" in done.stdout
     assert psutil.virtual_memory().total > 0
+
+
+def test_no_mp4_and_no_frames(model_dir: Path, tmp_path: Path) -> None:
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", "", "--no-frames", "--json", "--quiet", model=model_dir,
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["video_path"] is None and result["frames_shape"] is None and result["audio_shape"] == [2, 29600]
+    assert list(tmp_path.iterdir()) == []
