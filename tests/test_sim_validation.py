@@ -349,3 +349,18 @@ def test_info_comes_before_parameter_validation(capsys: pytest.CaptureFixture[st
     run = run_sim(capsys, "-d", str(model), "--info", "-p", "x", "--width", "48")
     assert run.out.startswith("h3-metal 0.1.0-dev\n") and run.code == 1
     assert run.err == "h3: width and height must be multiples of 32 and at least 32\n"
+
+
+def test_reference_soundtrack_decode_failures(capsys: pytest.CaptureFixture[str], model: Path,
+                                              media: dict[str, Path], tmp_path: Path) -> None:
+    # --ref-video keeps the embedded soundtrack; a silent file has none (-map 0:a:0 fails).
+    assert _fail(capsys, model, "-p", "x", *SMALL, "--frames", "56",
+                 "--ref-video", str(media["silent"])) == \
+        f"FFmpeg could not decode a stereo soundtrack from {media['silent']}"
+    missing = tmp_path / "missing.wav"
+    assert _fail(capsys, model, "-p", "x", *SMALL, "--frames", "56",
+                 "--ref-video-audio", str(media["silent"]), str(missing)) == \
+        f"FFmpeg could not decode a stereo soundtrack from {missing}"
+    # --ref-silent-video drops it and renders.
+    assert run_sim(capsys, "-d", str(model), "-p", "x", *SMALL, "--frames", "22",
+                   "--ref-silent-video", str(media["silent"])).code == 0
