@@ -416,3 +416,26 @@ def test_waiting_for_the_engine_is_reported_and_cancellable(session: SessionEngi
             session.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=token)
     assert events and all(event.phase == WAITING_PHASE for event in events)
     assert not session.running and not (tmp_path / "a.mp4").exists()
+
+
+def test_references_images_by_command_others_at_launch(session: SessionEngine, tmp_path: Path) -> None:
+    from core_helpers import make_video
+    from h3bridge import Reference, ReferenceKind
+    image = make_image(tmp_path / "ref one.png")
+    video = make_video(tmp_path / "ref.mp4", 1.0, audio=False)
+    pictures = fast_request(references=(Reference(ReferenceKind.IMAGE, image),))
+    first = session.generate(pictures, tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert first.command[-2:] == [f"!ref-image {image}", pictures.prompt]
+    again = session.generate(pictures.with_changes(seed=4), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert again.command == ["!seed 4", pictures.prompt] and session.starts == 1
+    # A video reference has no `!` command (h3_cli.c only has !ref-image): relaunch with --ref-silent-video.
+    mixed = pictures.with_changes(references=(Reference(ReferenceKind.IMAGE, image),
+                                              Reference(ReferenceKind.SILENT_VIDEO, video)))
+    result = session.generate(mixed, tmp_path / "c.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2 and not any(line.startswith("!ref") for line in result.command)
+    assert result.video_path.is_file()
+    session.generate(mixed.with_changes(seed=8), tmp_path / "d.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2
+    # Back to plain prompts: a relaunch without reference flags.
+    session.generate(fast_request(), tmp_path / "e.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 3
