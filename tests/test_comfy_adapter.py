@@ -347,3 +347,28 @@ def test_references_reach_the_engine_in_order(tmp_path: Path, handle: adapter.En
     assert not any(p.exists() for p in engine.seen_files)
 
 
+
+
+def test_warm_session_falls_back_to_one_shot_when_it_cannot_take_the_request(tmp_path: Path,
+                                                                           handle: adapter.EngineHandle) -> None:
+    from h3bridge.errors import SessionUnsupportedError
+
+    class Unsupported(RecordingEngine):
+        def generate(self, request, output, **kwargs):
+            self.calls.append(dict(request=request))
+            raise SessionUnsupportedError("the prompt has several lines")
+
+    session, one_shot = Unsupported(), RecordingEngine()
+    opened: list[str] = []
+
+    def factory(chosen: adapter.EngineHandle) -> RecordingEngine:
+        opened.append(chosen.mode)
+        return session if chosen.mode == adapter.WARM_SESSION else one_shot
+
+    warm = adapter.EngineHandle(handle.engine_path, handle.model_dir, adapter.WARM_SESSION)
+    outputs = adapter.run_generate(warm, SMALL, adapter.GenerateInputs(), scratch_parent=tmp_path / "s",
+                                   output_dir=tmp_path / "o", want_image=False, engine_factory=factory)
+    assert opened == [adapter.WARM_SESSION, adapter.ONE_SHOT]
+    assert len(one_shot.calls) == 1 and outputs.video_path.is_file()
+    assert outputs.summary.startswith("engine: one-shot engine")
+    assert "warm session: the prompt has several lines; ran one-shot instead" in outputs.summary

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..cancel import CancelToken
-from ..errors import ModelError, RequestError
+from ..errors import ModelError, RequestError, SessionUnsupportedError
 from ..progress import ProgressEvent
 from ..reference_files import ReferenceList, RunDirectory, materialise_references, write_png
 from ..request import (
@@ -106,9 +106,6 @@ def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_ro
     if mode not in ENGINE_MODES:
         raise RequestError(f"unknown engine mode {mode!r}", field="mode",
                            hint=f"use one of: {', '.join(ENGINE_MODES)}")
-    if mode == WARM_SESSION and not session_mode_available():
-        raise RequestError("the warm session engine is not available in this h3bridge build",
-                           field="mode", hint=f"use mode {ONE_SHOT!r}")
     engine = resolve_engine_path(engine_path)
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
@@ -122,23 +119,20 @@ def check_model_layout(model_dir: Path) -> None:
     inspect_model(model_dir, read_headers=False).raise_for_problems()
 
 
-def session_mode_available() -> bool:
-    try:
-        from .. import session
-    except ImportError:   # pragma: no cover
-        return False
-    return hasattr(session, "shared_session")
-
-
 def open_engine(handle: EngineHandle) -> Any:
-    """An engine object with `.generate(request, output, ...)` for this handle."""
+    """An engine object with `.generate(request, output, ...)` for this handle.
+
+    Warm session: the process-wide `shared_session` for (engine, model), so the model stays
+    resident across queue runs and graphs (until its idle timeout)."""
     if handle.mode == WARM_SESSION:
         from ..session import shared_session
-        return shared_session(handle.engine_path, handle.model_dir)
+        return shared_session(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
     from ..engine import OneShotEngine
-    if handle.stall_timeout is None:
-        return OneShotEngine(handle.engine_path, handle.model_dir)
     return OneShotEngine(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
+
+
+def one_shot_handle(handle: EngineHandle) -> EngineHandle:
+    return EngineHandle(handle.engine_path, handle.model_dir, ONE_SHOT, handle.stall_timeout)
 
 
 # ----------------------------------------------------------------------------- request
@@ -377,7 +371,7 @@ def new_output_path(directory: Path, prefix: str = "h3") -> Path:
 
 
 def summarise(result: GenerationResult, handle: EngineHandle, plan: Any = None,
-              image_is_placeholder: bool = False) -> str:
+              image_is_placeholder: bool = False, notes: Sequence[str] = ()) -> str:
     """The STRING output: what was asked, what ran, how long each phase took, the plan."""
     request = result.request
     lines = [
@@ -394,6 +388,7 @@ def summarise(result: GenerationResult, handle: EngineHandle, plan: Any = None,
                      f"last={'yes' if request.last_frame else 'no'}")
     if request.references:
         lines.append("references: " + ", ".join(r.kind.value for r in request.references))
+    lines.extend(notes)
     if image_is_placeholder:
         lines.append("IMAGE output not connected: frames were not decoded (1-frame placeholder)")
     if result.timings:
@@ -425,10 +420,18 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
         ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir)
         request = request.with_changes(ssd_streaming=ssd)
         request.validate()
-        engine = engine_factory(handle)
         output = new_output_path(output_dir)
-        result = engine.generate(request, output, overwrite=False, want_frames=want_image, want_audio=True,
-                                 on_progress=on_progress, cancel=cancel)
+        options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
+                       cancel=cancel)
+        ran_on, notes = handle, []
+        try:
+            result = engine_factory(handle).generate(request, output, **options)
+        except SessionUnsupportedError as unsupported:
+            notes.append(f"warm session: {unsupported.message}; ran one-shot instead")
+            # Raised before anything starts (e.g. a multi-line prompt: h3's interactive mode reads
+            # one line per prompt). The clip must be the prompt as written, so run it one-shot.
+            ran_on = one_shot_handle(handle)
+            result = engine_factory(ran_on).generate(request, output, **options)
     if want_image and result.frames is not None:
         image, placeholder = frames_to_image_batch(result.frames), False
     else:
@@ -438,7 +441,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
     video_path = result.video_path if result.video_path is not None else output
     return GenerateOutputs(video_path=Path(video_path), image=image, image_is_placeholder=placeholder,
                            waveform=waveform, sample_rate=result.sample_rate or SAMPLE_RATE,
-                           summary=summarise(result, handle, plan, placeholder), result=result)
+                           summary=summarise(result, ran_on, plan, placeholder, notes), result=result)
 
 
 def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: Any = None) -> str:
