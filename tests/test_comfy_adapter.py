@@ -367,7 +367,8 @@ def test_warm_session_falls_back_to_one_shot_when_it_cannot_take_the_request(tmp
 
     warm = adapter.EngineHandle(handle.engine_path, handle.model_dir, adapter.WARM_SESSION)
     outputs = adapter.run_generate(warm, SMALL, adapter.GenerateInputs(), scratch_parent=tmp_path / "s",
-                                   output_dir=tmp_path / "o", want_image=False, engine_factory=factory)
+                                   output_dir=tmp_path / "o", want_image=False, engine_factory=factory,
+                                   on_progress=lambda event: None)
     assert opened == [adapter.WARM_SESSION, adapter.ONE_SHOT]
     assert len(one_shot.calls) == 1 and outputs.video_path.is_file()
     assert outputs.summary.startswith("engine: one-shot engine")
