@@ -407,3 +407,22 @@ def test_ffmpeg_exit_status_reported(capsys: pytest.CaptureFixture[str], model: 
                   "-o", str(tmp_path / "o.mp4"))
     assert run.code == 1
     assert run.err.endswith("\rFFmpeg                       0/22  \nh3: FFmpeg exited with status 3\n")
+
+
+def test_profile_lines_use_upstream_format(capsys: pytest.CaptureFixture[str], model: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    monkeypatch.delenv("H3_PROFILE", raising=False)
+    run = run_sim(capsys, "-d", str(model), "-p", "x", *TINY, "--frames", "22", "-o", "", "--profile")
+    monkeypatch.delenv("H3_PROFILE", raising=False)     # main.c setenv()s it for the process
+    assert run.code == 0
+    # "%-24s %-14s": padded, never truncated ("GPU Euler denoise" overflows its 14 columns).
+    line = re.compile(r"h3 profile: (.{24}) (\S.*?) +wall= *\d+\.\d{3}s encode= *\d+\.\d{3}s "
+                      r"wait= *\d+\.\d{3}s root-gpu= *\d+\.\d{3}s peak= *\d+\.\d{3}GiB "
+                      r"alloc= *\d+\.\d{3}GiB submissions=\d+ direct=\d+ linear=\d+ conv=\d+ "
+                      r"attention=\d+")
+    marks = [(m.group(1).rstrip(), m.group(2).rstrip()) for m in line.finditer(run.err)]
+    assert marks == [("Qwen text encoder", "total"), ("H3 DiT", "load"),
+                     ("H3 DiT", "GPU Euler denoise"), ("H3 DiT", "total"),
+                     ("audio VAE decoder", "total"), ("video VAE decoder", "total")]
+    assert progress_records(run.err) == TOKENIZER + TEXT + expected_tail(2, 22)[:-2]

@@ -281,6 +281,18 @@ class _Progress:
         self.crash = _Fault.parse("H3_SIM_CRASH_PHASE")
         self.hang = _Fault.parse("H3_SIM_HANG_PHASE")
         self.fail = _Fault.parse("H3_SIM_FAIL_PHASE")
+        profile = os.environ.get("H3_PROFILE", "")
+        self.profiling = bool(profile) and profile != "0"   # h3_gpu_profile_enabled (h3_gpu.m:175-178)
+
+    def profile(self, label: str, phase: str, since: float) -> None:
+        """h3_gpu_profile_emit's line (h3_gpu.m:184-208). Only the format and the wall time are
+        upstream's; the sim has no GPU counters, so those fields read zero."""
+        if not self.profiling:
+            return
+        wall = time.monotonic() - since
+        _stderr(f"h3 profile: {label:<24} {phase:<14} wall={wall:8.3f}s encode={0.0:7.3f}s "
+                f"wait={wall:8.3f}s root-gpu={0.0:7.3f}s peak={0.0:7.3f}GiB alloc={0.0:7.3f}GiB "
+                "submissions=0 direct=0 linear=0 conv=0 attention=0\n")
 
     def work(self, reference_seconds: float) -> None:
         if self.scale and reference_seconds > 0:
@@ -478,6 +490,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
 
     # DiT preparation (h3.c:1465-1538, h3_dit.c load_dit:1593-1700).
     rows_scale = (shape.video_t * (render_h // 32) * (render_w // 32)) / _REFERENCE_ROWS
+    dit_started = time.monotonic()
     if ctx.cache_enabled and ctx._dit_key == prepared_key:
         _stderr("h3: prepared DiT cache hit\n")
     else:
@@ -490,6 +503,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
         if p.ssd_streaming:
             core_seconds *= 0.1    # only norms + two stream slots are prepared
         progress.steps("load transformer core", DIT_BLOCKS, core_seconds)
+        progress.profile("H3 DiT", "load", dit_started)
         if ctx.cache_enabled:
             ctx._dit_key = prepared_key
             _stderr("h3: prepared DiT cache miss; model retained\n")
@@ -510,6 +524,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     if p.ssd_streaming:
         per_step *= 1.5
     gpu = _use_gpu_sampler(ctx.device)
+    denoise_started = time.monotonic()
     running = "denoise enqueue" if gpu else "denoise"
     preview_index = min(((shape.video_t - 2) // 5 // 2) * 17 + 11, shape.frame_count - 1)
     for step in range(p.steps):
@@ -529,13 +544,18 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
         progress.emit(running, step + 1, p.steps)
     if gpu:
         progress.emit("denoise", p.steps, p.steps)
+    progress.profile("H3 DiT", "GPU Euler denoise" if gpu else "Euler denoise", denoise_started)
+    if not ctx.cache_enabled:
+        progress.profile("H3 DiT", "total", dit_started)   # h3_dit_free of an uncached DiT
     progress.check_cancelled()
 
     # Audio VAE decode (h3.c:1594-1603, h3_audio_vae.c:660-700).
     progress.emit("audio VAE", 0, AUDIO_STAGES)
+    audio_started = time.monotonic()
     _check_config(f"{audio_vae_path}/config.json", "audio VAE")
     _open_weights(audio_vae_path)
     progress.steps("audio VAE", AUDIO_STAGES, _BASE_SECONDS["audio VAE"] * shape.audio_t / 93)
+    progress.profile("audio VAE decoder", "total", audio_started)
     samples = shape.audio_t * AUDIO_HOP_LENGTH
     pcm = content.render_audio(prompt, p.seed, samples, SAMPLE_RATE, conditioning.media)
     progress.check_cancelled()
@@ -554,8 +574,10 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     else:
         _check_config(f"{vae_path}/../config.json", "video VAE")
         _open_weights(vae_path)
+        decode_started = time.monotonic()
         progress.steps("video VAE load", VAE_LAYERS, _BASE_SECONDS["video VAE load"])
         progress.work(decode_seconds)   # the tiled decode reports nothing at this commit
+        progress.profile("video VAE decoder", "total", decode_started)
     progress.check_cancelled()
 
     if on_frame is not None:
@@ -654,8 +676,10 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
                 raise SimError("ordered reference audio exceeds 15 seconds in total")
             _check_config(f"{audio_vae_path}/config.json", "audio VAE")
             _open_weights(audio_vae_path)
+            encoder_started = time.monotonic()
             progress.steps("audio VAE encoder", AUDIO_STAGES,
                            _BASE_SECONDS["audio VAE encoder"] * samples / 64000)
+            progress.profile("audio VAE encoder", "total", encoder_started)
             found.reference_audio.append(pcm)   # type: ignore[arg-type]
             audio_elements += -(-samples // AUDIO_HOP_LENGTH) * 2 * 32
             total_samples += samples
@@ -681,14 +705,18 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
             _open_weights(vae_path)
             _check_config(f"{vae_path}/../config.json", "video VAE")
             tiles = _encoder_tiles(height) * _encoder_tiles(width)
+            encoder_started = time.monotonic()
             progress.steps("video VAE encoder", tiles,
                            _BASE_SECONDS["video VAE encoder"] * tiles * max(frames, 4) / 4)
+            progress.profile("video VAE encoder", "total", encoder_started)
             progress.check_cancelled()
         for width, height, frames, is_image in visuals:
             encodes = 1 if is_image else ((frames + 11) // 12 + 1) // 2
             for _ in range(encodes):
                 _open_weights(text_path)
+                vision_started = time.monotonic()
                 progress.steps("Qwen vision", VISION_LAYERS, _BASE_SECONDS["Qwen vision"])
+                progress.profile("Qwen vision encoder", "total", vision_started)
                 progress.check_cancelled()
             progress.check_cancelled()
     utf8 = _is_utf8(prompt)
@@ -701,7 +729,9 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
         # ... and inside h3_multimodal_encode_* (h3_multimodal.c:65) after it otherwise.
         raise SimError("prompt is not valid UTF-8")
     _open_weights(text_path)
+    text_started = time.monotonic()
     progress.steps("text encoder", TEXT_LAYERS, _BASE_SECONDS["text encoder"])
+    progress.profile("Qwen text encoder", "total", text_started)
     return _Conditioning(key=key, tokens=_simulated_tokens(prompt, vision_outputs),
                          tagged=bool(visuals), video_elements=video_elements,
                          audio_elements=audio_elements,
