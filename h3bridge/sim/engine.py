@@ -44,7 +44,9 @@ Simulation-only environment variables (documented again in the README "h3-sim" s
   (without :<done> a fault fires at the phase's first report; a phase that this job never
   reports never fires.)  Device variables: see device.py. H3_SIM_LOG: see cli.py.
 Upstream variables honoured: H3_FFMPEG, H3_FFPROBE (ffmpeg.py), H3_CPU_SAMPLER / H3_GPU_SAMPLER
-(h3_dit.c:2579-2585 sampler choice).
+(h3_dit.c:2579-2585 sampler choice), H3_PROFILE (set by --profile: "h3 profile:" lines in
+h3_gpu.m:184-208's format at h3_dit.c's marks and each GPU context's teardown; the sim has no
+GPU counters, so those fields are zero).
 """
 from __future__ import annotations
 
