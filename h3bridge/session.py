@@ -434,8 +434,11 @@ class _SessionProcess:
     def send(self, line: str) -> None:
         stdin = self.engine.popen.stdin
         assert stdin is not None
-        stdin.write(line.encode("utf-8") + b"\n")
-        stdin.flush()
+        try:
+            stdin.write(line.encode("utf-8", "surrogateescape") + b"\n")
+            stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass     # the child is gone: its streams hit EOF and the waiting side reports why
 
     def kill(self) -> None:
         """Stop the whole process group (SIGTERM, SIGKILL after a short grace) and close our ends."""
