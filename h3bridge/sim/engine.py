@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -411,6 +412,44 @@ def _encoder_tiles(extent: int) -> int:
     return count
 
 
+VAE_TILE, VAE_OVERLAP, VAE_CHUNK_LATENT_T = 256, 64, 7   # h3_video_vae.c:15,29-30
+
+
+def _vae_tile_count(extent: int, tile: int) -> int:
+    """tile_count_for_extent (h3_video_vae.c:658-664)."""
+    if extent <= tile:
+        return 1
+    count = -(-extent // tile)
+    while tile * count - VAE_OVERLAP * (count - 1) < extent:
+        count += 1
+    return count
+
+
+def _vae_tile_pixels(height: int, width: int) -> int:
+    """configured_tile_pixels (h3_video_vae.c:666-690)."""
+    text = os.environ.get("H3_VAE_TILE_PIXELS", "")
+    if text and re.fullmatch(r"[ \t\n\v\f\r]*[+-]?[0-9]+", text):
+        pixels = int(text)
+        if VAE_TILE <= pixels <= 512 and pixels % 16 == 0:
+            return pixels
+    best, best_score = VAE_TILE, None
+    for pixels in range(VAE_TILE, 321, 16):
+        score = _vae_tile_count(height, pixels) * _vae_tile_count(width, pixels) * pixels * pixels
+        if best_score is None or score < best_score:
+            best, best_score = pixels, score
+    return best
+
+
+def _vae_tiles_line(prefix: str, height: int, width: int) -> None:
+    """The H3_PROFILE tile-plan line (h3_video_vae.c:922-924 resident, :1069-1071 one-shot);
+    upstream tests getenv() only, so any value counts."""
+    if os.environ.get("H3_PROFILE") is None:
+        return
+    pixels = _vae_tile_pixels(height, width)
+    _stderr(f"h3: {prefix}video VAE tiles {_vae_tile_count(width, pixels)}x"
+            f"{_vae_tile_count(height, pixels)} at {pixels} pixels\n")
+
+
 def _media(call: Callable[[], object]) -> object:
     try:
         return call()
@@ -515,7 +554,8 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     preview_decoder = False
     if p.preview_denoise:
         progress.emit("preview VAE load", 0, VAE_LAYERS)
-        _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "preview VAE load")
+        _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "preview VAE load",
+                               latent_h, latent_w)
         preview_decoder = True
         if ctx.cache_enabled and ctx._video_decoder_key == decoder_key:
             progress.emit("preview VAE load", VAE_LAYERS, VAE_LAYERS)
@@ -567,7 +607,8 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
         / _REFERENCE_PIXEL_FRAMES
     if not preview_decoder and ctx.cache_enabled:
         progress.emit("video VAE load", 0, VAE_LAYERS)
-        _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "video VAE load")
+        _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "video VAE load",
+                               latent_h, latent_w)
         preview_decoder = True
         if ctx._video_decoder_key == decoder_key:
             progress.emit("video VAE load", VAE_LAYERS, VAE_LAYERS)
@@ -575,6 +616,9 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
         progress.work(decode_seconds)
     else:
         _check_config(f"{vae_path}/../config.json", "video VAE")
+        tile = _vae_tile_pixels(latent_h * 16, latent_w * 16)
+        if shape.video_t > VAE_CHUNK_LATENT_T or latent_h > tile // 16 or latent_w > tile // 16:
+            _vae_tiles_line("", latent_h * 16, latent_w * 16)   # decode_chunked (h3_video_vae.c:1226)
         _open_weights(vae_path)
         decode_started = time.monotonic()
         progress.steps("video VAE load", VAE_LAYERS, _BASE_SECONDS["video VAE load"])
@@ -599,7 +643,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
 
 
 def _acquire_video_decoder(ctx: SimContext, progress: _Progress, key: str, vae_path: str,
-                           phase: str) -> None:
+                           phase: str, latent_h: int, latent_w: int) -> None:
     """h3_acquire_video_decoder (h3.c:688-719)."""
     if ctx.cache_enabled and ctx._video_decoder_key == key:
         _stderr("h3: video VAE cache hit\n")
@@ -607,6 +651,7 @@ def _acquire_video_decoder(ctx: SimContext, progress: _Progress, key: str, vae_p
     if ctx.cache_enabled:
         ctx._video_decoder_key = None
     _check_config(f"{vae_path}/../config.json", "video VAE")
+    _vae_tiles_line("resident ", latent_h * 16, latent_w * 16)
     _open_weights(vae_path)
     progress.steps(phase, VAE_LAYERS, _BASE_SECONDS["video VAE load"])
     if not ctx.cache_enabled:
