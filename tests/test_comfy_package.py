@@ -1,0 +1,54 @@
+"""The node pack as shipped: entry point, metadata, example workflows, import without side effects."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "example_workflows").glob("*.json"))
+
+
+def test_requirements_txt_matches_the_package_dependencies() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    listed = [line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.lstrip().startswith("#")]
+    assert listed == project["project"]["dependencies"]
+    comfy = project["tool"]["comfy"]
+    assert comfy["PublisherId"] and comfy["DisplayName"] and "requires-comfyui" in comfy
+
+
+def test_root_init_exports_the_entrypoint_only_inside_comfyui() -> None:
+    source = (REPO / "__init__.py").read_text()
+    assert "from .h3bridge.comfy.nodes import comfy_entrypoint" in source   # relative: loaded as custom_nodes/<dir>
+    assert 'find_spec("comfy_api")' in source
+
+
+def test_adapter_import_pulls_in_no_comfy_or_torch_and_starts_nothing() -> None:
+    code = ("import sys, threading, psutil, h3bridge.comfy.adapter, h3bridge.reference_files, h3bridge.prompt; "
+            "bad = [m for m in ('torch', 'comfy', 'comfy_api', 'folder_paths') if m in sys.modules]; "
+            "print(bad, psutil.Process().children(), threading.active_count())")
+    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert output.strip() == "[] [] 1"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_workflows_are_consistent_ui_graphs(path: Path) -> None:
+    workflow = json.loads(path.read_text())
+    nodes = {node["id"]: node for node in workflow["nodes"]}
+    assert workflow["last_node_id"] == max(nodes) and workflow["last_link_id"] == len(workflow["links"])
+    types = [node["type"] for node in nodes.values()]
+    assert "H3Engine" in types and "H3Generate" in types and "SaveVideo" in types
+    for link_id, from_id, from_slot, to_id, to_slot, link_type in workflow["links"]:
+        source, target = nodes[from_id], nodes[to_id]
+        assert link_id in (source["outputs"][from_slot]["links"] or [])
+        assert target["inputs"][to_slot]["link"] == link_id
+        assert source["outputs"][from_slot]["type"] == link_type
+    generate = next(node for node in nodes.values() if node["type"] == "H3Generate")
+    # VIDEO feeds Save Video; the frames output (slot 1) is left for the user to connect.
+    assert generate["outputs"][0]["links"] and not generate["outputs"][1]["links"]
+    assert [o["type"] for o in generate["outputs"]] == ["VIDEO", "IMAGE", "AUDIO", "STRING"]
