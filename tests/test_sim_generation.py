@@ -426,3 +426,19 @@ def test_profile_lines_use_upstream_format(capsys: pytest.CaptureFixture[str], m
                      ("H3 DiT", "GPU Euler denoise"), ("H3 DiT", "total"),
                      ("audio VAE decoder", "total"), ("video VAE decoder", "total")]
     assert progress_records(run.err) == TOKENIZER + TEXT + expected_tail(2, 22)[:-2]
+
+
+def test_profile_tile_plan_lines(capsys: pytest.CaptureFixture[str], model: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # configured_tile_pixels picks the 256..320 tile with the least tiles * area: a 288 canvas
+    # fits one 288 tile; 39 frames (12 latents > 7) take the chunked one-shot decoder.
+    monkeypatch.setenv("H3_PROFILE", "0")     # getenv() only: any value prints the plan
+    run = run_sim(capsys, "-d", str(model), "-p", "x", "--width", "288", "--height", "288",
+                  "--steps", "2", "--frames", "39", "-o", "")
+    assert "h3: video VAE tiles 1x1 at 288 pixels\n" in run.err
+    assert "h3 profile:" not in run.err       # h3_gpu_profile_enabled treats "0" as off
+    ctx = SimContext.load_dir(str(model))
+    ctx.set_cache_enabled(True)
+    capsys.readouterr()
+    generate(ctx, "x", SimParams(width=864, height=480, frames=22, steps=2))
+    assert "h3: resident video VAE tiles 4x2 at 272 pixels\n" in capsys.readouterr().err
