@@ -28,6 +28,8 @@ from .lock import engine_lock
 from .memory import MachineFacts, MemoryPlan, plan_memory, preflight
 from .model import ModelInventory, inspect_model
 from .progress import ProgressEvent
+from .prompt import StructuredPrompt, clean_prompt_text
+from .reference_files import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
 from .request import (
     PRESETS,
     GenerationRequest,
@@ -54,4 +56,7 @@ __all__ = [
     # model inventory, verification and memory plan (model.py, verify.py, memory.py)
     "ModelInventory", "inspect_model", "VerifyReport", "verify_model", "MachineFacts", "MemoryPlan",
     "plan_memory", "preflight",
+    # prompt building and in-memory media -> reference files (prompt.py, reference_files.py)
+    "StructuredPrompt", "clean_prompt_text", "AudioClip", "ReferenceItem", "ReferenceList", "VideoSource",
+    "materialise_references",
 ]
