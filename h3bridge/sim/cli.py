@@ -299,8 +299,10 @@ def _log_invocation(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `h3-sim` console script; returns the exit status."""
     if argv is None:
-        # As a program, die on SIGINT like a C program does (callers stop engines with signals).
+        # As a program, die on SIGINT and SIGPIPE like a C program does (callers stop engines
+        # with signals; `h3 --info | head -1` ends h3 by SIGPIPE).
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = list(sys.argv if argv is None else argv)
     _log_invocation(args)
     try:

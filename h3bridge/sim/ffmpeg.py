@@ -19,6 +19,7 @@ Every failure raises MediaFailure carrying upstream's message.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from typing import Iterable
 
@@ -274,12 +275,20 @@ def write_av(path: str, frames: Iterable[np.ndarray], frame_count: int, width: i
         raise MediaFailure(f"cannot start FFmpeg: {os.strerror(error.errno or 0)}") from None
     os.close(video_read)
     os.close(audio_read)
+    # SIGPIPE is ignored only while streaming (h3_ffmpeg.c:705-709, 730); h3-sim runs with the
+    # C default otherwise. signal() is main-thread only; other threads keep what they have.
+    try:
+        previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    except ValueError:
+        previous = None
     video = _StreamWriter(video_write, (np.ascontiguousarray(frame).tobytes() for frame in frames))
     audio = _StreamWriter(audio_write, (interleaved,))
     video.start()
     audio.start()
     video.join()
     audio.join()
+    if previous is not None:
+        signal.signal(signal.SIGPIPE, previous)
     status = _exit_status(pid)
     if video.errno or audio.errno:
         raise MediaFailure("cannot stream generated A/V to FFmpeg: "
