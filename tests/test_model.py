@@ -140,6 +140,14 @@ def test_int8_matrix_dtype_is_reported_as_quantized(model: Path) -> None:
     assert problems and "BF16/F32" in problems[0].message
 
 
+def test_nvfp4_packed_checkpoint_is_reported_as_quantized(model: Path) -> None:
+    write_safetensors(first_shard(model, "FL2VA/text_encoder"), [
+        TensorSpec("model.language_model.layers.0.mlp.up_proj.weight", "BF16", (4, 4)),
+        TensorSpec("model.language_model.layers.0.mlp.up_proj.weight_scale_2", "F32", (1,))])
+    problems = [p for p in inspect_model(model).problems if p.kind == "quantized"]
+    assert problems and "weight_scale_2" in problems[0].message and "text_encoder" in problems[0].message
+
+
 def test_fp8_shard_is_an_integrity_problem_naming_the_format(model: Path) -> None:
     path = first_shard(model)
     header = {"w": {"dtype": "F8_E4M3", "shape": [8], "data_offsets": [0, 8]}}
@@ -180,6 +188,14 @@ def test_partial_download_with_missing_shard(model: Path) -> None:
     shard.rename(shard.with_name(shard.name + ".incomplete"))
     found = kinds(model)
     assert found["partial-download"] == "error" and found["missing-shards"] == "error"
+
+
+def test_local_dir_download_in_progress(model: Path) -> None:
+    partial = model / ".cache/huggingface/download/FL2VA/transformer/model-00002-of-00007.safetensors.incomplete"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(bytes(100))
+    problems = inspect_model(model).problems
+    assert [p.kind for p in problems] == ["partial-download"] and "resume" in problems[0].fix
 
 
 def test_truncated_shard_raises_integrity_error_with_tensor(model: Path) -> None:
