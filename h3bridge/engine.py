@@ -69,18 +69,16 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
     An explicit directory (an h3.c checkout) means its `h3` inside.
     Raises EngineNotFoundError saying how to build h3 or use h3-sim.
     """
-    candidates: list[tuple[str, str]] = []
     if explicit is not None and str(explicit):
-        candidates.append(("the given engine path", os.fspath(explicit)))
+        source, raw = "the given engine path", os.fspath(explicit)
     elif os.environ.get(ENGINE_ENV):
-        candidates.append((f"${ENGINE_ENV}", os.environ[ENGINE_ENV]))
+        source, raw = f"${ENGINE_ENV}", os.environ[ENGINE_ENV]
     else:
         found = shutil.which("h3")
         if found is None:
             raise EngineNotFoundError("the h3 engine was not found (no engine path given, H3_BIN unset, "
                                       "no `h3` on PATH)", hint=ENGINE_BUILD_HINT)
-        candidates.append(("PATH", found))
-    source, raw = candidates[0]
+        source, raw = "PATH", found
     path = Path(raw).expanduser()
     if path.is_dir() and (path / "h3").is_file():
         path = path / "h3"
