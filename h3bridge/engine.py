@@ -416,7 +416,10 @@ class OneShotEngine:
             return stderr, timings
         message = engine_message_from(stderr)
         if status < 0:
-            name = signal.Signals(-status).name if -status in signal.Signals._value2member_map_ else str(-status)
+            try:
+                name = signal.Signals(-status).name
+            except ValueError:
+                name = f"signal {-status}"
             raise EngineCrashedError(f"the engine crashed ({name})" + (f" after: {message}" if message else ""),
                                      engine_message=message, exit_code=status, stderr=stderr, command=argv,
                                      hint="SIGKILL often means macOS ran out of memory: try --ssd-streaming, "
