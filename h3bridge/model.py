@@ -405,10 +405,26 @@ def _inventory_partition(root: Path, name: str, inventory: ModelInventory, *, re
     require_files(DECODE_CONFIGS)
 
 
+def resolve_model_root(model_dir: str | Path) -> Path:
+    """A Hugging Face cache repo folder (hub/models--org--name) stands for the snapshot its
+    refs/main points at; any other path is itself."""
+    root = Path(model_dir).expanduser()
+    if root.name.startswith("models--") and (root / "snapshots").is_dir() and not (root / FL2VA).exists():
+        try:
+            revision = (root / "refs" / "main").read_text().strip()
+        except OSError:
+            revision = ""
+        snapshots = sorted((root / "snapshots").iterdir(), key=lambda p: p.stat().st_mtime)
+        chosen = root / "snapshots" / revision if revision else (snapshots[-1] if snapshots else None)
+        if chosen is not None and chosen.is_dir():
+            return chosen
+    return root
+
+
 def inspect_model(model_dir: str | Path, *, read_headers: bool = True) -> ModelInventory:
     """Inventory a model directory; reads shard headers only. Never raises for layout problems:
     they are in `problems` (call `raise_for_problems`). Raises ModelError only if the path is unusable."""
-    root = Path(model_dir).expanduser()
+    root = resolve_model_root(model_dir)
     inventory = ModelInventory(root=root)
     if not root.exists():
         raise ModelError(f"model directory not found: {root}", hint=DOWNLOAD_HINT)

@@ -215,6 +215,15 @@ def test_hugging_face_cache_with_incomplete_blob(template: Path, tmp_path: Path)
     assert kinds(snapshot) == {"partial-download": "error"}
 
 
+def test_hugging_face_cache_repo_folder_resolves_to_its_snapshot(template: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "hub/models--MiniMaxAI--MiniMax-H3"
+    shutil.copytree(template, repo / "snapshots/0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs/main").write_text("0123abcd")
+    inventory = inspect_model(repo)
+    assert inventory.root == repo / "snapshots/0123abcd" and inventory.problems == []
+
+
 def test_partition_given_instead_of_model_dir(model: Path) -> None:
     problems = inspect_model(model / "FL2VA").problems
     assert [p.kind for p in problems] == ["partition-given"] and str(model) in problems[0].fix
