@@ -570,6 +570,11 @@ class SessionEngine:
         return self.pid is not None
 
     @property
+    def outputs_dir(self) -> Path | None:
+        """The running h3's own output directory (`Outputs:` in its banner), or None."""
+        return self._outputs_dir
+
+    @property
     def settings(self) -> SessionSettings | None:
         """What the running h3 currently holds, as far as the session knows."""
         return self._settings
@@ -728,6 +733,14 @@ class SessionEngine:
                 process.kill()
         self._settings = None
         self._identity = None
+        if self._outputs_dir is not None:
+            # h3 leaves its mkdtemp session directory behind; ours is empty (every MP4 was moved
+            # or deleted), so tidy it. A non-empty one is left alone.
+            try:
+                self._outputs_dir.rmdir()
+            except OSError:
+                pass
+            self._outputs_dir = None
         self._lock.release()
 
     def _yield_if_idle(self) -> None:

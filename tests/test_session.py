@@ -77,6 +77,10 @@ def test_ten_jobs_reuse_one_process_and_only_the_first_pays_the_loads(session: S
         pids.add(session.pid)
         results.append(result)
     assert len(pids) == 1 and session.starts == 1
+    outputs = session.outputs_dir
+    assert outputs is not None and outputs.is_dir() and not list(outputs.iterdir())   # MP4s moved out
+    session.close()
+    assert not outputs.exists()          # the empty mkdtemp directory is tidied at shutdown
     first, rest = results[0], results[1:]
     for line in CACHE_MISSES:
         assert line in first.engine_log
