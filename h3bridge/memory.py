@@ -281,7 +281,7 @@ def geometry(request: GenerationRequest) -> Geometry:
     frames = request.frame_count
     video_t = video_latent_t(frames)
     frame_rows = (height // (VAE_SPATIAL_RATIO * DIT_PATCH)) * (width // (VAE_SPATIAL_RATIO * DIT_PATCH))
-    audio_t = round(frames * AUDIO_LATENT_FPS / FPS)            # h3_host.c h3_temporal (llround)
+    audio_t = int(frames * AUDIO_LATENT_FPS / FPS + 0.5)        # h3_host.c h3_temporal: llround
     text = PROMPT_TEMPLATE_TOKENS + math.ceil(len(request.prompt.encode()) / BYTES_PER_PROMPT_TOKEN)
     condition = 0
     anchors = int(request.first_frame is not None) + int(request.last_frame is not None)
