@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from h3bridge.sim.cli import main as sim_main
@@ -58,20 +59,10 @@ def make_model(path: Path, *, ref2va: bool = True) -> Path:
 
 def progress_records(stderr: str) -> list[tuple[str, int, int]]:
     """Parse main.c cli_progress output back into (phase, done, total) records."""
-    import re
     records = []
     for match in re.finditer(r"\r(.{25}) +(\d+)/(\d+) *", stderr):
         records.append((match.group(1).rstrip(), int(match.group(2)), int(match.group(3))))
     return records
-
-
-def phase_sequence(stderr: str) -> list[str]:
-    """Distinct phases in order of first appearance after each change."""
-    phases: list[str] = []
-    for phase, _, _ in progress_records(stderr):
-        if not phases or phases[-1] != phase:
-            phases.append(phase)
-    return phases
 
 
 def make_image(path: Path, color: str, size: str = "80x60") -> Path:
@@ -97,13 +88,13 @@ def make_audio(path: Path, seconds: float) -> Path:
     return path
 
 
-def read_ppm(path: Path) -> tuple[bytes, "object"]:
-    import numpy as np
+def read_ppm(path: Path) -> tuple[bytes, np.ndarray]:
+    """(header bytes, HxWx3 pixels) of a binary P6 file as main.c cli_frame writes it."""
     data = path.read_bytes()
     magic, dims, maxval, rest = data.split(b"\n", 3)
     width, height = (int(v) for v in dims.split())
     return magic + b"\n" + dims + b"\n" + maxval + b"\n", np.frombuffer(rest, np.uint8).reshape(height, width, 3)
 
 
-__all__ = ["Run", "run_sim", "run_sim_process", "make_model", "progress_records", "phase_sequence",
-           "make_image", "make_video", "make_audio", "read_ppm", "sys"]
+__all__ = ["Run", "run_sim", "run_sim_process", "make_model", "progress_records",
+           "make_image", "make_video", "make_audio", "read_ppm", "sim_program"]
