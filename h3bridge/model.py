@@ -168,8 +168,9 @@ class ModelInventory:
 
     def table(self) -> str:
         """The inventory as a fixed-width table, then problems with their fixes."""
-        lines = [f"model: {self.root}",
-                 f"{'component':<30} {'files':>5} {'tensors':>8} {'size':>10}  dtypes"]
+        lines = [f"model: {self.root}"]
+        if self.partitions:
+            lines.append(f"{'component':<30} {'files':>5} {'tensors':>8} {'size':>10}  dtypes")
         for partition in self.partitions.values():
             state = "" if partition.enabled else "  (ignored by h3: no transformer/model.safetensors.index.json)"
             lines.append(f"{partition.name}{state}")
@@ -177,10 +178,11 @@ class ModelInventory:
                 dtypes = ", ".join(f"{name} {format_bytes(size)}" for name, size in component.dtype_bytes.items())
                 lines.append(f"  {component.spec.relative:<28} {component.files:>5} {component.tensors:>8} "
                              f"{format_bytes(component.file_bytes):>10}  {dtypes}")
-        lines.append(f"{'total':<30} {len(self.shard_paths):>5} "
-                     f"{sum(c.tensors for p in self.partitions.values() for c in p.components.values()):>8} "
-                     f"{format_bytes(self.file_bytes):>10}")
-        if not self.has_ref2va:
+        if self.partitions:
+            lines.append(f"{'total':<30} {len(self.shard_paths):>5} "
+                         f"{sum(c.tensors for p in self.partitions.values() for c in p.components.values()):>8} "
+                         f"{format_bytes(self.file_bytes):>10}")
+        if FL2VA in self.partitions and not self.has_ref2va:
             lines.append("Ref2VA: not installed (prompt-only and first/last-frame jobs work; references need it)")
         for problem in self.problems:
             lines.append(f"{problem.severity}: {problem.message}")
