@@ -353,13 +353,14 @@ def add_info_command(subparsers: argparse._SubParsersAction) -> None:
                                    description="Inventory a MiniMax-H3 model directory from its shard headers "
                                                "(no tensor data read) and report layout problems with fixes.")
     _model_dir_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print the inventory as JSON")
     parser.set_defaults(handler=run_info)
 
 
 def run_info(args: argparse.Namespace) -> int:
     from .model import inspect_model
     inventory = inspect_model(_model_dir_from(args))
-    print(inventory.table())
+    print(json.dumps(inventory.to_dict(), indent=2) if args.json else inventory.table())
     return EXIT_FAILURE if inventory.errors else EXIT_OK
 
 
@@ -374,6 +375,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
                         help="record the current hashes as the reference (after replacing a file on purpose)")
     parser.add_argument("--workers", type=int, help="hashing threads (default: all cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(handler=run_verify)
 
 
@@ -382,7 +384,7 @@ def run_verify(args: argparse.Namespace) -> int:
     report = verify_model(_model_dir_from(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
-    print(report.table())
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table())
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 

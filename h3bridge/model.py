@@ -166,6 +166,17 @@ class ModelInventory:
             raise IntegrityError(message, path=first.path, tensor=first.tensor, hint=first.hint)
         raise ModelError(message, hint=first.hint)
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "root": str(self.root), "ref2va": self.has_ref2va, "file_bytes": self.file_bytes,
+            "partitions": {name: {"enabled": partition.enabled, "components": {
+                key: {"directory": str(c.directory), "files": c.files, "tensors": c.tensors,
+                      "file_bytes": c.file_bytes, "tensor_bytes": c.tensor_bytes, "dtype_bytes": c.dtype_bytes}
+                for key, c in partition.components.items()}} for name, partition in self.partitions.items()},
+            "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix,
+                          "path": None if p.path is None else str(p.path)} for p in self.problems],
+        }
+
     def table(self) -> str:
         """The inventory as a fixed-width table, then problems with their fixes."""
         lines = [f"model: {self.root}"]

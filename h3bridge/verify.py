@@ -245,6 +245,19 @@ class VerifyReport:
         if self.errors:
             raise self.errors[0]
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "root": str(self.inventory.root), "ok": self.ok, "checksums": self.checksums,
+            "manifest": None if self.manifest is None else str(self.manifest), "manifest_written": self.manifest_written,
+            "shards": [{"path": str(r.relative), "size": r.size, "status": r.status, "sha256": r.sha256,
+                        "expected_sha256": r.expected_sha256, "expected_source": r.expected_source,
+                        "error": None if not (r.header_error or r.checksum_error)
+                        else (r.header_error or r.checksum_error).message}      # type: ignore[union-attr]
+                       for r in self.results],
+            "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix}
+                         for p in self.problems],
+        }
+
     def table(self) -> str:
         width = max([len(str(r.relative)) for r in self.results] + [5])
         lines = [f"model: {self.inventory.root}", f"{'shard':<{width}} {'size':>10}  status"]

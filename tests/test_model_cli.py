@@ -46,6 +46,17 @@ def test_info_prints_the_inventory(tiny: Path, capsys: pytest.CaptureFixture[str
     assert "FL2VA" in out and "transformer" in out and "layout: OK" in out and "references need it" in out
 
 
+def test_info_and_verify_json(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(tiny), "--json"]) == 0
+    inventory = json.loads(capsys.readouterr().out)
+    transformer = inventory["partitions"]["FL2VA"]["components"]["transformer"]
+    assert transformer["files"] == 7 and set(transformer["dtype_bytes"]) == {"BF16", "F32"}
+    assert inventory["problems"] == [] and inventory["ref2va"] is False
+    assert main(["verify", str(tiny), "--checksums", "--quiet", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and len(report["shards"]) == 23 and all(len(s["sha256"]) == 64 for s in report["shards"])
+
+
 def test_info_reports_a_mistaken_layout_with_its_fix(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tiny / "FL2VA/text_encoder/._model-00001-of-00014.safetensors").write_bytes(bytes(4096))
     assert main(["info", str(tiny)]) == 1
