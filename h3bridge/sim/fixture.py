@@ -512,7 +512,7 @@ def write_partition(root: Path, partition: str, dims: Dims, *, sparse: bool) -> 
 def write_fixture_model(path: str | Path, *, realistic: bool = False, ref2va: bool = True) -> Path:
     """Write a model directory h3 (and h3-sim) accept; returns its path.
 
-    `realistic` gives released shapes in sparse files (~150 GB nominal per partition, no disk
+    `realistic` gives released shapes in sparse files (~134 GiB = 144 GB nominal per partition, no disk
     used); otherwise tiny tensors with real bytes. `ref2va=False` leaves the optional Ref2VA
     partition out (upstream then serves prompt-only and first/last-frame jobs only).
     """
