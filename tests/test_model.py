@@ -61,6 +61,19 @@ def test_realistic_fixture_reports_released_sizes(tmp_path: Path) -> None:
     assert sum(p.stat().st_blocks for p in root.rglob("*.safetensors")) * 512 < 50 * 2**20
 
 
+def test_tiny_and_realistic_fixtures_share_names_and_shards(template: Path, tmp_path: Path) -> None:
+    realistic = write_fixture_model(tmp_path / "real", realistic=True)
+
+    def layout(root: Path) -> dict[str, list[str]]:
+        inventory = inspect_model(root)
+        return {f"{c.partition}/{c.spec.key}/{p.name}": sorted(t.name for t in shard.tensors)
+                for part in inventory.partitions.values() for c in part.components.values()
+                for p, shard in zip(c.shard_paths, c.shards)}
+
+    assert layout(template) == layout(realistic)
+    assert sum(p.stat().st_size for p in template.rglob("*")) < 4 * 2**20     # tiny: a few MB at most
+
+
 def test_without_ref2va_is_fine_but_says_references_need_it(template: Path, tmp_path: Path) -> None:
     root = write_fixture_model(tmp_path / "m", ref2va=False)
     inventory = inspect_model(root)
