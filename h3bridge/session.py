@@ -71,7 +71,6 @@ import uuid
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
 
 from .cancel import CancelToken
 from .engine import (
