@@ -615,7 +615,8 @@ class SessionEngine:
         flags = _launch_flags(request)
         job = _Job(tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
                    on_progress=on_progress, cancel=cancel, stall_timeout=self.stall_timeout)
-        with self._guard:
+        self._acquire_guard(job)
+        try:
             self._cancel_idle_timer()
             try:
                 try:
@@ -643,6 +644,19 @@ class SessionEngine:
                     # Someone in this process waits for the engine (policy in the module docstring).
                     self._shutdown(graceful=True)
                 self._arm_idle_timer()
+        finally:
+            self._guard.release()
+
+    def _acquire_guard(self, job: _Job) -> None:
+        """Wait for this session's previous job (another thread's) to end: reported as
+        WAITING_PHASE and cancellable, like waiting for the machine-wide lock."""
+        report = waiting_reporter(job.on_progress)
+        started = time.monotonic()
+        while not self._guard.acquire(timeout=0.1):
+            if job.cancel is not None and job.cancel.cancelled:
+                raise GenerationCancelled("cancelled while waiting for the engine")
+            if report is not None:
+                report(time.monotonic() - started)
 
     def _finish(self, request: GenerationRequest, produced: Path, destination: Path | None, *, overwrite: bool,
                 seed: int, want_frames: bool, want_audio: bool, job: _Job,

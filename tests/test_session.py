@@ -440,3 +440,38 @@ def test_references_images_by_command_others_at_launch(session: SessionEngine, t
     assert result.video_path.is_file()
     reused = session.generate(mixed.with_changes(seed=8), tmp_path / "d.mp4", want_frames=False, want_audio=False)
     assert session.starts == 2 and reused.command == ["!seed 8", mixed.prompt]
+
+
+def test_a_second_thread_waits_for_the_session_and_can_cancel(session: SessionEngine, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    monkeypatch.setenv("H3_SIM_DEVICE_NAME", "Apple M1 Ultra")
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "denoise:1")
+    first_token, second_token = CancelToken(), CancelToken()
+    hanging = threading.Event()
+    outcome: list[BaseException] = []
+
+    def first_job() -> None:
+        try:
+            session.generate(fast_request(), tmp_path / "a.mp4", cancel=first_token, want_frames=False,
+                             want_audio=False,
+                             on_progress=lambda event: event.phase == "denoise" and hanging.set())
+        except BaseException as error:     # noqa: BLE001 - handed to the test thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=first_job)
+    thread.start()
+    assert hanging.wait(20)
+    waits = []
+
+    def second_progress(event) -> None:
+        waits.append(event.phase)
+        if len(waits) == 3:
+            second_token.cancel()
+
+    with pytest.raises(GenerationCancelled):
+        session.generate(fast_request(seed=2), tmp_path / "b.mp4", cancel=second_token, on_progress=second_progress)
+    assert waits == [WAITING_PHASE] * 3 and session.running      # the first job was not disturbed
+    first_token.cancel()
+    thread.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], GenerationCancelled)
