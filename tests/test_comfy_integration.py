@@ -241,6 +241,28 @@ def test_example_workflow_runs_and_saves_an_mp4_with_audio(server: Server, name:
         assert "anchors: first=yes, last=yes" in summary
 
 
+def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: Path) -> None:
+    """Each example opens in ComfyUI's own frontend (headless Chromium) with every node known, and
+    the frontend turns it into exactly the API prompt these tests run."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    script = Path(__file__).with_name("comfy_frontend_load.py")
+    run = subprocess.run([COMFYUI_PYTHON, str(script), server.url, "--screenshots", str(tmp_path),
+                          *(str(EXAMPLES / name) for name in WORKFLOWS)],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    for name in WORKFLOWS:
+        workflow = json.loads((EXAMPLES / name).read_text())
+        loaded = report[name]
+        assert loaded["missing"] == [] and loaded["count"] == len(workflow["nodes"])
+        frontend = {node_id: (node["class_type"], node["inputs"]) for node_id, node in loaded["output"].items()}
+        ours = {node_id: (node["class_type"], node["inputs"]) for node_id, node in
+                ui_to_api(workflow, server.object_info).items()}
+        assert frontend == ours
+        assert (tmp_path / (Path(name).stem + ".png")).stat().st_size > 0
+
+
 def test_unconnected_image_output_is_not_decoded(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
     prompt[_generate_id(prompt)]["inputs"]["seed"] = 4242        # not a cached result
