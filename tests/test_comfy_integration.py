@@ -101,6 +101,10 @@ def _make_inputs(directory: Path) -> None:
     run("-f", "lavfi", "-i", "color=c=blue:s=512x512", "-frames:v", "1", str(directory / "h3_last_frame.png"))
     run("-f", "lavfi", "-i", "testsrc=s=320x240", "-frames:v", "1", str(directory / "h3_reference.png"))
     run("-f", "lavfi", "-i", "sine=d=3:sample_rate=44100", "-ac", "2", str(directory / "h3_reference_music.wav"))
+    run("-f", "lavfi", "-i", "testsrc=s=160x120:r=24:d=3", "-f", "lavfi", "-i", "sine=d=3:sample_rate=32000",
+        "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(directory / "h3_clip_with_audio.mp4"))
+    run("-f", "lavfi", "-i", "testsrc2=s=160x120:r=24:d=3", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+        str(directory / "h3_clip_silent.mp4"))
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +265,60 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
                 ui_to_api(workflow, server.object_info).items()}
         assert frontend == ours
         assert (tmp_path / (Path(name).stem + ".png")).stat().st_size > 0
+
+
+def test_video_references_from_comfy_video_inputs(server: Server) -> None:
+    """VIDEO values (core Load Video) as 'video with its audio' and 'video plus replacement audio'."""
+    prompt = ui_to_api(json.loads((EXAMPLES / "h3_references.json").read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt["60"] = {"class_type": "LoadVideo", "inputs": {"file": "h3_clip_with_audio.mp4"}}
+    prompt["61"] = {"class_type": "LoadVideo", "inputs": {"file": "h3_clip_silent.mp4"}}
+    prompt["62"] = {"class_type": "LoadAudio", "inputs": {"audio": "h3_reference_music.wav"}}
+    prompt["63"] = {"class_type": "H3References", "inputs": {"kind": "video with its audio", "video": ["60", 0]}}
+    prompt["64"] = {"class_type": "H3References", "inputs": {"kind": "video plus replacement audio",
+                                                            "previous": ["63", 0], "video": ["61", 0],
+                                                            "audio": ["62", 0]}}
+    prompt[generate_id]["inputs"]["references"] = ["64", 0]
+    prompt[generate_id]["inputs"]["prompt"] = "Continue <Video 1> with <Audio 1>, then <Video 2> with <Audio 2>."
+    entry = server.wait(server.queue(_with_probes(prompt, generate_id)))
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
+    assert "references: video, video_audio" in entry["outputs"]["920"]["text"][0]
+
+
+def test_video_with_its_audio_needs_a_soundtrack(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / "h3_references.json").read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt["61"] = {"class_type": "LoadVideo", "inputs": {"file": "h3_clip_silent.mp4"}}
+    prompt["63"] = {"class_type": "H3References", "inputs": {"kind": "video with its audio", "video": ["61", 0]}}
+    prompt[generate_id]["inputs"]["references"] = ["63", 0]
+    entry = server.wait(server.queue(prompt))
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    assert "has no audio stream" in error["exception_message"] and error["exception_type"].endswith("MediaError")
+
+
+def test_prompt_and_memory_plan_nodes(server: Server) -> None:
+    prompt = {
+        "1": {"class_type": "H3Engine", "inputs": {"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot",
+                                                  "stall_timeout": 600}},
+        "2": {"class_type": "H3MemoryPlan", "inputs": {
+            "engine": ["1", 0], "preset": "quality", "width": 1344, "height": 768, "length_unit": "seconds",
+            "seconds": 10.0, "frames": 56, "layers": 0, "reuse": 0, "core_reuse": 1, "token_reduction": False,
+            "int8_row_fc2": False, "ssd_streaming": "auto"}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+        "4": {"class_type": "H3Prompt", "inputs": {"scene": "", "action": "", "camera": "", "look": "", "audio": "",
+                                                  "free_text": "  A fox\u00a0runs.  \n\n\n\nSnow.  ", "max_bytes": 0}},
+        "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}},
+        "6": {"class_type": "H3Prompt", "inputs": {"scene": "a fox", "action": "", "camera": "", "look": "",
+                                                  "audio": "wind", "free_text": "", "max_bytes": 0}},
+        "7": {"class_type": "PreviewAny", "inputs": {"source": ["6", 0]}},
+    }
+    entry = server.wait(server.queue(prompt))
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    plan = entry["outputs"]["3"]["text"][0]
+    assert plan.startswith("1344x768, 243 frames (10.125 s), preset quality")
+    assert "fits" in plan and "request: 1344x768, 243 frames" in plan
+    assert entry["outputs"]["5"]["text"][0] == "A fox runs.\n\nSnow."
+    assert entry["outputs"]["7"]["text"][0] == "Scene: a fox\nAudio: wind"
 
 
 def test_unconnected_image_output_is_not_decoded(server: Server) -> None:
