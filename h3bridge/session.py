@@ -46,8 +46,9 @@ holds the model in memory. It shuts down
 * when a job is cancelled (upstream cannot stop a running denoise; the process group is
   killed) or the process crashes (that job raises; the next job starts a fresh process),
 * when the engine binary (path or mtime) changed, or the model directory differs,
-* when its host process exits (atexit), or, failing that, when the child sees EOF on stdin
-  (its stdin pipe closes with its parent), and
+* when its host process exits (atexit), or, if the host dies without cleanup, by itself: an
+  idle h3 sees EOF on stdin and leaves its loop (linenoise returns NULL), a busy one dies at
+  its next progress write because its stderr pipe is broken (SIGPIPE), and
 * when another job *in this process* needs the engine lock (one-shot run or another
   session): an idle session steps aside at once through the lock's yield hook, a busy one
   right after its current job. This is the policy that keeps a process from deadlocking on

@@ -475,3 +475,37 @@ def test_a_second_thread_waits_for_the_session_and_can_cancel(session: SessionEn
     first_token.cancel()
     thread.join(10)
     assert len(outcome) == 1 and isinstance(outcome[0], GenerationCancelled)
+
+
+def test_host_death_mid_job_ends_the_busy_child(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mid-job the child learns it at its next progress write: its stderr pipe is broken (SIGPIPE
+    for the C h3; BrokenPipeError for h3-sim), long before the job would have ended."""
+    import psutil
+    monkeypatch.setenv("H3_SIM_TIME_SCALE", "0.5")      # this job would take about a minute
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge.session import SessionEngine
+        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+        def on_progress(event):
+            if event.phase == "text encoder":
+                print(session.pid, flush=True)
+                os.kill(os.getpid(), 9)
+        session.generate(fast_request(width=864, height=480), {str(tmp_path / 'a.mp4')!r},
+                         want_frames=False, want_audio=False, on_progress=on_progress)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(host.stdout.readline())
+        host.wait(10)
+
+        def child_gone() -> bool:
+            try:
+                return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+        assert wait_until(child_gone, timeout=10)
+    finally:
+        host.kill()
