@@ -200,9 +200,7 @@ def test_cancel_mid_denoise_kills_the_process_group(session: SessionEngine, tmp_
     with pytest.raises(GenerationCancelled):
         session.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=token,
                          want_frames=False, want_audio=False)
-    cancelled_at = time.monotonic()
     assert pgid and wait_until(lambda: group_gone(pgid[0]), timeout=1.0)
-    assert time.monotonic() - cancelled_at < 1.0
     assert not session.running and not (tmp_path / "a.mp4").exists()
     monkeypatch.delenv("H3_SIM_HANG_PHASE")
     result = session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
