@@ -62,6 +62,7 @@ class EngineProcess:
         self.pieces: queue.Queue[StderrPiece | None] = queue.Queue()   # None marks stderr EOF
         self._chunks: list[str] = []
         self._chunks_lock = threading.Lock()
+        self._stderr_closed = threading.Event()
         self.popen = subprocess.Popen(
             self.argv, cwd=None if cwd is None else str(cwd), env=None if env is None else dict(env),
             stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
@@ -127,10 +128,25 @@ class EngineProcess:
         except OSError:
             pass
         finally:
+            self._stderr_closed.set()
             self.pieces.put(None)
 
     def next_piece(self, timeout: float) -> StderrPiece | None:
-        """The next stderr piece, or None after `timeout` seconds / at EOF."""
+        """The next stderr piece, or None after `timeout` seconds / at EOF.
+
+        Once stderr is closed, waits on the process instead, so a caller polling for
+        the exit notices it at once rather than a poll interval later.
+        """
+        try:
+            return self.pieces.get_nowait()
+        except queue.Empty:
+            pass
+        if self._stderr_closed.is_set():
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            return None
         try:
             return self.pieces.get(timeout=timeout)
         except queue.Empty:
