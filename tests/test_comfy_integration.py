@@ -321,6 +321,24 @@ def test_prompt_and_memory_plan_nodes(server: Server) -> None:
     assert entry["outputs"]["7"]["text"][0] == "Scene: a fox\nAudio: wind"
 
 
+def test_progress_reaches_the_generate_nodes_bar(server: Server, tmp_path: Path) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt[generate_id]["inputs"]["seed"] = 31337      # not cached
+    path = tmp_path / "prompt.json"
+    path.write_text(json.dumps(prompt))
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_ws_progress.py")), server.url, str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    assert report["status"] == "execution_success"
+    bar = [(value, maximum) for node, value, maximum in report["progress"] if node == generate_id]
+    values = [value for value, _ in bar]
+    assert {maximum for _, maximum in bar} == {1000}
+    assert values == sorted(values) and values[-1] == 1000      # overall fraction, never backwards
+    assert len(set(values)) >= 3                                 # moves through the phases
+
+
 def test_unconnected_image_output_is_not_decoded(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
     prompt[_generate_id(prompt)]["inputs"]["seed"] = 4242        # not a cached result

@@ -1,0 +1,52 @@
+"""Queue an API prompt on a ComfyUI server and record the progress messages it broadcasts over
+its websocket (what the frontend draws as each node's progress bar). Run with a python that has
+aiohttp (ComfyUI's own):
+
+    python comfy_ws_progress.py http://127.0.0.1:8188 prompt.json
+
+Prints one JSON object: {"prompt_id": ..., "progress": [[node, value, max], ...], "status": last
+status message type}. Only talks to 127.0.0.1.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+
+import aiohttp
+
+
+async def _run(url: str, prompt: dict) -> dict:
+    client_id = uuid.uuid4().hex
+    progress: list[list] = []
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"{url}/ws?clientId={client_id}", max_msg_size=0) as ws:
+            async with session.post(f"{url}/prompt", json={"prompt": prompt, "client_id": client_id}) as answer:
+                prompt_id = (await answer.json())["prompt_id"]
+            status = None
+            async with asyncio.timeout(300):
+                async for message in ws:
+                    if message.type != aiohttp.WSMsgType.TEXT:
+                        continue        # binary frames are previews
+                    event = json.loads(message.data)
+                    data = event.get("data", {})
+                    if data.get("prompt_id") not in (None, prompt_id):
+                        continue
+                    if event["type"] == "progress":
+                        progress.append([data.get("node"), data["value"], data["max"]])
+                    elif event["type"] in ("execution_success", "execution_error", "execution_interrupted"):
+                        status = event["type"]
+                        break
+    return {"prompt_id": prompt_id, "progress": progress, "status": status}
+
+
+def main() -> None:
+    url, path = sys.argv[1], sys.argv[2]
+    with open(path) as handle:
+        prompt = json.load(handle)
+    print(json.dumps(asyncio.run(_run(url, prompt))))
+
+
+if __name__ == "__main__":
+    main()
