@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ EXAMPLES = sorted((REPO / "example_workflows").glob("*.json"))
 
 
 def test_requirements_txt_matches_the_package_dependencies() -> None:
+    tomllib = pytest.importorskip("tomllib")     # Python 3.11+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     listed = [line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()
               if line.strip() and not line.lstrip().startswith("#")]

@@ -434,6 +434,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             result = engine_factory(ran_on).generate(request, output, **options)
     if want_image and result.frames is not None:
         image, placeholder = frames_to_image_batch(result.frames), False
+        result.frames = None     # the uint8 copy is not needed any more; don't keep the clip twice
     else:
         image, placeholder = placeholder_image(result.width, result.height), True
     samples = int(round(result.frame_count / result.fps * result.sample_rate))
