@@ -393,6 +393,18 @@ def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
     assert "model directory 'NoSuchModel' was not found" in details and "models/h3" in details
 
 
+def test_bad_generate_settings_are_refused_when_queued(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt[generate_id]["inputs"].update(width=1344, height=1344)
+    request = urllib.request.Request(server.url + "/prompt", data=json.dumps({"prompt": prompt}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    details = json.loads(info.value.read())["node_errors"][generate_id]["errors"][0]["details"]
+    assert "1344" in details and "fix:" in details
+
+
 # ----------------------------------------------------------------------------- interrupt
 
 def test_interrupt_stops_the_engine(server: Server) -> None:

@@ -21,6 +21,10 @@ from ..errors import ModelError, RequestError, SessionUnsupportedError
 from ..progress import ProgressEvent
 from ..reference_files import ReferenceList, RunDirectory, materialise_references, write_png
 from ..request import (
+    DEFAULT_FRAMES,
+    DEFAULT_HEIGHT,
+    DEFAULT_SEED,
+    DEFAULT_WIDTH,
     FPS,
     MAX_FRAMES,
     MIN_FRAMES,
@@ -143,13 +147,13 @@ class GenerateSettings:
 
     prompt: str = ""
     preset: str = "balanced"
-    width: int = 864
-    height: int = 480
+    width: int = DEFAULT_WIDTH
+    height: int = DEFAULT_HEIGHT
     length_unit: str = "seconds"
     seconds: float = 2.0
-    frames: int = 56
+    frames: int = DEFAULT_FRAMES
     steps: int = 0              # 0: the preset's
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     layers: int = 0             # 0: the preset's
     reuse: int = 0              # 0: the preset's
     core_reuse: int = 1         # 1: off (mutually exclusive with reuse > 1)

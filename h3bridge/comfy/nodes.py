@@ -23,7 +23,7 @@ from ..cancel import CancelToken
 from ..errors import GenerationCancelled, H3BridgeError
 from ..prompt import StructuredPrompt, clean_prompt_text
 from ..reference_files import AudioClip, ReferenceItem, ReferenceList, VideoSource
-from ..request import FPS, MAX_FRAMES, MIN_FRAMES, MAX_SEED, ReferenceKind
+from ..request import CANVAS_MULTIPLE, MAX_PIXELS, PRESETS, DEFAULT_FRAMES, DEFAULT_HEIGHT, DEFAULT_SEED, DEFAULT_WIDTH, FPS, MAX_FRAMES, MAX_SEED, MIN_FRAMES, ReferenceKind
 from . import adapter
 
 CATEGORY = "MiniMax-H3 (h3.c)"
@@ -95,12 +95,16 @@ def _plan_inputs() -> list[io.Input]:
     """The settings both H3 Generate and H3 Memory Plan take (same names, same meaning)."""
     return [
         io.Combo.Input("preset", options=list(adapter.PRESET_NAMES), default="balanced",
-                       tooltip="Speed/quality preset (steps, layers, reuse): preview 4/50/1, balanced 20/45/2, "
-                               "quality 20/50/1, reference 50/50/1. 24-32 GB Macs: preview or balanced with "
-                               "SSD streaming; 96-128 GB: quality."),
-        io.Int.Input("width", default=864, min=32, max=1344, step=32,
+                       tooltip="Speed/quality preset as steps/layers/reuse: "
+                               + ", ".join(f"{name} {p.steps}/{p.layers}/{p.reuse}" for name, p in PRESETS.items())
+                               + ". 24-32 GB Macs: preview or balanced with SSD streaming; 96-128 GB: quality."),
+        # h3.c h3_valid_params limits the product, not each side: the widget allows any side that
+        # can be part of a legal canvas, validation (queue time) checks the product.
+        io.Int.Input("width", default=DEFAULT_WIDTH, min=CANVAS_MULTIPLE, max=MAX_PIXELS // CANVAS_MULTIPLE,
+                     step=CANVAS_MULTIPLE,
                      tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
-        io.Int.Input("height", default=480, min=32, max=1344, step=32,
+        io.Int.Input("height", default=DEFAULT_HEIGHT, min=CANVAS_MULTIPLE, max=MAX_PIXELS // CANVAS_MULTIPLE,
+                     step=CANVAS_MULTIPLE,
                      tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
         io.Combo.Input("length_unit", options=list(adapter.LENGTH_UNITS), default="seconds",
                        tooltip="Give the length in seconds or in frames (24 fps)."),
@@ -108,7 +112,7 @@ def _plan_inputs() -> list[io.Input]:
                        tooltip=f"Clip length when length_unit is seconds. Snapped UP to the next legal H3 length "
                                f"(5 + 17n frames at 24 fps, {MIN_FRAMES}..{MAX_FRAMES} frames): 10 s becomes "
                                f"243 frames (10.125 s)."),
-        io.Int.Input("frames", default=56, min=MIN_FRAMES, max=MAX_FRAMES, step=17,
+        io.Int.Input("frames", default=DEFAULT_FRAMES, min=MIN_FRAMES, max=MAX_FRAMES, step=17,
                      tooltip=f"Clip length when length_unit is frames. Snapped UP to the next legal H3 length "
                              f"(5 + 17n: 22, 39, 56, 73, ... {MAX_FRAMES})."),
         io.Int.Input("layers", default=0, min=0, max=50, advanced=True,
@@ -196,8 +200,8 @@ class H3GenerateNode(io.ComfyNode):
                 *_plan_inputs()[:6],
                 io.Int.Input("steps", default=0, min=0, max=1000,
                              tooltip="Denoising passes, 2..1000 (0 = preset)."),
-                io.Int.Input("seed", default=42, min=0, max=MAX_SEED, control_after_generate=True,
-                             tooltip="Native random stream seed (h3 default 42)."),
+                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED, control_after_generate=True,
+                             tooltip=f"Native random stream seed (h3 default {DEFAULT_SEED})."),
                 *_plan_inputs()[6:],
                 io.Image.Input("first_frame", optional=True, tooltip="Anchor image for the first frame (FL2VA)."),
                 io.Image.Input("last_frame", optional=True, tooltip="Anchor image for the last frame (FL2VA)."),
