@@ -53,9 +53,9 @@ def _user_facing_errors(function: _F) -> _F:
 
 def _model_roots() -> list[Path]:
     """ComfyUI/models/h3 (and any extra_model_paths.yaml `h3:` entries)."""
-    if adapter.MODEL_FOLDER not in folder_paths.folder_names_and_paths:
-        folder_paths.add_model_folder_path(adapter.MODEL_FOLDER,
-                                           os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER))
+    # Idempotent; extra_model_paths.yaml entries for `h3` (if any) stay after the default.
+    folder_paths.add_model_folder_path(adapter.MODEL_FOLDER,
+                                       os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER), is_default=True)
     return [Path(p) for p in folder_paths.get_folder_paths(adapter.MODEL_FOLDER)]
 
 
@@ -75,7 +75,8 @@ def _video_source(video: Any) -> VideoSource:
     """A ComfyUI VIDEO as something the library can write to an .mp4 path on demand."""
     def write(target: Path) -> None:
         video.save_to(str(target), format=Types.VideoContainer.MP4, codec=Types.VideoCodec.H264)
-    return VideoSource(write=write, description=type(video).__name__)
+    source = getattr(video, "get_stream_source", lambda: None)()
+    return VideoSource(write=write, description=source if isinstance(source, str) else type(video).__name__)
 
 
 def _running_prompt() -> dict | None:
