@@ -17,9 +17,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..cancel import CancelToken
+from ..engine import OneShotEngine, locate_engine
 from ..errors import ModelError, RequestError, SessionUnsupportedError
+from ..memory import MachineFacts, MemoryPlan, preflight
+from ..model import inspect_model
 from ..progress import ProgressEvent
-from ..reference_files import ReferenceList, RunDirectory, materialise_references, write_png
+from ..reference_files import AudioClip, ReferenceList, RunDirectory, materialise_references, write_png
 from ..request import (
     DEFAULT_FRAMES,
     DEFAULT_HEIGHT,
@@ -32,8 +35,10 @@ from ..request import (
     SAMPLE_RATE,
     GenerationRequest,
     align_frame_count,
+    frames_from_seconds,
 )
 from ..result import GenerationResult
+from ..session import SessionEngine, shared_session
 
 # ----------------------------------------------------------------------------- choices
 
@@ -99,7 +104,6 @@ def resolve_model_dir(value: str, search_roots: Sequence[Path]) -> Path:
 
 def resolve_engine_path(value: str) -> Path:
     """The engine binary: the given path, or (empty) what `locate_engine` finds."""
-    from ..engine import locate_engine   # lazily: engine.py may pull in more than nodes need at import
     text = value.strip()
     return Path(locate_engine(os.path.expanduser(text) if text else None))
 
@@ -119,19 +123,16 @@ def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_ro
 def check_model_layout(model_dir: Path) -> None:
     """The cheap structural check of a model directory (layout only, no shard headers read),
     so a wrong folder is reported when the graph is queued, not minutes into a run."""
-    from ..model import inspect_model
     inspect_model(model_dir, read_headers=False).raise_for_problems()
 
 
-def open_engine(handle: EngineHandle) -> Any:
+def open_engine(handle: EngineHandle) -> OneShotEngine | SessionEngine:
     """An engine object with `.generate(request, output, ...)` for this handle.
 
     Warm session: the process-wide `shared_session` for (engine, model), so the model stays
     resident across queue runs and graphs (until its idle timeout)."""
     if handle.mode == WARM_SESSION:
-        from ..session import shared_session
         return shared_session(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
-    from ..engine import OneShotEngine
     return OneShotEngine(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
 
 
@@ -171,7 +172,6 @@ def snap_frames(frames: int) -> int:
 def frames_for(settings: GenerateSettings) -> int:
     """The frame count the node will request, after snapping."""
     if settings.length_unit == "seconds":
-        from ..request import frames_from_seconds
         if settings.seconds <= 0:
             raise RequestError(f"seconds={settings.seconds:g} must be positive", field="seconds",
                                hint=f"e.g. seconds={MIN_FRAMES / FPS:.3f}")
@@ -217,20 +217,20 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
     return GenerationRequest.from_preset(settings.preset, settings.prompt, **overrides)
 
 
-def memory_plan(request: GenerationRequest, model_dir: Path, *, force: bool = False, machine: Any = None) -> Any:
+def memory_plan(request: GenerationRequest, model_dir: Path, *, force: bool = False,
+                machine: MachineFacts | None = None) -> MemoryPlan:
     """The MemoryPlan for a request on this machine (memory.preflight: layout, shard headers,
     then the plan). Without `force`, a plan that does not fit raises MemoryPlanError naming
     the setting that would fit."""
-    from ..memory import preflight
     return preflight(request, model_dir, force=force, machine=machine)
 
 
-def plan_text(plan: Any) -> str:
+def plan_text(plan: MemoryPlan) -> str:
     return plan.render()
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
-                         machine: Any = None) -> tuple[bool, Any]:
+                         machine: MachineFacts | None = None) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it.
 
     'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
@@ -306,9 +306,8 @@ def audio_to_waveform(audio: np.ndarray | None, sample_count: int = 0) -> np.nda
     return np.ascontiguousarray(data[np.newaxis])
 
 
-def waveform_to_clip(waveform: np.ndarray, sample_rate: int):
+def waveform_to_clip(waveform: np.ndarray, sample_rate: int) -> AudioClip:
     """ComfyUI AUDIO waveform [B, C, T] (first item used) -> AudioClip."""
-    from ..reference_files import AudioClip
     data = np.asarray(waveform, dtype=np.float32)
     if data.ndim == 3:
         data = data[0]
@@ -374,7 +373,7 @@ def new_output_path(directory: Path, prefix: str = "h3") -> Path:
     return directory / f"{prefix}-{stamp}-{uuid.uuid4().hex[:8]}.mp4"
 
 
-def summarise(result: GenerationResult, handle: EngineHandle, plan: Any = None,
+def summarise(result: GenerationResult, handle: EngineHandle, plan: MemoryPlan | None = None,
               image_is_placeholder: bool = False, notes: Sequence[str] = ()) -> str:
     """The STRING output: what was asked, what ran, how long each phase took, the plan."""
     request = result.request
@@ -449,7 +448,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                            summary=summarise(result, ran_on, plan, placeholder, notes), result=result)
 
 
-def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: Any = None) -> str:
+def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: MachineFacts | None = None) -> str:
     """The H3 Memory Plan node's text: the plan for these settings, nothing run. A plan that
     does not fit is shown (with the setting that would fit), not raised."""
     request = build_request(settings)
