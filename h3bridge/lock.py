@@ -18,6 +18,12 @@ someone in this process has to wait, the hooks run first and an idle session
 shuts down (releasing the lock) instead of making its own process wait for
 its idle timer. A busy holder sees `has_in_process_waiters()` after its job and
 yields then.
+
+Across processes, every waiter touches its `<lock>.wanted.<pid>.<n>` marker on each
+poll (and removes it when done); a long-lived
+holder (a warm session) checks `others_waiting()` while idle and after each job
+and steps aside, so a one-shot run in a terminal does not sit behind another
+program's idle session until that session's idle timeout.
 """
 from __future__ import annotations
 
@@ -38,6 +44,9 @@ LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
 # Short polls keep "waiting for the engine" reports fresh and cancellation prompt.
 DEFAULT_POLL_INTERVAL = 0.1
+# A waiter re-announces itself every poll; an announcement older than this is a waiter that
+# got the lock or gave up.
+WANTED_FRESHNESS = 1.0
 
 WaitCallback = Callable[[float], None]
 YieldHook = Callable[[], None]
@@ -143,12 +152,54 @@ class EngineLock:
                     on_wait(self.waited)
                 if cancel is not None and cancel.cancelled:
                     raise GenerationCancelled("cancelled while waiting for the engine")
+                self._announce_waiting()
                 if self._try_acquire(timeout=self.poll_interval):
                     self.waited = time.monotonic() - started
                     return
         finally:
+            self._withdraw()
             with _registry_guard:
                 _in_process_waiters -= 1
+
+    @property
+    def _wanted_marker(self) -> Path:
+        """This waiter's announcement, `<lock>.wanted.<pid>.<n>`: touched on every poll while it
+        waits, removed once it got the lock or gave up."""
+        return self.path.with_name(f"{self.path.name}.wanted.{os.getpid()}.{id(self)}")
+
+    def _announce_waiting(self) -> None:
+        try:
+            self._wanted_marker.touch()
+        except OSError:
+            pass      # best effort: without it, holders simply keep the lock until they are done
+
+    def _withdraw(self) -> None:
+        try:
+            self._wanted_marker.unlink()
+        except OSError:
+            pass
+
+    def others_waiting(self, freshness: float = WANTED_FRESHNESS) -> bool:
+        """True when a waiter in another process announced itself within `freshness` seconds.
+
+        Waiters in this process are not counted: they are served by the yield hooks.
+        A marker older than that belongs to a waiter that died; it is ignored.
+        """
+        own = f"{self.path.name}.wanted.{os.getpid()}."
+        now = time.time()
+        try:
+            markers = list(self.path.parent.glob(f"{self.path.name}.wanted.*"))
+        except OSError:
+            return False
+        for marker in markers:
+            if marker.name.startswith(own):
+                continue
+            try:
+                if now - marker.stat().st_mtime < freshness:
+                    return True
+            except OSError:
+                continue
+        return False
 
     def _try_acquire(self, *, timeout: float) -> bool:
         try:

@@ -49,11 +49,12 @@ holds the model in memory. It shuts down
 * when its host process exits (atexit), or, if the host dies without cleanup, by itself: an
   idle h3 sees EOF on stdin and leaves its loop (linenoise returns NULL), a busy one dies at
   its next progress write because its stderr pipe is broken (SIGPIPE), and
-* when another job *in this process* needs the engine lock (one-shot run or another
-  session): an idle session steps aside at once through the lock's yield hook, a busy one
-  right after its current job. This is the policy that keeps a process from deadlocking on
-  its own warm session. Other processes simply wait (cancellably) for the lock, i.e. until
-  this session goes idle-timeout or is closed.
+* when another job needs the engine lock (a one-shot run or another session): an idle
+  session steps aside, a busy one right after its current job. In this process the lock's
+  yield hook makes that immediate, which is what keeps a process from deadlocking on its own
+  warm session; a waiter in another process is noticed within IDLE_POLL seconds through the
+  lock's "wanted" marker. Waiters see WAITING_PHASE meanwhile and stay cancellable. (Two
+  hosts that both keep warm sessions therefore take turns, each reloading the model.)
 """
 from __future__ import annotations
 
@@ -116,6 +117,8 @@ from .request import (
 from .result import GenerationResult
 
 DEFAULT_IDLE_TIMEOUT = 300.0
+# How often an idle session looks at its idle time and at waiters in other processes.
+IDLE_POLL = 0.5
 # How long a graceful `!quit` may take before the process group is killed.
 QUIT_GRACE = 3.0
 # h3_cli.c `process_command`: the reply to any unknown `!` command, on stderr.
@@ -641,8 +644,8 @@ class SessionEngine:
                                     want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
             finally:
                 self._last_used = time.monotonic()
-                if self._process is not None and has_in_process_waiters():
-                    # Someone in this process waits for the engine (policy in the module docstring).
+                if self._process is not None and (has_in_process_waiters() or self._lock.others_waiting()):
+                    # Someone waits for the engine (policy in the module docstring).
                     self._shutdown(graceful=True)
                 self._arm_idle_timer()
         finally:
@@ -768,10 +771,12 @@ class SessionEngine:
         # Busy: generate() sees has_in_process_waiters() when the job ends and steps aside then.
 
     def _arm_idle_timer(self) -> None:
+        """While idle, check every IDLE_POLL seconds: idle timeout reached, or someone in another
+        process waiting for the engine (lock.py `others_waiting`) -> shut down."""
         self._cancel_idle_timer()
         if self._process is None:
             return
-        timer = threading.Timer(self.idle_timeout, self._idle_expired)
+        timer = threading.Timer(min(self.idle_timeout, IDLE_POLL), self._idle_tick)
         timer.daemon = True
         timer.name = "h3-session-idle"
         self._idle_timer = timer
@@ -782,12 +787,17 @@ class SessionEngine:
             self._idle_timer.cancel()
             self._idle_timer = None
 
-    def _idle_expired(self) -> None:
+    def _idle_tick(self) -> None:
         if not self._guard.acquire(blocking=False):
-            return          # a job is running; it re-arms the timer when it ends
+            return          # a job is running (or starting); it re-arms the timer when it ends
         try:
-            if self._process is not None and time.monotonic() - self._last_used >= self.idle_timeout * 0.99:
+            if self._process is None:
+                return
+            idle_for = time.monotonic() - self._last_used
+            if idle_for >= self.idle_timeout * 0.99 or self._lock.others_waiting():
                 self._shutdown(graceful=True)
+            else:
+                self._arm_idle_timer()
         finally:
             self._guard.release()
 

@@ -202,3 +202,49 @@ def test_lock_is_freed_when_its_holder_process_dies(lock_path: Path, tmp_path: P
         holder.kill()
     with engine_lock(poll_interval=0.01) as held:   # the kernel dropped the dead holder's lock
         assert held.is_held
+
+
+def test_waiters_in_other_processes_are_visible_to_the_holder(lock_path: Path, tmp_path: Path) -> None:
+    holder = EngineLock()
+    holder.acquire()
+    try:
+        assert not holder.others_waiting()
+        # A waiter in this process is served by yield hooks, not counted here.
+        token = CancelToken()
+
+        def wait_in_this_process() -> None:
+            with pytest.raises(GenerationCancelled):
+                with engine_lock(cancel=token):
+                    pass
+        same_process = threading.Thread(target=wait_in_this_process)
+        same_process.start()
+        assert _eventually(lambda: bool(list(lock_path.parent.glob("*.wanted.*"))))   # it announced itself
+        assert not holder.others_waiting()
+        token.cancel()
+        same_process.join()
+        log = tmp_path / "log.txt"
+        env = {**os.environ, LOCK_PATH_ENV: str(lock_path)}
+        waiter = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "B", str(log), str(tmp_path / "go")],
+                                  env=env)
+        try:
+            _wait_for_line(log, "B waiting")
+            assert _eventually(holder.others_waiting)
+            holder.release()
+            _wait_for_line(log, "B acquired")
+            (tmp_path / "go").touch()
+            assert waiter.wait(20) == 0
+        finally:
+            waiter.kill()
+        assert not holder.others_waiting()        # the waiter withdrew its marker
+        assert not list(lock_path.parent.glob("*.wanted.*"))
+    finally:
+        holder.release()
+
+
+def _eventually(condition, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False

@@ -23,7 +23,7 @@ from h3bridge.errors import (
     SessionCommandError,
     SessionUnsupportedError,
 )
-from h3bridge.lock import LOCK_PATH_ENV, engine_lock
+from h3bridge.lock import engine_lock
 from h3bridge.progress import WAITING_PHASE
 from h3bridge.session import SessionEngine, SessionSettings, commands_for_change, session_prompt, shared_session
 
@@ -350,58 +350,97 @@ def write_other_model(tmp_path: Path) -> Path:
     return write_fixture_model(tmp_path / "other-model", ref2va=False)
 
 
-_QUEUED_SESSION = textwrap.dedent("""
-    import sys, time
+_SESSION_HOST = textwrap.dedent("""
+    import os, sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[5])
     from core_helpers import fast_request
     from h3bridge.session import SessionEngine
     from h3bridge.progress import WAITING_PHASE
-    name, engine, model, log = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
-    release = log.with_name("release-" + name)
+    name, engine, model, log, role = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), sys.argv[6]
     def note(text):
         with open(log, "a") as handle:
             handle.write(f"{name} {text}\\n")
-    waited = []
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    session = SessionEngine(engine, model)
+    seen = set()
     def on_progress(event):
-        if event.phase == WAITING_PHASE and not waited:
-            waited.append(1)
+        if role == "busy" and "busy" not in seen:
+            seen.add("busy")
+            note(f"busy {session.pid}")
+            while not log.with_name("release-" + name).exists():   # hold the job (and the engine)
+                time.sleep(0.01)
+        if role == "waiter" and event.phase == WAITING_PHASE and "waiting" not in seen:
+            seen.add("waiting")
             note("waiting")
-    with SessionEngine(engine, model) as session:
-        session.generate(fast_request(), log.with_name(name + ".mp4"), want_frames=False, want_audio=False,
-                         on_progress=on_progress)
-        note("generated")
-        while not release.exists():
-            time.sleep(0.01)
-        note("closing")
+        if role == "waiter" and event.phase != WAITING_PHASE and "started" not in seen:
+            seen.add("started")
+            other = int(log.read_text().split()[2])     # "A busy <pid>"
+            note(f"started, other engine alive={alive(other)}")
+    session.generate(fast_request(), log.with_name(name + ".mp4"), want_frames=False, want_audio=False,
+                     on_progress=on_progress)
+    note(f"generated, running={session.running}")
+    if role == "idle":
+        deadline = time.monotonic() + 60
+        while session.running and time.monotonic() < deadline:
+            time.sleep(0.02)
+        note("stepped aside" if not session.running else "still running")
+    session.close()
 """)
 
 
+def _session_host(name: str, role: str, model: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _SESSION_HOST, name, str(sim_engine_path()), str(model),
+                             str(log), str(Path(__file__).parent), role])
+
+
+def _wait_line(log: Path, line: str) -> None:
+    assert wait_until(lambda: log.exists() and line in log.read_text().splitlines(), timeout=30), \
+        log.read_text() if log.exists() else "(no log)"
+
+
 def test_two_processes_queue_on_the_engine_lock_in_order(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """B waits while A's session renders; A steps aside after its job; B's engine starts only
+    once A's is gone. (Both use the conftest's per-test H3BRIDGE_LOCK_PATH.)"""
     log = tmp_path / "log.txt"
-    args = [str(sim_engine_path()), str(model_dir), str(log), str(Path(__file__).parent)]
-    env = dict(os.environ)     # the same lock file for both (conftest's per-test H3BRIDGE_LOCK_PATH)
-    assert env[LOCK_PATH_ENV]
-
-    def wait_line(line: str) -> None:
-        assert wait_until(lambda: log.exists() and line in log.read_text().splitlines(), timeout=30), \
-            log.read_text() if log.exists() else "(no log)"
-
-    first = subprocess.Popen([sys.executable, "-c", _QUEUED_SESSION, "A", *args], env=env)
+    first = _session_host("A", "busy", model_dir, log)
     second = None
     try:
-        wait_line("A generated")          # A's session is alive and idle: it holds the model
-        second = subprocess.Popen([sys.executable, "-c", _QUEUED_SESSION, "B", *args], env=env)
-        wait_line("B waiting")
+        assert wait_until(lambda: log.exists() and log.read_text().startswith("A busy"), timeout=30)
+        second = _session_host("B", "waiter", model_dir, log)
+        _wait_line(log, "B waiting")
         (tmp_path / "release-A").touch()
-        wait_line("B generated")
-        (tmp_path / "release-B").touch()
-        assert second.wait(30) == 0 and first.wait(30) == 0
+        assert first.wait(30) == 0 and second.wait(30) == 0
     finally:
         first.kill()
         if second is not None:
             second.kill()
-    assert log.read_text().splitlines() == ["A generated", "B waiting", "A closing", "B generated", "B closing"]
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("A busy ") and lines[1] == "B waiting"
+    assert sorted(lines[2:]) == ["A generated, running=False", "B generated, running=True",
+                                 "B started, other engine alive=False"]
+
+
+def test_an_idle_session_in_another_process_steps_aside(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    log = tmp_path / "log.txt"
+    host = _session_host("A", "idle", model_dir, log)
+    try:
+        _wait_line(log, "A generated, running=True")       # idle, holding the model (and the lock)
+        phases: list[str] = []
+        result = OneShotEngine(sim_engine_path(), model_dir).generate(
+            fast_request(), tmp_path / "mine.mp4", want_frames=False, want_audio=False,
+            on_progress=lambda event: phases.append(event.phase))
+        assert result.video_path.is_file()
+        assert phases[0] == WAITING_PHASE and "denoise" in phases
+        _wait_line(log, "A stepped aside")                  # long before its 300 s idle timeout
+        assert host.wait(30) == 0
+    finally:
+        host.kill()
 
 
 def test_waiting_for_the_engine_is_reported_and_cancellable(session: SessionEngine, tmp_path: Path) -> None:
