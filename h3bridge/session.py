@@ -923,9 +923,9 @@ def shared_session(engine_path: Path | str | None = None, model_dir: Path | str 
     seconds idle, and is shut down at interpreter exit. `options` (SessionEngine keywords)
     apply only when the session is first created.
 
-    A one-shot run in the same process does not deadlock on it: while this session is idle it
-    steps aside (shuts down) when the one-shot asks for the engine lock; while it is busy, it
-    steps aside right after its job (see the module docstring).
+    A one-shot run (here or in another process) does not sit behind it: while this session is
+    idle it steps aside (shuts down) as soon as someone waits for the engine lock; while it is
+    busy, right after its job (see the module docstring). The next session job restarts it.
     """
     engine = locate_engine(engine_path)
     model = locate_model_dir(model_dir)
