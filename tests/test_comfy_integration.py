@@ -48,6 +48,7 @@ class Server:
     process: subprocess.Popen
     object_info: dict
     slow_engine: Path
+    failing_engine: Path
 
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=30) as response:
@@ -107,6 +108,13 @@ def _make_inputs(directory: Path) -> None:
         str(directory / "h3_clip_silent.mp4"))
 
 
+def _wrapper(path: Path, engine: str, *assignments: str) -> Path:
+    """A script that runs `engine` with extra environment; arguments pass through untouched."""
+    path.write_text(f'#!/bin/sh\n{" ".join(assignments)} exec "{engine}" "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     base = tmp_path_factory.mktemp("comfy-base")
@@ -118,9 +126,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     assert sim, "h3-sim is not installed (pip install -e .)"
     sim = str(Path(sim).resolve())
     # The same simulator, ~1000x slower, for the interrupt test (the env var reaches only this engine).
-    slow = base / "slow-h3-sim"
-    slow.write_text(f'#!/bin/sh\nH3_SIM_TIME_SCALE=2 exec "{sim}" "$@"\n')
-    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    slow = _wrapper(base / "slow-h3-sim", sim, "H3_SIM_TIME_SCALE=2")
+    # ... and one that fails in the denoiser like a Metal error (h3: <message>, exit 1).
+    failing = _wrapper(base / "failing-h3-sim", sim, "H3_SIM_FAIL_PHASE=denoise",
+                       "H3_SIM_FAIL_MESSAGE='Metal command buffer failed: out of memory'")
     port = _free_port()
     # Own engine lock file: engines of other test modules never queue behind this server's.
     env = dict(os.environ, H3_BIN=sim, H3BRIDGE_LOCK_PATH=str(base / "engine.lock"))
@@ -142,7 +151,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     if info is None:
         process.kill()
         pytest.fail("ComfyUI did not start:\n" + (base / "comfyui.log").read_text(errors="replace")[-4000:])
-    yield Server(url=url, base=base, process=process, object_info=info, slow_engine=slow)
+    yield Server(url=url, base=base, process=process, object_info=info, slow_engine=slow, failing_engine=failing)
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(20)
@@ -378,6 +387,18 @@ def test_library_errors_reach_the_user_with_the_librarys_message(server: Server)
     assert "cannot be combined" in error["exception_message"]
     assert error["exception_type"].endswith("RequestError")
     assert not any("adapter.py" in line for line in error["traceback"])
+
+
+def test_engine_failures_show_hs_own_message(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[engine_id]["inputs"]["engine_path"] = str(server.failing_engine)
+    prompt[_generate_id(prompt)]["inputs"]["seed"] = 555
+    entry = server.wait(server.queue(prompt))
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    assert error["exception_type"].endswith("EngineError")
+    assert "Metal command buffer failed: out of memory" in error["exception_message"]
+    assert list((server.base / "temp" / "h3bridge").rglob("*.partial.mp4")) == []
 
 
 def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
