@@ -242,11 +242,6 @@ def run_generate(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- doctor
 
-# h3.c h3_load_dir: what a model directory must hold before h3 will load it.
-REQUIRED_MODEL_FILES = ("FL2VA/transformer/config.json", "FL2VA/tokenizer/tokenizer.json")
-REQUIRED_SHARD_DIRS = ("FL2VA/text_encoder", "FL2VA/transformer", "FL2VA/video_vae/source", "FL2VA/audio_vae")
-
-
 def add_doctor_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("doctor", help="check the engine, FFmpeg, model and memory",
                                    description="Say what h3bridge can find on this machine and what is missing.")
@@ -255,19 +250,11 @@ def add_doctor_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_doctor)
 
 
-def model_dir_problems(model_dir: Path) -> list[str]:
-    """Basic presence checks of the upstream layout (the `verify` subcommand goes deeper)."""
-    problems = [f"missing {name}" for name in REQUIRED_MODEL_FILES if not (model_dir / name).is_file()]
-    for name in REQUIRED_SHARD_DIRS:
-        if not any((model_dir / name).glob("*.safetensors")):
-            problems.append(f"no *.safetensors in {name}")
-    return problems
-
-
 def run_doctor(args: argparse.Namespace) -> int:
     import psutil
 
     from .engine import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
+    from .model import inspect_model
 
     checks: list[dict[str, object]] = []
 
@@ -288,12 +275,13 @@ def run_doctor(args: argparse.Namespace) -> int:
         record(name, path is not None, str(path) if path else f"{name} not found", FFMPEG_HINT)
     try:
         model_dir = locate_model_dir(args.model_dir)
-        problems = model_dir_problems(model_dir)
-        ref2va = (model_dir / "Ref2VA/transformer/model.safetensors.index.json").is_file()
-        record("model", not problems,
-               f"{model_dir}" + (f" ({'; '.join(problems)})" if problems else
-                                 f" (FL2VA{' + Ref2VA' if ref2va else ', no Ref2VA: references unavailable'})"),
-               "download MiniMaxAI/MiniMax-H3 (official sharded BF16 layout) into this directory")
+        # The same header-only inventory that `h3bridge info` and the generate pre-flight use.
+        inventory = inspect_model(model_dir)
+        errors = inventory.errors
+        record("model", not errors,
+               f"{inventory.root}" + (f" ({'; '.join(p.message for p in errors)})" if errors else
+                                      f" (FL2VA{' + Ref2VA' if inventory.has_ref2va else ', no Ref2VA: references unavailable'})"),
+               "; ".join(dict.fromkeys(p.fix for p in errors)) or None)
     except H3BridgeError as error:
         record("model", False, error.message, error.hint)
     memory = psutil.virtual_memory()

@@ -133,6 +133,17 @@ def test_doctor_says_what_is_missing(tmp_path: Path) -> None:
     assert psutil.virtual_memory().total > 0
 
 
+def test_doctor_uses_the_model_inventory(tmp_path: Path) -> None:
+    """doctor flags what h3's own inventory would let through (AppleDouble shards), with the fix."""
+    from h3bridge.sim.fixture import write_fixture_model
+    model = write_fixture_model(tmp_path / "model", ref2va=False)
+    (model / "FL2VA/transformer/._model-00001-of-00007.safetensors").write_bytes(b"\0\5\26\7" + bytes(60))
+    done = cli("doctor", "--json", model=model)
+    checks = {c["check"]: c for c in json.loads(done.stdout)["checks"]}
+    assert done.returncode == 1 and not checks["model"]["ok"]
+    assert "AppleDouble" in checks["model"]["detail"] and "._*" in checks["model"]["fix"]
+
+
 def test_no_mp4_and_no_frames(model_dir: Path, tmp_path: Path) -> None:
     done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", "", "--no-frames", "--json", "--quiet", model=model_dir,
                cwd=tmp_path)
