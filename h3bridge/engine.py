@@ -451,23 +451,36 @@ def _hint_for(message: str | None) -> str | None:
 
 def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
     """Move the finished MP4 into place atomically, never clobbering a file that appeared
-    meanwhile unless `overwrite`."""
+    meanwhile unless `overwrite`. A clip that cannot take its name is kept beside it (a render
+    can cost many minutes), and the error says where."""
     if overwrite:
         os.replace(temp, output)
         return
-    try:
-        os.link(temp, output)      # fails if `output` exists: no race with another writer
-    except FileExistsError:
-        raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was discarded",
-                                hint="choose another name, or allow overwriting (CLI: --overwrite)") from None
-    except OSError:
-        # File systems without hard links (exFAT, some network shares).
-        if output.exists():
-            raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was discarded",
-                                    hint="choose another name, or allow overwriting") from None
-        os.replace(temp, output)
+    if _link_new(temp, output):
         return
+    for number in range(2, 1000):
+        keep = output.with_name(f"{output.stem}-{number}{output.suffix}")
+        if _link_new(temp, keep):
+            raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was kept as {keep}",
+                                    hint="rename the files as you like; h3bridge replaced nothing")
+    raise OutputExistsError(f"the output {output} appeared while rendering and no free name was found beside it",
+                            hint="choose another name, or allow overwriting (CLI: --overwrite)")
+
+
+def _link_new(temp: Path, target: Path) -> bool:
+    """Give `temp` the name `target` only if nothing holds that name; True when done."""
+    try:
+        os.link(temp, target)      # fails if `target` exists: no race with another writer
+    except FileExistsError:
+        return False
+    except OSError:
+        # File systems without hard links (exFAT, some network shares): a small window remains.
+        if target.exists():
+            return False
+        os.replace(temp, target)
+        return True
     os.unlink(temp)
+    return True
 
 
 __all__ = ["OneShotEngine", "locate_engine", "locate_model_dir", "locate_media_tools", "MediaTools",

@@ -369,3 +369,20 @@ def test_file_rules_agree_with_the_engine(case: str, engine: OneShotEngine, medi
     done = subprocess.run(engine.command(request, "", None), capture_output=True, text=True, timeout=60,
                           cwd=engine_working_directory(engine.engine_path))
     assert (done.returncode == 0) == engine_accepts == accepted, done.stderr[-500:]
+
+
+def test_output_that_appears_while_rendering_is_kept_and_so_is_the_new_clip(tmp_path: Path) -> None:
+    """Another program wrote the output name mid-render: neither file is lost or replaced."""
+    from h3bridge.engine import _publish
+    from h3bridge.errors import OutputExistsError
+    output = tmp_path / "clip.mp4"
+    output.write_bytes(b"the user's own file")
+    (tmp_path / "clip-2.mp4").write_bytes(b"an older keep")
+    rendered = tmp_path / ".clip.mp4.abc.partial.mp4"
+    rendered.write_bytes(b"new render")
+    with pytest.raises(OutputExistsError, match="kept as .*clip-3.mp4"):
+        _publish(rendered, output, overwrite=False)
+    assert output.read_bytes() == b"the user's own file"
+    assert (tmp_path / "clip-2.mp4").read_bytes() == b"an older keep"
+    assert (tmp_path / "clip-3.mp4").read_bytes() == b"new render"
+    assert not rendered.exists()
