@@ -138,14 +138,17 @@ def decode_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
                     chunks.append(out.to_ndarray())
             for out in resampler.resample(None):
                 chunks.append(out.to_ndarray())
+            # Read while the container is open: after close, the stream's fields are freed
+            # memory (reading them returned garbage, now and then a zero duration).
+            declared = _seconds(stream.duration, stream.time_base)
+            channels = stream.channels or 2
     except av.FFmpegError as error:
         raise MediaError(f"cannot decode audio from {path}: {error}") from None
     if not chunks:
-        return np.zeros((stream.channels or 2, 0), dtype=np.float32)
+        return np.zeros((channels, 0), dtype=np.float32)
     audio = np.concatenate(chunks, axis=1)
     # AAC pads its last 1024-sample frame; the container's stream duration is the real
     # length (h3 writes exactly its waveform's samples), so trim the padding off.
-    declared = _seconds(stream.duration, stream.time_base)
     if declared is not None:
         audio = audio[:, :max(0, round(declared * sample_rate))]
     return np.ascontiguousarray(audio, dtype=np.float32)

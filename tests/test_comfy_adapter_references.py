@@ -174,3 +174,11 @@ def test_host_video_writer_is_used(tmp_path: Path) -> None:
     written = materialise_references(ReferenceList().appended(_item(K.SILENT_VIDEO, VideoSource(write=write))),
                                      tmp_path / "out")
     assert calls == [written[0].path] and written[0].path.suffix == ".mp4"
+
+
+def test_decoded_soundtrack_length_is_stable(tmp_path: Path) -> None:
+    # Regression: media.decode_audio read the stream's duration after closing the container
+    # (freed memory), and now and then trimmed the AUDIO output to zero samples.
+    clip = _video(tmp_path / "clip.mp4", audio=True)
+    lengths = {decode_audio(clip).shape[1] for _ in range(200)}
+    assert len(lengths) == 1 and lengths.pop() > 30000
