@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -176,9 +177,38 @@ def test_host_video_writer_is_used(tmp_path: Path) -> None:
     assert calls == [written[0].path] and written[0].path.suffix == ".mp4"
 
 
-def test_decoded_soundtrack_length_is_stable(tmp_path: Path) -> None:
+def test_soundtrack_decoding_reads_no_stream_after_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Regression: media.decode_audio read the stream's duration after closing the container
-    # (freed memory), and now and then trimmed the AUDIO output to zero samples.
+    # (freed memory: now and then the AUDIO output was trimmed to zero samples, which core
+    # Save Audio then failed on). A stream proxy that refuses use after close makes it certain.
+    import h3bridge.media as media
+
+    real_open = av.open
+
+    class Guarded:
+        def __init__(self, inner: Any, owner: "Container") -> None:
+            self._inner, self._owner = inner, owner
+
+        def __getattr__(self, name: str) -> Any:
+            assert not self._owner.closed, f"stream.{name} read after the container was closed"
+            return getattr(self._inner, name)
+
+    class Container:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._inner, self.closed = real_open(*args, **kwargs), False
+            audio = [Guarded(stream, self) for stream in self._inner.streams.audio]
+            self.streams = type("Streams", (), {"audio": audio, "video": self._inner.streams.video})()
+
+        def decode(self, stream: Any) -> Any:
+            return self._inner.decode(stream._inner if isinstance(stream, Guarded) else stream)
+
+        def __enter__(self) -> "Container":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._inner.close()
+            self.closed = True
+
+    monkeypatch.setattr(media.av, "open", Container)
     clip = _video(tmp_path / "clip.mp4", audio=True)
-    lengths = {decode_audio(clip).shape[1] for _ in range(200)}
-    assert len(lengths) == 1 and lengths.pop() > 30000
+    assert decode_audio(clip).shape[1] > 30000
