@@ -25,9 +25,17 @@ class Run:
 
 
 def run_sim(capsys: pytest.CaptureFixture[str], *args: str) -> Run:
-    """Run h3-sim's main in-process with argv[0] = "h3"."""
+    """Run h3-sim's main in-process with argv[0] = "h3".
+
+    main.c setenv()s H3_PROFILE for --profile, and so does the sim: in a real process that dies
+    with it, so the environment is restored here to keep in-process runs independent."""
     capsys.readouterr()
-    code = sim_main([PROGRAM, *args])
+    saved = dict(os.environ)
+    try:
+        code = sim_main([PROGRAM, *args])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     captured = capsys.readouterr()
     return Run(code, captured.out, captured.err)
 
