@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from h3bridge.sim.cli import LONG_OPTIONS, USAGE
 from h3bridge.sim.getopt import GetoptLong
-from sim_helpers import make_model, run_sim, run_sim_process
+from sim_helpers import make_model, run_sim, run_sim_process, sim_program
 
 USAGE_H3 = USAGE.format("h3")
 MISSING = "/nonexistent-h3-sim-model"
@@ -41,21 +42,48 @@ def test_usage_text_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_getopt_diagnostics_then_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    # macOS libc's texts (Apple Libc stdlib/FreeBSD/getopt_long.c, GNU_COMPATIBLE, via warnx):
+    # the real h3 only runs on macOS. Long names are quoted `--like this' and printed as typed.
     cases = {
-        ("--bogus",): "h3: unrecognized option '--bogus'\n",
-        ("--bogus=1",): "h3: unrecognized option '--bogus=1'\n",
-        ("-x",): "h3: invalid option -- 'x'\n",
-        ("-d",): "h3: option requires an argument -- 'd'\n",
-        ("-d", "m", "--width"): "h3: option '--width' requires an argument\n",
-        ("--info=yes",): "h3: option '--info' doesn't allow an argument\n",
-        ("--pro", "x"): "h3: option '--pro' is ambiguous; possibilities: '--prompt' '--profile'\n",
-        ("--use-slower-bf16",): ("h3: option '--use-slower-bf16' is ambiguous; possibilities: "
-                                 "'--use-slower-bf16-mlp' '--use-slower-bf16-qkv' "
-                                 "'--use-slower-bf16-attention-output'\n"),
+        ("--bogus",): "h3: unrecognized option `--bogus'\n",
+        ("--bogus=1",): "h3: unrecognized option `--bogus=1'\n",
+        ("-x",): "h3: invalid option -- x\n",
+        ("-d",): "h3: option requires an argument -- d\n",
+        ("-d", "m", "--width"): "h3: option `--width' requires an argument\n",
+        ("-d", "m", "--wid"): "h3: option `--wid' requires an argument\n",
+        ("--info=yes",): "h3: option `--info' doesn't allow an argument\n",
+        ("--inf=yes",): "h3: option `--inf' doesn't allow an argument\n",
+        ("--pro", "x"): "h3: option `--pro' is ambiguous\n",
+        ("--pro=x",): "h3: option `--pro' is ambiguous\n",
+        ("--use-slower-bf16",): "h3: option `--use-slower-bf16' is ambiguous\n",
+        ("--b\x01\x07\t",): "h3: unrecognized option `--b\\001\\a\t'\n",   # err.c _e_visprintf
     }
     for args, message in cases.items():
         result = run_sim(capsys, *args)
         assert (result.code, result.err) == (2, message + USAGE_H3), args
+
+
+def test_getopt_short_options_are_bytes_and_posix_wording(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # "-é" is two C chars; the first (0xC3) is the unknown option, printed as a raw byte.
+    _, _, err = scan("-\u00e9")
+    first_error = err.encode("utf-8", "surrogateescape").split(b"\n")[0]
+    assert first_error == b"h3: invalid option -- \xc3"   # main.c stops at this first '?'
+    process = subprocess.run([sim_program(), "-\u00e9"], capture_output=True)
+    name = Path(sim_program()).name.encode()
+    assert process.returncode == 2
+    assert process.stderr.startswith(name + b": invalid option -- \xc3\nUsage: ")
+    monkeypatch.setenv("POSIXLY_CORRECT", "1")
+    _, _, err = scan("-x")
+    assert err == "h3: illegal option -- x\n"
+
+
+def test_getopt_names_the_program_by_basename(capsys: pytest.CaptureFixture[str]) -> None:
+    # warnx prints getprogname() (last component of argv[0]); usage() prints argv[0] itself.
+    err = io.StringIO()
+    parser = GetoptLong(["/opt/h3/bin/h3", "--bogus"], "d:p:o:h", LONG_OPTIONS, stderr=err)
+    assert parser.next() == "?"
+    assert err.getvalue() == "h3: unrecognized option `--bogus'\n"
 
 
 def test_abbreviations_equals_attached_and_permutation() -> None:
@@ -183,6 +211,16 @@ def test_console_script_uses_invoked_name_and_logs(tmp_path: Path) -> None:
     result = run_sim_process("--bogus", env={"H3_SIM_LOG": str(log)}, cwd=tmp_path)
     assert result.returncode == 2
     program = json.loads(log.read_text().splitlines()[0])["argv"][0]
-    assert result.stderr.startswith(f"{program}: unrecognized option '--bogus'\nUsage: {program} -d")
+    assert result.stderr.startswith(f"{Path(program).name}: unrecognized option `--bogus'\n"
+                                    f"Usage: {program} -d")
     entry = json.loads(log.read_text())
     assert entry["argv"][1:] == ["--bogus"] and entry["cwd"] == str(tmp_path)
+
+
+def test_non_utf8_argv_bytes_come_back_verbatim(tmp_path: Path) -> None:
+    # C prints the path bytes as given; Python's default stderr would print "\udce9".
+    missing = bytes(tmp_path) + b"/mod\xe9le"
+    process = subprocess.run([sim_program(), "-d", missing, "-p", "x"], capture_output=True)
+    assert process.returncode == 1
+    assert process.stderr == (b"h3: missing required model file: " + missing
+                              + b"/FL2VA/transformer/config.json\n")

@@ -304,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = list(sys.argv if argv is None else argv)
+    # C passes argv bytes through untouched (a path that is not UTF-8 comes back verbatim in
+    # "h3: FFmpeg could not decode image ..."); Python's stderr would print "\udce9" instead.
+    # (Only as a program: in-process callers own their streams.)
+    for stream in (sys.stdout, sys.stderr) if argv is None else ():
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="surrogateescape")
     _log_invocation(args)
     try:
         return _run(args)

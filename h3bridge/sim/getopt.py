@@ -1,17 +1,37 @@
-"""GNU `getopt_long` semantics, as the real `h3` gets them from glibc/macOS libc.
+r"""`getopt_long` as the real `h3` gets it from macOS libc (h3 runs only on Apple Silicon).
 
 main.c parses its command line with `getopt_long(argc, argv, "d:p:o:h", options, NULL)`
 (main.c:324). Python's `getopt.gnu_getopt` differs in the details that users and callers
-can observe (diagnostic texts, `--opt=value` on a no-argument option, ambiguity lists,
-and above all `optind`, which main.c reads directly to take the AUDIO operand of
-`--ref-video-audio VIDEO AUDIO`, main.c:434-445). So this module reimplements the glibc
-algorithm (posix/getopt.c: `_getopt_internal_r`, `process_long_option`, `exchange`)
-as a small state machine over a mutable argv list, with the same permutation of
-non-options and the same stderr messages.
+can observe (diagnostic texts, `--opt=value` on a no-argument option, ambiguity, and above
+all `optind`, which main.c reads directly to take the AUDIO operand of
+`--ref-video-audio VIDEO AUDIO`, main.c:434-445). So this module is a small state machine
+over a mutable argv list.
+
+Diagnostics are Apple's: Libc's stdlib/FreeBSD/getopt_long.c (OpenBSD 1.26 / NetBSD 1.15,
+built with GNU_COMPATIBLE; checked against apple-oss-distributions/Libc-1725.0.11), printed
+with warnx (gen/FreeBSD/err.c): "<getprogname()>: <message>\n", where getprogname() is the
+last component of argv[0] and control characters in the message are made visible
+(`_e_visprintf`: \a \b \v \f \r, other C0 bytes as \ooo). The texts:
+
+    unrecognized option `--NAME[=VALUE]'          (the whole argument as typed)
+    option `--NAME' is ambiguous                   (NAME as typed, up to '='; no list)
+    option `--NAME' doesn't allow an argument      (NAME as typed, up to '=')
+    option `--NAME' requires an argument           (NAME as typed: an abbreviation stays one)
+    invalid option -- C                            ("illegal option -- C" under POSIXLY_CORRECT)
+    option requires an argument -- C
+
+Short options are scanned byte by byte, as C does (a UTF-8 letter is several "options").
+glibc words all of these differently (quotes, "possibilities:" lists, full option names);
+those texts are not produced.
+
+The permutation of non-options follows glibc's algorithm (posix/getopt.c `exchange`);
+Apple's `permute_args` rotates the same blocks at different moments, but both only ever
+move elements before `optind`, so every value main.c can observe (each option's optarg,
+argv[optind] when --ref-video-audio takes AUDIO, the final operand order) is the same.
 
 Only what main.c uses is supported: no `optional_argument`, no `flag` pointers, no
 `getopt_long_only`, no `-W`. `POSIXLY_CORRECT` in the environment selects
-REQUIRE_ORDER, as in glibc.
+REQUIRE_ORDER, as in both libcs.
 """
 from __future__ import annotations
 
@@ -19,6 +39,16 @@ import os
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
+
+
+# err.c `escape[]`: BEL BS VT FF CR as letters, the other C0 controls (not TAB, NL) as \ooo.
+_VISIBLE = {code: f"\\{code:03o}" for code in (*range(1, 7), *range(14, 32))}
+_VISIBLE.update({7: "\\a", 8: "\\b", 11: "\\v", 12: "\\f", 13: "\\r"})
+
+
+def _byte_text(data: bytes) -> str:
+    """bytes of argv back to the surrogate-escaped str Python uses for argv."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -49,7 +79,9 @@ class GetoptLong:
     _require_order: bool = field(default_factory=lambda: "POSIXLY_CORRECT" in os.environ)
 
     def _error(self, text: str) -> None:
-        self.stderr.write(f"{self.argv[0]}: {text}\n")
+        """warnx (Apple Libc gen/FreeBSD/err.c vwarnx + _e_visprintf)."""
+        program = self.argv[0].rsplit("/", 1)[-1]   # getprogname(): last component of argv[0]
+        self.stderr.write(f"{program}: {text.translate(_VISIBLE)}\n")
 
     def _is_nonoption(self, index: int) -> bool:
         arg = self.argv[index]
@@ -120,17 +152,15 @@ class GetoptLong:
                 distinct = [o for o in candidates[1:]
                             if o.has_arg != first.has_arg or o.val != first.val]
                 if distinct:
-                    ambiguous = [o for o in candidates
-                                 if o is first or o.has_arg != first.has_arg or o.val != first.val]
-                    listing = "".join(f" '--{o.name}'" for o in ambiguous)
-                    self._error(f"option '--{text}' is ambiguous; possibilities:{listing}")
+                    # getopt_long.c parse_long_options: `ambig`, NAME as typed up to '='.
+                    self._error(f"option `--{name}' is ambiguous")
                     self._nextchar = ""
                     self.optind += 1
                     self.optopt = 0
                     return "?"
                 found = first
         if found is None:
-            self._error(f"unrecognized option '--{text}'")
+            self._error(f"unrecognized option `--{text}'")   # `illoptstring`: whole argument
             self._nextchar = ""
             self.optind += 1
             self.optopt = 0
@@ -141,7 +171,7 @@ class GetoptLong:
             if found.has_arg:
                 self.optarg = value
             else:
-                self._error(f"option '--{found.name}' doesn't allow an argument")
+                self._error(f"option `--{name}' doesn't allow an argument")   # `noarg`, as typed
                 self.optopt = found.val
                 return "?"
         elif found.has_arg:
@@ -149,19 +179,23 @@ class GetoptLong:
                 self.optarg = self.argv[self.optind]
                 self.optind += 1
             else:
-                self._error(f"option '--{found.name}' requires an argument")
+                self._error(f"option `--{text}' requires an argument")   # `recargstring`, as typed
                 self.optopt = found.val
                 return "?"
         return found.val
 
     def _short_option(self) -> int | str:
-        letter = self._nextchar[0]
-        self._nextchar = self._nextchar[1:]
+        # C scans the cluster byte by byte (getopt_long.c getopt_internal: `*place++`).
+        data = self._nextchar.encode("utf-8", "surrogateescape")
+        letter = _byte_text(data[:1])
+        self._nextchar = _byte_text(data[1:])
         if not self._nextchar:
             self.optind += 1
         position = self.shortopts.find(letter)
-        if position < 0 or letter in ":;":
-            self._error(f"invalid option -- '{letter}'")
+        if position < 0 or letter == ":":
+            # `gnuoptchar`, or P1003.2's `illoptchar` when POSIXLY_CORRECT is set.
+            word = "illegal" if self._require_order else "invalid"
+            self._error(f"{word} option -- {letter}")
             self.optopt = letter
             return "?"
         takes_argument = self.shortopts[position + 1:position + 2] == ":"
@@ -170,7 +204,7 @@ class GetoptLong:
                 self.optarg = self._nextchar
                 self.optind += 1
             elif self.optind == len(self.argv):
-                self._error(f"option requires an argument -- '{letter}'")
+                self._error(f"option requires an argument -- {letter}")   # `recargchar`
                 self.optopt = letter
                 self._nextchar = ""
                 return "?"
