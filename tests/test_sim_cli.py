@@ -224,3 +224,13 @@ def test_non_utf8_argv_bytes_come_back_verbatim(tmp_path: Path) -> None:
     assert process.returncode == 1
     assert process.stderr == (b"h3: missing required model file: " + missing
                               + b"/FL2VA/transformer/config.json\n")
+
+
+def test_frames_near_int32_max_wrap_in_alignment(capsys: pytest.CaptureFixture[str], model: Path) -> None:
+    # h3_align_frame_count (h3_host.c:15-21) overflows int; the wrapped negative count passes
+    # h3_valid_params' "> 362" test and fails h3_generate's 22-frame test (h3.c:858-863).
+    result = run_sim(capsys, "-d", str(model), "-p", "x", "--frames", "2147483647", "-o", "")
+    assert (result.code, result.err) == (
+        1, "h3: generation requires at least one trained 22-frame decoder chunk\n")
+    result = run_sim(capsys, "-d", str(model), "-p", "x", "--frames", "2147483630", "-o", "")
+    assert (result.code, result.err) == (1, "h3: frames must align within the released 5..362 range\n")

@@ -203,3 +203,18 @@ def test_stdout_is_block_buffered_over_a_pipe(model_dir: Path, home: Path) -> No
         assert process.wait(30) == 0
     finally:
         process.kill()
+
+
+def test_number_edge_cases_follow_macos_libc(model_dir: Path, home: Path) -> None:  # noqa: F811
+    # h3_cli.c:58-77 and :550-569 use strtol/strtoull/strtod: only ASCII digits count, and
+    # macOS strtod sets ERANGE when a non-zero decimal comes out subnormal (Apple Libc
+    # tests/strtod.c strtod_verify) but not for an exact subnormal hex float.
+    script = "\n".join(["!frames \u0663", "!seed \u0663", "!size \u0663x3", "!seconds 1e-320",
+                        "!seconds 0x1p-1074", "!frames 2147483647", "!status"]) + "\n"
+    done = run_interactive(model_dir, home, script)
+    assert done.stderr.splitlines() == ["h3: invalid Frames", "h3: invalid seed", "h3: size must be WxH",
+                                        "h3: invalid duration"]
+    lines = done.stdout.splitlines()
+    assert "Seconds: 4.94e-324 (5 aligned frames)" in lines      # llround(24 * 2^-1074) = 0
+    # h3_align_frame_count's int round-up wraps near INT32_MAX (h3_host.c:15-21).
+    assert "Frames: 2147483647 requested, -2147483635 generated (-8.95e+07 seconds)" in lines

@@ -131,7 +131,7 @@ def probe_visual_size(path: str) -> tuple[int, int]:
 def _scan_size(text: str) -> tuple[int, int, str] | None:
     """sscanf(output, "%dx%d%n"): optional leading whitespace and sign per integer."""
     import re
-    match = re.match(r"\s*([+-]?\d+)x\s*([+-]?\d+)", text)
+    match = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)x[ \t\n\v\f\r]*([+-]?[0-9]+)", text)   # C isspace/isdigit
     if not match:
         return None
     return int(match.group(1)), int(match.group(2)), text[match.end():]

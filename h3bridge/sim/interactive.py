@@ -39,6 +39,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from . import engine as core
 from .cli import CliState as ProgressPrinter
@@ -83,7 +84,8 @@ def terminal_set_zoom(zoom: int) -> bool:
 
 # ----------------------------------------------------------------------------- C parsing helpers
 
-_INT_PREFIX = re.compile(r"[ \t\n\v\f\r]*([+-]?)(\d+)")
+# [0-9], not \d: Python's \d also matches non-ASCII digits ("٣") that strtol stops at.
+_INT_PREFIX = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
 _C_SPACE = " \t\n\v\f\r"
 
 
@@ -128,29 +130,47 @@ def parse_size(text: str) -> tuple[int, int] | None:
     return width, height
 
 
-_DECIMAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)")
-_HEX_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?")
+_DECIMAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)")
+_HEX_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?")
 _SPECIAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:inf(?:inity)?|nan(?:\([0-9A-Za-z_]*\))?)", re.IGNORECASE)
+_MIN_NORMAL = sys.float_info.min
 
 
-def strtod(text: str) -> tuple[float | None, str]:
-    """C strtod: decimal, hexadecimal, inf/infinity and nan forms; (value or None, rest)."""
+def _hex_is_exact(token: str, value: float) -> bool:
+    """Whether a hex float token is exactly representable (its digits survive the rounding)."""
+    body = token.lstrip("+-")[2:]
+    mantissa, _, exponent = body.lower().partition("p")
+    whole, _, fraction = mantissa.partition(".")
+    exact = Fraction(int(whole + fraction or "0", 16)) * Fraction(2) ** (int(exponent or "0") - 4 * len(fraction))
+    return Fraction(abs(value)) == exact
+
+
+def strtod(text: str) -> tuple[float | None, str, bool]:
+    """C strtod: decimal, hexadecimal, inf/infinity and nan forms; (value or None, rest, ERANGE).
+
+    ERANGE as macOS libc sets it (Apple Libc tests/strtod.c strtod_verify): on overflow, and
+    when a non-zero input comes out subnormal or zero, except an exact subnormal hex float
+    (rdar://108539918). Explicit zeros, inf and nan never set it."""
     for pattern in (_HEX_FLOAT, _DECIMAL_FLOAT, _SPECIAL_FLOAT):
         match = pattern.match(text)
         if match:
             token = match[0].strip(_C_SPACE)
+            rest = text[match.end():]
+            if pattern is _SPECIAL_FLOAT:
+                return float(token.split("(")[0]), rest, False
             if pattern is _HEX_FLOAT:
                 sign = -1.0 if token.startswith("-") else 1.0
-                value = sign * float.fromhex(token.lstrip("+-"))
-            elif pattern is _SPECIAL_FLOAT:
-                value = float(token.split("(")[0])
-            else:
                 try:
-                    value = float(token)
-                except OverflowError:      # pragma: no cover - float() returns inf instead
-                    value = math.inf
-            return value, text[match.end():]
-    return None, text
+                    value = sign * float.fromhex(token.lstrip("+-"))
+                except OverflowError:
+                    return sign * math.inf, rest, True
+                nonzero = any(c not in "0." for c in token.lstrip("+-")[2:].lower().partition("p")[0])
+                tiny = nonzero and abs(value) < _MIN_NORMAL
+                return value, rest, tiny and not _hex_is_exact(token, value)
+            value = float(token)       # Python returns inf on overflow instead of raising
+            nonzero = any(c in "123456789" for c in token.lower().partition("e")[0])
+            return value, rest, math.isinf(value) or (nonzero and abs(value) < _MIN_NORMAL)
+    return None, text, False
 
 
 def _format_g3(value: float) -> str:
@@ -626,9 +646,10 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
             aligned = align_frame_count(p.frames)
             _out(f"Seconds: {_format_g3(aligned / FPS)} ({aligned} aligned frames)\n")
         else:
-            seconds, rest = strtod(argument)
+            seconds, rest, erange = strtod(argument)
             frames = seconds * FPS if seconds is not None else 0.0
-            if (seconds is None or rest.strip(_C_SPACE) or not math.isfinite(seconds) or seconds <= 0
+            if (seconds is None or erange or rest.strip(_C_SPACE) or not math.isfinite(seconds)
+                    or seconds <= 0
                     or frames > INT32_MAX):
                 _err("h3: invalid duration\n")
             else:

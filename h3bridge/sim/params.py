@@ -104,7 +104,12 @@ def align_frame_count(requested: int) -> int:
     """h3_align_frame_count (h3_host.c:15-21)."""
     value = max(requested, 5)
     remainder = (value - 5) % 17
-    return value if remainder == 0 else value + 17 - remainder
+    if remainder:
+        value += 17 - remainder
+    # `int value` in C: within 16 of INT32_MAX the round-up overflows. That is UB, but the
+    # arm64 add wraps, so h3 sees a negative count (e.g. --frames 2147483647 passes the
+    # 5..362 check and fails "at least one trained 22-frame decoder chunk").
+    return (value + 2**31) % 2**32 - 2**31
 
 
 def video_latent_t(frame_count: int) -> int:
