@@ -373,3 +373,16 @@ def test_warm_session_falls_back_to_one_shot_when_it_cannot_take_the_request(tmp
     assert len(one_shot.calls) == 1 and outputs.video_path.is_file()
     assert outputs.summary.startswith("engine: one-shot engine")
     assert "warm session: the prompt has several lines; ran one-shot instead" in outputs.summary
+
+
+def test_internal_canvas_is_passed_and_checked() -> None:
+    request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=512, height=512,
+                                                             render_width=384, render_height=384))
+    assert (request.render_width, request.render_height) == (384, 384)
+    request.validate(check_files=False)
+    plain = adapter.build_request(adapter.GenerateSettings(prompt="x"))
+    assert (plain.render_width, plain.render_height) == (None, None)
+    with pytest.raises(RequestError) as info:
+        adapter.build_request(adapter.GenerateSettings(prompt="x", width=512, height=512,
+                                                       render_width=384)).validate(check_files=False)
+    assert info.value.field == "render_height"

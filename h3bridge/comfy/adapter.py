@@ -160,6 +160,8 @@ class GenerateSettings:
     core_reuse: int = 1         # 1: off (mutually exclusive with reuse > 1)
     token_reduction: bool = False
     int8_row_fc2: bool = False
+    render_width: int = 0       # internal canvas (README "Internal canvas"); 0 and 0: the output size
+    render_height: int = 0
     ssd_streaming: str = "auto"
 
 
@@ -207,6 +209,10 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
     }
     if settings.steps > 0:
         overrides["steps"] = settings.steps
+    if settings.render_width > 0 or settings.render_height > 0:
+        # Both or neither; request validation names the missing one and the legal sizes.
+        overrides["render_width"] = settings.render_width or None
+        overrides["render_height"] = settings.render_height or None
     if settings.layers > 0:
         overrides["layers"] = settings.layers
     if settings.core_reuse > 1:

@@ -126,6 +126,12 @@ def _plan_inputs() -> list[io.Input]:
                          tooltip="Faster; may change composition. Keep off at 256x256 and with layers 40 + reuse 3."),
         io.Boolean.Input("int8_row_fc2", default=False, advanced=True,
                          tooltip="~2.6% faster FC2 on M5; cannot be combined with SSD streaming."),
+        io.Int.Input("render_width", default=0, min=0, max=MAX_PIXELS // CANVAS_MULTIPLE, step=CANVAS_MULTIPLE,
+                     optional=True, advanced=True, tooltip="Render internally at this width and upscale (0 = output size). "
+                                            "Set with render_height; same aspect ratio, not larger than the output "
+                                            "(e.g. 384x384 for a 512x512 output)."),
+        io.Int.Input("render_height", default=0, min=0, max=MAX_PIXELS // CANVAS_MULTIPLE, step=CANVAS_MULTIPLE,
+                     optional=True, advanced=True, tooltip="Render internally at this height (0 = output size); see render_width."),
         io.Combo.Input("ssd_streaming", options=list(adapter.SSD_MODES), default="auto",
                        tooltip="Stream DiT blocks from SSD (two resident blocks, much less memory, slower). "
                                "auto: on when the memory plan says the model does not fit in RAM."),
