@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -234,3 +235,15 @@ def test_frames_near_int32_max_wrap_in_alignment(capsys: pytest.CaptureFixture[s
         1, "h3: generation requires at least one trained 22-frame decoder chunk\n")
     result = run_sim(capsys, "-d", str(model), "-p", "x", "--frames", "2147483630", "-o", "")
     assert (result.code, result.err) == (1, "h3: frames must align within the released 5..362 range\n")
+
+
+def test_info_stdout_is_stdio_buffered_over_a_pipe(model: Path) -> None:
+    # main.c never flushes stdout: with both streams on one pipe the --info block (fully
+    # buffered) arrives at exit, after every unbuffered stderr progress line.
+    process = subprocess.run([sim_program(), "-d", str(model), "--info", "-p", "x", "--width", "64",
+                              "--height", "64", "--frames", "22", "--steps", "2", "-o", ""],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=60)
+    text = process.stdout.decode()
+    assert process.returncode == 0
+    assert text.index("video VAE load") < text.index("h3-metal ") and text.endswith(" GiB\n")

@@ -197,7 +197,7 @@ def print_info(ctx: SimContext) -> None:
                         ("video VAE", model.video_vae), ("audio VAE", model.audio_vae)):
         out.write(f"  {label:<18} {item.files:2d} files  {item.tensors:4d} tensors  "
                   f"{_gib(item.tensor_bytes):7.3f} GiB\n")
-    out.flush()
+    # No fflush in main.c: over a pipe these lines reach the reader at exit, after stderr.
 
 
 def terminal_protocol() -> str | None:
@@ -312,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         if reconfigure is not None:
             reconfigure(errors="surrogateescape")
     _log_invocation(args)
+    if argv is None:
+        # C stdio: stdout line-buffered on a TTY, fully buffered otherwise, whatever
+        # PYTHONUNBUFFERED says; exit() flushes it (Python's shutdown does the same here).
+        from .interactive import _c_stdio_stdout
+        _c_stdio_stdout()
     try:
         return _run(args)
     except UsageExit as stop:

@@ -306,7 +306,7 @@ class _Progress:
             if self.on_progress(phase, done, total):
                 self.cancelled_message = f"generation cancelled during {phase}"
         if self.crash and self.crash.matches(phase, done):
-            sys.stdout.flush()
+            # A C program killed by SIGSEGV loses what stdio still buffers: stdout is not flushed.
             _stderr("")
             signal.signal(signal.SIGSEGV, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGSEGV)
