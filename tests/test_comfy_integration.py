@@ -429,11 +429,14 @@ def test_bad_generate_settings_are_refused_when_queued(server: Server) -> None:
 
 # ----------------------------------------------------------------------------- interrupt
 
-def test_interrupt_stops_the_engine(server: Server) -> None:
+@pytest.mark.parametrize("mode", ["one-shot", "warm session"])
+def test_interrupt_stops_the_engine(server: Server, mode: str) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
     engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"]["engine_path"] = str(server.slow_engine)
-    prompt[_generate_id(prompt)]["inputs"]["seed"] = 777
+    prompt[engine_id]["inputs"].update(engine_path=str(server.slow_engine), mode=mode)
+    generate_id = _generate_id(prompt)
+    prompt[generate_id]["inputs"]["seed"] = 777
+    prompt[generate_id]["inputs"]["prompt"] = "A red fox walks through fresh snow."   # one line: the session takes it
     prompt_id = server.queue(prompt)
     deadline = time.monotonic() + 60
     engines: list[psutil.Process] = []
