@@ -112,7 +112,7 @@ def decode_video_frames(path: Path, frame_count: int, width: int, height: int) -
                     raise MediaError(f"{path} is {frame.width}x{frame.height}, expected {width}x{height}")
                 frames[decoded] = frame.to_ndarray(format="rgb24")
                 decoded += 1
-    except av.FFmpegError as error:
+    except (av.FFmpegError, OSError) as error:
         raise MediaError(f"cannot decode video from {path}: {error}") from None
     if decoded != frame_count:
         raise MediaError(f"{path} holds {'more than ' if decoded > frame_count else ''}"
@@ -142,7 +142,8 @@ def decode_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
             # memory (reading them returned garbage, now and then a zero duration).
             declared = _seconds(stream.duration, stream.time_base)
             channels = stream.channels or 2
-    except av.FFmpegError as error:
+    except (av.FFmpegError, OSError, ValueError) as error:
+        # ValueError: PyAV's resampler refuses a frame whose format changed mid-stream.
         raise MediaError(f"cannot decode audio from {path}: {error}") from None
     if not chunks:
         return np.zeros((channels, 0), dtype=np.float32)
@@ -184,10 +185,18 @@ def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> Med
     is passed (anything that long is over every limit anyway).
     """
     try:
-        container = av.open(str(path))
-    except (av.FFmpegError, OSError) as error:
-        raise MediaError(f"cannot open {path}: {error}") from None
-    with container:
+        return _probe_open_media(path, audio_cap_samples)
+    except MediaError:
+        raise
+    except (av.FFmpegError, OSError, ValueError) as error:
+        # Damaged input fails anywhere: opening, decoding the first frame, seeking, or (ValueError)
+        # PyAV's resampler meeting a frame whose format changed mid-stream.
+        raise MediaError(f"cannot read {path} as media: {error}",
+                         hint="re-export the file (e.g. with ffmpeg) or use another one") from None
+
+
+def _probe_open_media(path: Path, audio_cap_samples: int) -> MediaInfo:
+    with av.open(str(path)) as container:
         video = container.streams.video[0] if container.streams.video else None
         audio = container.streams.audio[0] if container.streams.audio else None
         width = height = frames24 = samples = None
@@ -220,10 +229,13 @@ def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> Med
 
 
 def remove_quietly(path: Path | str | None) -> None:
-    """Delete a file we created, ignoring that it may already be gone."""
+    """Delete a file we created, ignoring that it may already be gone.
+
+    Runs in cleanup paths (`finally`), so a failure to delete never replaces the error
+    that is being reported."""
     if path is None:
         return
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except OSError:
         pass

@@ -78,3 +78,29 @@ def test_probe_media(media: dict[str, Path]) -> None:
     assert not audio.has_video and audio.audio_samples > 15 * 32000
     with pytest.raises(MediaError):
         probe_media(media["text"])
+
+
+def test_damaged_media_raises_media_error_only(media: dict[str, Path], tmp_path: Path) -> None:
+    """Truncated and byte-mutated videos give MediaError, never a raw PyAV/ValueError (probe_media
+    feeds request validation and ComfyUI reference checks; decode_video_frames reads session MP4s)."""
+    import random
+
+    from h3bridge.media import decode_video_frames
+    original = media["video3s"].read_bytes()
+    variants = [original[:cut] for cut in (64, 1000, len(original) // 2, len(original) - 300)]
+    generator = random.Random(1)
+    for _ in range(24):
+        mutated = bytearray(original)
+        for _ in range(20):
+            mutated[generator.randrange(len(mutated))] = generator.randrange(256)
+        variants.append(bytes(mutated))
+    failures = 0
+    damaged = tmp_path / "damaged.mp4"
+    for data in variants:
+        damaged.write_bytes(data)
+        for read in (lambda: probe_media(damaged), lambda: decode_video_frames(damaged, 72, 64, 64)):
+            try:
+                read()
+            except MediaError:
+                failures += 1
+    assert failures >= len(variants)     # most variants are refused, each one as MediaError
