@@ -24,13 +24,14 @@ from typing import Callable
 import numpy as np
 
 from .cancel import CancelToken
-from .engine_process import EngineProcess
+from .engine_process import EngineProcess, signal_name
 from .errors import (
     EngineCrashedError,
     EngineError,
     EngineNotFoundError,
     EngineStalledError,
     GenerationCancelled,
+    MediaError,
     ModelError,
     OutputExistsError,
     RequestError,
@@ -226,7 +227,28 @@ def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) ->
         if output_path.exists() and not overwrite:
             raise OutputExistsError(f"the output {output_path} already exists",
                                     hint="choose another name, or allow overwriting (CLI: --overwrite)")
+        # The clip is staged beside the output and the parents are created (staging_path), so
+        # the nearest existing folder must take new entries; find out now, not after the render.
+        existing = output_path.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise RequestError(f"the output {output_path} cannot be written: {existing} is not a writable folder",
+                               field="output", hint="choose an output in a folder you can write to")
     return output_path
+
+
+def staging_path(output_path: Path) -> Path:
+    """The temporary name a clip is written under before its atomic rename to `output_path`:
+    in the same folder (rename is atomic only within one file system), hidden, unique, and
+    ending in .mp4 (FFmpeg picks the muxer by suffix). Creates the output's parents, as h3
+    does for its own output (h3_ffmpeg.c `make_parents`)."""
+    try:
+        output_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise MediaError(f"cannot create the output folder {output_path.parent}: {error.strerror}",
+                         hint="choose an output in a folder you can write to") from None
+    return output_path.parent / f".{output_path.name}.{uuid.uuid4().hex[:12]}.partial.mp4"
 
 
 def check_media_tools(request: GenerationRequest, *, writes_mp4: bool) -> MediaTools:
@@ -342,10 +364,7 @@ class OneShotEngine:
         mp4_temp: Path | None = None
         try:
             if output_path is not None:
-                # h3_ffmpeg.c make_parents creates the output's parents; so do we, for the temp name.
-                output_path.parent.mkdir(parents=True, exist_ok=True)
-                # Same directory (atomic rename), ends in .mp4 (FFmpeg picks the muxer by suffix).
-                mp4_temp = output_path.parent / f".{output_path.name}.{uuid.uuid4().hex[:12]}.partial.mp4"
+                mp4_temp = staging_path(output_path)
             elif want_audio:
                 mp4_temp = workdir / "audio.mp4"
             frames_dir = workdir / "frames" if want_frames else None
@@ -416,11 +435,7 @@ class OneShotEngine:
             return stderr, timings
         message = engine_message_from(stderr)
         if status < 0:
-            try:
-                name = signal.Signals(-status).name
-            except ValueError:
-                name = f"signal {-status}"
-            raise EngineCrashedError(f"the engine crashed ({name})" + (f" after: {message}" if message else ""),
+            raise EngineCrashedError(f"the engine crashed ({signal_name(-status)})" + (f" after: {message}" if message else ""),
                                      engine_message=message, exit_code=status, stderr=stderr, command=argv,
                                      hint="SIGKILL often means macOS ran out of memory: try --ssd-streaming, "
                                           "fewer frames or a smaller canvas" if -status == signal.SIGKILL else
@@ -453,6 +468,16 @@ def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
     """Move the finished MP4 into place atomically, never clobbering a file that appeared
     meanwhile unless `overwrite`. A clip that cannot take its name is kept beside it (a render
     can cost many minutes), and the error says where."""
+    try:
+        _publish_or_keep_beside(temp, output, overwrite=overwrite)
+    except OutputExistsError:
+        raise
+    except OSError as error:      # e.g. the folder became read-only or the output is now a folder
+        raise MediaError(f"cannot move the finished clip to {output}: {error.strerror}",
+                         hint="check the output folder's permissions and free space") from None
+
+
+def _publish_or_keep_beside(temp: Path, output: Path, *, overwrite: bool) -> None:
     if overwrite:
         os.replace(temp, output)
         return
@@ -485,4 +510,4 @@ def _link_new(temp: Path, target: Path) -> bool:
 
 __all__ = ["OneShotEngine", "locate_engine", "locate_model_dir", "locate_media_tools", "MediaTools",
            "request_arguments", "expected_phases", "engine_message_from", "resolve_output", "check_media_tools",
-           "engine_environment", "waiting_reporter", "finish_result"]
+           "engine_environment", "waiting_reporter", "finish_result", "staging_path"]

@@ -38,6 +38,15 @@ class StderrPiece:
     complete: bool
 
 
+def signal_name(signum: int) -> str:
+    """"SIGSEGV" for 11; "signal 40" for numbers Python has no name for (Linux real-time
+    signals: `signal.Signals(40)` raises ValueError although 40 is a valid signal)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def live_group_members(pgid: int) -> list[int]:
     """PIDs in process group `pgid` that are still running (not zombies)."""
     import psutil

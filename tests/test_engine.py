@@ -38,6 +38,18 @@ T2VA_PHASES = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "
                "denoise enqueue", "denoise", "audio VAE", "video VAE load", "FFmpeg"]
 
 
+@pytest.fixture(autouse=True)
+def private_temp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """The engine's work folders (tempfile.mkdtemp: frames, audio-only MP4) go to a folder of
+    this test's own, which must be empty again after every test: success, failure, crash,
+    watchdog or cancel leave nothing in the temp directory."""
+    import tempfile
+    root = tmp_path_factory.mktemp("engine-temp")
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    yield root
+    assert files_in(root) == [], "the engine left files in the temp directory"
+
+
 @pytest.fixture
 def engine(model_dir: Path) -> OneShotEngine:
     return OneShotEngine(sim_engine_path(), model_dir, stall_timeout=60)
@@ -386,3 +398,29 @@ def test_output_that_appears_while_rendering_is_kept_and_so_is_the_new_clip(tmp_
     assert (tmp_path / "clip-2.mp4").read_bytes() == b"an older keep"
     assert (tmp_path / "clip-3.mp4").read_bytes() == b"new render"
     assert not rendered.exists()
+
+
+def test_output_folder_that_cannot_exist_is_refused_before_starting(engine: OneShotEngine, tmp_path: Path,
+                                                                   sim_log: Path) -> None:
+    """An output below a file (or in a folder we cannot write) fails now, typed, not after the render."""
+    from h3bridge import RequestError
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    with pytest.raises(RequestError, match="not a writable folder") as caught:
+        engine.generate(fast_request(), blocker / "sub" / "x.mp4")
+    assert caught.value.field == "output"
+    assert sim_invocations(sim_log) == [] and blocker.read_text() == "a file, not a folder"
+
+
+def test_publish_failure_is_a_media_error_and_the_render_is_not_lost(tmp_path: Path) -> None:
+    """The output name became a folder between the check and the rename: typed error, not OSError."""
+    from h3bridge.engine import _publish
+    from h3bridge.errors import MediaError
+    output = tmp_path / "clip.mp4"
+    output.mkdir()
+    (output / "inside").write_text("x")
+    rendered = tmp_path / ".clip.mp4.abc.partial.mp4"
+    rendered.write_bytes(b"new render")
+    with pytest.raises(MediaError, match="cannot move the finished clip"):
+        _publish(rendered, output, overwrite=True)
+    assert (output / "inside").read_text() == "x"

@@ -97,3 +97,11 @@ def test_process_group_is_stopped_with_grandchildren(tmp_path) -> None:
     assert process.popen.returncode < 0
     assert "ünïcødé" in process.stderr_text
     process.stop()                                       # idempotent
+
+
+def test_signal_names_cover_signals_python_cannot_name() -> None:
+    """A crash by a Linux real-time signal (valid, but without an enum name) still gets a message,
+    not a ValueError from signal.Signals."""
+    from h3bridge.engine_process import signal_name
+    assert signal_name(11) == "SIGSEGV" and signal_name(9) == "SIGKILL"
+    assert signal_name(40) == "signal 40"
