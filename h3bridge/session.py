@@ -64,12 +64,10 @@ import pty
 import queue
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
 import tty
-import uuid
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -87,15 +85,17 @@ from .engine import (
     locate_engine,
     locate_model_dir,
     resolve_output,
+    staging_path,
     waiting_reporter,
 )
-from .engine_process import EngineProcess
+from .engine_process import EngineProcess, signal_name
 from .errors import (
     EngineCrashedError,
     EngineError,
     EngineNotFoundError,
     EngineStalledError,
     GenerationCancelled,
+    MediaError,
     SessionCommandError,
     SessionError,
     SessionUnsupportedError,
@@ -121,6 +121,9 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 IDLE_POLL = 0.5
 # How long a graceful `!quit` may take before the process group is killed.
 QUIT_GRACE = 3.0
+# At interpreter exit, how long to wait for a job running in another thread before the
+# engine is killed under it (daemon threads are frozen at exit; the job could never end).
+EXIT_JOB_WAIT = 0.5
 # h3_cli.c `process_command`: the reply to any unknown `!` command, on stderr.
 UNKNOWN_COMMAND_REPLY = "h3: unknown command; type !help"
 SYNC_COMMAND = "!h3bridge-sync"
@@ -484,7 +487,7 @@ _live_sessions: "weakref.WeakSet[SessionEngine]" = weakref.WeakSet()
 @atexit.register
 def _close_live_sessions() -> None:
     for session in list(_live_sessions):
-        session.close()
+        session._close_at_exit()
 
 
 @dataclass(frozen=True)
@@ -594,6 +597,22 @@ class SessionEngine:
             self._cancel_idle_timer()
             self._shutdown(graceful=True)
 
+    def _close_at_exit(self) -> None:
+        """atexit: like close(), but never waits for a job running in another thread (a ComfyUI
+        worker, a daemon thread): its engine is killed instead, so the host exits and no
+        orphaned h3 keeps the model in memory. The kernel frees the engine lock with us."""
+        if self._guard.acquire(timeout=EXIT_JOB_WAIT):
+            try:
+                self._cancel_idle_timer()
+                self._shutdown(graceful=True)
+            finally:
+                self._guard.release()
+            return
+        process = self._process
+        if process is not None:
+            process.engine.stop()    # the job's thread sees the streams end and raises, if it still runs
+            self._remove_outputs_dir()
+
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None,
@@ -674,10 +693,13 @@ class SessionEngine:
             mp4: Path | None = produced if want_audio else None
             if destination is not None:
                 # The session writes under /tmp/h3-XXXXXX; stage next to the destination so the
-                # final step is an atomic rename (h3_ffmpeg.c make_parents: parents are created).
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                staged = destination.parent / f".{destination.name}.{uuid.uuid4().hex[:12]}.partial.mp4"
-                shutil.move(str(produced), staged)
+                # final step is an atomic rename.
+                staged = staging_path(destination)
+                try:
+                    shutil.move(str(produced), staged)
+                except OSError as error:     # a copy across file systems can fail (disk full)
+                    raise MediaError(f"cannot copy the finished clip next to {destination}: {error}",
+                                     hint="check the output folder's free space and permissions") from None
                 mp4 = staged
             return finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
                                  want_audio=want_audio, timings=timings, command=list(job.commands),
@@ -750,15 +772,23 @@ class SessionEngine:
                 process.kill()
         self._settings = None
         self._identity = None
-        if self._outputs_dir is not None:
-            # h3 leaves its mkdtemp session directory behind; ours is empty (every MP4 was moved
-            # or deleted), so tidy it. A non-empty one is left alone.
-            try:
-                self._outputs_dir.rmdir()
-            except OSError:
-                pass
-            self._outputs_dir = None
+        self._remove_outputs_dir()
         self._lock.release()
+
+    def _remove_outputs_dir(self) -> None:
+        """h3 leaves its mkdtemp session directory (/tmp/h3-XXXXXX) behind. Every finished MP4 was
+        moved or deleted; a `video-NNNN.mp4` still there is the partial file of a job that was
+        cancelled or crashed while muxing (h3_cli.c `generate` names them), so it goes too. Any
+        other file means the directory is not just ours: it is left alone."""
+        outputs, self._outputs_dir = self._outputs_dir, None
+        if outputs is None:
+            return
+        for leftover in outputs.glob("video-[0-9]*.mp4"):
+            remove_quietly(leftover)
+        try:
+            outputs.rmdir()
+        except OSError:
+            pass
 
     def _yield_if_idle(self) -> None:
         """Lock yield hook: another job in this process waits for the engine."""
@@ -841,8 +871,7 @@ class SessionEngine:
         log = "\n".join(job.stderr)
         if status is not None and status < 0:
             raise EngineCrashedError(
-                f"the h3 session died from signal {-status}"
-                + (f" ({signal.Signals(-status).name})" if -status in signal.valid_signals() else ""),
+                f"the h3 session died from {signal_name(-status)}",
                 engine_message=message, exit_code=status, stderr=log, command=job.commands,
                 hint="the next job starts a fresh session; if it keeps crashing, run one-shot to see why")
         raise SessionError(

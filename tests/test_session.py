@@ -207,6 +207,27 @@ def test_cancel_mid_denoise_kills_the_process_group(session: SessionEngine, tmp_
     assert result.video_path.is_file() and session.starts == 2
 
 
+def test_cancel_while_muxing_leaves_nothing_in_the_session_directory(session: SessionEngine, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job killed while h3 writes `video-NNNN.mp4` leaves a partial file in h3's /tmp/h3-XXXXXX;
+    the session removes it with the directory, and nothing reaches the output."""
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "FFmpeg")
+    token = CancelToken()
+    outputs: list[Path] = []
+
+    def on_progress(event) -> None:
+        if event.phase == "FFmpeg" and not token.cancelled:
+            outputs.append(session.outputs_dir)
+            (session.outputs_dir / "video-0001.mp4").write_bytes(b"half an mp4")   # as h3 leaves it
+            token.cancel()
+
+    with pytest.raises(GenerationCancelled):
+        session.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=token,
+                         want_frames=False, want_audio=False)
+    assert outputs and not outputs[0].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+
+
 def test_idle_timeout_shuts_down_and_gives_the_lock_back(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     with SessionEngine(sim_engine_path(), model_dir, idle_timeout=0.3) as session:
         session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
@@ -287,6 +308,36 @@ def test_host_exit_closes_the_session_via_atexit(model_dir: Path, tmp_path: Path
 
 
 # ----------------------------------------------------------------------------- the line protocol
+
+def test_host_exit_with_a_job_running_in_another_thread_kills_the_engine(model_dir: Path,  # noqa: F811
+                                                                          tmp_path: Path) -> None:
+    """atexit must not wait for a job in a daemon thread (it would hang the host forever and leave
+    the engine running): the engine is killed and the host exits."""
+    script = textwrap.dedent(f"""
+        import os, sys, threading
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge.session import SessionEngine
+        os.environ.update(H3_SIM_HANG_PHASE="denoise:1", H3_SIM_DEVICE_NAME="Apple M1 Ultra")
+        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+        busy = threading.Event()
+        def on_progress(event):
+            if event.phase == "denoise":
+                busy.set()
+        threading.Thread(target=session.generate, daemon=True, args=(fast_request(), {str(tmp_path / 'a.mp4')!r}),
+                         kwargs=dict(want_frames=False, want_audio=False, on_progress=on_progress)).start()
+        assert busy.wait(30)
+        print(session.pid, flush=True)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(host.stdout.readline())
+        assert host.wait(15) == 0
+        assert wait_until(lambda: group_gone(child), timeout=5)
+        assert not (tmp_path / "a.mp4").exists()
+    finally:
+        host.kill()
+
 
 def test_multiline_prompts_are_refused_unless_joined(session: SessionEngine, model_dir: Path,  # noqa: F811
                                                      tmp_path: Path) -> None:
