@@ -247,3 +247,28 @@ def test_info_stdout_is_stdio_buffered_over_a_pipe(model: Path) -> None:
     text = process.stdout.decode()
     assert process.returncode == 0
     assert text.index("video VAE load") < text.index("h3-metal ") and text.endswith(" GiB\n")
+
+
+def test_show_draws_kitty_graphics_on_stdout(model: Path, tmp_path: Path) -> None:
+    # h3_terminal.c kitty_display: base64 RGB24 in 4096-char chunks, w/h scaled by --zoom,
+    # one draw per denoise preview and per final frame (main.c cli_frame), on stdout.
+    frames_dir = tmp_path / "frames"
+    env = {**os.environ, "KITTY_WINDOW_ID": "1"}
+    process = subprocess.run([sim_program(), "-d", str(model), "-p", "x", "--show", "--zoom", "3",
+                              "--width", "64", "--height", "32", "--frames", "22", "--steps", "2",
+                              "-o", "", "--frames-dir", str(frames_dir)],
+                             capture_output=True, env=env, timeout=60)
+    assert process.returncode == 0
+    draws = process.stdout.decode("ascii").split("\n")
+    assert draws[-1] == "" and len(draws) - 1 == 2 + 22
+    head = "\033_Ga=T,f=24,t=d,s=64,v=32,w=192,h=96,m=1;"
+    assert all(draw.startswith(head) for draw in draws[:-1])
+    # The third draw is final frame 0: its pixels are the PPM written to --frames-dir.
+    chunks = draws[2][len(head):].split("\033\\")
+    assert chunks[-1] == "" and chunks[1].startswith("\033_Gm=0;")
+    payload = chunks[0] + chunks[1][len("\033_Gm=0;"):]
+    assert len(chunks[0]) == 4096
+    import base64
+    ppm = (frames_dir / "frame-0000.ppm").read_bytes()
+    assert base64.b64decode(payload) == ppm[len(b"P6\n64 32\n255\n"):]
+    assert b"h3: frame 1/22 via Kitty graphics\n" in process.stderr

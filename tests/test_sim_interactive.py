@@ -218,3 +218,19 @@ def test_number_edge_cases_follow_macos_libc(model_dir: Path, home: Path) -> Non
     assert "Seconds: 4.94e-324 (5 aligned frames)" in lines      # llround(24 * 2^-1074) = 0
     # h3_align_frame_count's int round-up wraps near INT32_MAX (h3_host.c:15-21).
     assert "Frames: 2147483647 requested, -2147483635 generated (-8.95e+07 seconds)" in lines
+
+
+def test_show_draws_previews_and_final_frames_with_zoom(model_dir: Path, home: Path) -> None:  # noqa: F811
+    # h3_cli.c cli_frame: once !show is on it gets every preview ("h3: preview i/N" first) and
+    # every final frame, and h3_terminal_display_rgb24 draws each on stdout (Kitty here).
+    env = {**os.environ, "HOME": str(home), "KITTY_WINDOW_ID": "1"}
+    script = "!size 64x32\n!frames 22\n!steps 2\n!zoom 1\n!show on\na red fox\n"
+    done = subprocess.run([str(sim_engine_path()), "-d", str(model_dir)], input=script.encode(),
+                          capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0
+    out = done.stdout.decode("ascii")
+    assert "Zoom: 1x\nShow: on\n" in out and "\nDone -> " in out
+    assert out.count("\033_Ga=T,f=24,t=d,s=64,v=32,w=64,h=32,m=1;") == 2 + 22
+    assert [line for line in done.stderr.decode().split("\n") if line.startswith("h3:")] == [
+        "h3: conditioning cache miss; stored exact BF16", "h3: prepared DiT cache miss; model retained",
+        "h3: video VAE cache miss; decoder retained", "h3: preview 1/2", "h3: preview 2/2"]

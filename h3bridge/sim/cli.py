@@ -20,6 +20,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from . import terminal
 from .device import DeviceConfigError
 from .engine import SimContext, SimError, SimFrame, generate
 from .getopt import GetoptLong, LongOption
@@ -202,13 +203,7 @@ def print_info(ctx: SimContext) -> None:
 
 def terminal_protocol() -> str | None:
     """h3_terminal_detect (h3_terminal.c:29-38): the protocol name, or None."""
-    env = os.environ
-    if env.get("KITTY_WINDOW_ID") is not None or env.get("GHOSTTY_RESOURCES_DIR") is not None:
-        return "Kitty graphics"
-    if (env.get("TERM_PROGRAM") == "iTerm.app" or env.get("ITERM_SESSION_ID") is not None
-            or env.get("WEZTERM_PANE") is not None or env.get("KONSOLE_VERSION") is not None):
-        return "iTerm2 inline images"
-    return None
+    return terminal.detect()
 
 
 @dataclass
@@ -220,6 +215,7 @@ class CliState:
     completed: int = -1
     total: int = -1
     terminal: str | None = None
+    display_failed: bool = False
     frames_dir: str | None = None
     frame_write_failed: bool = False
 
@@ -247,7 +243,7 @@ class CliState:
             self._write_ppm(frame)
         if self.frame_write_failed:
             return True
-        if self.terminal is None:
+        if self.display_failed or self.terminal is None:
             return False
         if self.active:
             sys.stderr.write("\n")
@@ -260,6 +256,12 @@ class CliState:
             sys.stderr.write(f"h3: frame {frame.frame_index + 1}/{frame.frame_count} "
                              f"via {self.terminal}\n")
         sys.stderr.flush()
+        try:
+            terminal.display_rgb24(self.terminal, frame.rgb)    # graphics on stdout (main.c:221-227)
+        except terminal.TerminalError as error:
+            sys.stderr.write(f"h3: terminal display disabled: {error}\n")
+            sys.stderr.flush()
+            self.display_failed = True
         return False
 
     def _write_ppm(self, frame: SimFrame) -> None:
@@ -406,7 +408,7 @@ def _run(argv: list[str]) -> int:
         elif option == "show":
             show = True
         elif option == "zoom":
-            if parse_int(value, "zoom") < 1:
+            if not terminal.set_zoom(parse_int(value, "zoom")):
                 raise _fail("--zoom must be at least 1", 2)
         elif option == "profile":
             profile = True

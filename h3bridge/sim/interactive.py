@@ -23,8 +23,9 @@ caller can observe is mirrored from h3_cli.c at 8974cc0 (line numbers below):
   `h3: ...`) is flushed on every write, as C's unbuffered stderr;
 * every `!` command with upstream's exact replies (stdout) and errors (stderr).
 
-The terminal graphics of `!show` are not drawn (the sim reports success and draws
-nothing); `!open` spawns `open PATH` like upstream (posix_spawnp, never waited for).
+With `!show` on, each preview and final frame is drawn to stdout in the detected terminal's
+graphics protocol (h3bridge/sim/terminal.py, h3_terminal.c); `!open` spawns `open PATH`
+like upstream (posix_spawnp, never waited for).
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from . import engine as core
+from . import terminal
 from .cli import CliState as ProgressPrinter
 from .cli import terminal_protocol
 from .ffmpeg import MediaFailure, probe_visual_size
@@ -66,20 +68,6 @@ def _err(text: str) -> None:
     """fprintf(stderr, ...): stderr is unbuffered in C."""
     sys.stderr.write(text)
     sys.stderr.flush()
-
-
-# ----------------------------------------------------------------------------- terminal (h3_terminal.c)
-
-_terminal_zoom = 2               # h3_terminal.c: default zoom 2 (main.c usage: "default: 2 for Retina")
-
-
-def terminal_set_zoom(zoom: int) -> bool:
-    """h3_terminal.c `h3_terminal_set_zoom`: at least 1 (the sim draws nothing, so it is only kept)."""
-    global _terminal_zoom
-    if zoom < 1:
-        return False
-    _terminal_zoom = zoom
-    return True
 
 
 # ----------------------------------------------------------------------------- C parsing helpers
@@ -295,7 +283,7 @@ def _skip_spaces(text: str) -> str:
 
 
 def cli_frame(state: CliState, frame: core.SimFrame) -> bool:
-    """h3_cli.c:128 `cli_frame`: denoise previews only; drawing is not simulated."""
+    """h3_cli.c:128 `cli_frame`: called for previews and final frames once !show is on."""
     if not state.show or state.display_failed or state.terminal is None:
         return False
     if state.progress.active:
@@ -303,6 +291,11 @@ def cli_frame(state: CliState, frame: core.SimFrame) -> bool:
         state.progress.active = False
     if frame.denoise_step >= 0:
         _err(f"h3: preview {frame.denoise_step + 1}/{frame.denoise_steps}\n")
+    try:
+        terminal.display_rgb24(state.terminal, frame.rgb)     # previews and final frames alike
+    except terminal.TerminalError as error:
+        _err(f"h3: display disabled: {error}\n")
+        state.display_failed = True
     return False
 
 
@@ -722,7 +715,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
             _out(f"Show: {'on' if value else 'off'}\n")
     elif name == "zoom":
         value = parse_i32(argument, 1, INT32_MAX)
-        if value is None or not terminal_set_zoom(value):
+        if value is None or not terminal.set_zoom(value):
             _err("h3: invalid zoom\n")
         else:
             _out(f"Zoom: {value}x\n")
