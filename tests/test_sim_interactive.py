@@ -234,3 +234,10 @@ def test_show_draws_previews_and_final_frames_with_zoom(model_dir: Path, home: P
     assert [line for line in done.stderr.decode().split("\n") if line.startswith("h3:")] == [
         "h3: conditioning cache miss; stored exact BF16", "h3: prepared DiT cache miss; model retained",
         "h3: video VAE cache miss; decoder retained", "h3: preview 1/2", "h3: preview 2/2"]
+
+
+def test_command_names_fold_ascii_only_like_strcasecmp(model_dir: Path, home: Path) -> None:  # noqa: F811
+    # "\u212a" (KELVIN SIGN) lowercases to "k" in Python but not in strcasecmp (h3_cli.c:485-686).
+    done = run_interactive(model_dir, home, "!to\u212aen-reduction\n!TOKEN-Reduction ON\n!Refs CLEAR\n")
+    assert done.stderr == "h3: unknown command; type !help\n"
+    assert "Token reduction: on\nReferences: none\n" in done.stdout

@@ -278,6 +278,15 @@ class CliState:
     display_failed: bool = False
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _fold(text: str) -> str:
+    """What strcasecmp compares: ASCII letters folded, nothing else (str.lower() would also turn
+    the Kelvin sign U+212A into "k", so "!to\u212aen-reduction" would pass)."""
+    return text.translate(_ASCII_LOWER)
+
+
 def _skip_spaces(text: str) -> str:
     return text.lstrip(_C_SPACE)
 
@@ -362,9 +371,9 @@ def parse_toggle(argument: str, current: bool) -> bool | None:
     argument = _skip_spaces(argument)
     if not argument:
         return not current
-    if argument.lower() == "on" or argument == "1":
+    if _fold(argument) == "on" or argument == "1":
         return True
-    if argument.lower() == "off" or argument == "0":
+    if _fold(argument) == "off" or argument == "0":
         return False
     return None
 
@@ -459,7 +468,7 @@ def set_anchor(state: CliState, first: bool, argument: str) -> None:
     if not argument:
         _out(f"{name}: {current or 'none'}\n")
         return
-    if argument.lower() == "clear":
+    if _fold(argument) == "clear":
         if first:
             state.first_frame = None
         else:
@@ -581,7 +590,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
         split += 1
     argument = _skip_spaces(command[split + 1:]) if split < len(command) else ""
     command = command[:split]
-    name = command.lower()       # strcasecmp
+    name = _fold(command)
     p = state.params
     if name == "help":
         print_help()
@@ -597,7 +606,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
     elif name == "seed":
         if not argument:
             _out("Seed: random\n" if state.random_seed else f"Seed: {p.seed}\n")
-        elif argument.lower() == "random" or argument == "-1":
+        elif _fold(argument) == "random" or argument == "-1":
             state.random_seed = True
             _out("Seed: random\n")
         else:
@@ -622,7 +631,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
         if not argument:
             _out(f"Render size: {p.render_width}x{p.render_height}\n" if p.render_width
                  else "Render size: native\n")
-        elif argument.lower() == "native":
+        elif _fold(argument) == "native":
             p.render_width = p.render_height = 0
             _out("Render size: native\n")
         else:
@@ -697,7 +706,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
     elif name == "refs":
         if not argument:
             list_references(state)
-        elif argument.lower() == "clear":
+        elif _fold(argument) == "clear":
             clear_references(state)
             _out("References: none\n")
         else:
@@ -747,7 +756,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
             else:
                 _out(f"Saved: {destination}\n")
     elif name == "cache":
-        if argument.lower() == "clear":
+        if _fold(argument) == "clear":
             state.ctx.clear_cache()
             _out("Cache cleared.\n")
         elif argument:
@@ -837,7 +846,8 @@ def _run(ctx: core.SimContext, model_dir: str, initial: SimParams, show: bool, s
     history = History()
     history_path = ""
     home = os.environ.get("HOME")
-    if home and len(home.encode("utf-8", "surrogateescape")) + len(b"/.h3_history\0") < CLI_PATH:
+    # getenv("HOME") may be "": upstream then uses "/.h3_history" (h3_cli.c:747-751).
+    if home is not None and len(home.encode("utf-8", "surrogateescape")) + len(b"/.h3_history\0") < CLI_PATH:
         history_path = f"{home}/.h3_history"
         history.load(history_path)
     history.set_max_len(HISTORY_SESSION_MAX)
