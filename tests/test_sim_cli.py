@@ -272,3 +272,13 @@ def test_show_draws_kitty_graphics_on_stdout(model: Path, tmp_path: Path) -> Non
     ppm = (frames_dir / "frame-0000.ppm").read_bytes()
     assert base64.b64decode(payload) == ppm[len(b"P6\n64 32\n255\n"):]
     assert b"h3: frame 1/22 via Kitty graphics\n" in process.stderr
+
+
+def test_empty_anchor_path_is_still_an_anchor(capsys: pytest.CaptureFixture[str], model: Path) -> None:
+    # main.c keeps optarg pointers; h3.c tests `params->first_frame` for NULL, not for "".
+    result = run_sim(capsys, "-d", str(model), "-p", "x", "--last-frame", "", "--ref-image", "i.png")
+    assert (result.code, result.err) == (1, "h3: full references cannot be combined with frame anchors\n")
+    result = run_sim(capsys, "-d", str(model), "-p", "x", "--first-frame", "", "--width", "64",
+                     "--height", "64", "-o", "")
+    assert result.code == 1
+    assert result.err.endswith("\nh3: invalid FFmpeg image input arguments\n")   # h3_ffmpeg.c:158-162

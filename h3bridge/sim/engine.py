@@ -346,7 +346,7 @@ def _key_file(role: str, path: str | None) -> str:
 
 def _conditioning_key(prompt: str, p: SimParams, render_w: int, render_h: int, ref2va: bool) -> str:
     key = f"mode={int(ref2va)}|prompt={len(prompt.encode('utf-8', 'surrogateescape'))}:{prompt}"
-    if not ref2va and not p.first_frame and not p.last_frame:
+    if not ref2va and p.first_frame is None and p.last_frame is None:
         return key
     key += (f"|render={render_w}x{render_h}|frames={p.frames}|image-size={int(p.reference_image_size)}"
             + _key_file("first", p.first_frame) + _key_file("last", p.last_frame))
@@ -732,12 +732,14 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
             total_samples += samples
             progress.check_cancelled()
     else:
-        if p.first_frame:
+        # `if (params->first_frame)`: an empty path is still read (and rejected by FFmpeg's
+        # argument check), h3.c:1226-1250.
+        if p.first_frame is not None:
             path = p.first_frame
             found.first_frame = _media(lambda: media.read_image(     # type: ignore[assignment]
                 path, render_w, render_h, media.FIT_STRETCH))
             visuals.append((render_w, render_h, 1, True))
-        if p.last_frame:
+        if p.last_frame is not None:
             path_last = p.last_frame
             found.last_frame = _media(lambda: media.read_image(      # type: ignore[assignment]
                 path_last, render_w, render_h, media.FIT_COVER))

@@ -95,6 +95,8 @@ def _read_child_stdout(program: str, argv: list[str], limit: int,
 
 
 def probe_visual_size(path: str) -> tuple[int, int]:
+    if not path:
+        raise MediaFailure("invalid FFprobe visual-size arguments")   # h3_ffmpeg.c:79-83
     argv = ["ffprobe", "-v", "error", "-select_streams", "v:0",
             "-show_entries", "stream=width,height", "-of", "csv=p=0:s=x", path]
     read_end, write_end = os.pipe()
@@ -139,6 +141,8 @@ def _scan_size(text: str) -> tuple[int, int, str] | None:
 
 def read_image(path: str, width: int, height: int, fit: int) -> np.ndarray:
     """HxWx3 uint8 (upstream converts to channel-major float; the bytes are the same)."""
+    if not path or width < 1 or height < 1 or fit not in (FIT_STRETCH, FIT_COVER):
+        raise MediaFailure("invalid FFmpeg image input arguments")   # h3_ffmpeg.c:158-162
     if fit == FIT_STRETCH:
         video_filter = f"scale={width}:{height}:flags=lanczos"
     else:

@@ -357,8 +357,9 @@ def print_status(state: CliState) -> None:
              f"weights: {'SSD BF16' if p.ssd_streaming else 'resident'} | FC2: {fc2}\n")
     text += f"Spatial RoPE: {'released reference' if p.use_reference_rope else 'native 256 adapted'}\n"
     text += "Seed: random\n" if state.random_seed else f"Seed: {p.seed}\n"
-    text += f"First: {state.first_frame or 'none'}\n"
-    text += f"Last: {state.last_frame or 'none'}\n"
+    # `ptr ? ptr : "none"`: an empty --first-frame '' prints as empty (h3_cli.c:203-204).
+    text += f"First: {'none' if state.first_frame is None else state.first_frame}\n"
+    text += f"Last: {'none' if state.last_frame is None else state.last_frame}\n"
     count = len(state.references)
     text += f"References: {count}{' (use !refs to list)' if count else ''}\n"
     text += (f"Show: {'on' if state.show else 'off'} | open: {'on' if state.open_output else 'off'} | "
@@ -428,7 +429,7 @@ def add_reference_image(state: CliState, argument: str) -> None:
     if not argument:
         _err("Usage: !ref-image PATH\n")
         return
-    if state.first_frame or state.last_frame:
+    if state.first_frame is not None or state.last_frame is not None:
         _err("h3: Ref2VA references cannot be combined with frame anchors\n")
         return
     if not state.ctx.model.ref2va_transformer.files:
@@ -466,7 +467,7 @@ def set_anchor(state: CliState, first: bool, argument: str) -> None:
     name = "First" if first else "Last"
     current = state.first_frame if first else state.last_frame
     if not argument:
-        _out(f"{name}: {current or 'none'}\n")
+        _out(f"{name}: {'none' if current is None else current}\n")
         return
     if _fold(argument) == "clear":
         if first:

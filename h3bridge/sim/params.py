@@ -246,7 +246,8 @@ def valid_params_error(params: SimParams, metal4: bool, has_frame_callback: bool
         return "Ref2VA supports at most 12 references"
     if p.reference_image_size not in (ReferenceImageSize.MATCH, ReferenceImageSize.MAX):
         return "unknown reference image sizing policy"
-    if p.references and (p.first_frame or p.last_frame):
+    # Pointers, not strings: `--first-frame ''` is an anchor too (h3.c:591).
+    if p.references and (p.first_frame is not None or p.last_frame is not None):
         return "full references cannot be combined with frame anchors"
     images = videos = audio_inputs = visual = 0
     for index, reference in enumerate(p.references, start=1):
