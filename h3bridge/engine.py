@@ -285,6 +285,13 @@ def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], 
     return report
 
 
+def raise_if_cancelled(cancel: CancelToken | None) -> None:
+    """After the engine is gone, reading frames and audio can still take seconds on a long
+    clip: a cancel that arrives then is honoured too, before anything is published."""
+    if cancel is not None and cancel.cancelled:
+        raise GenerationCancelled("generation cancelled; the engine had finished, its clip was discarded")
+
+
 def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Path | None, *,
                   overwrite: bool, frames: np.ndarray | None, want_audio: bool, timings: dict[str, float],
                   command: list[str], engine_log: str, seed: int | None = None) -> GenerationResult:
@@ -376,7 +383,9 @@ class OneShotEngine:
                                             on_progress=on_progress, cancel=cancel)
             frames = None
             if frames_dir is not None:
+                raise_if_cancelled(cancel)
                 frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
+            raise_if_cancelled(cancel)
             return finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
                                  want_audio=want_audio, timings=timings, command=argv, engine_log=stderr)
         finally:
@@ -510,4 +519,4 @@ def _link_new(temp: Path, target: Path) -> bool:
 
 __all__ = ["OneShotEngine", "locate_engine", "locate_model_dir", "locate_media_tools", "MediaTools",
            "request_arguments", "expected_phases", "engine_message_from", "resolve_output", "check_media_tools",
-           "engine_environment", "waiting_reporter", "finish_result", "staging_path"]
+           "engine_environment", "waiting_reporter", "finish_result", "staging_path", "raise_if_cancelled"]

@@ -84,6 +84,7 @@ from .engine import (
     finish_result,
     locate_engine,
     locate_model_dir,
+    raise_if_cancelled,
     resolve_output,
     staging_path,
     waiting_reporter,
@@ -689,7 +690,9 @@ class SessionEngine:
         try:
             frames = None
             if want_frames:
+                raise_if_cancelled(job.cancel)
                 frames = decode_video_frames(produced, request.frame_count, request.width, request.height)
+            raise_if_cancelled(job.cancel)
             mp4: Path | None = produced if want_audio else None
             if destination is not None:
                 # The session writes under /tmp/h3-XXXXXX; stage next to the destination so the

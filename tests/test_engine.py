@@ -280,6 +280,22 @@ def test_cancel_in_each_phase(engine: OneShotEngine, tmp_path: Path, monkeypatch
     assert files_in(output.parent) == []
 
 
+def test_cancel_after_the_engine_finished_publishes_nothing(engine: OneShotEngine, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a long clip's frames takes seconds after h3 exits; a cancel then still wins."""
+    import h3bridge.engine as engine_module
+    token = CancelToken()
+    read_frames = engine_module.read_frames_dir
+
+    def cancel_while_reading(*args, **kwargs):
+        token.cancel()
+        return read_frames(*args, **kwargs)
+    monkeypatch.setattr(engine_module, "read_frames_dir", cancel_while_reading)
+    with pytest.raises(GenerationCancelled):
+        engine.generate(fast_request(), tmp_path / "out" / "x.mp4", cancel=token)
+    assert files_in(tmp_path / "out") == []
+
+
 def test_cancel_token_check_hook(engine: OneShotEngine, tmp_path: Path) -> None:
     """A host's own interrupt flag (ComfyUI) is polled through CancelToken(check=...)."""
     seen: list[str] = []

@@ -228,6 +228,22 @@ def test_cancel_while_muxing_leaves_nothing_in_the_session_directory(session: Se
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
 
 
+def test_cancel_while_decoding_frames_publishes_nothing_and_keeps_the_session(
+        session: SessionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import h3bridge.session as session_module
+    token = CancelToken()
+    decode = session_module.decode_video_frames
+
+    def cancel_while_decoding(*args, **kwargs):
+        token.cancel()
+        return decode(*args, **kwargs)
+    monkeypatch.setattr(session_module, "decode_video_frames", cancel_while_decoding)
+    with pytest.raises(GenerationCancelled):
+        session.generate(fast_request(), tmp_path / "a.mp4", cancel=token)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+    assert session.running and list(session.outputs_dir.iterdir()) == []   # h3 was done: it stays warm
+
+
 def test_idle_timeout_shuts_down_and_gives_the_lock_back(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     with SessionEngine(sim_engine_path(), model_dir, idle_timeout=0.3) as session:
         session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
