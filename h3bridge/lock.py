@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 from filelock import FileLock, Timeout
 
 from .cancel import CancelToken
-from .errors import GenerationCancelled
+from .errors import EngineError, GenerationCancelled
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
@@ -133,7 +133,6 @@ class EngineLock:
         global _in_process_waiters
         if self.is_held:
             raise RuntimeError("EngineLock.acquire called twice without release")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.waited = 0.0
         if cancel is not None and cancel.cancelled:
@@ -203,10 +202,14 @@ class EngineLock:
 
     def _try_acquire(self, *, timeout: float) -> bool:
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             # Short poll inside filelock; our loop does the reporting and cancellation.
             self._file_lock.acquire(timeout=timeout, poll_interval=min(0.02, self.poll_interval))
         except Timeout:
             return False
+        except OSError as error:     # the cache folder is read-only, or a file sits where a folder should
+            raise EngineError(f"cannot use the engine lock file {self.path}: {error.strerror or error}",
+                              hint=f"set {LOCK_PATH_ENV} to a file in a writable folder") from None
         return True
 
     def release(self) -> None:

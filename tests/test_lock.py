@@ -51,6 +51,17 @@ def test_uncontended_lock_creates_parent_and_does_not_wait(lock_path: Path) -> N
     assert not held.is_held
 
 
+def test_unusable_lock_location_is_a_typed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.errors import EngineError
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv(LOCK_PATH_ENV, str(blocker / "engine.lock"))
+    with pytest.raises(EngineError, match="cannot use the engine lock file") as caught:
+        with engine_lock():
+            pass
+    assert LOCK_PATH_ENV in caught.value.hint
+
+
 def test_second_holder_in_same_process_waits_and_reports(lock_path: Path) -> None:
     first = EngineLock()
     first.acquire()
