@@ -364,3 +364,11 @@ def test_reference_soundtrack_decode_failures(capsys: pytest.CaptureFixture[str]
     # --ref-silent-video drops it and renders.
     assert run_sim(capsys, "-d", str(model), "-p", "x", *SMALL, "--frames", "22",
                    "--ref-silent-video", str(media["silent"])).code == 0
+
+
+def test_llround_rounds_half_away_without_the_add_half_trap() -> None:
+    # C llround (main.c:87, h3_cli.c:566, h3.c:1130): 0.49999999999999994 + 0.5 rounds up to
+    # 1.0 in double arithmetic, but llround gives 0.
+    from h3bridge.sim.params import c_llround
+    assert [c_llround(x) for x in (0.49999999999999994, 0.5, 2.5, -2.5, 55.5, 4503599627370497.0)] == [
+        0, 1, 3, -3, 56, 4503599627370497]

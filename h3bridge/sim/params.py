@@ -123,8 +123,13 @@ def video_encoder_latent_t(frame_count: int) -> int:
 
 
 def c_llround(value: float) -> int:
-    """C llround: half away from zero."""
-    return int(math.floor(abs(value) + 0.5)) * (1 if value >= 0 else -1)
+    """C llround: half away from zero. Not floor(|x| + 0.5): that addition rounds, so
+    0.49999999999999994 would become 1 where llround gives 0."""
+    magnitude = abs(value)
+    whole = math.floor(magnitude)
+    if magnitude - whole >= 0.5:      # exact: x - floor(x) never rounds
+        whole += 1
+    return int(whole) * (1 if value >= 0 else -1)
 
 
 @dataclass(frozen=True)
