@@ -372,3 +372,16 @@ def test_llround_rounds_half_away_without_the_add_half_trap() -> None:
     from h3bridge.sim.params import c_llround
     assert [c_llround(x) for x in (0.49999999999999994, 0.5, 2.5, -2.5, 55.5, 4503599627370497.0)] == [
         0, 1, 3, -3, 56, 4503599627370497]
+
+
+def test_os_errors_are_worded_like_macos_strerror() -> None:
+    # Apple Libc gen/errlst.c texts where glibc's differ; the common ones are the same.
+    import errno
+    from h3bridge.sim.libc import strerror
+    assert strerror(errno.EDQUOT) == "Disc quota exceeded"
+    assert strerror(errno.EXDEV) == "Cross-device link"
+    assert strerror(errno.ETIMEDOUT) == "Operation timed out"
+    assert strerror(errno.ENOENT) == "No such file or directory"
+    assert strerror(errno.ENOTDIR) == "Not a directory"
+    assert strerror(0) == "Undefined error: 0"
+    assert strerror(4242) == "Unknown error: 4242"

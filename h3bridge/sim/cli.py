@@ -24,6 +24,7 @@ from . import terminal
 from .device import DeviceConfigError
 from .engine import SimContext, SimError, SimFrame, generate
 from .getopt import GetoptLong, LongOption
+from .libc import strerror
 from .params import (FPS, H3_VERSION, MAX_REFERENCES, ReferenceImageSize, ReferenceKind,
                      SimParams, SimReference)
 
@@ -432,7 +433,7 @@ def _run(argv: list[str]) -> int:
         except OSError as error:
             if error.errno != errno.EEXIST:
                 raise _fail(f"cannot create frames directory {cli.frames_dir}: "
-                            f"{os.strerror(error.errno or 0)}", 1) from None
+                            f"{strerror(error.errno or 0)}", 1) from None
     if profile:
         os.environ["H3_PROFILE"] = "1"
     try:

@@ -64,6 +64,7 @@ import numpy as np
 from . import content
 from . import ffmpeg as media
 from .device import SimDevice, device_from_env
+from .libc import strerror
 from .params import (AUDIO_HOP_LENGTH, FPS, SAMPLE_RATE, SLOWER_FLAGS,
                      ReferenceImageSize, ReferenceKind, SimParams, align_frame_count, c_llround,
                      latent_canvas, reference_image_canvas, reference_video_canvas,
@@ -381,7 +382,7 @@ def _check_config(path: str, label: str) -> None:
         with open(path, "rb"):
             pass
     except OSError as error:
-        raise SimError(f"cannot open {label} config {path}: {os.strerror(error.errno or 0)}") from None
+        raise SimError(f"cannot open {label} config {path}: {strerror(error.errno or 0)}") from None
     if size < 1 or size > 1024 * 1024:
         raise SimError(f"invalid {label} config {path}")
 

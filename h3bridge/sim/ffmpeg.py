@@ -25,6 +25,8 @@ from typing import Iterable
 
 import numpy as np
 
+from .libc import strerror
+
 
 class MediaFailure(Exception):
     """h3_ffmpeg.c's `detail` text for a failed media operation."""
@@ -86,7 +88,7 @@ def _read_child_stdout(program: str, argv: list[str], limit: int,
     except OSError as error:
         os.close(read_end)
         os.close(write_end)
-        raise MediaFailure(f"{start_error}: {os.strerror(error.errno or 0)}") from None
+        raise MediaFailure(f"{start_error}: {strerror(error.errno or 0)}") from None
     os.close(write_end)
     data = _read_up_to(read_end, limit)
     trailing = bool(_read_up_to(read_end, 1))
@@ -107,7 +109,7 @@ def probe_visual_size(path: str) -> tuple[int, int]:
     except OSError as error:
         os.close(read_end)
         os.close(write_end)
-        raise MediaFailure(f"cannot start FFprobe: {os.strerror(error.errno or 0)}") from None
+        raise MediaFailure(f"cannot start FFprobe: {strerror(error.errno or 0)}") from None
     os.close(write_end)
     output = bytearray()
     while True:   # upstream keeps 127 bytes and flags overflow, but drains everything
@@ -216,7 +218,7 @@ def make_parents(path: str) -> None:
             pass
         except OSError as error:
             raise MediaFailure(f"cannot create output directory {prefix}: "
-                               f"{os.strerror(error.errno or 0)}") from None
+                               f"{strerror(error.errno or 0)}") from None
 
 
 class _StreamWriter(threading.Thread):
@@ -276,7 +278,7 @@ def write_av(path: str, frames: Iterable[np.ndarray], frame_count: int, width: i
     except OSError as error:
         for fd in descriptors:
             os.close(fd)
-        raise MediaFailure(f"cannot start FFmpeg: {os.strerror(error.errno or 0)}") from None
+        raise MediaFailure(f"cannot start FFmpeg: {strerror(error.errno or 0)}") from None
     os.close(video_read)
     os.close(audio_read)
     # SIGPIPE is ignored only while streaming (h3_ffmpeg.c:705-709, 730); h3-sim runs with the
@@ -296,6 +298,6 @@ def write_av(path: str, frames: Iterable[np.ndarray], frame_count: int, width: i
     status = _exit_status(pid)
     if video.errno or audio.errno:
         raise MediaFailure("cannot stream generated A/V to FFmpeg: "
-                           f"{os.strerror(video.errno or audio.errno)}")
+                           f"{strerror(video.errno or audio.errno)}")
     if status != 0:
         raise MediaFailure(f"FFmpeg exited with status {-1 if status is None else status}")

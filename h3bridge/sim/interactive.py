@@ -47,6 +47,7 @@ from . import terminal
 from .cli import CliState as ProgressPrinter
 from .cli import terminal_protocol
 from .ffmpeg import MediaFailure, probe_visual_size
+from .libc import strerror
 from .params import FPS, MAX_STEPS, MIN_DIT_LAYERS, DEFAULT_DIT_LAYERS, ReferenceKind, SimParams, \
     SimReference, align_frame_count, c_llround
 
@@ -509,7 +510,7 @@ def open_video(path: str) -> None:
     try:
         os.posix_spawnp("open", ["open", path], os.environ)
     except OSError as error:
-        _err(f"h3: cannot open {path}: {os.strerror(error.errno or 0)}\n")
+        _err(f"h3: cannot open {path}: {strerror(error.errno or 0)}\n")
 
 
 def generate(state: CliState, prompt: str) -> bool:
@@ -742,7 +743,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
         else:
             ok, code = _set_directory(argument)
             if not ok:
-                _err(f"h3: cannot use output directory {argument}: {os.strerror(code)}\n")
+                _err(f"h3: cannot use output directory {argument}: {strerror(code)}\n")
             else:
                 state.output_dir = argument
                 _out(f"Output: {state.output_dir}\n")
@@ -753,7 +754,7 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
             destination = argument if argument else f"h3-{int(time.time())}.mp4"
             failure = copy_file(state.last_output, destination)
             if failure is not None:
-                _err(f"h3: cannot save {destination}: {os.strerror(failure.errno or 0)}\n")
+                _err(f"h3: cannot save {destination}: {strerror(failure.errno or 0)}\n")
             else:
                 _out(f"Saved: {destination}\n")
     elif name == "cache":
@@ -782,7 +783,7 @@ def _make_session_directory() -> str:
         except FileExistsError:
             continue
         return path
-    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))
+    raise FileExistsError(errno.EEXIST, strerror(errno.EEXIST))
 
 
 def _c_stdio_stdout() -> object | None:
@@ -840,7 +841,7 @@ def _run(ctx: core.SimContext, model_dir: str, initial: SimParams, show: bool, s
     try:
         state.output_dir = _make_session_directory()
     except OSError as error:
-        _err(f"h3: cannot create session directory: {os.strerror(error.errno or 0)}\n")
+        _err(f"h3: cannot create session directory: {strerror(error.errno or 0)}\n")
         clear_references(state)
         return 1
 

@@ -24,6 +24,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from .libc import strerror
+
 MAX_HEADER = 256 * 1024 * 1024        # H3_ST_MAX_HEADER, h3_safetensors.c:13
 DETAIL_LIMIT = 383                    # char detail[384] in h3.c h3_inventory / h3_weights.c
 
@@ -281,7 +283,7 @@ def read_header(path: str) -> Header:
     try:
         descriptor = os.open(path, os.O_RDONLY)
     except OSError as error:
-        raise HeaderError(f"{path}: {os.strerror(error.errno or 0)}") from None
+        raise HeaderError(f"{path}: {strerror(error.errno or 0)}") from None
     try:
         try:
             size = os.fstat(descriptor).st_size
@@ -343,7 +345,7 @@ def inventory_dir(directory: str) -> ComponentInfo:
     try:
         names = [entry.name for entry in os.scandir(directory)]
     except OSError as error:
-        raise HeaderError(_clip(f"{directory}: {os.strerror(error.errno or 0)}")) from None
+        raise HeaderError(_clip(f"{directory}: {strerror(error.errno or 0)}")) from None
     info = ComponentInfo()
     for name in names:
         if name.startswith(".") or not name.endswith(".safetensors"):

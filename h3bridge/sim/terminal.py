@@ -21,6 +21,8 @@ import tempfile
 
 import numpy as np
 
+from .libc import strerror
+
 KITTY = "Kitty graphics"            # h3_terminal_protocol_name (h3_terminal.c:40-46)
 ITERM2 = "iTerm2 inline images"
 _KITTY_CHUNK = 4096
@@ -87,19 +89,19 @@ def _encode_png(pixels: bytes, width: int, height: int) -> bytes:
         raw_fd, raw_path = tempfile.mkstemp(prefix="h3-terminal-rgb-", dir="/tmp")
     except OSError as error:
         raise TerminalError("cannot create terminal RGB temporary file: "
-                            f"{os.strerror(error.errno or 0)}") from None
+                            f"{strerror(error.errno or 0)}") from None
     try:
         try:
             with os.fdopen(raw_fd, "wb") as raw:
                 raw.write(pixels)
         except OSError as error:
             raise TerminalError("cannot write terminal RGB temporary file: "
-                                f"{os.strerror(error.errno or 0)}") from None
+                                f"{strerror(error.errno or 0)}") from None
         try:
             png_fd, png_path = tempfile.mkstemp(prefix="h3-terminal-", suffix=".png", dir="/tmp")
         except OSError as error:
             raise TerminalError("cannot create terminal PNG temporary file: "
-                                f"{os.strerror(error.errno or 0)}") from None
+                                f"{strerror(error.errno or 0)}") from None
         os.close(png_fd)
         argv = ["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pixel_format", "rgb24",
                 "-video_size", f"{width}x{height}", "-i", raw_path, "-frames:v", "1", png_path]
@@ -108,7 +110,7 @@ def _encode_png(pixels: bytes, width: int, height: int) -> bytes:
         except OSError as error:
             os.unlink(png_path)
             raise TerminalError("FFmpeg cannot encode terminal PNG: "
-                                f"{os.strerror(error.errno or 0)}") from None
+                                f"{strerror(error.errno or 0)}") from None
         _, status = os.waitpid(child, 0)
     finally:
         os.unlink(raw_path)
@@ -119,7 +121,7 @@ def _encode_png(pixels: bytes, width: int, height: int) -> bytes:
             with open(png_path, "rb") as handle:
                 data = handle.read()
         except OSError as error:
-            raise TerminalError(f"cannot read terminal PNG: {os.strerror(error.errno or 0)}") from None
+            raise TerminalError(f"cannot read terminal PNG: {strerror(error.errno or 0)}") from None
         if not data:
             raise TerminalError("cannot read terminal PNG: Undefined error: 0")   # ftell < 1
         return data
