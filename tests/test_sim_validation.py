@@ -385,3 +385,20 @@ def test_os_errors_are_worded_like_macos_strerror() -> None:
     assert strerror(errno.ENOTDIR) == "Not a directory"
     assert strerror(0) == "Undefined error: 0"
     assert strerror(4242) == "Unknown error: 4242"
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["normalizer"].update(type="NFKC"), "unexpected tokenizer specification"),
+    (lambda d: d["model"].pop("unk_token"), "unexpected tokenizer specification"),
+    (lambda d: d["model"].update(merges=["nospace"]), "invalid tokenizer merge"),
+    (lambda d: d["added_tokens"][0].update(lstrip=True), "unsupported added-token policy"),
+])
+def test_tokenizer_specification_errors(capsys: pytest.CaptureFixture[str], scratch_model: Path,
+                                        change: object, message: str) -> None:
+    # h3_tokenizer_load (h3_tokenizer.m:313-375) runs between "tokenizer" 0/1 and 1/1.
+    path = scratch_model / "FL2VA/tokenizer/tokenizer.json"
+    data = json.loads(path.read_text())
+    change(data)   # type: ignore[operator]
+    path.write_text(json.dumps(data))
+    result = run_sim(capsys, "-d", str(scratch_model), "-p", "x", *SMALL)
+    assert (result.code, result.err) == (1, f"\rtokenizer                    0/1   \nh3: {message}\n")

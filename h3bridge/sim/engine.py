@@ -401,6 +401,23 @@ def _load_tokenizer(path: str) -> None:
         raise SimError("The data couldn\u2019t be read because it isn\u2019t in the correct format.") from None
     if not isinstance(value, dict):
         raise SimError("invalid tokenizer JSON")
+    # h3_tokenizer.m:313-321: a byte-level BPE with a null unk_token and NFC normalization.
+    # (A "model"/"normalizer" that is not an object makes upstream's Objective-C throw; the
+    # sim reports it as the specification error instead of aborting.)
+    model, normalizer = value.get("model"), value.get("normalizer")
+    if (not isinstance(model, dict) or model.get("type") != "BPE"
+            or "unk_token" not in model or model["unk_token"] is not None
+            or not isinstance(normalizer, dict) or normalizer.get("type") != "NFC"
+            or not isinstance(model.get("vocab"), dict) or not isinstance(model.get("merges"), list)):
+        raise SimError("unexpected tokenizer specification")
+    for entry in model["merges"]:    # h3_tokenizer.m:349-364
+        if not ((isinstance(entry, str) and " " in entry)
+                or (isinstance(entry, list) and len(entry) == 2)):
+            raise SimError("invalid tokenizer merge")
+    for token in value.get("added_tokens") or []:    # :368-375
+        if isinstance(token, dict) and any(token.get(flag) for flag in
+                                           ("single_word", "lstrip", "rstrip", "normalized")):
+            raise SimError("unsupported added-token policy")
 
 
 def _encoder_tiles(extent: int) -> int:
