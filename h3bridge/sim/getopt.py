@@ -27,7 +27,8 @@ those texts are not produced.
 The permutation of non-options follows glibc's algorithm (posix/getopt.c `exchange`);
 Apple's `permute_args` rotates the same blocks at different moments, but both only ever
 move elements before `optind`, so every value main.c can observe (each option's optarg,
-argv[optind] when --ref-video-audio takes AUDIO, the final operand order) is the same.
+argv[optind] when --ref-video-audio takes AUDIO, the final operand order) is the same
+(checked differentially against a transcription of Apple's algorithm on 200k random argvs).
 
 Only what main.c uses is supported: no `optional_argument`, no `flag` pointers, no
 `getopt_long_only`, no `-W`. `POSIXLY_CORRECT` in the environment selects
