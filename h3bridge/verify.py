@@ -88,8 +88,10 @@ class HashCache:
         try:
             document = json.loads(self.path.read_text())
             if document.get("version") == CACHE_VERSION:
-                self._entries = dict(document.get("files", {}))
-        except (OSError, ValueError, AttributeError):
+                # Entries of the wrong shape (a damaged or hand-edited cache) are dropped one by one.
+                self._entries = {key: entry for key, entry in document.get("files", {}).items()
+                                 if isinstance(entry, dict)}
+        except (OSError, ValueError, AttributeError, TypeError):
             self._entries = {}      # a missing or damaged cache only costs a re-hash
         return self
 
@@ -108,11 +110,14 @@ class HashCache:
     def save(self) -> None:
         if not self._dirty:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with self._lock:      # merge with what other processes wrote meanwhile
-            current = HashCache(self.directory).load()._entries
-            current.update(self._dirty)
-            _atomic_write_json(self.path, {"version": CACHE_VERSION, "files": current})
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with self._lock:      # merge with what other processes wrote meanwhile
+                current = HashCache(self.directory).load()._entries
+                current.update(self._dirty)
+                _atomic_write_json(self.path, {"version": CACHE_VERSION, "files": current})
+        except OSError:
+            pass      # a read-only or full cache folder only means the next verify hashes again
         self._dirty = {}
 
 
@@ -120,14 +125,18 @@ def sha256_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> st
     digest = hashlib.sha256()
     buffer = bytearray(HASH_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            count = handle.readinto(buffer)
-            if not count:
-                break
-            digest.update(view[:count])
-            if on_bytes:
-                on_bytes(count)
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            while True:
+                count = handle.readinto(buffer)
+                if not count:
+                    break
+                digest.update(view[:count])
+                if on_bytes:
+                    on_bytes(count)
+    except OSError as error:     # vanished, unreadable, or an I/O error on a failing disk
+        raise IntegrityError(f"{path}: cannot read: {error.strerror or error}", path=path,
+                             hint="check the file and its disk; download it again if it stays unreadable") from None
     return digest.hexdigest()
 
 
@@ -135,7 +144,12 @@ def hash_files(paths: Iterable[Path], *, workers: int | None = None, progress: b
                description: str = "sha256") -> dict[Path, str]:
     """SHA-256 of each file, files in parallel on a thread pool (one file per worker at a time)."""
     paths = list(paths)
-    total = sum(p.stat().st_size for p in paths)
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            pass        # sha256_file reports it, as an IntegrityError naming the file
     workers = max(1, min(workers or os.cpu_count() or 1, len(paths) or 1))
     bar_lock = threading.Lock()
     # progress=None: tqdm shows the bar only on a terminal
@@ -303,9 +317,11 @@ def verify_model(model_dir: str | Path, *, checksums: bool = False, workers: int
     manifest_files: dict[str, dict[str, object]] = {}
     if not rewrite_manifest:
         try:
-            manifest_files = json.loads(report.manifest.read_text()).get("files", {})
-        except (OSError, ValueError, AttributeError):
-            manifest_files = {}
+            manifest_files = {name: entry for name, entry in
+                              json.loads(report.manifest.read_text()).get("files", {}).items()
+                              if isinstance(entry, dict)}
+        except (OSError, ValueError, AttributeError, TypeError):
+            manifest_files = {}     # damaged: rewritten from this run's hashes
 
     to_hash: list[ShardResult] = []
     for result in report.results:
@@ -342,10 +358,14 @@ def verify_model(model_dir: str | Path, *, checksums: bool = False, workers: int
         for result in unrecorded:
             manifest_files[str(result.relative)] = {"size": result.size, "sha256": result.sha256}
             result.recorded = True
-        _atomic_write_json(report.manifest, {
-            "model_dir": str(root.resolve()),
-            "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "files": manifest_files})
+        try:
+            _atomic_write_json(report.manifest, {
+                "model_dir": str(root.resolve()),
+                "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "files": manifest_files})
+        except OSError as error:
+            raise ModelError(f"cannot write the checksum manifest {report.manifest}: {error.strerror or error}",
+                             hint=f"set {CACHE_ENV} to a writable folder") from None
         report.manifest_written = True
     return report
 

@@ -190,3 +190,37 @@ def test_damaged_cache_file_is_ignored(model: Path, private_cache: Path) -> None
     (private_cache / "verify-cache.json").write_text("{not json")
     assert verify_model(model, checksums=True, progress=False).ok
     assert HashCache(private_cache).load().get(verify_module.FileIdentity.of(some_shard(model)))
+
+
+def test_cache_and_manifest_of_the_wrong_shape_are_ignored(model: Path, private_cache: Path) -> None:
+    """Valid JSON holding the wrong structure (hand-edited, another version) costs a re-hash, never a
+    raw AttributeError/TypeError."""
+    shard = some_shard(model)
+    private_cache.mkdir(parents=True)
+    (private_cache / "verify-cache.json").write_text(
+        '{"version": 1, "files": {"%s": "not an entry", "other": 3}}' % shard.resolve())
+    manifest = manifest_path(model, private_cache)
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"files": {"FL2VA/transformer/%s": "no hash here"}}' % shard.name)
+    report = verify_model(model, checksums=True, progress=False)
+    assert report.ok and report.manifest_written
+    manifest.write_text('{"files": ["a", "list"]}')
+    assert verify_model(model, checksums=True, progress=False, cache_directory=private_cache).ok
+
+
+def test_unwritable_cache_location_is_a_model_error_not_oserror(model: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(blocker / "cache"))
+    assert verify_model(model, progress=False).ok              # headers only: no cache needed
+    with pytest.raises(ModelError, match="cannot write the checksum manifest") as caught:
+        verify_model(model, checksums=True, progress=False)
+    assert "H3BRIDGE_CACHE_DIR" in caught.value.hint
+
+
+def test_unreadable_shard_while_hashing_is_an_integrity_error(tmp_path: Path) -> None:
+    from h3bridge.verify import sha256_file
+    with pytest.raises(IntegrityError, match="cannot read") as caught:
+        sha256_file(tmp_path / "vanished.safetensors")
+    assert caught.value.path == tmp_path / "vanished.safetensors"
