@@ -437,6 +437,14 @@ def resolve_model_root(model_dir: str | Path) -> Path:
 def inspect_model(model_dir: str | Path, *, read_headers: bool = True) -> ModelInventory:
     """Inventory a model directory; reads shard headers only. Never raises for layout problems:
     they are in `problems` (call `raise_for_problems`). Raises ModelError only if the path is unusable."""
+    try:
+        return _inspect_model(model_dir, read_headers=read_headers)
+    except OSError as error:     # a folder we may not list, a file vanishing mid-scan, an I/O error
+        raise ModelError(f"cannot read the model directory {model_dir}: {error}",
+                         hint="check the folder's permissions and that its disk is attached") from None
+
+
+def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInventory:
     root = resolve_model_root(model_dir)
     inventory = ModelInventory(root=root)
     if not root.exists():

@@ -256,3 +256,17 @@ def test_several_errors_raise_the_first_and_count_the_rest(model: Path) -> None:
 
 def test_empty_directory_is_not_a_model(tmp_path: Path) -> None:
     assert kinds(tmp_path) == {"not-a-model": "error"}
+
+
+def test_unlistable_folder_is_a_model_error(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OS errors while scanning (permissions, a disk going away) surface as ModelError, not OSError."""
+    real_iterdir = Path.iterdir
+
+    def failing_iterdir(self: Path):
+        if self == model:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+    shutil.rmtree(model / "FL2VA")          # no FL2VA: the scan lists the folder to say what it is
+    monkeypatch.setattr(Path, "iterdir", failing_iterdir)
+    with pytest.raises(ModelError, match="cannot read the model directory"):
+        inspect_model(model)
