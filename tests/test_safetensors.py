@@ -210,3 +210,22 @@ def test_deeply_nested_json_is_an_integrity_error(tmp_path: Path) -> None:
     path.write_bytes(struct.pack("<Q", len(body)) + body)
     with pytest.raises(IntegrityError, match="malformed"):
         read_header(path)
+
+
+_EDGE_INTEGERS = st.sampled_from([0, 1, 2, 3, 7, 8, 16, -1, 2**32, 2**63, 2**64 - 1, 2**64, 10**30])
+_DESCRIPTOR = st.fixed_dictionaries({
+    "dtype": st.sampled_from(["BF16", "F32", "I8", "BOOL", "F8_E4M3", "C64", "bf16", "Q4"]) | st.integers(),
+    "shape": st.lists(st.integers(0, 6) | _EDGE_INTEGERS, max_size=10) | st.text(max_size=3),
+    "data_offsets": st.lists(st.integers(0, 64) | _EDGE_INTEGERS, min_size=0, max_size=3),
+}, optional={"extra": st.integers()})
+
+
+@FUZZ
+@given(descriptors=st.dictionaries(st.text(min_size=1, max_size=6), _DESCRIPTOR, min_size=1, max_size=4),
+       data_bytes=st.integers(0, 64))
+def test_fuzz_tensor_descriptors(tmp_path: Path, descriptors: dict, data_bytes: int) -> None:
+    """Well-formed JSON whose descriptors hold every kind of wrong value (huge, negative, overflowing
+    shapes and offsets, unknown and quantized dtypes, deep ranks): a header or an IntegrityError."""
+    body = json.dumps(descriptors).encode()
+    body += b" " * (-(8 + len(body)) % 8)
+    _check_never_crashes(tmp_path / "fuzz.safetensors", struct.pack("<Q", len(body)) + body + bytes(data_bytes))
