@@ -402,3 +402,36 @@ def test_tokenizer_specification_errors(capsys: pytest.CaptureFixture[str], scra
     path.write_text(json.dumps(data))
     result = run_sim(capsys, "-d", str(scratch_model), "-p", "x", *SMALL)
     assert (result.code, result.err) == (1, f"\rtokenizer                    0/1   \nh3: {message}\n")
+
+
+@pytest.mark.parametrize("part,edit,message", [
+    ("audio_vae", lambda d: d.pop("latents_std"), "audio VAE config is missing latents_std"),
+    ("audio_vae", lambda d: d["latents_mean"].pop(), "audio VAE config has short latents_mean"),
+    ("audio_vae", lambda d: d["latents_mean"].append(0.0), "audio VAE config has long latents_mean"),
+    ("audio_vae", lambda d: d["latents_std"].__setitem__(3, 0.0),
+     "audio VAE latent standard deviation is invalid"),
+    ("audio_vae", lambda d: d["latents_mean"].__setitem__(0, 1e39),     # strtof overflow: ERANGE
+     "audio VAE config has malformed latents_mean"),
+    ("video_vae", lambda d: d["latents_std"].__setitem__(0, -1.0),
+     "video VAE latent standard deviation is invalid"),
+])
+def test_vae_config_normalization_arrays(capsys: pytest.CaptureFixture[str], scratch_model: Path,
+                                         part: str, edit: object, message: str) -> None:
+    # parse_float_array + the std > 0 check (h3_audio_vae.c:262-348, h3_video_vae.c:232-318).
+    path = scratch_model / "FL2VA" / part / "config.json"
+    data = json.loads(path.read_text())
+    edit(data)   # type: ignore[operator]
+    path.write_text(json.dumps(data))
+    assert _fail(capsys, scratch_model, "-p", "x", *SMALL, "--frames", "22") == message
+
+
+def test_video_encoder_words_its_deviation_check_differently(
+        capsys: pytest.CaptureFixture[str], scratch_model: Path, tmp_path: Path) -> None:
+    # h3_video_encoder.c:278-282 says "deviation", the decoder "standard deviation".
+    path = scratch_model / "FL2VA/video_vae/config.json"
+    data = json.loads(path.read_text())
+    data["latents_std"][5] = 0.0
+    path.write_text(json.dumps(data))
+    image = make_image(tmp_path / "first.png", "red")
+    message = _fail(capsys, scratch_model, "-p", "x", *SMALL, "--frames", "22", "--first-frame", str(image))
+    assert message == "video VAE latent deviation is invalid"

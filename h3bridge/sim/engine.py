@@ -51,6 +51,7 @@ GPU counters, so those fields are zero).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -64,7 +65,7 @@ import numpy as np
 from . import content
 from . import ffmpeg as media
 from .device import SimDevice, device_from_env
-from .libc import strerror
+from .libc import strerror, strtof
 from .params import (AUDIO_HOP_LENGTH, FPS, SAMPLE_RATE, SLOWER_FLAGS,
                      ReferenceImageSize, ReferenceKind, SimParams, align_frame_count, c_llround,
                      latent_canvas, reference_image_canvas, reference_video_canvas,
@@ -375,16 +376,62 @@ def _open_weights(directory: str) -> None:
         raise SimError(str(error)) from None
 
 
-def _check_config(path: str, label: str) -> None:
-    """load_latent_normalization's file checks (h3_video_vae.c:270-300, h3_audio_vae.c:300-330)."""
+_VIDEO_CHANNELS, _AUDIO_CHANNELS = 24, 32    # LATENT_CHANNELS, h3_video_vae.c:14, h3_audio_vae.c:14
+_STANDARD_DEVIATION = "standard deviation"  # decoders' wording; the video encoder says "deviation"
+
+
+def _check_config(path: str, label: str, *, channels: int,
+                  deviation: str = _STANDARD_DEVIATION) -> None:
+    """load_latent_normalization (h3_video_vae.c:268-318, h3_audio_vae.c:300-348) and the video
+    encoder's load_normalization (h3_video_encoder.c:237-284): the file, then the latents_mean
+    and latents_std arrays as parse_float_array reads them, then std > 0."""
+    if os.path.isdir(path):
+        # macOS fopen/fseek/ftell accept a directory; fread then fails (EISDIR).
+        raise SimError(f"cannot read {label} config {path}")
     try:
         size = os.path.getsize(path)
-        with open(path, "rb"):
-            pass
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as error:
         raise SimError(f"cannot open {label} config {path}: {strerror(error.errno or 0)}") from None
     if size < 1 or size > 1024 * 1024:
         raise SimError(f"invalid {label} config {path}")
+    text = data.split(b"\0", 1)[0].decode("latin-1")     # a C string: bytes kept 1:1
+    _parse_float_array(text, "latents_mean", channels, label)
+    deviations = _parse_float_array(text, "latents_std", channels, label)
+    if any(value <= 0.0 for value in deviations):
+        raise SimError(f"{label} latent {deviation} is invalid")
+
+
+def _parse_float_array(text: str, key: str, count: int, label: str) -> list[float]:
+    """parse_float_array (h3_video_vae.c:232-266 and its twins): strstr for the quoted key,
+    then ':' and '[' anywhere after it, then `count` strtof values separated by ','."""
+    start = text.find(f'"{key}"')
+    colon = text.find(":", start + len(key) + 2) if start >= 0 else -1
+    cursor = text.find("[", colon) if colon >= 0 else -1
+    if cursor < 0:
+        raise SimError(f"{label} config is missing {key}")
+    cursor += 1
+    values = []
+    blanks = " \n\r\t"
+    for index in range(count):
+        while cursor < len(text) and text[cursor] in blanks:
+            cursor += 1
+        value, rest, erange = strtof(text[cursor:])
+        if value is None or erange or not math.isfinite(value):
+            raise SimError(f"{label} config has malformed {key}")
+        values.append(value)
+        cursor = len(text) - len(rest)
+        while cursor < len(text) and text[cursor] in blanks:
+            cursor += 1
+        following = text[cursor:cursor + 1]
+        if index + 1 < count:
+            if following != ",":
+                raise SimError(f"{label} config has short {key}")
+            cursor += 1
+        elif following != "]":
+            raise SimError(f"{label} config has long {key}")
+    return values
 
 
 def _load_tokenizer(path: str) -> None:
@@ -612,7 +659,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     # Audio VAE decode (h3.c:1594-1603, h3_audio_vae.c:660-700).
     progress.emit("audio VAE", 0, AUDIO_STAGES)
     audio_started = time.monotonic()
-    _check_config(f"{audio_vae_path}/config.json", "audio VAE")
+    _check_config(f"{audio_vae_path}/config.json", "audio VAE", channels=_AUDIO_CHANNELS)
     _open_weights(audio_vae_path)
     progress.steps("audio VAE", AUDIO_STAGES, _BASE_SECONDS["audio VAE"] * shape.audio_t / 93)
     progress.profile("audio VAE decoder", "total", audio_started)
@@ -633,7 +680,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     if preview_decoder:
         progress.work(decode_seconds)
     else:
-        _check_config(f"{vae_path}/../config.json", "video VAE")
+        _check_config(f"{vae_path}/../config.json", "video VAE", channels=_VIDEO_CHANNELS)
         tile = _vae_tile_pixels(latent_h * 16, latent_w * 16)
         if shape.video_t > VAE_CHUNK_LATENT_T or latent_h > tile // 16 or latent_w > tile // 16:
             _vae_tiles_line("", latent_h * 16, latent_w * 16)   # decode_chunked (h3_video_vae.c:1226)
@@ -668,7 +715,7 @@ def _acquire_video_decoder(ctx: SimContext, progress: _Progress, key: str, vae_p
         return
     if ctx.cache_enabled:
         ctx._video_decoder_key = None
-    _check_config(f"{vae_path}/../config.json", "video VAE")
+    _check_config(f"{vae_path}/../config.json", "video VAE", channels=_VIDEO_CHANNELS)
     _vae_tiles_line("resident ", latent_h * 16, latent_w * 16)
     _open_weights(vae_path)
     progress.steps(phase, VAE_LAYERS, _BASE_SECONDS["video VAE load"])
@@ -739,7 +786,7 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
             samples = pcm.shape[1]   # type: ignore[union-attr]
             if samples > 32000 * 15 - total_samples:
                 raise SimError("ordered reference audio exceeds 15 seconds in total")
-            _check_config(f"{audio_vae_path}/config.json", "audio VAE")
+            _check_config(f"{audio_vae_path}/config.json", "audio VAE", channels=_AUDIO_CHANNELS)
             _open_weights(audio_vae_path)
             encoder_started = time.monotonic()
             progress.steps("audio VAE encoder", AUDIO_STAGES,
@@ -770,7 +817,8 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
             video_elements += video_encoder_latent_t(frames) * lh * lw // 4 * 96
         for width, height, frames, _ in visuals:
             _open_weights(vae_path)
-            _check_config(f"{vae_path}/../config.json", "video VAE")
+            _check_config(f"{vae_path}/../config.json", "video VAE", channels=_VIDEO_CHANNELS,
+                          deviation="deviation")   # h3_video_encoder.c:278-282
             tiles = _encoder_tiles(height) * _encoder_tiles(width)
             encoder_started = time.monotonic()
             progress.steps("video VAE encoder", tiles,

@@ -40,14 +40,13 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from . import engine as core
 from . import terminal
 from .cli import CliState as ProgressPrinter
 from .cli import terminal_protocol
 from .ffmpeg import MediaFailure, probe_visual_size
-from .libc import strerror
+from .libc import strerror, strtod
 from .params import FPS, MAX_STEPS, MIN_DIT_LAYERS, DEFAULT_DIT_LAYERS, ReferenceKind, SimParams, \
     SimReference, align_frame_count, c_llround
 
@@ -117,49 +116,6 @@ def parse_size(text: str) -> tuple[int, int] | None:
             or width > INT32_MAX or height > INT32_MAX:
         return None
     return width, height
-
-
-_DECIMAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)")
-_HEX_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?")
-_SPECIAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:inf(?:inity)?|nan(?:\([0-9A-Za-z_]*\))?)", re.IGNORECASE)
-_MIN_NORMAL = sys.float_info.min
-
-
-def _hex_is_exact(token: str, value: float) -> bool:
-    """Whether a hex float token is exactly representable (its digits survive the rounding)."""
-    body = token.lstrip("+-")[2:]
-    mantissa, _, exponent = body.lower().partition("p")
-    whole, _, fraction = mantissa.partition(".")
-    exact = Fraction(int(whole + fraction or "0", 16)) * Fraction(2) ** (int(exponent or "0") - 4 * len(fraction))
-    return Fraction(abs(value)) == exact
-
-
-def strtod(text: str) -> tuple[float | None, str, bool]:
-    """C strtod: decimal, hexadecimal, inf/infinity and nan forms; (value or None, rest, ERANGE).
-
-    ERANGE as macOS libc sets it (Apple Libc tests/strtod.c strtod_verify): on overflow, and
-    when a non-zero input comes out subnormal or zero, except an exact subnormal hex float
-    (rdar://108539918). Explicit zeros, inf and nan never set it."""
-    for pattern in (_HEX_FLOAT, _DECIMAL_FLOAT, _SPECIAL_FLOAT):
-        match = pattern.match(text)
-        if match:
-            token = match[0].strip(_C_SPACE)
-            rest = text[match.end():]
-            if pattern is _SPECIAL_FLOAT:
-                return float(token.split("(")[0]), rest, False
-            if pattern is _HEX_FLOAT:
-                sign = -1.0 if token.startswith("-") else 1.0
-                try:
-                    value = sign * float.fromhex(token.lstrip("+-"))
-                except OverflowError:
-                    return sign * math.inf, rest, True
-                nonzero = any(c not in "0." for c in token.lstrip("+-")[2:].lower().partition("p")[0])
-                tiny = nonzero and abs(value) < _MIN_NORMAL
-                return value, rest, tiny and not _hex_is_exact(token, value)
-            value = float(token)       # Python returns inf on overflow instead of raising
-            nonzero = any(c in "123456789" for c in token.lower().partition("e")[0])
-            return value, rest, math.isinf(value) or (nonzero and abs(value) < _MIN_NORMAL)
-    return None, text, False
 
 
 def _format_g3(value: float) -> str:

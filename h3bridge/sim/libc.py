@@ -6,11 +6,20 @@ for the errors below ("Disc quota exceeded" vs "Disk quota exceeded", ...). The 
 gets Linux errno values from Linux system calls, so the table is keyed by errno name.
 Unknown numbers read "Unknown error: N" and 0 reads "Undefined error: 0"
 (string/FreeBSD/strerror.c).
+
+`strtod` / `strtof`: C's number scanners as h3 uses them (whole-token grammar: decimal,
+hexadecimal, inf/infinity, nan(...)), with macOS's ERANGE rules.
 """
 from __future__ import annotations
 
 import errno
+import math
 import os
+import re
+import sys
+from fractions import Fraction
+
+import numpy as np
 
 _APPLE_TEXTS = {
     "ENXIO": "Device not configured",
@@ -50,3 +59,66 @@ def strerror(code: int) -> str:
     if code not in errno.errorcode:
         return f"Unknown error: {code}"
     return os.strerror(code)
+
+
+_DECIMAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)")
+_HEX_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?")
+_SPECIAL_FLOAT = re.compile(r"[ \t\n\v\f\r]*[+-]?(?:inf(?:inity)?|nan(?:\([0-9A-Za-z_]*\))?)", re.IGNORECASE)
+_MIN_NORMAL = sys.float_info.min
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _hex_is_exact(token: str, value: float) -> bool:
+    """Whether a hex float token is exactly representable (its digits survive the rounding)."""
+    body = token.lstrip("+-")[2:]
+    mantissa, _, exponent = body.lower().partition("p")
+    whole, _, fraction = mantissa.partition(".")
+    exact = Fraction(int(whole + fraction or "0", 16)) * Fraction(2) ** (int(exponent or "0") - 4 * len(fraction))
+    return Fraction(abs(value)) == exact
+
+
+def strtod(text: str) -> tuple[float | None, str, bool]:
+    """C strtod: decimal, hexadecimal, inf/infinity and nan forms; (value or None, rest, ERANGE).
+
+    ERANGE as macOS libc sets it (Apple Libc tests/strtod.c strtod_verify): on overflow, and
+    when a non-zero input comes out subnormal or zero, except an exact subnormal hex float
+    (rdar://108539918). Explicit zeros, inf and nan never set it."""
+    for pattern in (_HEX_FLOAT, _DECIMAL_FLOAT, _SPECIAL_FLOAT):
+        match = pattern.match(text)
+        if match:
+            token = match[0].strip(_C_SPACE)
+            rest = text[match.end():]
+            if pattern is _SPECIAL_FLOAT:
+                return float(token.split("(")[0]), rest, False
+            if pattern is _HEX_FLOAT:
+                sign = -1.0 if token.startswith("-") else 1.0
+                try:
+                    value = sign * float.fromhex(token.lstrip("+-"))
+                except OverflowError:
+                    return sign * math.inf, rest, True
+                nonzero = any(c not in "0." for c in token.lstrip("+-")[2:].lower().partition("p")[0])
+                tiny = nonzero and abs(value) < _MIN_NORMAL
+                return value, rest, tiny and not _hex_is_exact(token, value)
+            value = float(token)       # Python returns inf on overflow instead of raising
+            nonzero = any(c in "123456789" for c in token.lower().partition("e")[0])
+            return value, rest, math.isinf(value) or (nonzero and abs(value) < _MIN_NORMAL)
+    return None, text, False
+
+
+_FLT_MIN = float(np.finfo(np.float32).tiny)
+
+
+def strtof(text: str) -> tuple[float | None, str, bool]:
+    """C strtof: like `strtod`, then rounded to float32 (through double: a decimal exactly
+    halfway between two floats could round differently, which real config values never are).
+    ERANGE when a finite input overflows float or a non-zero one comes out subnormal or zero."""
+    value, rest, erange = strtod(text)
+    if value is None or math.isnan(value):
+        return value, rest, False
+    with np.errstate(over="ignore"):
+        single = float(np.float32(value)) if abs(value) < 3.5e38 else math.copysign(math.inf, value)
+    if math.isinf(single) and not math.isinf(value):
+        erange = True
+    elif value != 0.0 and abs(single) < _FLT_MIN:
+        erange = True
+    return single, rest, erange
