@@ -241,3 +241,11 @@ def test_command_names_fold_ascii_only_like_strcasecmp(model_dir: Path, home: Pa
     done = run_interactive(model_dir, home, "!to\u212aen-reduction\n!TOKEN-Reduction ON\n!Refs CLEAR\n")
     assert done.stderr == "h3: unknown command; type !help\n"
     assert "Token reduction: on\nReferences: none\n" in done.stdout
+
+
+def test_save_destination_is_cut_to_the_path_buffer(model_dir: Path, home: Path) -> None:  # noqa: F811
+    # snprintf(destination, 4096, "%s", argument) (h3_cli.c:662-664): 4095 bytes survive.
+    long_name = "a" * 5000
+    done = run_interactive(model_dir, home, f"a fox\n!save {long_name}\n", "--width", "64", "--height", "64",
+                           "--frames", "22", "--steps", "2")
+    assert done.stderr.endswith(f"h3: cannot save {long_name[:4095]}: File name too long\n")

@@ -708,6 +708,10 @@ def process_command(state: CliState, line: str) -> tuple[bool, bool]:
             _err("h3: no video to save\n")
         else:
             destination = argument if argument else f"h3-{int(time.time())}.mp4"
+            # snprintf into char destination[H3_CLI_PATH] (h3_cli.c:662-664) keeps 4095 bytes.
+            raw = destination.encode("utf-8", "surrogateescape")
+            if len(raw) >= CLI_PATH:
+                destination = raw[:CLI_PATH - 1].decode("utf-8", "surrogateescape")
             failure = copy_file(state.last_output, destination)
             if failure is not None:
                 _err(f"h3: cannot save {destination}: {strerror(failure.errno or 0)}\n")
