@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -44,10 +44,8 @@ from .progress import (
     ProgressCallback,
     ProgressEvent,
     ProgressTracker,
-    is_complete_progress,
-    parse_progress,
 )
-from .request import GenerationRequest, ReferenceImageSize, ReferenceKind
+from .request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
 from .result import GenerationResult
 
 ENGINE_ENV = "H3_BIN"
@@ -152,6 +150,17 @@ _REFERENCE_FLAGS = {
 }
 
 
+def reference_arguments(references: Sequence[Reference]) -> list[str]:
+    """The ordered `--ref-*` flags (main.c option table) for `references`, paths absolute."""
+    args: list[str] = []
+    for reference in references:
+        args += [_REFERENCE_FLAGS[reference.kind], _abs(reference.path)]
+        if reference.kind is ReferenceKind.VIDEO_AUDIO:
+            assert reference.audio_path is not None
+            args.append(_abs(reference.audio_path))
+    return args
+
+
 def request_arguments(request: GenerationRequest) -> list[str]:
     """The h3 flags (main.c option table) for every generation option of `request`.
 
@@ -180,11 +189,7 @@ def request_arguments(request: GenerationRequest) -> list[str]:
         args += ["--first-frame", _abs(request.first_frame)]
     if request.last_frame is not None:
         args += ["--last-frame", _abs(request.last_frame)]
-    for reference in request.references:
-        args += [_REFERENCE_FLAGS[reference.kind], _abs(reference.path)]
-        if reference.kind is ReferenceKind.VIDEO_AUDIO:
-            assert reference.audio_path is not None
-            args.append(_abs(reference.audio_path))
+    args += reference_arguments(request.references)
     if request.reference_image_size is not ReferenceImageSize.MATCH:
         args += ["--ref-image-size", request.reference_image_size.value]
     return args
@@ -411,11 +416,9 @@ class OneShotEngine:
             piece = process.next_piece(piece_timeout)
             while piece is not None:
                 last_activity = time.monotonic()
-                record = parse_progress(piece.text)
-                if record is not None and (piece.complete or is_complete_progress(piece.text)):
-                    event = tracker.update(*record, now=last_activity)
-                    if event is not None and on_progress is not None:
-                        on_progress(event)
+                event = tracker.feed(piece.text, piece.complete, now=last_activity)
+                if event is not None and on_progress is not None:
+                    on_progress(event)
                 piece = process.next_piece(0)
 
         try:
@@ -519,4 +522,5 @@ def _link_new(temp: Path, target: Path) -> bool:
 
 __all__ = ["OneShotEngine", "locate_engine", "locate_model_dir", "locate_media_tools", "MediaTools",
            "request_arguments", "expected_phases", "engine_message_from", "resolve_output", "check_media_tools",
-           "engine_environment", "waiting_reporter", "finish_result", "staging_path", "raise_if_cancelled"]
+           "engine_environment", "waiting_reporter", "finish_result", "staging_path", "raise_if_cancelled",
+           "reference_arguments"]

@@ -109,6 +109,15 @@ class ProgressTracker:
         return ProgressEvent(phase=phase, done=done, total=total, fraction=self._fraction,
                              elapsed=now - self.started)
 
+    def feed(self, text: str, complete: bool, now: float) -> ProgressEvent | None:
+        """One `\r`/`\n`-delimited piece of h3's stderr (engine_process.StderrPiece): the event it
+        makes, or None when it is not a progress record, repeats the last one, or is a torn read
+        (an unterminated tail that may still grow)."""
+        record = parse_progress(text)
+        if record is None or not (complete or is_complete_progress(text)):
+            return None
+        return self.update(*record, now=now)
+
     def finish(self, now: float) -> dict[str, float]:
         """Close the running phase; return seconds per phase plus "total"."""
         self._close_phase(now)

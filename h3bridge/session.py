@@ -74,7 +74,6 @@ from pathlib import Path
 
 from .cancel import CancelToken
 from .engine import (
-    _REFERENCE_FLAGS,
     _abs,
     _hint_for,
     check_media_tools,
@@ -85,6 +84,7 @@ from .engine import (
     locate_engine,
     locate_model_dir,
     raise_if_cancelled,
+    reference_arguments,
     resolve_output,
     staging_path,
     waiting_reporter,
@@ -103,7 +103,7 @@ from .errors import (
 )
 from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
 from .media import decode_video_frames, remove_quietly
-from .progress import ProgressCallback, ProgressEvent, ProgressTracker, is_complete_progress, parse_progress
+from .progress import ProgressCallback, ProgressEvent, ProgressTracker
 from .request import (
     DEFAULT_FRAMES,
     DEFAULT_HEIGHT,
@@ -132,8 +132,6 @@ SYNC_COMMAND = "!h3bridge-sync"
 _DONE_LINE = re.compile(r"^Done -> (?P<path>.+) \[(?P<seconds>\d+(?:\.\d+)?)s\]$")
 # h3_cli.c `generate`: printf("Seed: %" PRIu64 "\n", params.seed) before each run.
 _SEED_LINE = re.compile(r"^Seed: (?P<seed>\d+)$")
-# h3_cli.c `cli_progress`: fprintf(stderr, "\r%-25s %4d/%-4d", phase, completed, total)
-_PROGRESS_SEGMENT = re.compile(r"^(?P<phase>.*?)\s+(?P<done>-?\d+)/(?P<total>-?\d+)\s*$")
 
 
 # ============================================================================ settings mirror
@@ -323,11 +321,7 @@ def _launch_flags(request: GenerationRequest) -> tuple[str, ...]:
     if request.reference_image_size is not ReferenceImageSize.MATCH:
         flags += ["--ref-image-size", request.reference_image_size.value]
     if any(ref.kind is not ReferenceKind.IMAGE for ref in request.references):
-        for reference in request.references:
-            flags += [_REFERENCE_FLAGS[reference.kind], _abs(reference.path)]
-            if reference.kind is ReferenceKind.VIDEO_AUDIO:
-                assert reference.audio_path is not None
-                flags.append(_abs(reference.audio_path))
+        flags += reference_arguments(request.references)
     return tuple(flags)
 
 
@@ -856,9 +850,7 @@ class SessionEngine:
             if event.text is None:
                 self._process_gone(process, job)
             if event.stream == "err":
-                parsed = parse_progress(event.text)
-                if parsed is not None and (event.complete or is_complete_progress(event.text)):
-                    job.report(job.tracker.update(*parsed, now=last_activity))
+                job.report(job.tracker.feed(event.text, event.complete, now=last_activity))
                 if not event.complete:
                     continue      # the same text arrives again once terminated
                 job.stderr.append(event.text)

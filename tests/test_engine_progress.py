@@ -36,6 +36,17 @@ def test_torn_records_are_not_complete_and_messages_are_not_progress() -> None:
     assert parse_progress("") is None
 
 
+def test_tracker_feed_takes_whole_records_only() -> None:
+    """The one path both engines use for stderr pieces: torn tails wait, messages are skipped."""
+    tracker = ProgressTracker(["tokenizer", "denoise"], started=0.0)
+    piece = upstream_record("denoise", 12, 20)[1:]
+    assert tracker.feed(piece[:-3], complete=False, now=1.0) is None          # still growing
+    assert tracker.feed("h3: warning: slow disk", complete=True, now=1.0) is None
+    event = tracker.feed(piece, complete=False, now=1.5)                      # whole, though unterminated
+    assert event is not None and (event.phase, event.done, event.total) == ("denoise", 12, 20)
+    assert tracker.feed(piece, complete=True, now=2.0) is None                # the same record again
+
+
 def test_tracker_fraction_is_monotonic_and_dedups() -> None:
     tracker = ProgressTracker(["tokenizer", "text encoder", "denoise"], started=0.0)
     assert tracker.update("tokenizer", 0, 1, now=0.0).fraction == 0.0
