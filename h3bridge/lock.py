@@ -19,8 +19,9 @@ shuts down (releasing the lock) instead of making its own process wait for
 its idle timer. A busy holder sees `has_in_process_waiters()` after its job and
 yields then.
 
-Across processes, every waiter touches its `<lock>.wanted.<pid>.<n>` marker on each
-poll (and removes it when done); a long-lived
+Across processes, every waiter touches its `<lock>.wanted.<ticket>.<pid>.<n>` marker on each
+poll (and removes it when done). Waiters are served in ticket order (first come, first served;
+a marker not touched for WANTED_FRESHNESS seconds is a dead waiter and loses its place); a long-lived
 holder (a warm session) checks `others_waiting()` while idle and after each job
 and steps aside, so a one-shot run in a terminal does not sit behind another
 program's idle session until that session's idle timeout.
@@ -116,6 +117,7 @@ class EngineLock:
         self.path = Path(path) if path is not None else default_lock_path()
         self.poll_interval = poll_interval
         self.waited = 0.0   # seconds the last acquire spent waiting
+        self._ticket = 0    # set by each acquire: when this claim began to wait
         # thread_local=False: a session acquires on its job thread and may release on its
         # idle-timer thread; filelock's default per-thread counter would ignore that release.
         self._file_lock = FileLock(str(self.path), thread_local=False)
@@ -135,9 +137,12 @@ class EngineLock:
             raise RuntimeError("EngineLock.acquire called twice without release")
         started = time.monotonic()
         self.waited = 0.0
+        # First come, first served: the OS lock is not fair (whoever polls first after a release
+        # wins), so waiters queue by this ticket and only the oldest live waiter tries the lock.
+        self._ticket = time.time_ns()
         if cancel is not None and cancel.cancelled:
             raise GenerationCancelled("cancelled before the engine started")
-        if self._try_acquire(timeout=0):
+        if not self._others_ahead() and self._try_acquire(timeout=0):
             return
         with _registry_guard:
             _in_process_waiters += 1
@@ -152,7 +157,9 @@ class EngineLock:
                 if cancel is not None and cancel.cancelled:
                     raise GenerationCancelled("cancelled while waiting for the engine")
                 self._announce_waiting()
-                if self._try_acquire(timeout=self.poll_interval):
+                if self._others_ahead():
+                    time.sleep(self.poll_interval)      # an older waiter goes first
+                elif self._try_acquire(timeout=self.poll_interval):
                     self.waited = time.monotonic() - started
                     return
         finally:
@@ -162,9 +169,33 @@ class EngineLock:
 
     @property
     def _wanted_marker(self) -> Path:
-        """This waiter's announcement, `<lock>.wanted.<pid>.<n>`: touched on every poll while it
-        waits, removed once it got the lock or gave up."""
-        return self.path.with_name(f"{self.path.name}.wanted.{os.getpid()}.{id(self)}")
+        """This waiter's announcement, `<lock>.wanted.<ticket>.<pid>.<n>`: touched on every poll
+        while it waits, removed once it got the lock or gave up. The ticket (when it began to
+        wait, zero-padded so names sort by it) is its place in the queue."""
+        return self.path.with_name(f"{self.path.name}.wanted.{self._ticket:020d}.{os.getpid()}.{id(self)}")
+
+    def _fresh_markers(self, freshness: float) -> list[Path]:
+        """Announcements of live waiters (touched within `freshness` seconds), this one excluded.
+        An older announcement belongs to a waiter that died: it is ignored."""
+        now = time.time()
+        try:
+            markers = list(self.path.parent.glob(f"{self.path.name}.wanted.*"))
+        except OSError:
+            return []
+        mine = self._wanted_marker.name
+        fresh: list[Path] = []
+        for marker in markers:
+            try:
+                if marker.name != mine and now - marker.stat().st_mtime < freshness:
+                    fresh.append(marker)
+            except OSError:
+                continue
+        return fresh
+
+    def _others_ahead(self) -> bool:
+        """True while a live waiter (in any process) queued before this one."""
+        mine = self._wanted_marker.name
+        return any(marker.name < mine for marker in self._fresh_markers(WANTED_FRESHNESS))
 
     def _announce_waiting(self) -> None:
         try:
@@ -184,21 +215,7 @@ class EngineLock:
         Waiters in this process are not counted: they are served by the yield hooks.
         A marker older than that belongs to a waiter that died; it is ignored.
         """
-        own = f"{self.path.name}.wanted.{os.getpid()}."
-        now = time.time()
-        try:
-            markers = list(self.path.parent.glob(f"{self.path.name}.wanted.*"))
-        except OSError:
-            return False
-        for marker in markers:
-            if marker.name.startswith(own):
-                continue
-            try:
-                if now - marker.stat().st_mtime < freshness:
-                    return True
-            except OSError:
-                continue
-        return False
+        return any(marker.name.split(".")[-2] != str(os.getpid()) for marker in self._fresh_markers(freshness))
 
     def _try_acquire(self, *, timeout: float) -> bool:
         try:

@@ -120,3 +120,25 @@ def assert_group_gone(pgid: int) -> None:
             return
         assert time.monotonic() < deadline, f"engine group {pgid} was never reaped"
         time.sleep(0.02)
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    """Poll `condition` until it holds (True) or `timeout` seconds pass (its last value)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def cancel_when_called(monkeypatch: pytest.MonkeyPatch, module: object, name: str, token) -> None:
+    """Make `module.name` cancel `token` and then run as usual: a cancel that lands while the
+    engine's result is being read (after the engine itself has finished)."""
+    original = getattr(module, name)
+
+    def cancelling(*args, **kwargs):
+        token.cancel()
+        return original(*args, **kwargs)
+    monkeypatch.setattr(module, name, cancelling)

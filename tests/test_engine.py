@@ -11,6 +11,7 @@ import pytest
 
 from core_helpers import (  # noqa: F401  (fixtures)
     assert_group_gone,
+    cancel_when_called,
     fast_request,
     media,
     model_dir,
@@ -285,12 +286,7 @@ def test_cancel_after_the_engine_finished_publishes_nothing(engine: OneShotEngin
     """Reading a long clip's frames takes seconds after h3 exits; a cancel then still wins."""
     import h3bridge.engine as engine_module
     token = CancelToken()
-    read_frames = engine_module.read_frames_dir
-
-    def cancel_while_reading(*args, **kwargs):
-        token.cancel()
-        return read_frames(*args, **kwargs)
-    monkeypatch.setattr(engine_module, "read_frames_dir", cancel_while_reading)
+    cancel_when_called(monkeypatch, engine_module, "read_frames_dir", token)
     with pytest.raises(GenerationCancelled):
         engine.generate(fast_request(), tmp_path / "out" / "x.mp4", cancel=token)
     assert files_in(tmp_path / "out") == []

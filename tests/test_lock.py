@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from core_helpers import wait_until
 from h3bridge.cancel import CancelToken
 from h3bridge.errors import GenerationCancelled
 from h3bridge.lock import (
@@ -168,6 +169,12 @@ _QUEUE_CHILD = textwrap.dedent("""
 """)
 
 
+def _queue_child(name: str, log: Path, release_flag: Path, lock_path: Path) -> subprocess.Popen:
+    """A process that takes the engine lock at `lock_path`, logs to `log`, holds until `release_flag`."""
+    return subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, name, str(log), str(release_flag)],
+                            env={**os.environ, LOCK_PATH_ENV: str(lock_path)})
+
+
 def _wait_for_line(log: Path, line: str, timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -180,11 +187,10 @@ def _wait_for_line(log: Path, line: str, timeout: float = 20) -> None:
 def test_two_processes_queue_in_order_without_overlap(lock_path: Path, tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
     flag_a, flag_b = tmp_path / "release-a", tmp_path / "release-b"
-    env = {**os.environ, LOCK_PATH_ENV: str(lock_path)}
-    first = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "A", str(log), str(flag_a)], env=env)
+    first = _queue_child("A", log, flag_a, lock_path)
     try:
         _wait_for_line(log, "A acquired")
-        second = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "B", str(log), str(flag_b)], env=env)
+        second = _queue_child("B", log, flag_b, lock_path)
         try:
             _wait_for_line(log, "B waiting")
             flag_a.touch()
@@ -200,11 +206,37 @@ def test_two_processes_queue_in_order_without_overlap(lock_path: Path, tmp_path:
         "A acquired", "B waiting", "A releasing", "B acquired", "B releasing"]
 
 
+def test_waiters_are_served_first_come_first_served(lock_path: Path, tmp_path: Path) -> None:
+    """The OS lock is not fair; the queue is: with B then C waiting, B goes next even though C
+    polls just as often, and a newcomer while both wait queues behind them."""
+    log = tmp_path / "log.txt"
+    flags = {name: tmp_path / f"release-{name}" for name in "ABCD"}
+    children = [_queue_child("A", log, flags["A"], lock_path)]
+    try:
+        _wait_for_line(log, "A acquired")
+        for name in "BC":
+            children.append(_queue_child(name, log, flags[name], lock_path))
+            _wait_for_line(log, f"{name} waiting")
+        flags["A"].touch()
+        _wait_for_line(log, "B acquired")
+        children.append(_queue_child("D", log, flags["D"], lock_path))
+        _wait_for_line(log, "D waiting")
+        flags["B"].touch()
+        _wait_for_line(log, "C acquired")
+        flags["C"].touch()
+        _wait_for_line(log, "D acquired")
+        flags["D"].touch()
+        assert [child.wait(20) for child in children] == [0, 0, 0, 0]
+    finally:
+        for child in children:
+            child.kill()
+    acquired = [line.split()[0] for line in log.read_text().splitlines() if line.endswith("acquired")]
+    assert acquired == ["A", "B", "C", "D"]
+
+
 def test_lock_is_freed_when_its_holder_process_dies(lock_path: Path, tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
-    env = {**os.environ, LOCK_PATH_ENV: str(lock_path)}
-    holder = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "A", str(log), str(tmp_path / "never")],
-                              env=env)
+    holder = _queue_child("A", log, tmp_path / "never", lock_path)
     try:
         _wait_for_line(log, "A acquired")
         holder.send_signal(signal.SIGKILL)
@@ -229,17 +261,15 @@ def test_waiters_in_other_processes_are_visible_to_the_holder(lock_path: Path, t
                     pass
         same_process = threading.Thread(target=wait_in_this_process)
         same_process.start()
-        assert _eventually(lambda: bool(list(lock_path.parent.glob("*.wanted.*"))))   # it announced itself
+        assert wait_until(lambda: bool(list(lock_path.parent.glob("*.wanted.*"))))   # it announced itself
         assert not holder.others_waiting()
         token.cancel()
         same_process.join()
         log = tmp_path / "log.txt"
-        env = {**os.environ, LOCK_PATH_ENV: str(lock_path)}
-        waiter = subprocess.Popen([sys.executable, "-c", _QUEUE_CHILD, "B", str(log), str(tmp_path / "go")],
-                                  env=env)
+        waiter = _queue_child("B", log, tmp_path / "go", lock_path)
         try:
             _wait_for_line(log, "B waiting")
-            assert _eventually(holder.others_waiting)
+            assert wait_until(holder.others_waiting)
             holder.release()
             _wait_for_line(log, "B acquired")
             (tmp_path / "go").touch()
@@ -252,10 +282,3 @@ def test_waiters_in_other_processes_are_visible_to_the_holder(lock_path: Path, t
         holder.release()
 
 
-def _eventually(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False

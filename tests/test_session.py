@@ -6,13 +6,19 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core_helpers import fast_request, make_image, model_dir, sim_engine_path  # noqa: F401  (fixture)
+from core_helpers import (  # noqa: F401  (fixture)
+    cancel_when_called,
+    fast_request,
+    make_image,
+    model_dir,
+    sim_engine_path,
+    wait_until,
+)
 from h3bridge import OneShotEngine
 from h3bridge.cancel import CancelToken
 from h3bridge.errors import (
@@ -56,13 +62,16 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
-def wait_until(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
+def host_script(model_dir: Path, body: str) -> str:  # noqa: F811
+    """A host program for the lifecycle tests: it makes `session` (a SessionEngine on h3-sim with
+    `model_dir`), then runs `body`."""
+    return textwrap.dedent(f"""
+        import os, sys, threading, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge.session import SessionEngine
+        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+    """) + textwrap.dedent(body)
 
 
 # ----------------------------------------------------------------------------- reuse and caching
@@ -232,12 +241,7 @@ def test_cancel_while_decoding_frames_publishes_nothing_and_keeps_the_session(
         session: SessionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import h3bridge.session as session_module
     token = CancelToken()
-    decode = session_module.decode_video_frames
-
-    def cancel_while_decoding(*args, **kwargs):
-        token.cancel()
-        return decode(*args, **kwargs)
-    monkeypatch.setattr(session_module, "decode_video_frames", cancel_while_decoding)
+    cancel_when_called(monkeypatch, session_module, "decode_video_frames", token)
     with pytest.raises(GenerationCancelled):
         session.generate(fast_request(), tmp_path / "a.mp4", cancel=token)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
@@ -286,12 +290,7 @@ def test_launch_only_options_restart_with_flags(session: SessionEngine, tmp_path
 
 def test_host_death_ends_the_session(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     """The child sees EOF on stdin when its parent dies, and exits (linenoise returns NULL)."""
-    script = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from core_helpers import fast_request
-        from h3bridge.session import SessionEngine
-        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+    script = host_script(model_dir, f"""
         session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False)
         print(session.pid, flush=True)
         time.sleep(60)
@@ -307,12 +306,7 @@ def test_host_death_ends_the_session(model_dir: Path, tmp_path: Path) -> None:  
 
 
 def test_host_exit_closes_the_session_via_atexit(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from core_helpers import fast_request
-        from h3bridge.session import SessionEngine
-        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+    script = host_script(model_dir, f"""
         session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False)
         print(session.pid, flush=True)
     """)
@@ -323,19 +317,12 @@ def test_host_exit_closes_the_session_via_atexit(model_dir: Path, tmp_path: Path
     assert (Path(os.environ["HOME"]) / ".h3_history").read_text().splitlines()[-1] == "!quit"
 
 
-# ----------------------------------------------------------------------------- the line protocol
-
 def test_host_exit_with_a_job_running_in_another_thread_kills_the_engine(model_dir: Path,  # noqa: F811
                                                                           tmp_path: Path) -> None:
     """atexit must not wait for a job in a daemon thread (it would hang the host forever and leave
     the engine running): the engine is killed and the host exits."""
-    script = textwrap.dedent(f"""
-        import os, sys, threading
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from core_helpers import fast_request
-        from h3bridge.session import SessionEngine
+    script = host_script(model_dir, f"""
         os.environ.update(H3_SIM_HANG_PHASE="denoise:1", H3_SIM_DEVICE_NAME="Apple M1 Ultra")
-        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
         busy = threading.Event()
         def on_progress(event):
             if event.phase == "denoise":
@@ -354,6 +341,8 @@ def test_host_exit_with_a_job_running_in_another_thread_kills_the_engine(model_d
     finally:
         host.kill()
 
+
+# ----------------------------------------------------------------------------- the line protocol
 
 def test_multiline_prompts_are_refused_unless_joined(session: SessionEngine, model_dir: Path,  # noqa: F811
                                                      tmp_path: Path) -> None:
@@ -587,12 +576,7 @@ def test_host_death_mid_job_ends_the_busy_child(model_dir: Path, tmp_path: Path,
     for the C h3; BrokenPipeError for h3-sim), long before the job would have ended."""
     import psutil
     monkeypatch.setenv("H3_SIM_TIME_SCALE", "0.5")      # this job would take about a minute
-    script = textwrap.dedent(f"""
-        import os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from core_helpers import fast_request
-        from h3bridge.session import SessionEngine
-        session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
+    script = host_script(model_dir, f"""
         def on_progress(event):
             if event.phase == "text encoder":
                 print(session.pid, flush=True)
