@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401
+from model_helpers import copy_model, fl2va_template  # noqa: F401  (fixture)
 from h3bridge.cli import main
 from h3bridge.memory import MachineFacts
 from h3bridge.sim.fixture import write_fixture_model
@@ -20,14 +20,9 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture(scope="module")
-def tiny_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_fixture_model(tmp_path_factory.mktemp("tiny") / "MiniMax-H3", ref2va=False)
-
-
 @pytest.fixture
-def tiny(tiny_template: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(tiny_template, tmp_path / "MiniMax-H3"))
+def tiny(fl2va_template: Path, tmp_path: Path) -> Path:  # noqa: F811
+    return copy_model(fl2va_template, tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from model_helpers import copy_model, fl2va_template  # noqa: F401  (fixture)
 from h3bridge import verify as verify_module
 from h3bridge.errors import IntegrityError, ModelError
-from h3bridge.sim.fixture import write_fixture_model
 from h3bridge.verify import HashCache, cache_dir, check_headers, hash_files, manifest_path, verify_model
 
 
@@ -21,14 +21,9 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_fixture_model(tmp_path_factory.mktemp("template") / "MiniMax-H3", ref2va=False)
-
-
 @pytest.fixture
-def model(template: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(template, tmp_path / "MiniMax-H3"))
+def model(fl2va_template: Path, tmp_path: Path) -> Path:  # noqa: F811
+    return copy_model(fl2va_template, tmp_path)
 
 
 @pytest.fixture
@@ -151,9 +146,9 @@ def make_hf_cache_snapshot(template: Path, hub: Path) -> Path:
     return snapshot
 
 
-def test_hugging_face_cache_snapshot_uses_blob_hashes(template: Path, tmp_path: Path,
+def test_hugging_face_cache_snapshot_uses_blob_hashes(fl2va_template: Path, tmp_path: Path,  # noqa: F811
                                                       count_hashing: list[Path]) -> None:
-    snapshot = make_hf_cache_snapshot(template, tmp_path / "hub")
+    snapshot = make_hf_cache_snapshot(fl2va_template, tmp_path / "hub")
     report = verify_model(snapshot, checksums=True, progress=False)
     assert report.ok and not report.manifest_written
     assert {r.expected_source for r in report.results} == {"huggingface-cache"}
