@@ -79,6 +79,7 @@ from .engine import (
     check_media_tools,
     engine_environment,
     engine_message_from,
+    engine_working_directory,
     expected_phases,
     finish_result,
     locate_engine,
@@ -728,7 +729,9 @@ class SessionEngine:
         self._lock.acquire(cancel=job.cancel, on_wait=waiting_reporter(job.on_progress))
         try:
             argv = [str(self.engine_path), "-d", str(self.model_dir), *flags]
-            cwd = str(self.cwd) if self.cwd is not None else str(self.engine_path.parent)
+            # h3 opens h3_shaders.metal by relative path: run it where the binary really is (a
+            # ~/bin/h3 symlink must still run from the h3.c checkout), as the one-shot engine does.
+            cwd = str(self.cwd) if self.cwd is not None else str(engine_working_directory(self.engine_path))
             try:
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:

@@ -248,6 +248,38 @@ def test_cancel_while_decoding_frames_publishes_nothing_and_keeps_the_session(
     assert session.running and list(session.outputs_dir.iterdir()) == []   # h3 was done: it stays warm
 
 
+def test_watchdog_stops_a_hung_session_and_the_next_job_starts_afresh(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.errors import EngineStalledError
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "tokenizer:1")
+    with SessionEngine(sim_engine_path(), model_dir, stall_timeout=1.0) as session:
+        pids: list[int] = []
+        with pytest.raises(EngineStalledError, match="no progress for 1 s"):
+            session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False,
+                             on_progress=lambda event: pids.append(session.pid))
+        assert pids and wait_until(lambda: group_gone(pids[0]), timeout=1.0)
+        assert not session.running and not (tmp_path / "a.mp4").exists()
+        monkeypatch.delenv("H3_SIM_HANG_PHASE")
+        assert session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False).video_path.is_file()
+        assert session.starts == 2
+
+
+def test_symlinked_engine_runs_from_its_real_directory(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like one-shot: a ~/bin/h3 symlink must run from the h3.c checkout (h3_shaders.metal is
+    opened by relative path), not from ~/bin."""
+    import json
+    log = tmp_path / "sim-log.jsonl"
+    monkeypatch.setenv("H3_SIM_LOG", str(log))
+    link_dir = tmp_path / "bin"
+    link_dir.mkdir()
+    (link_dir / "h3").symlink_to(sim_engine_path())
+    with SessionEngine(link_dir / "h3", model_dir) as session:
+        session.generate(fast_request(), None, want_frames=False, want_audio=False)
+    record = json.loads(log.read_text().splitlines()[0])
+    assert record["cwd"] == str(sim_engine_path().resolve().parent) != str(link_dir)
+
+
 def test_idle_timeout_shuts_down_and_gives_the_lock_back(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     with SessionEngine(sim_engine_path(), model_dir, idle_timeout=0.3) as session:
         session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
@@ -343,6 +375,39 @@ def test_host_exit_with_a_job_running_in_another_thread_kills_the_engine(model_d
 
 
 # ----------------------------------------------------------------------------- the line protocol
+
+def test_prompt_and_paths_reach_the_session_intact(session: SessionEngine, model_dir: Path,  # noqa: F811
+                                                   tmp_path: Path) -> None:
+    """Quotes, shell metacharacters and unicode in the prompt and in paths go over the line protocol
+    unchanged: the session's clip is the one-shot clip of the same text (h3-sim's content is a pure
+    function of prompt, seed and inputs), and a one-character change gives another clip."""
+    from h3bridge.media import decode_video_frames
+    prompt = "A fox says \"hi\" & 'bye'; $(rm -rf /) `id` | tee > x * ? [a] {b} ~ # %s \\ — ünïcødé 狐狸 🦊"
+    folder = tmp_path / "out dir $HOME; 'q' \"d\" ü 🦊"
+    folder.mkdir()
+    anchor = make_image(folder / "first frame (1) & co.png")
+    request = fast_request(prompt=prompt, first_frame=anchor)
+    warm = session.generate(request, folder / "clip `name` $(x).mp4", want_frames=False)
+    assert f"!first {anchor}" in warm.command and warm.command[-1] == prompt
+    cold = OneShotEngine(sim_engine_path(), model_dir).generate(request, folder / "one-shot.mp4", want_frames=False)
+    assert np.array_equal(warm.audio, cold.audio)
+    shape = (request.frame_count, request.width, request.height)
+    assert np.array_equal(decode_video_frames(warm.video_path, *shape), decode_video_frames(cold.video_path, *shape))
+    other = session.generate(request.with_changes(prompt=prompt[:-1] + "🐺"), None, want_frames=False)
+    assert not np.array_equal(other.audio, warm.audio)
+
+
+def test_missing_ffmpeg_is_reported_before_the_session_starts(session: SessionEngine, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.errors import EngineNotFoundError
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("H3_FFMPEG", raising=False)
+    monkeypatch.delenv("H3_FFPROBE", raising=False)
+    with pytest.raises(EngineNotFoundError, match="FFmpeg was not found") as caught:
+        session.generate(fast_request(), tmp_path / "a.mp4")
+    assert "brew install ffmpeg" in caught.value.hint
+    assert session.starts == 0 and not session.running
+
 
 def test_multiline_prompts_are_refused_unless_joined(session: SessionEngine, model_dir: Path,  # noqa: F811
                                                      tmp_path: Path) -> None:
