@@ -52,6 +52,14 @@ def _read_ppm_header(handle) -> tuple[int, int, int]:
 
 def read_ppm_into(path: Path, out: np.ndarray) -> None:
     """Read one P6 frame directly into `out` (uint8 [H, W, 3], C-contiguous), no extra copy."""
+    try:
+        _read_ppm_into(path, out)
+    except OSError as error:
+        raise MediaError(f"cannot read the frame {path}: {error.strerror or error}",
+                         hint="the engine's frame output is incomplete; see its log") from None
+
+
+def _read_ppm_into(path: Path, out: np.ndarray) -> None:
     with open(path, "rb") as handle:
         width, height, maxval = _read_ppm_header(handle)
         if (height, width, 3) != out.shape or maxval != 255:

@@ -104,3 +104,9 @@ def test_damaged_media_raises_media_error_only(media: dict[str, Path], tmp_path:
             except MediaError:
                 failures += 1
     assert failures >= len(variants)     # most variants are refused, each one as MediaError
+
+
+def test_unreadable_frame_is_a_media_error(tmp_path: Path) -> None:
+    (tmp_path / "frame-0000.ppm").mkdir()          # a folder where h3 writes a frame file
+    with pytest.raises(MediaError, match="cannot read the frame"):
+        read_frames_dir(tmp_path, 1, 4, 2)
