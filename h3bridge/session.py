@@ -589,20 +589,25 @@ class SessionEngine:
 
     def close(self) -> None:
         """Stop the process (graceful `!quit`), release the engine lock. The session stays usable."""
-        with self._guard:
+        self._shutdown_when_free(wait=None)
+
+    def _shutdown_when_free(self, *, wait: float | None) -> bool:
+        """Once no job runs (waiting for a running one at most `wait` seconds; None: as long as
+        it takes), stop the process gracefully and release the lock. False if a job still runs."""
+        if not self._guard.acquire(timeout=-1 if wait is None else wait):
+            return False
+        try:
             self._cancel_idle_timer()
             self._shutdown(graceful=True)
+        finally:
+            self._guard.release()
+        return True
 
     def _close_at_exit(self) -> None:
         """atexit: like close(), but never waits for a job running in another thread (a ComfyUI
         worker, a daemon thread): its engine is killed instead, so the host exits and no
         orphaned h3 keeps the model in memory. The kernel frees the engine lock with us."""
-        if self._guard.acquire(timeout=EXIT_JOB_WAIT):
-            try:
-                self._cancel_idle_timer()
-                self._shutdown(graceful=True)
-            finally:
-                self._guard.release()
+        if self._shutdown_when_free(wait=EXIT_JOB_WAIT):
             return
         process = self._process
         if process is not None:
@@ -792,12 +797,7 @@ class SessionEngine:
 
     def _yield_if_idle(self) -> None:
         """Lock yield hook: another job in this process waits for the engine."""
-        if self._guard.acquire(blocking=False):
-            try:
-                self._cancel_idle_timer()
-                self._shutdown(graceful=True)
-            finally:
-                self._guard.release()
+        self._shutdown_when_free(wait=0)
         # Busy: generate() sees has_in_process_waiters() when the job ends and steps aside then.
 
     def _arm_idle_timer(self) -> None:
