@@ -262,11 +262,19 @@ def assert_groups_gone(pgids: list[int]) -> None:
         assert_group_gone(pgid)
 
 
-@pytest.mark.parametrize("phase", ["tokenizer", "text encoder", "load transformer core", "denoise", "audio VAE",
-                                   "video VAE load", "FFmpeg"])
-def test_cancel_in_each_phase(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                              phase: str) -> None:
+REFERENCE_PHASES = ("audio VAE encoder", "video VAE encoder", "Qwen vision")
+
+
+@pytest.mark.parametrize("phase", ["tokenizer", "text encoder", "refine text", "precompute AdaLN",
+                                   "load transformer core", "denoise", "audio VAE", "video VAE load", "FFmpeg",
+                                   *REFERENCE_PHASES])
+def test_cancel_in_each_phase(engine: OneShotEngine, media: dict[str, Path], tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch, phase: str) -> None:
     monkeypatch.setenv("H3_SIM_HANG_PHASE", phase)     # hold the engine inside `phase`
+    request = fast_request()
+    if phase in REFERENCE_PHASES:      # phases only a Ref2VA job runs
+        request = fast_request(frames=56, references=(Reference(ReferenceKind.VIDEO, media["video3s"]),
+                                                      Reference(ReferenceKind.AUDIO, media["audio3s"])))
     token = CancelToken()
     pgids: list[int] = []
 
@@ -276,7 +284,7 @@ def test_cancel_in_each_phase(engine: OneShotEngine, tmp_path: Path, monkeypatch
             threading.Thread(target=token.cancel).start()    # cancel from another thread
     output = tmp_path / "out" / "cancelled.mp4"
     with pytest.raises(GenerationCancelled):
-        engine.generate(fast_request(), output, on_progress=on_progress, cancel=token)
+        engine.generate(request, output, on_progress=on_progress, cancel=token)
     assert_groups_gone(pgids)
     assert files_in(output.parent) == []
 
