@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -324,17 +325,19 @@ def test_host_death_ends_the_session(model_dir: Path, tmp_path: Path) -> None:  
     """The child sees EOF on stdin when its parent dies, and exits (linenoise returns NULL)."""
     script = host_script(model_dir, f"""
         session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False)
-        print(session.pid, flush=True)
+        print(session.pid, session.outputs_dir, flush=True)
         time.sleep(60)
     """)
     host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
-        child = int(host.stdout.readline())
+        child, outputs = host.stdout.readline().split(maxsplit=1)
         host.send_signal(signal.SIGKILL)     # no atexit, no cleanup: only the pipe closes
         host.wait(10)
-        assert wait_until(lambda: group_gone(child), timeout=10)
+        assert wait_until(lambda: group_gone(int(child)), timeout=10)
     finally:
         host.kill()
+    # Nobody is left to tidy h3's own session directory (upstream never removes it): the test does.
+    shutil.rmtree(outputs.strip(), ignore_errors=True)
 
 
 def test_host_exit_closes_the_session_via_atexit(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -644,14 +647,15 @@ def test_host_death_mid_job_ends_the_busy_child(model_dir: Path, tmp_path: Path,
     script = host_script(model_dir, f"""
         def on_progress(event):
             if event.phase == "text encoder":
-                print(session.pid, flush=True)
+                print(session.pid, session.outputs_dir, flush=True)
                 os.kill(os.getpid(), 9)
         session.generate(fast_request(width=864, height=480), {str(tmp_path / 'a.mp4')!r},
                          want_frames=False, want_audio=False, on_progress=on_progress)
     """)
     host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
-        child = int(host.stdout.readline())
+        pid, outputs = host.stdout.readline().split(maxsplit=1)
+        child = int(pid)
         host.wait(10)
 
         def child_gone() -> bool:
@@ -662,3 +666,4 @@ def test_host_death_mid_job_ends_the_busy_child(model_dir: Path, tmp_path: Path,
         assert wait_until(child_gone, timeout=10)
     finally:
         host.kill()
+    shutil.rmtree(outputs.strip(), ignore_errors=True)     # h3's session directory (see above)
