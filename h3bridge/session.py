@@ -74,6 +74,7 @@ from pathlib import Path
 
 from .cancel import CancelToken
 from .engine import (
+    FFMPEG_HINT,
     _abs,
     _hint_for,
     check_media_tools,
@@ -635,6 +636,11 @@ class SessionEngine:
         request.validate()
         destination = resolve_output(output, overwrite=overwrite)
         tools = check_media_tools(request, writes_mp4=True)    # interactive h3 always writes an MP4
+        if (request.first_frame is not None or request.last_frame is not None) and tools.ffprobe is None:
+            # Unlike a one-shot run, `!first`/`!last` probe the image first (h3_cli.c validate_anchor
+            # -> h3_ffprobe_visual_size); h3 would refuse the command only after loading.
+            raise EngineNotFoundError("FFprobe was not found; h3's interactive session needs it to check "
+                                      "first/last frames", hint=FFMPEG_HINT)
         target = SessionSettings.for_request(request)
         flags = _launch_flags(request)
         job = _Job(tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),

@@ -403,6 +403,7 @@ def test_prompt_and_paths_reach_the_session_intact(session: SessionEngine, model
 def test_missing_ffmpeg_is_reported_before_the_session_starts(session: SessionEngine, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from h3bridge.errors import EngineNotFoundError
+    ffmpeg = shutil.which("ffmpeg")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("H3_FFMPEG", raising=False)
     monkeypatch.delenv("H3_FFPROBE", raising=False)
@@ -410,6 +411,12 @@ def test_missing_ffmpeg_is_reported_before_the_session_starts(session: SessionEn
         session.generate(fast_request(), tmp_path / "a.mp4")
     assert "brew install ffmpeg" in caught.value.hint
     assert session.starts == 0 and not session.running
+    # With FFmpeg but no FFprobe, anchors are refused too: `!first` probes its image.
+    (tmp_path / "ffmpeg").symlink_to(ffmpeg)
+    image = make_image(tmp_path / "first.png")
+    with pytest.raises(EngineNotFoundError, match="FFprobe was not found"):
+        session.generate(fast_request(first_frame=image), tmp_path / "a.mp4")
+    assert session.starts == 0
 
 
 def test_multiline_prompts_are_refused_unless_joined(session: SessionEngine, model_dir: Path,  # noqa: F811
