@@ -19,24 +19,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench_common import sim_path
 from h3bridge import GenerationRequest, OneShotEngine, SessionEngine
 from h3bridge.lock import LOCK_PATH_ENV
 from h3bridge.sim.fixture import write_fixture_model
 
 PROMPT = "A red fox runs through fresh snow at dawn, low sun, cinematic"
-
-
-def sim_path() -> str:
-    beside = Path(sys.executable).with_name("h3-sim")
-    found = str(beside) if beside.exists() else shutil.which("h3-sim")
-    if not found:
-        sys.exit("h3-sim is not installed: pip install -e '.[test]'")
-    return found
 
 
 def requests(jobs: int, vary_prompt: bool) -> list[GenerationRequest]:
