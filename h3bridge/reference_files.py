@@ -19,25 +19,7 @@ import numpy as np
 
 from .errors import MediaError, RequestError
 from .media import probe_media
-from .request import (
-    MAX_REFERENCE_AUDIO,
-    MAX_REFERENCE_IMAGES,
-    MAX_REFERENCE_VIDEOS,
-    MAX_REFERENCES,
-    Reference,
-    ReferenceKind,
-)
-
-# Ref2VA counting as upstream does it: main.c:109 "at most 12 references" (parse time);
-# h3.c `h3_valid_params` (h3.c:595-633) counts images, videos and audio inputs, where a
-# video with its embedded soundtrack and a video with a replacement soundtrack each count
-# as one video AND one audio input, and audio alone needs an image or video reference.
-# The same limits are enforced again on the finished request by request.validate(); this
-# module checks them while a host is still building the list, one reference at a time.
-
-_VIDEO_KINDS = frozenset({ReferenceKind.VIDEO, ReferenceKind.SILENT_VIDEO, ReferenceKind.VIDEO_AUDIO})
-_AUDIO_INPUT_KINDS = frozenset({ReferenceKind.AUDIO, ReferenceKind.VIDEO, ReferenceKind.VIDEO_AUDIO})
-
+from .request import Reference, ReferenceKind, check_reference_limits
 
 # ----------------------------------------------------------------------------- arrays
 
@@ -194,42 +176,6 @@ def describe_kind(kind: ReferenceKind) -> str:
 
 
 @dataclass(frozen=True)
-class ReferenceCounts:
-    total: int = 0
-    images: int = 0
-    videos: int = 0
-    audio_inputs: int = 0
-    visual: int = 0
-
-    @classmethod
-    def of(cls, kinds: "list[ReferenceKind] | tuple[ReferenceKind, ...]") -> "ReferenceCounts":
-        return cls(total=len(kinds),
-                   images=sum(k is ReferenceKind.IMAGE for k in kinds),
-                   videos=sum(k in _VIDEO_KINDS for k in kinds),
-                   audio_inputs=sum(k in _AUDIO_INPUT_KINDS for k in kinds),
-                   visual=sum(k is ReferenceKind.IMAGE or k in _VIDEO_KINDS for k in kinds))
-
-
-def check_reference_limits(kinds: "list[ReferenceKind] | tuple[ReferenceKind, ...]") -> ReferenceCounts:
-    """Raise RequestError when an ordered list breaks upstream's Ref2VA limits."""
-    counts = ReferenceCounts.of(kinds)
-    problems = [
-        (counts.total > MAX_REFERENCES, f"{counts.total} references, at most {MAX_REFERENCES}"),
-        (counts.images > MAX_REFERENCE_IMAGES, f"{counts.images} image references, at most {MAX_REFERENCE_IMAGES}"),
-        (counts.videos > MAX_REFERENCE_VIDEOS, f"{counts.videos} video references, at most {MAX_REFERENCE_VIDEOS}"),
-        (counts.audio_inputs > MAX_REFERENCE_AUDIO,
-         f"{counts.audio_inputs} audio inputs (audio references plus videos that bring their "
-         f"soundtrack), at most {MAX_REFERENCE_AUDIO}"),
-    ]
-    for broken, detail in problems:
-        if broken:
-            raise RequestError(f"too many references: {detail} (Ref2VA limits are 12 references, "
-                               "9 images, 3 videos and 3 audio inputs)",
-                               field="references", hint="remove references from the chain")
-    return counts
-
-
-@dataclass(frozen=True)
 class ReferenceList:
     """An ordered, immutable list of references; order is the order h3 receives them."""
 
@@ -243,7 +189,7 @@ class ReferenceList:
 
     def appended(self, item: ReferenceItem) -> "ReferenceList":
         """A new list with `item` last; raises RequestError if that breaks a limit."""
-        check_reference_limits([i.kind for i in self.items] + [item.kind])
+        check_reference_limits([i.kind for i in self.items] + [item.kind], complete=False)
         return ReferenceList(self.items + (item,))
 
     def describe(self) -> str:
@@ -257,11 +203,7 @@ def materialise_references(references: ReferenceList, directory: Path) -> tuple[
     'video with its audio' really carries a soundtrack, so a mistake is reported before the
     engine starts.
     """
-    counts = check_reference_limits([item.kind for item in references])
-    if counts.total and not counts.visual:
-        # h3.c `h3_valid_params`: "reference audio requires an image or video reference"
-        raise RequestError("reference audio requires an image or video reference",
-                           field="references", hint="add an image or video reference to the chain")
+    check_reference_limits([item.kind for item in references])
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Reference] = []
     for index, item in enumerate(references, 1):
@@ -306,7 +248,7 @@ class RunDirectory:
 
 
 __all__ = [
-    "AudioClip", "ReferenceCounts", "ReferenceItem", "ReferenceList", "RunDirectory", "VideoSource",
-    "check_reference_limits", "describe_kind", "image_to_uint8", "materialise_references",
+    "AudioClip", "ReferenceItem", "ReferenceList", "RunDirectory", "VideoSource",
+    "describe_kind", "image_to_uint8", "materialise_references",
     "write_png", "write_wav",
 ]

@@ -327,6 +327,64 @@ def _validate_quality(request: GenerationRequest) -> None:
                            field="reference_image_size", hint="use 'match' (default) or 'max'")
 
 
+# How h3 counts Ref2VA references: main.c:109 "at most 12 references" (parse time);
+# h3.c `h3_valid_params` (h3.c:595-633) counts images, videos and audio inputs, where a
+# video with its embedded soundtrack and a video with a replacement soundtrack each count
+# as one video AND one audio input, and audio alone needs an image or video reference.
+_VIDEO_KINDS = frozenset({ReferenceKind.VIDEO, ReferenceKind.SILENT_VIDEO, ReferenceKind.VIDEO_AUDIO})
+_AUDIO_INPUT_KINDS = frozenset({ReferenceKind.AUDIO, ReferenceKind.VIDEO, ReferenceKind.VIDEO_AUDIO})
+
+
+@dataclass(frozen=True)
+class ReferenceCounts:
+    total: int = 0
+    images: int = 0
+    videos: int = 0
+    audio_inputs: int = 0
+    visual: int = 0
+
+    @classmethod
+    def of(cls, kinds: "list[ReferenceKind] | tuple[ReferenceKind, ...]") -> "ReferenceCounts":
+        return cls(total=len(kinds),
+                   images=sum(k is ReferenceKind.IMAGE for k in kinds),
+                   videos=sum(k in _VIDEO_KINDS for k in kinds),
+                   audio_inputs=sum(k in _AUDIO_INPUT_KINDS for k in kinds),
+                   visual=sum(k is ReferenceKind.IMAGE or k in _VIDEO_KINDS for k in kinds))
+
+
+def _too_many_references(total: int) -> RequestError:
+    # main.c append_reference: "Ref2VA supports at most 12 references"
+    return RequestError(f"{total} references given; Ref2VA supports at most {MAX_REFERENCES}",
+                        field="references", hint=f"keep at most {MAX_REFERENCES} references")
+
+
+def check_reference_limits(kinds: "list[ReferenceKind] | tuple[ReferenceKind, ...]", *,
+                           complete: bool = True) -> ReferenceCounts:
+    """Raise RequestError when an ordered list of reference kinds breaks upstream's Ref2VA
+    limits (total, then images, videos, audio inputs, then audio needing a picture or video,
+    as h3 checks them); return the counts.
+
+    `complete=False` is for hosts still building the list one reference at a time: audio may
+    come before the image or video it needs, so that rule waits for the finished list.
+    """
+    counts = ReferenceCounts.of(kinds)
+    if counts.total > MAX_REFERENCES:
+        raise _too_many_references(counts.total)
+    # h3.c h3_valid_params: "Ref2VA limits are 9 images, 3 videos, and 3 audio inputs"
+    for count, limit, what in ((counts.images, MAX_REFERENCE_IMAGES, "images"),
+                               (counts.videos, MAX_REFERENCE_VIDEOS, "videos"),
+                               (counts.audio_inputs, MAX_REFERENCE_AUDIO, "audio inputs")):
+        if count > limit:
+            extra = " (a video reference with its soundtrack counts as an audio input)" if what == "audio inputs" else ""
+            raise RequestError(f"{count} reference {what} given; Ref2VA allows at most {limit}{extra}",
+                               field="references", hint=f"keep at most {limit} reference {what}")
+    if complete and counts.total and not counts.visual:
+        # h3.c h3_valid_params: "reference audio requires an image or video reference"
+        raise RequestError("reference audio requires an image or video reference", field="references",
+                           hint="add a reference image or video")
+    return counts
+
+
 def _validate_references(request: GenerationRequest) -> None:
     references = request.references
     if not references:
@@ -336,10 +394,7 @@ def _validate_references(request: GenerationRequest) -> None:
         raise RequestError("references cannot be combined with first_frame/last_frame anchors",
                            field="references", hint="drop the anchors (FL2VA) or the references (Ref2VA)")
     if len(references) > MAX_REFERENCES:
-        # main.c append_reference: "Ref2VA supports at most 12 references"
-        raise RequestError(f"{len(references)} references given; Ref2VA supports at most {MAX_REFERENCES}",
-                           field="references", hint=f"keep at most {MAX_REFERENCES} references")
-    images = videos = audio_inputs = visual = 0
+        raise _too_many_references(len(references))
     for index, reference in enumerate(references, 1):
         if not isinstance(reference, Reference) or not isinstance(reference.kind, ReferenceKind):
             raise RequestError(f"reference {index} ({reference!r}) is not a Reference with a ReferenceKind",
@@ -350,27 +405,7 @@ def _validate_references(request: GenerationRequest) -> None:
             raise RequestError(f"reference {index} ({reference.kind.value}): only video_audio references take "
                                f"an audio_path, and they need one", field="references",
                                hint="give video_audio references an audio_path, and no other kind")
-        kind = reference.kind
-        if kind is ReferenceKind.IMAGE:
-            images += 1
-            visual += 1
-        elif kind in (ReferenceKind.VIDEO, ReferenceKind.SILENT_VIDEO, ReferenceKind.VIDEO_AUDIO):
-            videos += 1
-            visual += 1
-            audio_inputs += kind is not ReferenceKind.SILENT_VIDEO
-        else:
-            audio_inputs += 1
-    # h3.c h3_valid_params: "Ref2VA limits are 9 images, 3 videos, and 3 audio inputs"
-    for count, limit, what in ((images, MAX_REFERENCE_IMAGES, "images"), (videos, MAX_REFERENCE_VIDEOS, "videos"),
-                               (audio_inputs, MAX_REFERENCE_AUDIO, "audio inputs")):
-        if count > limit:
-            extra = " (a video reference with its soundtrack counts as an audio input)" if what == "audio inputs" else ""
-            raise RequestError(f"{count} reference {what} given; Ref2VA allows at most {limit}{extra}",
-                               field="references", hint=f"keep at most {limit} reference {what}")
-    if not visual:
-        # h3.c h3_valid_params: "reference audio requires an image or video reference"
-        raise RequestError("reference audio needs an image or video reference too", field="references",
-                           hint="add a reference image or video")
+    check_reference_limits([reference.kind for reference in references])
 
 
 def _validate_values(request: GenerationRequest) -> None:

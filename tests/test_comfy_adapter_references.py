@@ -17,13 +17,12 @@ from h3bridge.reference_files import (
     ReferenceList,
     RunDirectory,
     VideoSource,
-    check_reference_limits,
     image_to_uint8,
     materialise_references,
     write_png,
     write_wav,
 )
-from h3bridge.request import ReferenceKind
+from h3bridge.request import ReferenceKind, check_reference_limits
 
 K = ReferenceKind
 PICTURE = np.zeros((8, 8, 3), np.float32)
@@ -63,11 +62,11 @@ def test_limits_allow_exactly_upstreams_maximums() -> None:
 
 
 @pytest.mark.parametrize(("kinds", "words"), [
-    ([K.IMAGE] * 10, "10 image references, at most 9"),
-    ([K.SILENT_VIDEO] * 4, "4 video references, at most 3"),
+    ([K.IMAGE] * 10, "10 reference images given; Ref2VA allows at most 9"),
+    ([K.SILENT_VIDEO] * 4, "4 reference videos given; Ref2VA allows at most 3"),
     # A video with its soundtrack is a video AND an audio input.
-    ([K.IMAGE, K.VIDEO, K.VIDEO_AUDIO, K.AUDIO, K.AUDIO], "4 audio inputs"),
-    ([K.IMAGE] * 9 + [K.SILENT_VIDEO] * 3 + [K.AUDIO], "13 references, at most 12"),
+    ([K.IMAGE, K.VIDEO, K.VIDEO_AUDIO, K.AUDIO, K.AUDIO], "4 reference audio inputs given"),
+    ([K.IMAGE] * 9 + [K.SILENT_VIDEO] * 3 + [K.AUDIO], "13 references given; Ref2VA supports at most 12"),
 ])
 def test_limits_reject_one_too_many(kinds: list[ReferenceKind], words: str) -> None:
     with pytest.raises(RequestError) as info:
