@@ -588,6 +588,27 @@ def plan_memory(request: GenerationRequest, inventory: ModelInventory | None = N
     return plan
 
 
+def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> None:
+    """Raise ModelError / IntegrityError when h3 cannot run `request` from this model: layout
+    and shard-header problems, or references without the Ref2VA checkpoint."""
+    inventory.raise_for_problems()
+    if request.is_ref2va and not inventory.has_ref2va:
+        # h3.c h3_generate: "ordered references require the Ref2VA checkpoint"
+        raise ModelError("ordered references require the Ref2VA checkpoint, and "
+                         f"{inventory.root} has no Ref2VA/transformer/model.safetensors.index.json",
+                         hint="download the Ref2VA/ folder of MiniMaxAI/MiniMax-H3 next to FL2VA/")
+
+
+def require_fit(plan: MemoryPlan) -> MemoryPlan:
+    """`plan`, or MemoryPlanError (carrying the plan and its suggestion) when it does not fit."""
+    if not plan.fits:
+        fix = (f"use {' '.join(plan.suggestion.flags)}" if plan.suggestion else
+               "this machine has too little memory for MiniMax-H3 even at the smallest settings")
+        raise MemoryPlanError(plan.verdict(), plan=plan,
+                              hint=fix + " (or pass --force / force=True to try anyway)")
+    return plan
+
+
 def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: MachineFacts | None = None,
               preview: bool = False, force: bool = False) -> MemoryPlan:
     """Before starting an engine: layout + every shard header (fast; no tensor data read), then the
@@ -597,16 +618,6 @@ def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: Mac
 
     inventory = inspect_model(model_dir)
     if not force:
-        inventory.raise_for_problems()
-        if request.is_ref2va and not inventory.has_ref2va:
-            # h3.c h3_generate: "ordered references require the Ref2VA checkpoint"
-            raise ModelError("ordered references require the Ref2VA checkpoint, and "
-                             f"{inventory.root} has no Ref2VA/transformer/model.safetensors.index.json",
-                             hint="download the Ref2VA/ folder of MiniMaxAI/MiniMax-H3 next to FL2VA/")
+        check_model_for(request, inventory)
     plan = plan_memory(request, inventory, machine=machine, preview=preview)
-    if not plan.fits and not force:
-        fix = (f"use {' '.join(plan.suggestion.flags)}" if plan.suggestion else
-               "this machine has too little memory for MiniMax-H3 even at the smallest settings")
-        raise MemoryPlanError(plan.verdict(), plan=plan,
-                              hint=fix + " (or pass --force / force=True to try anyway)")
-    return plan
+    return plan if force else require_fit(plan)

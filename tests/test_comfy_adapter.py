@@ -115,6 +115,22 @@ def test_auto_ssd_streaming_follows_the_memory_plan(realistic_model: Path, gigab
     assert ssd is expected and plan.fits and plan.request.ssd_streaming is expected
 
 
+@pytest.mark.parametrize("choice", ["auto", "on", "off"])
+def test_every_ssd_choice_checks_the_shard_headers_first(fixture_model: Path, tmp_path: Path, choice: str) -> None:
+    """A truncated shard is refused before a render whatever the SSD choice, 'auto' on a Mac
+    where the weights fit included (it used to plan with the checks switched off)."""
+    import shutil
+    from h3bridge.errors import IntegrityError
+    from h3bridge.memory import MachineFacts
+    model = Path(shutil.copytree(fixture_model, tmp_path / "model"))
+    shard = sorted((model / "FL2VA/transformer").glob("*.safetensors"))[0]
+    with open(shard, "r+b") as handle:
+        handle.truncate(shard.stat().st_size - 1)
+    request = adapter.build_request(adapter.GenerateSettings(prompt="x"))
+    with pytest.raises(IntegrityError, match="truncated|shorter|bytes"):
+        adapter.decide_ssd_streaming(choice, request, model, machine=MachineFacts.mac(128))
+
+
 def test_forced_resident_weights_that_do_not_fit_fail_before_the_engine(realistic_model: Path) -> None:
     from h3bridge.errors import MemoryPlanError
     from h3bridge.memory import MachineFacts

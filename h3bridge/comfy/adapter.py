@@ -19,7 +19,7 @@ import numpy as np
 from ..cancel import CancelToken
 from ..engine import OneShotEngine, locate_engine
 from ..errors import ModelError, RequestError, SessionUnsupportedError
-from ..memory import MachineFacts, MemoryPlan, preflight
+from ..memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, preflight, require_fit
 from ..model import inspect_model
 from ..progress import ProgressEvent
 from ..reference_files import AudioClip, ReferenceList, RunDirectory, materialise_references, write_png
@@ -239,6 +239,7 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
                          machine: MachineFacts | None = None) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it.
 
+    The model is checked first (layout, shard headers, Ref2VA), whatever the choice.
     'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
     fit in memory without it and does with it (memory.py's suggestion). Returns
     (ssd_streaming, plan); raises MemoryPlanError (with the plan and its fix) when the
@@ -247,16 +248,22 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     if choice not in SSD_MODES:
         raise RequestError(f"unknown SSD streaming choice {choice!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
+    inventory = inspect_model(model_dir)      # one header read serves the check and every plan
+    check_model_for(request, inventory)
+
+    def plan(ssd: bool) -> MemoryPlan:
+        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine)
+
     if choice != "auto":
         ssd = choice == "on"
-        return ssd, memory_plan(request.with_changes(ssd_streaming=ssd), model_dir, machine=machine)
-    resident = memory_plan(request.with_changes(ssd_streaming=False), model_dir, force=True, machine=machine)
+        return ssd, require_fit(plan(ssd))
+    resident = plan(False)
     if resident.fits:
         return False, resident
     if resident.needs_ssd_streaming:
-        return True, memory_plan(request.with_changes(ssd_streaming=True), model_dir, machine=machine)
-    memory_plan(request.with_changes(ssd_streaming=False), model_dir, machine=machine)   # raises the plan's error
-    return False, resident   # pragma: no cover - preflight raised above
+        return True, require_fit(plan(True))
+    require_fit(resident)
+    return False, resident   # pragma: no cover - require_fit raised above
 
 
 # ----------------------------------------------------------------------------- graph facts
