@@ -19,7 +19,7 @@ import numpy as np
 from ..cancel import CancelToken
 from ..engine import OneShotEngine, locate_engine
 from ..errors import ModelError, RequestError, SessionUnsupportedError
-from ..memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, preflight, require_fit
+from ..memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model import inspect_model
 from ..progress import ProgressEvent
 from ..reference_files import AudioClip, ReferenceList, RunDirectory, materialise_references, write_png
@@ -221,14 +221,6 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
     elif settings.reuse > 0:
         overrides["reuse"] = settings.reuse
     return GenerationRequest.from_preset(settings.preset, settings.prompt, **overrides)
-
-
-def memory_plan(request: GenerationRequest, model_dir: Path, *, force: bool = False,
-                machine: MachineFacts | None = None) -> MemoryPlan:
-    """The MemoryPlan for a request on this machine (memory.preflight: layout, shard headers,
-    then the plan). Without `force`, a plan that does not fit raises MemoryPlanError naming
-    the setting that would fit."""
-    return preflight(request, model_dir, force=force, machine=machine)
 
 
 def plan_text(plan: MemoryPlan) -> str:
@@ -465,14 +457,15 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
     """The H3 Memory Plan node's text: the plan for these settings, nothing run. A plan that
     does not fit is shown (with the setting that would fit), not raised."""
     request = build_request(settings)
-    ssd = settings.ssd_streaming == "on"
-    if settings.ssd_streaming == "auto":
-        resident = memory_plan(request, handle.model_dir, force=True, machine=machine)
-        ssd = not resident.fits and resident.needs_ssd_streaming
-    elif settings.ssd_streaming not in SSD_MODES:
+    if settings.ssd_streaming not in SSD_MODES:
         raise RequestError(f"unknown SSD streaming choice {settings.ssd_streaming!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
-    plan = memory_plan(request.with_changes(ssd_streaming=ssd), handle.model_dir, force=True, machine=machine)
+    inventory = inspect_model(handle.model_dir)
+    ssd = settings.ssd_streaming == "on"
+    if settings.ssd_streaming == "auto":
+        resident = plan_memory(request, inventory, machine=machine)
+        ssd = not resident.fits and resident.needs_ssd_streaming
+    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine)
     frames = request.frame_count
     header = (f"{request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), preset {settings.preset}, "
               f"SSD streaming {'on' if ssd else 'off'} ({settings.ssd_streaming})")
