@@ -29,6 +29,12 @@ Protocol (all of it upstream's, nothing private):
   so when both have arrived every byte of the job's output has been read on both
   channels. The job worked iff `Done -> PATH` came before them; otherwise the last
   `h3: ...` line is upstream's error, verbatim.
+* Nothing may wait in stdin while h3 decodes the anchors and references: it spawns its
+  FFmpeg decoders with stdin inherited (h3_ffmpeg.c, no `-nostdin`), and FFmpeg reads
+  keyboard commands from it, so a queued `!output` lost its `!` and became a prompt. So the
+  markers follow the prompt only once the decoding is over: at `Done ->`, or at the first
+  `h3: ` line, since upstream prints none while decoding (h3.c 1018-1250) except the
+  debug-variable notices of h3_gpu.m; after them only the encoder runs, its stdin a pipe.
 
 Interactive mode ignores `-o` and `--frames-dir` (h3_cli.c `generate` sets
 `output_path` to `OUTPUTS/video-%04u.mp4` and `on_frame` only for `!show` previews), so
@@ -134,6 +140,9 @@ SYNC_COMMAND = "!h3bridge-sync"
 _DONE_LINE = re.compile(r"^Done -> (?P<path>.+) \[(?P<seconds>\d+(?:\.\d+)?)s\]$")
 # h3_cli.c `generate`: printf("Seed: %" PRIu64 "\n", params.seed) before each run.
 _SEED_LINE = re.compile(r"^Seed: (?P<seed>\d+)$")
+# h3_gpu.m, behind H3_DEBUG_GPU_MEMORY / H3_NAX_DIAGNOSTIC: `h3: ` lines that may come while the
+# anchors and references are still being decoded, so they do not release the end markers.
+_DECODING_NOTICES = ("h3: Metal live allocation", "h3: TensorOps compile failed")
 
 
 # ============================================================================ settings mirror
@@ -904,13 +913,22 @@ class SessionEngine:
                                    stderr="\n".join(job.stderr), command=job.commands)
 
     def _run_prompt(self, line: str, job: _Job) -> tuple[Path, int]:
-        """Send the prompt and the two end markers; return (MP4 path, seed) or raise EngineError."""
-        assert self._process is not None
+        """Send the prompt, then the two end markers once h3 no longer decodes media (see the
+        module notes); return (MP4 path, seed) or raise EngineError."""
+        process = self._process
+        assert process is not None
         job.commands.append(line)
         job.in_sync = False
-        self._process.send(line)
-        self._process.send("!output")       # stdout "Output: DIR" once generate() returned
-        self._process.send(SYNC_COMMAND)    # stderr "h3: unknown command; type !help" after that
+        process.send(line)
+        markers_sent = False
+
+        def send_markers() -> None:
+            nonlocal markers_sent
+            if not markers_sent:
+                markers_sent = True
+                process.send("!output")       # stdout "Output: DIR" once generate() returned
+                process.send(SYNC_COMMAND)    # stderr "h3: unknown command; type !help" after that
+
         produced: Path | None = None
         seed: int | None = None
         engine_lines: list[str] = []
@@ -923,13 +941,16 @@ class SessionEngine:
                     seed = int(match["seed"])
                 elif match := _DONE_LINE.match(text):
                     produced = Path(match["path"])
-                elif text.startswith("Output: "):
+                    send_markers()
+                elif text.startswith("Output: ") and markers_sent:
                     seen_output = True
-            elif text == UNKNOWN_COMMAND_REPLY:
+            elif text == UNKNOWN_COMMAND_REPLY and markers_sent:
                 seen_sync = True
                 job.stderr.pop()       # our marker, not part of the job's log
             elif text.startswith("h3: "):
                 engine_lines.append(text[4:])
+                if not text.startswith(_DECODING_NOTICES):
+                    send_markers()
         job.in_sync = True
         if produced is None:
             message = engine_lines[-1] if engine_lines else None

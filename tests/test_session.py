@@ -32,7 +32,8 @@ from h3bridge.errors import (
 )
 from h3bridge.lock import engine_lock
 from h3bridge.progress import WAITING_PHASE
-from h3bridge.session import SessionEngine, SessionSettings, commands_for_change, session_prompt, shared_session
+from h3bridge.session import (SYNC_COMMAND, SessionEngine, SessionSettings, commands_for_change, session_prompt,
+                              shared_session)
 
 LOAD_PHASES = {"tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core"}
 CACHE_MISSES = ("h3: conditioning cache miss; stored exact BF16", "h3: prepared DiT cache miss; model retained",
@@ -399,6 +400,51 @@ def test_prompt_and_paths_reach_the_session_intact(session: SessionEngine, model
     assert np.array_equal(decode_video_frames(warm.video_path, *shape), decode_video_frames(cold.video_path, *shape))
     other = session.generate(request.with_changes(prompt=prompt[:-1] + "🐺"), None, want_frames=False)
     assert not np.array_equal(other.audio, warm.audio)
+
+
+def test_nothing_waits_in_stdin_while_h3_decodes_anchors_and_references(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """h3 spawns its FFmpeg decoders with stdin inherited (h3_ffmpeg.c) and FFmpeg reads keys from
+    it: a line queued behind the prompt loses bytes (`!output` became a prompt `output`). With
+    stdin refilled a byte at a time every queued line stays in the pipe, so any line sent before
+    the decoding is over would be hit: each job must still be exactly the lines we sent."""
+    from core_helpers import make_video
+    from h3bridge import Reference, ReferenceKind
+    monkeypatch.setenv("H3_SIM_STDIN_BUFFER", "1")
+    first, last = make_image(tmp_path / "first.png"), make_image(tmp_path / "last.png", color="blue")
+    image, video = make_image(tmp_path / "ref.png", color="green"), make_video(tmp_path / "ref.mp4", 2.0)
+    anchored = fast_request(first_frame=first, last_frame=last)
+    pictures = fast_request(references=(Reference(ReferenceKind.IMAGE, image),))
+    mixed = fast_request(references=(Reference(ReferenceKind.IMAGE, image),
+                                     Reference(ReferenceKind.SILENT_VIDEO, video)))
+    sent: list[str] = []
+    with SessionEngine(sim_engine_path(), model_dir, stall_timeout=30) as session:
+        for number, request in enumerate((anchored, anchored.with_changes(prompt="a wolf"), pictures, mixed), 1):
+            result = session.generate(request, tmp_path / f"{number}.mp4", want_frames=False)
+            assert result.video_path.is_file() and result.audio is not None
+            if number == 4:
+                assert session.starts == 2       # the video reference is a launch flag
+            sent += result.command
+        assert session.jobs == 4
+    history = (Path(os.environ["HOME"]) / ".h3_history").read_text().splitlines()
+    ours = [line for line in history if line not in ("!output", SYNC_COMMAND, "!quit")]
+    assert ours == sent          # no stray prompt such as "output", no damaged command
+
+
+def test_a_failure_while_decoding_still_ends_the_job(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end markers wait for the decoding to be over; a job that fails inside that window
+    (its `h3: ` error line is the first) still gets them, ends typed, and the session goes on."""
+    monkeypatch.setenv("H3_SIM_STDIN_BUFFER", "1")
+    monkeypatch.setenv("H3_SIM_FAIL_PHASE", "tokenizer:1")
+    monkeypatch.setenv("H3_SIM_FAIL_MESSAGE", "cannot decode the first frame: simulated")
+    request = fast_request(first_frame=make_image(tmp_path / "first.png"))
+    with SessionEngine(sim_engine_path(), model_dir, stall_timeout=30) as session:
+        for attempt in range(2):
+            with pytest.raises(EngineError) as caught:
+                session.generate(request.with_changes(seed=attempt + 1), tmp_path / "a.mp4", want_frames=False)
+            assert caught.value.engine_message == "cannot decode the first frame: simulated"
+            assert session.running and session.starts == 1 and not (tmp_path / "a.mp4").exists()
 
 
 def test_missing_ffmpeg_is_reported_before_the_session_starts(session: SessionEngine, tmp_path: Path,

@@ -184,6 +184,26 @@ class History:
                 handle.write(line.encode("utf-8", "surrogateescape") + b"\n")
 
 
+_stdin_override: io.BufferedReader | None = None
+
+
+def _stdin_reader() -> io.BufferedReader:
+    """stdin as C stdio reads it: each refill takes whatever the pipe holds, up to the buffer.
+
+    H3_SIM_STDIN_BUFFER=N refills N bytes at most. N=1 is the case where a line ends exactly at
+    a refill boundary: the lines sent after it stay in the pipe, where the FFmpeg decoders h3
+    spawns (they inherit stdin, h3_ffmpeg.c, and FFmpeg reads keys from it) can take bytes.
+    """
+    global _stdin_override
+    size = os.environ.get("H3_SIM_STDIN_BUFFER")
+    if not size:
+        return sys.stdin.buffer
+    if _stdin_override is None:
+        _stdin_override = io.BufferedReader(io.FileIO(sys.stdin.fileno(), "rb", closefd=False),
+                                            buffer_size=max(1, int(size)))
+    return _stdin_override
+
+
 def read_line(prompt: str) -> str | None:
     """linenoise.c:1602 `linenoise`, without line editing.
 
@@ -191,7 +211,7 @@ def read_line(prompt: str) -> str | None:
     nothing read ends the input, EOF after some bytes returns them. A TTY: the "unsupported
     terminal" path, printf(prompt) + fflush + fgets of at most 4095 bytes, \\r/\\n stripped.
     """
-    stdin = sys.stdin.buffer
+    stdin = _stdin_reader()
     if not os.isatty(sys.stdin.fileno()) and not os.environ.get("LINENOISE_ASSUME_TTY"):
         data = stdin.readline()
         if not data:
