@@ -29,7 +29,6 @@ program's idle session until that session's idle timeout.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from filelock import FileLock, Timeout
 
 from .cancel import CancelToken
 from .errors import EngineError, GenerationCancelled
+from .userdirs import cache_dir
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
@@ -54,16 +54,11 @@ YieldHook = Callable[[], None]
 
 
 def default_lock_path() -> Path:
-    """`$H3BRIDGE_LOCK_PATH`, else `<user cache dir>/h3bridge/engine.lock`."""
+    """`$H3BRIDGE_LOCK_PATH`, else `engine.lock` in h3bridge's cache directory (userdirs.cache_dir)."""
     override = os.environ.get(LOCK_PATH_ENV)
     if override:
         return Path(override).expanduser()
-    if sys.platform == "darwin":
-        cache_root = Path.home() / "Library" / "Caches"
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        cache_root = Path(xdg) if xdg else Path.home() / ".cache"
-    return cache_root / "h3bridge" / LOCK_FILE_NAME
+    return cache_dir() / LOCK_FILE_NAME
 
 
 # --- in-process cooperation -------------------------------------------------------------------

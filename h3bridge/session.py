@@ -77,6 +77,7 @@ import tty
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
 from .cancel import CancelToken
 from .engine import (
@@ -111,6 +112,7 @@ from .errors import (
 )
 from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
 from .media import decode_video_frames, remove_quietly
+from .userdirs import cache_dir
 from .progress import ProgressCallback, ProgressEvent, ProgressTracker
 from .request import (
     DEFAULT_FRAMES,
@@ -496,6 +498,24 @@ def _close_live_sessions() -> None:
         session._close_at_exit()
 
 
+def session_home() -> Path:
+    """The HOME the session's h3 runs with: `session-home` in h3bridge's cache directory.
+
+    Interactive h3 loads `$HOME/.h3_history` (cut to linenoise's default 100 lines before its
+    500-line cap applies), adds every line it reads and rewrites the file at exit (h3_cli.c
+    747-786). With the user's HOME each session would trim their own h3 history and fill it
+    with our prompts and commands. That is upstream's only use of HOME."""
+    return cache_dir() / "session-home"
+
+
+def session_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for the session's h3: a private HOME (session_home), and no LINENOISE_* variables
+    (LINENOISE_ASSUME_TTY, linenoise.c:1605, would make it draw `h3> ` prompts on our stdout)."""
+    child = {name: value for name, value in env.items() if not name.startswith("LINENOISE_")}
+    child["HOME"] = str(session_home())
+    return child
+
+
 @dataclass(frozen=True)
 class _EngineIdentity:
     """What a running session was started from; any change means a restart."""
@@ -504,6 +524,9 @@ class _EngineIdentity:
     mtime_ns: int
     model_dir: str
     launch_flags: tuple[str, ...]
+    # Upstream's H3_* variables (tuning, H3_FFMPEG, ...) are read by the running process; a
+    # one-shot run sees a change at once, so a session restarts for it.
+    engine_variables: tuple[tuple[str, str], ...]
 
 
 @dataclass
@@ -660,7 +683,8 @@ class SessionEngine:
             try:
                 try:
                     self._ensure_process(flags, job, references=_launch_references(request),
-                                         env=self.env if self.env is not None else engine_environment(tools))
+                                         env=session_environment(self.env if self.env is not None
+                                                                 else engine_environment(tools)))
                     assert self._settings is not None
                     for command in commands_for_change(self._settings, target):
                         self._command(command, job)
@@ -728,26 +752,34 @@ class SessionEngine:
 
     # ------------------------------------------------------------------ process lifecycle
 
-    def _identity_for(self, flags: tuple[str, ...]) -> _EngineIdentity:
+    def _identity_for(self, flags: tuple[str, ...], env: Mapping[str, str]) -> _EngineIdentity:
         try:
             stat = self.engine_path.stat()
         except OSError:
             raise EngineNotFoundError(f"the h3 engine {self.engine_path} does not exist",
                                       hint="build h3 (make) or pass the path of the h3 binary") from None
         return _EngineIdentity(path=os.path.realpath(self.engine_path), mtime_ns=stat.st_mtime_ns,
-                               model_dir=os.path.realpath(self.model_dir), launch_flags=flags)
+                               model_dir=os.path.realpath(self.model_dir), launch_flags=flags,
+                               engine_variables=tuple(sorted((name, value) for name, value in env.items()
+                                                             if name.startswith("H3_"))))
 
     def _ensure_process(self, flags: tuple[str, ...], job: _Job, *, references: tuple[Reference, ...],
                         env: dict[str, str]) -> None:
         """Reuse the running process if it was started from the same binary, model and launch
         flags; otherwise (re)start one, first taking the machine-wide engine lock."""
-        identity = self._identity_for(flags)
+        identity = self._identity_for(flags, env)
         if self._process is not None and (not self._process.alive() or identity != self._identity):
             self._shutdown(graceful=self._process.alive())
         if self._process is not None:
             return
         self._lock.acquire(cancel=job.cancel, on_wait=waiting_reporter(job.on_progress))
         try:
+            home = Path(env["HOME"])
+            try:
+                home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as error:
+                raise EngineError(f"cannot create the session's home folder {home}: {error.strerror}",
+                                  hint="set H3BRIDGE_CACHE_DIR to a writable folder") from None
             argv = [str(self.engine_path), "-d", str(self.model_dir), *flags]
             # h3 opens h3_shaders.metal by relative path: run it where the binary really is (a
             # ~/bin/h3 symlink must still run from the h3.c checkout), as the one-shot engine does.

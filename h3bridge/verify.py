@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,22 +29,11 @@ from tqdm import tqdm
 
 from .errors import IntegrityError, ModelError
 from .model import ModelInventory, Problem, format_bytes, inspect_model
+from .userdirs import CACHE_ENV, cache_dir
 
-CACHE_ENV = "H3BRIDGE_CACHE_DIR"
 CACHE_VERSION = 1
 HASH_CHUNK = 8 * 1024 * 1024    # large updates: hashlib releases the GIL while hashing them
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def cache_dir() -> Path:
-    """H3BRIDGE_CACHE_DIR, else the platform's per-user cache directory."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "h3bridge"
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "h3bridge"
 
 
 def _atomic_write_json(path: Path, value: object) -> None:

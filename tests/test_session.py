@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -32,8 +33,8 @@ from h3bridge.errors import (
 )
 from h3bridge.lock import engine_lock
 from h3bridge.progress import WAITING_PHASE
-from h3bridge.session import (SYNC_COMMAND, SessionEngine, SessionSettings, commands_for_change, session_prompt,
-                              shared_session)
+from h3bridge.session import (SYNC_COMMAND, SessionEngine, SessionSettings, commands_for_change, session_home,
+                              session_prompt, shared_session)
 
 LOAD_PHASES = {"tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core"}
 CACHE_MISSES = ("h3: conditioning cache miss; stored exact BF16", "h3: prepared DiT cache miss; model retained",
@@ -43,10 +44,12 @@ CACHE_HITS = ("h3: conditioning cache hit", "h3: prepared DiT cache hit", "h3: v
 
 @pytest.fixture(autouse=True)
 def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Interactive h3 saves its history to $HOME/.h3_history (h3_cli.c:746-786).
+    # Interactive h3 saves its history to $HOME/.h3_history (h3_cli.c:746-786); the session gives
+    # it a HOME in h3bridge's cache directory (session_home), private to each test here too.
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(home / "cache"))
 
 
 @pytest.fixture
@@ -351,7 +354,7 @@ def test_host_exit_closes_the_session_via_atexit(model_dir: Path, tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert group_gone(int(done.stdout.split()[0]))
     # `!quit` let upstream save its history (h3_cli.c:786).
-    assert (Path(os.environ["HOME"]) / ".h3_history").read_text().splitlines()[-1] == "!quit"
+    assert (session_home() / ".h3_history").read_text().splitlines()[-1] == "!quit"
 
 
 def test_host_exit_with_a_job_running_in_another_thread_kills_the_engine(model_dir: Path,  # noqa: F811
@@ -426,7 +429,7 @@ def test_nothing_waits_in_stdin_while_h3_decodes_anchors_and_references(model_di
                 assert session.starts == 2       # the video reference is a launch flag
             sent += result.command
         assert session.jobs == 4
-    history = (Path(os.environ["HOME"]) / ".h3_history").read_text().splitlines()
+    history = (session_home() / ".h3_history").read_text().splitlines()
     ours = [line for line in history if line not in ("!output", SYNC_COMMAND, "!quit")]
     assert ours == sent          # no stray prompt such as "output", no damaged command
 
@@ -445,6 +448,34 @@ def test_a_failure_while_decoding_still_ends_the_job(model_dir: Path, tmp_path: 
                 session.generate(request.with_changes(seed=attempt + 1), tmp_path / "a.mp4", want_frames=False)
             assert caught.value.engine_message == "cannot decode the first frame: simulated"
             assert session.running and session.starts == 1 and not (tmp_path / "a.mp4").exists()
+
+
+def test_the_users_own_h3_history_is_left_alone(session: SessionEngine, tmp_path: Path) -> None:
+    """Upstream cuts $HOME/.h3_history to 100 lines on load and rewrites it with every line it read
+    (h3_cli.c:746-786): the session's h3 runs with a HOME of its own, so the user's file stays as it was."""
+    own = Path(os.environ["HOME"]) / ".h3_history"
+    own.write_text("".join(f"my prompt {index}\n" for index in range(150)))
+    before = own.read_bytes()
+    result = session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    session.close()
+    assert own.read_bytes() == before
+    ours = (session_home() / ".h3_history").read_text().splitlines()
+    assert result.command[-1] in ours and ours[-1] == "!quit"
+    assert stat.S_IMODE(session_home().stat().st_mode) == 0o700
+
+
+def test_environment_the_session_must_not_inherit_or_must_follow(session: SessionEngine, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """LINENOISE_ASSUME_TTY (linenoise.c:1605) would make h3 draw `h3> ` prompts into our stdout:
+    it is not passed on. An H3_* variable is read by the running h3, so changing one restarts it."""
+    monkeypatch.setenv("LINENOISE_ASSUME_TTY", "1")
+    first = session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    assert first.seed == fast_request().seed and session.starts == 1
+    session.generate(fast_request(seed=7), tmp_path / "b.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 1
+    monkeypatch.setenv("H3_SIM_TIME_SCALE", "0.001")
+    session.generate(fast_request(seed=8), tmp_path / "c.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2
 
 
 def test_missing_ffmpeg_is_reported_before_the_session_starts(session: SessionEngine, tmp_path: Path,
