@@ -469,6 +469,10 @@ def _hint_for(message: str | None) -> str | None:
         return FFMPEG_HINT
     if "ref2va" in lowered and "checkpoint" in lowered:
         return "download the Ref2VA transformer into the model directory, or drop the references"
+    if "h3_shaders.metal" in lowered:
+        # h3 compiles it from its working directory (h3_gpu.m:353), which is the binary's real folder.
+        return ("h3 reads h3_shaders.metal from the folder its binary is in: keep h3 in its h3.c "
+                "checkout (a symlink to it elsewhere is fine, a copy is not), or rebuild it there")
     if "metal" in lowered or "m5" in lowered:
         return "this Mac's GPU lacks the feature; drop the option that needs it (e.g. int8_row_fc2)"
     if "safetensors" in lowered or "model" in lowered or "tokenizer" in lowered or "config.json" in lowered:

@@ -233,6 +233,33 @@ def test_usage_error_exit_2_is_an_engine_error(tmp_path: Path, model_dir: Path) 
     assert "command line" in caught.value.message
 
 
+def test_h3_copied_away_from_its_shaders_gets_a_fix_not_gpu_advice(tmp_path: Path, model_dir: Path,  # noqa: F811
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """h3 compiles h3_shaders.metal from its working directory (h3_gpu.m:353). A symlink to the
+    binary still runs from the checkout; a copy cannot, and the error says how to fix it."""
+    import shutil
+    monkeypatch.setenv("H3_SIM_SHADERS", "1")
+    checkout = tmp_path / "h3.c"
+    checkout.mkdir()
+    binary = checkout / "h3"
+    binary.write_text(f"#!/bin/sh\nexec '{sim_engine_path()}' \"$@\"\n")
+    binary.chmod(0o755)
+    (checkout / "h3_shaders.metal").write_text("// shaders\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "h3").symlink_to(binary)
+    assert OneShotEngine(bin_dir / "h3", model_dir).generate(fast_request(), tmp_path / "a.mp4").video_path.is_file()
+    copied = tmp_path / "elsewhere" / "h3"
+    copied.parent.mkdir()
+    shutil.copy2(binary, copied)
+    with pytest.raises(EngineError) as caught:
+        OneShotEngine(copied, model_dir).generate(fast_request(), tmp_path / "b.mp4")
+    assert caught.value.engine_message == ("cannot compile h3_shaders.metal: The file \u201ch3_shaders.metal\u201d "
+                                           "couldn\u2019t be opened because there is no such file.")
+    assert "h3.c checkout" in (caught.value.hint or "") and "int8" not in (caught.value.hint or "")
+    assert not (tmp_path / "b.mp4").exists()
+
+
 def test_crash_is_typed(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3_SIM_CRASH_PHASE", "denoise")
     with pytest.raises(EngineCrashedError) as caught:

@@ -369,11 +369,22 @@ def _prepared_key(conditioning: str, p: SimParams, render_w: int, render_h: int)
 # ---------------------------------------------------------------- simulated stages
 
 def _open_weights(directory: str) -> None:
-    """Every stage opens its shards through h3_weight_store_open (dotfiles included)."""
+    """Every stage opens its shards through h3_weight_store_open (dotfiles included), then
+    creates its Metal context."""
     try:
         weight_store_paths(directory)
     except HeaderError as error:
         raise SimError(str(error)) from None
+    _create_gpu()
+
+
+def _create_gpu() -> None:
+    """h3_gpu_create (h3_gpu.m:353-401) compiles h3_shaders.metal from the working directory;
+    a missing file is NSFileReadNoSuchFileError. Checked only with H3_SIM_SHADERS=1: h3-sim runs
+    from a Python scripts folder, which has no shader file."""
+    if os.environ.get("H3_SIM_SHADERS") == "1" and not os.path.isfile("h3_shaders.metal"):
+        raise SimError("cannot compile h3_shaders.metal: The file \u201ch3_shaders.metal\u201d couldn\u2019t "
+                       "be opened because there is no such file.")
 
 
 _VIDEO_CHANNELS, _AUDIO_CHANNELS = 24, 32    # LATENT_CHANNELS, h3_video_vae.c:14, h3_audio_vae.c:14
