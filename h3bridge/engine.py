@@ -37,7 +37,7 @@ from .errors import (
     RequestError,
 )
 from .media import decode_audio, read_frames_dir, remove_quietly
-from .lock import engine_lock
+from .lock import EngineLock, engine_lock
 from .progress import (
     PHASE_ORDER,
     WAITING_PHASE,
@@ -383,9 +383,10 @@ class OneShotEngine:
             argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
                                 None if frames_dir is None else str(frames_dir))
             # One engine per machine (lock.py): wait, cancellably, while another holds the model.
-            with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress)):
+            with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress)) as lock:
                 stderr, timings = self._run(argv, request, writes_mp4=mp4_temp is not None,
-                                            on_progress=on_progress, cancel=cancel)
+                                            on_progress=on_progress, cancel=cancel, lock=lock,
+                                            leftovers=[path for path in (mp4_temp, workdir) if path is not None])
             frames = None
             if frames_dir is not None:
                 raise_if_cancelled(cancel)
@@ -399,8 +400,12 @@ class OneShotEngine:
             shutil.rmtree(workdir, ignore_errors=True)
 
     def _run(self, argv: list[str], request: GenerationRequest, *, writes_mp4: bool,
-             on_progress: ProgressCallback | None, cancel: CancelToken | None) -> tuple[str, dict[str, float]]:
-        """Run h3 to completion under supervision; return (stderr, timings) or raise."""
+             on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,
+             leftovers: list[Path]) -> tuple[str, dict[str, float]]:
+        """Run h3 to completion under supervision; return (stderr, timings) or raise.
+
+        The engine is recorded beside the held lock with the temporary files it writes
+        (`leftovers`), so that if this process dies, the next holder stops it and removes them."""
         tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), time.monotonic())
         env = self.environment(locate_media_tools())
         try:
@@ -409,6 +414,7 @@ class OneShotEngine:
         except OSError as error:
             raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
                                       hint=ENGINE_BUILD_HINT) from None
+        lock.record_engine(process.pid, leftovers=leftovers)
         last_activity = time.monotonic()
 
         def handle(piece_timeout: float) -> None:
@@ -440,6 +446,7 @@ class OneShotEngine:
                         command=argv, hint="raise stall_timeout for very large clips, or check the engine log")
         finally:
             process.stop()
+            lock.clear_engine()
         stderr = process.stderr_text
         timings = tracker.finish(time.monotonic())
         status = process.popen.returncode

@@ -61,6 +61,43 @@ def live_group_members(pgid: int) -> list[int]:
     return members
 
 
+def group_alive(pgid: int) -> bool:
+    """True while any process of group `pgid` still runs.
+
+    Members that already died but wait to be reaped (zombies: an orphaned FFmpeg is reaped
+    by init, which can take a moment in containers) do not count.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return bool(live_group_members(pgid))
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def terminate_group(pgid: int, grace: float = TERMINATE_GRACE_SECONDS) -> None:
+    """SIGTERM the whole group, SIGKILL whatever still runs after `grace` seconds, and wait
+    (at most a second more) until none of it runs. Works for groups that are not our children."""
+    if not group_alive(pgid):
+        return
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and group_alive(pgid):
+        time.sleep(0.01)
+    deadline = time.monotonic() + 1.0
+    while group_alive(pgid) and time.monotonic() < deadline:
+        signal_group(pgid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
 class EngineProcess:
     """A child process in its own process group, with its stderr streamed to `pieces`."""
 
@@ -95,18 +132,8 @@ class EngineProcess:
         return self.popen.poll()
 
     def group_alive(self) -> bool:
-        """True while any process of the child's group still runs.
-
-        Members that already died but wait to be reaped (zombies: an orphaned FFmpeg is
-        reaped by init, which can take a moment in containers) do not count.
-        """
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return bool(live_group_members(self.pgid))
+        """True while any process of the child's group still runs (zombies do not count)."""
+        return group_alive(self.pgid)
 
     def _read_stderr(self) -> None:
         assert self.popen.stderr is not None
@@ -166,10 +193,7 @@ class EngineProcess:
         self._reader.join(timeout)
 
     def signal_group(self, signum: int) -> None:
-        try:
-            os.killpg(self.pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.pgid, signum)
 
     def stop(self, grace: float = TERMINATE_GRACE_SECONDS) -> int | None:
         """Terminate the whole group: SIGTERM, then SIGKILL after `grace` seconds; reap the child.
@@ -178,22 +202,11 @@ class EngineProcess:
         Returns the child's exit status.
         """
         if self.popen.poll() is None or self.group_alive():
-            self.signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline:
-                if self.popen.poll() is not None and not self.group_alive():
-                    break
-                time.sleep(0.01)
-            self.signal_group(signal.SIGKILL)
+            terminate_group(self.pgid, grace)
         try:
             status = self.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
-        # Members that are not our children are reaped by init; make sure none still runs.
-        deadline = time.monotonic() + 1.0
-        while self.group_alive() and time.monotonic() < deadline:
-            self.signal_group(signal.SIGKILL)
-            time.sleep(0.01)
         self.wait_reader(1.0)
         if self.popen.stderr is not None and not self._reader.is_alive():
             self.popen.stderr.close()

@@ -8,7 +8,10 @@ through ``on_wait`` and staying cancellable.
 
 The lock is a filelock (an OS file lock, so it is released by the kernel if the
 holder dies). The file lives in the user's cache directory; set
-``H3BRIDGE_LOCK_PATH`` to put it elsewhere (tests do, to stay isolated).
+``H3BRIDGE_LOCK_PATH`` to put it elsewhere (tests do, to stay isolated). A holder
+that dies does not take its engine with it (h3 notices only at its next write), so
+each holder records its engine in ``<lock>.engine`` and the next holder stops an
+engine still running there, with the temporary files it was writing.
 
 Within one process the file lock still excludes: two holders in the same
 process block each other exactly as two processes do (each `EngineLock` opens
@@ -28,16 +31,21 @@ program's idle session until that session's idle timeout.
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
 from .cancel import CancelToken
+from .engine_process import terminate_group
 from .errors import EngineError, GenerationCancelled
 from .userdirs import cache_dir
 
@@ -48,6 +56,11 @@ DEFAULT_POLL_INTERVAL = 0.1
 # A waiter re-announces itself every poll; an announcement older than this is a waiter that
 # got the lock or gave up.
 WANTED_FRESHNESS = 1.0
+
+# Beside the lock: the engine its holder runs (EngineLock.record_engine).
+ENGINE_RECORD_SUFFIX = ".engine"
+
+_log = logging.getLogger("h3bridge")
 
 WaitCallback = Callable[[float], None]
 YieldHook = Callable[[], None]
@@ -126,7 +139,44 @@ class EngineLock:
 
         `on_wait(seconds_waited)` is called once per poll while someone else holds the lock,
         starting right after the first failed attempt (so callers can show WAITING_PHASE).
+        Once the lock is ours, an engine its last holder left running is stopped (see
+        `record_engine`), so two engines never share the machine.
         """
+        self._take(cancel=cancel, on_wait=on_wait)
+        try:
+            stop_orphaned_engine(self._record_path)
+        except BaseException:
+            self.release()
+            raise
+
+    # The kernel frees the lock when its holder dies, but not the holder's engine: h3 has no
+    # signal handlers and only notices its host is gone at its next write to the closed stderr
+    # pipe (SIGPIPE), which a long tiled VAE decode or a hung engine may never make. So each
+    # holder records the engine it starts beside the lock, and the next holder stops it.
+
+    @property
+    def _record_path(self) -> Path:
+        return self.path.with_name(f"{self.path.name}{ENGINE_RECORD_SUFFIX}")
+
+    def record_engine(self, pid: int, *, leftovers: Sequence[Path] = ()) -> None:
+        """Note, while holding the lock, the engine just started (it leads its own process group)
+        and the files it may leave half-written, for the next holder should this process die."""
+        import psutil
+        try:
+            started = psutil.Process(pid).create_time()
+        except psutil.Error:
+            return            # already gone: nothing to leave behind
+        record = EngineRecord(pid=pid, started=started, leftovers=tuple(str(path) for path in leftovers))
+        write_engine_record(self._record_path, record)
+
+    def clear_engine(self) -> None:
+        """The recorded engine is gone (reaped by us): forget it."""
+        try:
+            self._record_path.unlink()
+        except OSError:
+            pass
+
+    def _take(self, *, cancel: CancelToken | None, on_wait: WaitCallback | None) -> None:
         global _in_process_waiters
         if self.is_held:
             raise RuntimeError("EngineLock.acquire called twice without release")
@@ -228,6 +278,67 @@ class EngineLock:
         """Give the engine back. Safe to call when not held."""
         if self._file_lock.is_locked:
             self._file_lock.release(force=True)
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """The engine a lock holder started, kept in `<lock>.engine` while it runs."""
+
+    pid: int                    # leads its own process group (start_new_session)
+    started: float              # its psutil create_time: tells a reused pid apart
+    leftovers: tuple[str, ...]  # our temporary files and folders it writes into
+
+
+def write_engine_record(path: Path, record: EngineRecord) -> None:
+    """Write the record under a temporary name and rename it into place."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps(asdict(record)))
+        os.replace(temporary, path)
+    except OSError:
+        _remove_leftover(temporary)    # best effort: without it, an orphan lives until its next write
+
+
+def _remove_leftover(path: Path) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def read_engine_record(path: Path) -> EngineRecord | None:
+    try:
+        data = json.loads(path.read_text())
+        return EngineRecord(pid=int(data["pid"]), started=float(data["started"]),
+                            leftovers=tuple(str(item) for item in data["leftovers"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def stop_orphaned_engine(record_path: Path) -> bool:
+    """Called by a new holder of the lock: if the engine recorded by a previous holder (which
+    died without clearing it) still runs, stop its process group and remove the temporary
+    files it was writing. True if an engine was stopped."""
+    import psutil
+    record = read_engine_record(record_path)
+    stopped = False
+    if record is not None:
+        try:
+            alive = abs(psutil.Process(record.pid).create_time() - record.started) < 0.05
+        except psutil.Error:
+            alive = False
+        if alive:
+            _log.warning("h3bridge: stopping engine process %d, left running by a program that exited "
+                         "while it held the engine", record.pid)
+            terminate_group(record.pid)
+            stopped = True
+        for leftover in record.leftovers:
+            _remove_leftover(Path(leftover))
+    _remove_leftover(record_path)
+    return stopped
 
 
 @contextmanager

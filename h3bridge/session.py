@@ -788,6 +788,7 @@ class SessionEngine:
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:
                 raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
+            self._lock.record_engine(self._process.pid)    # h3's own session folder is its business
             self._identity = identity
             self.starts += 1
             self._hook_id = register_yield_hook(self._yield_if_idle)
@@ -825,6 +826,8 @@ class SessionEngine:
         self._settings = None
         self._identity = None
         self._remove_outputs_dir()
+        if process is not None:
+            self._lock.clear_engine()
         self._lock.release()
 
     def _remove_outputs_dir(self) -> None:

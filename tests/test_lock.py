@@ -282,3 +282,65 @@ def test_waiters_in_other_processes_are_visible_to_the_holder(lock_path: Path, t
         holder.release()
 
 
+
+
+# ----------------------------------------------------------------------------- an engine left running
+
+def _engine_like_group() -> subprocess.Popen:
+    """A stand-in engine: leads its own process group and has a grandchild, as h3 has FFmpeg."""
+    return subprocess.Popen(["sh", "-c", "sleep 60 & exec sleep 60"], start_new_session=True)
+
+
+def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_files(lock_path: Path,
+                                                                                    tmp_path: Path) -> None:
+    from h3bridge.engine_process import group_alive
+    engine = _engine_like_group()
+    staged = tmp_path / ".clip.mp4.h3bridge-tmp"
+    staged.write_bytes(b"half an mp4")
+    workdir = tmp_path / "h3bridge-work"
+    (workdir / "frames").mkdir(parents=True)
+    (workdir / "frames" / "frame-0001.ppm").write_bytes(b"P6")
+    try:
+        holder = EngineLock()
+        holder.acquire()
+        holder.record_engine(engine.pid, leftovers=[staged, workdir])
+        holder._file_lock.release(force=True)   # what the kernel does when the holder dies unannounced
+        assert group_alive(engine.pid)
+        with engine_lock():
+            assert not group_alive(engine.pid)
+            assert not staged.exists() and not workdir.exists()
+        assert engine.wait(5) == -signal.SIGTERM
+        assert list(lock_path.parent.glob("*.engine*")) == []
+    finally:
+        engine.kill()
+
+
+def test_a_recorded_pid_now_used_by_another_program_is_left_alone(lock_path: Path, tmp_path: Path) -> None:
+    from h3bridge.engine_process import group_alive
+    from h3bridge.lock import EngineRecord, write_engine_record
+    bystander = _engine_like_group()
+    leftover = tmp_path / "partial.ppm"
+    leftover.write_bytes(b"P6")
+    try:
+        # The recorded engine died long ago and its pid was reused: same pid, other start time.
+        lock_path.parent.mkdir(parents=True)
+        write_engine_record(lock_path.parent / "engine.lock.engine",
+                            EngineRecord(pid=bystander.pid, started=1.0, leftovers=(str(leftover),)))
+        with engine_lock():
+            assert group_alive(bystander.pid)
+        assert not leftover.exists()          # the dead engine's file still goes
+        assert not (lock_path.parent / "engine.lock.engine").exists()
+    finally:
+        bystander.kill()
+        bystander.wait(5)
+
+
+def test_a_holder_that_finishes_leaves_no_record(lock_path: Path) -> None:
+    engine = _engine_like_group()
+    with engine_lock() as lock:
+        lock.record_engine(engine.pid)
+        assert (lock_path.parent / "engine.lock.engine").is_file()
+        engine.kill()
+        engine.wait(5)
+        lock.clear_engine()
+    assert list(lock_path.parent.iterdir()) == [lock_path]

@@ -52,3 +52,46 @@ def test_one_shot_runs_once_the_holder_releases(model_dir: Path, tmp_path: Path)
     waiting = [phase for phase in phases if phase == WAITING_PHASE]
     assert waiting and phases[:len(waiting)] == waiting          # all the waiting came first
     assert "denoise" in phases and not holder.is_held
+
+
+def test_an_engine_whose_host_died_is_stopped_before_the_next_one_starts(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                         sim_log: Path,  # noqa: F811
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host (think ComfyUI) is killed while its engine is in a phase that writes nothing (the
+    tiled VAE decode reports no progress, h3.c:1618), so the engine gets no SIGPIPE and keeps the
+    model in memory; the kernel freed the lock with the host. The next job stops that engine and
+    removes the files it was writing before starting its own."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    from core_helpers import assert_group_gone
+    from h3bridge.engine_process import group_alive
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge import OneShotEngine
+        def on_progress(event):
+            if event.phase == "video VAE load" and event.done == event.total:
+                print("hung", flush=True)
+        OneShotEngine({str(sim_engine_path())!r}, {str(model_dir)!r}).generate(
+            fast_request(), {str(tmp_path / 'first.mp4')!r}, on_progress=on_progress)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "H3_SIM_HANG_PHASE": "video VAE load:36"})
+    try:
+        assert host.stdout.readline() == "hung\n"
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+    finally:
+        host.kill()
+    orphan = sim_invocations(sim_log)[0]
+    frames_dir = Path(orphan["argv"][orphan["argv"].index("--frames-dir") + 1])
+    assert group_alive(orphan["pid"]) and frames_dir.parent.is_dir()
+    result = OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), tmp_path / "second.mp4")
+    assert result.video_path.is_file()
+    assert_group_gone(orphan["pid"])
+    assert not frames_dir.parent.exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["second.mp4", "sim-log.jsonl"]

@@ -752,3 +752,32 @@ def test_host_death_mid_job_ends_the_busy_child(model_dir: Path, tmp_path: Path,
     finally:
         host.kill()
     shutil.rmtree(outputs.strip(), ignore_errors=True)     # h3's session directory (see above)
+
+
+def test_a_busy_child_its_host_left_behind_is_stopped_by_the_next_engine(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed in a phase where h3 writes nothing (the VAE decode), the host leaves a child that
+    never hits the broken pipe and holds the model; the next engine to take the lock stops it."""
+    from h3bridge.engine_process import group_alive
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "video VAE load:36")
+    script = host_script(model_dir, f"""
+        def on_progress(event):
+            if event.phase == "video VAE load" and event.done == event.total:
+                print(session.pid, session.outputs_dir, flush=True)
+                os.kill(os.getpid(), 9)
+        session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False,
+                         on_progress=on_progress)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, outputs = host.stdout.readline().split(maxsplit=1)
+        host.wait(10)
+    finally:
+        host.kill()
+    child = int(pid)
+    assert group_alive(child)
+    monkeypatch.delenv("H3_SIM_HANG_PHASE")
+    with SessionEngine(sim_engine_path(), model_dir) as session:
+        assert session.generate(fast_request(), tmp_path / "b.mp4", want_frames=False).video_path.is_file()
+        assert not group_alive(child)
+    shutil.rmtree(outputs.strip(), ignore_errors=True)     # h3's own session directory
