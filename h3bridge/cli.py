@@ -193,7 +193,7 @@ def result_summary(result) -> dict[str, object]:
         "fps": result.fps, "seed": result.seed, "sample_rate": result.sample_rate,
         "frames_shape": None if result.frames is None else list(result.frames.shape),
         "audio_shape": None if result.audio is None else list(result.audio.shape),
-        "timings": result.timings, "command": result.command,
+        "timings": result.timings, "command": result.command, "engine_variables": result.engine_variables,
     }
 
 

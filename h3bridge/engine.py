@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -280,6 +280,13 @@ def engine_environment(tools: MediaTools) -> dict[str, str]:
     return env
 
 
+def engine_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """The upstream `H3_*` variables in an engine's environment. h3 reads dozens of them (tuning
+    switches such as H3_TOKEN_REDUCTION, h3_dit.c:380, and H3_FFMPEG/H3_FFPROBE): they can change
+    the clip, so a result lists them and a warm session restarts when they change."""
+    return {name: value for name, value in sorted(env.items()) if name.startswith("H3_")}
+
+
 def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], None] | None:
     """An `on_wait` for lock.engine_lock that reports WAITING_PHASE through `on_progress`."""
     if on_progress is None:
@@ -299,7 +306,8 @@ def raise_if_cancelled(cancel: CancelToken | None) -> None:
 
 def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Path | None, *,
                   overwrite: bool, frames: np.ndarray | None, want_audio: bool, timings: dict[str, float],
-                  command: list[str], engine_log: str, seed: int | None = None) -> GenerationResult:
+                  command: list[str], engine_log: str, engine_variables: dict[str, str],
+                  seed: int | None = None) -> GenerationResult:
     """Decode the audio (if wanted) from the finished MP4 `mp4`, publish it to `output_path`
     (atomic rename from a temp name in the same directory), and build the GenerationResult."""
     audio = None
@@ -315,7 +323,7 @@ def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Pat
     return GenerationResult(request=request, video_path=output_path, frames=frames, audio=audio,
                             width=request.width, height=request.height, frame_count=request.frame_count,
                             seed=request.seed if seed is None else seed, timings=timings, command=command,
-                            engine_log=engine_log)
+                            engine_log=engine_log, engine_variables=engine_variables)
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -383,8 +391,9 @@ class OneShotEngine:
             argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
                                 None if frames_dir is None else str(frames_dir))
             # One engine per machine (lock.py): wait, cancellably, while another holds the model.
+            env = self.environment(locate_media_tools())
             with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress)) as lock:
-                stderr, timings = self._run(argv, request, writes_mp4=mp4_temp is not None,
+                stderr, timings = self._run(argv, request, env, writes_mp4=mp4_temp is not None,
                                             on_progress=on_progress, cancel=cancel, lock=lock,
                                             leftovers=[path for path in (mp4_temp, workdir) if path is not None])
             frames = None
@@ -393,13 +402,14 @@ class OneShotEngine:
                 frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
             raise_if_cancelled(cancel)
             return finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
-                                 want_audio=want_audio, timings=timings, command=argv, engine_log=stderr)
+                                 want_audio=want_audio, timings=timings, command=argv, engine_log=stderr,
+                                 engine_variables=engine_variables(env))
         finally:
             if mp4_temp is not None and mp4_temp.parent != workdir:
                 remove_quietly(mp4_temp)
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _run(self, argv: list[str], request: GenerationRequest, *, writes_mp4: bool,
+    def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,
              leftovers: list[Path]) -> tuple[str, dict[str, float]]:
         """Run h3 to completion under supervision; return (stderr, timings) or raise.
@@ -407,7 +417,6 @@ class OneShotEngine:
         The engine is recorded beside the held lock with the temporary files it writes
         (`leftovers`), so that if this process dies, the next holder stops it and removes them."""
         tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), time.monotonic())
-        env = self.environment(locate_media_tools())
         try:
             # h3 opens h3_shaders.metal by relative path: run it from its own directory.
             process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env)

@@ -24,3 +24,5 @@ class GenerationResult:
     timings: dict[str, float] = field(default_factory=dict)   # seconds per upstream phase, plus "total"
     command: list[str] = field(default_factory=list)          # the exact argv (one-shot) or session commands
     engine_log: str = ""                                       # the engine's full stderr for this job
+    # The upstream H3_* variables the engine ran with (engine.engine_variables): they can change the clip.
+    engine_variables: dict[str, str] = field(default_factory=dict)

@@ -87,6 +87,7 @@ from .engine import (
     check_media_tools,
     engine_environment,
     engine_message_from,
+    engine_variables,
     engine_working_directory,
     expected_phases,
     finish_result,
@@ -524,7 +525,7 @@ class _EngineIdentity:
     mtime_ns: int
     model_dir: str
     launch_flags: tuple[str, ...]
-    # Upstream's H3_* variables (tuning, H3_FFMPEG, ...) are read by the running process; a
+    # Upstream's H3_* variables are read by the running process (engine.engine_variables); a
     # one-shot run sees a change at once, so a session restarts for it.
     engine_variables: tuple[tuple[str, str], ...]
 
@@ -745,7 +746,8 @@ class SessionEngine:
                 mp4 = staged
             return finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
                                  want_audio=want_audio, timings=timings, command=list(job.commands),
-                                 engine_log="\n".join(job.stderr), seed=seed)
+                                 engine_log="\n".join(job.stderr), seed=seed,
+                                 engine_variables=dict(self._identity.engine_variables) if self._identity else {})
         finally:
             remove_quietly(staged)     # gone already once published
             remove_quietly(produced)   # the session directory would otherwise grow by one MP4 per job
@@ -760,8 +762,7 @@ class SessionEngine:
                                       hint="build h3 (make) or pass the path of the h3 binary") from None
         return _EngineIdentity(path=os.path.realpath(self.engine_path), mtime_ns=stat.st_mtime_ns,
                                model_dir=os.path.realpath(self.model_dir), launch_flags=flags,
-                               engine_variables=tuple(sorted((name, value) for name, value in env.items()
-                                                             if name.startswith("H3_"))))
+                               engine_variables=tuple(engine_variables(env).items()))
 
     def _ensure_process(self, flags: tuple[str, ...], job: _Job, *, references: tuple[Reference, ...],
                         env: dict[str, str]) -> None:

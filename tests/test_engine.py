@@ -260,6 +260,17 @@ def test_h3_copied_away_from_its_shaders_gets_a_fix_not_gpu_advice(tmp_path: Pat
     assert not (tmp_path / "b.mp4").exists()
 
 
+def test_the_result_lists_the_upstream_variables_the_engine_ran_with(engine: OneShotEngine, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """h3 reads H3_* tuning variables (H3_TOKEN_REDUCTION turns token reduction on, h3_dit.c:380):
+    a result that only showed the request would misreport such a clip."""
+    monkeypatch.setenv("H3_TOKEN_REDUCTION", "1")
+    result = engine.generate(fast_request(), tmp_path / "a.mp4", want_frames=False)
+    assert result.engine_variables["H3_TOKEN_REDUCTION"] == "1"
+    assert Path(result.engine_variables["H3_FFMPEG"]).name == "ffmpeg"      # pinned by h3bridge
+    assert all(name.startswith("H3_") for name in result.engine_variables)
+
+
 def test_crash_is_typed(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3_SIM_CRASH_PHASE", "denoise")
     with pytest.raises(EngineCrashedError) as caught:

@@ -474,8 +474,9 @@ def test_environment_the_session_must_not_inherit_or_must_follow(session: Sessio
     session.generate(fast_request(seed=7), tmp_path / "b.mp4", want_frames=False, want_audio=False)
     assert session.starts == 1
     monkeypatch.setenv("H3_SIM_TIME_SCALE", "0.001")
-    session.generate(fast_request(seed=8), tmp_path / "c.mp4", want_frames=False, want_audio=False)
-    assert session.starts == 2
+    result = session.generate(fast_request(seed=8), tmp_path / "c.mp4", want_frames=False, want_audio=False)
+    assert session.starts == 2 and result.engine_variables["H3_SIM_TIME_SCALE"] == "0.001"
+    assert "LINENOISE_ASSUME_TTY" not in result.engine_variables
 
 
 def test_missing_ffmpeg_is_reported_before_the_session_starts(session: SessionEngine, tmp_path: Path,
