@@ -789,11 +789,15 @@ class SessionEngine:
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:
                 raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
-            self._lock.record_engine(self._process.pid)    # h3's own session folder is its business
+            self._lock.record_engine(self._process.pid)
             self._identity = identity
             self.starts += 1
             self._hook_id = register_yield_hook(self._yield_if_idle)
             self._read_banner(references, job)
+            if self._outputs_dir is not None:
+                # h3's mkdtemp folder: it only ever holds this session's clips, each moved out when
+                # done, so whatever an orphaned session leaves there is a partial MP4.
+                self._lock.record_engine(self._process.pid, leftovers=[self._outputs_dir])
         except BaseException:
             self._shutdown(graceful=False)
             raise
