@@ -45,7 +45,7 @@ from .progress import (
     ProgressEvent,
     ProgressTracker,
 )
-from .request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
+from .request import MIN_LAYERS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
 from .result import GenerationResult
 
 ENGINE_ENV = "H3_BIN"
@@ -465,8 +465,7 @@ class OneShotEngine:
         if status < 0:
             raise EngineCrashedError(f"the engine crashed ({signal_name(-status)})" + (f" after: {message}" if message else ""),
                                      engine_message=message, exit_code=status, stderr=stderr, command=argv,
-                                     hint="SIGKILL often means macOS ran out of memory: try --ssd-streaming, "
-                                          "fewer frames or a smaller canvas" if -status == signal.SIGKILL else
+                                     hint=out_of_memory_hint(request) if -status == signal.SIGKILL else
                                           "see the engine log (EngineCrashedError.stderr)")
         if status == 2:
             raise EngineError(f"h3 rejected its command line: {message or 'usage error'}", engine_message=message,
@@ -474,6 +473,17 @@ class OneShotEngine:
                               hint="this h3 build may be older or newer than h3bridge expects (upstream 8974cc0)")
         raise EngineError(f"h3 failed: {message or f'exit status {status}'}", engine_message=message,
                           exit_code=status, stderr=stderr, command=argv, hint=_hint_for(message))
+
+
+def out_of_memory_hint(request: GenerationRequest) -> str:
+    """What to try after macOS killed the engine (SIGKILL is how it ends a process out of memory),
+    leaving out what this request already does."""
+    options = [] if request.ssd_streaming else ["ssd_streaming (--ssd-streaming)"]
+    options += ["fewer frames", "a smaller canvas or render canvas"]
+    if request.layers > MIN_LAYERS:
+        options.append("fewer DiT layers (--layers)")
+    return ("SIGKILL usually means macOS ran out of memory; check `h3bridge plan`, then try "
+            + ", ".join(options[:-1]) + " or " + options[-1])
 
 
 def _hint_for(message: str | None) -> str | None:

@@ -70,6 +70,7 @@ import pty
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -93,6 +94,7 @@ from .engine import (
     finish_result,
     locate_engine,
     locate_model_dir,
+    out_of_memory_hint,
     raise_if_cancelled,
     reference_arguments,
     resolve_output,
@@ -534,6 +536,7 @@ class _EngineIdentity:
 class _Job:
     """Book-keeping for one generate() call."""
 
+    request: GenerationRequest
     tracker: ProgressTracker
     on_progress: ProgressCallback | None
     cancel: CancelToken | None
@@ -676,7 +679,7 @@ class SessionEngine:
                                       "first/last frames", hint=FFMPEG_HINT)
         target = SessionSettings.for_request(request)
         flags = _launch_flags(request)
-        job = _Job(tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
+        job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
                    on_progress=on_progress, cancel=cancel, stall_timeout=self.stall_timeout)
         self._acquire_guard(job)
         try:
@@ -926,7 +929,8 @@ class SessionEngine:
             raise EngineCrashedError(
                 f"the h3 session died from {signal_name(-status)}",
                 engine_message=message, exit_code=status, stderr=log, command=job.commands,
-                hint="the next job starts a fresh session; if it keeps crashing, run one-shot to see why")
+                hint=out_of_memory_hint(job.request) if status == -signal.SIGKILL else
+                "the next job starts a fresh session; if it keeps crashing, run one-shot to see why")
         raise SessionError(
             f"the h3 session exited unexpectedly (status {status})" + (f": {message}" if message else ""),
             engine_message=message, exit_code=status, stderr=log, command=job.commands,

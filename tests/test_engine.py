@@ -271,6 +271,28 @@ def test_the_result_lists_the_upstream_variables_the_engine_ran_with(engine: One
     assert all(name.startswith("H3_") for name in result.engine_variables)
 
 
+@pytest.mark.parametrize("ssd_streaming", [False, True])
+def test_a_sigkilled_engine_gets_memory_advice_it_has_not_already_taken(engine: OneShotEngine, tmp_path: Path,
+                                                                        sim_log: Path,  # noqa: F811
+                                                                        ssd_streaming: bool) -> None:
+    """macOS ends a process that runs out of memory with SIGKILL: the hint lists what to try,
+    and not SSD streaming when the request already streams."""
+    import os
+    import signal
+    from core_helpers import sim_invocations
+
+    def on_progress(event) -> None:
+        if event.phase == "denoise":
+            os.kill(sim_invocations(sim_log)[0]["pid"], signal.SIGKILL)
+
+    with pytest.raises(EngineCrashedError) as caught:
+        engine.generate(fast_request(ssd_streaming=ssd_streaming), tmp_path / "x.mp4", on_progress=on_progress)
+    hint = caught.value.hint or ""
+    assert caught.value.exit_code == -signal.SIGKILL and "ran out of memory" in hint
+    assert ("ssd_streaming" in hint) is (not ssd_streaming) and "fewer frames" in hint
+    assert not (tmp_path / "x.mp4").exists()
+
+
 def test_crash_is_typed(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3_SIM_CRASH_PHASE", "denoise")
     with pytest.raises(EngineCrashedError) as caught:

@@ -189,6 +189,17 @@ def test_crash_mid_job_then_recovery(session: SessionEngine, tmp_path: Path,
     assert result.video_path.is_file() and session.starts == 2 and session.running
 
 
+def test_a_session_killed_mid_job_by_the_system_gets_memory_advice(session: SessionEngine, tmp_path: Path) -> None:
+    def on_progress(event) -> None:
+        if event.phase == "denoise":
+            os.killpg(session.pid, signal.SIGKILL)     # how macOS ends a process out of memory
+    with pytest.raises(EngineCrashedError) as caught:
+        session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, on_progress=on_progress)
+    assert caught.value.exit_code == -signal.SIGKILL
+    assert "ran out of memory" in (caught.value.hint or "") and "ssd_streaming" in (caught.value.hint or "")
+    assert not (tmp_path / "a.mp4").exists()
+
+
 def test_externally_killed_session_is_replaced_transparently(session: SessionEngine, tmp_path: Path) -> None:
     session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
     os.killpg(session.pid, signal.SIGKILL)     # e.g. the OOM killer, while idle
