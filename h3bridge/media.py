@@ -16,7 +16,7 @@ import av
 import numpy as np
 
 from .errors import MediaError
-from .request import FPS, SAMPLE_RATE
+from .request import FPS, MAX_FRAMES, SAMPLE_RATE
 
 PPM_NAME = "frame-{index:04d}.ppm"   # main.c cli_frame: "%s/frame-%04d.ppm"
 
@@ -187,8 +187,8 @@ def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> Med
     """Open `path` with PyAV and measure it as h3's FFmpeg reads would.
 
     The first video frame is decoded (proves the file is real media). Video length at
-    24 fps comes from the stream/container duration, as FFmpeg's `fps=24` filter (h3_ffmpeg.c
-    `h3_ffmpeg_read_video_f32`) emits about duration*24 frames. Audio is decoded and
+    24 fps comes from the video packets' time span, as FFmpeg's `fps=24` filter (h3_ffmpeg.c
+    `h3_ffmpeg_read_video_f32`) emits about duration*24 frames (see _frames_at_24fps). Audio is decoded and
     resampled to 32 kHz like `h3_ffmpeg_read_audio_f32`, stopping once `audio_cap_samples`
     is passed (anything that long is over every limit anyway).
     """
@@ -203,6 +203,37 @@ def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> Med
                          hint="re-export the file (e.g. with ffmpeg) or use another one") from None
 
 
+def _frames_at_24fps(path: Path) -> int:
+    """How many frames FFmpeg's `fps=24` filter makes of the first video stream, as h3 counts
+    them (h3_ffmpeg.c `h3_ffmpeg_read_video_f32` keeps what it receives): the span from the first
+    packet's time (or the container's start, see below) to the end of the last, read from the
+    packets (demuxed, not decoded). Stream
+    and container metadata are not trusted: live WebM recordings have none, Matroska often has
+    only the container's, which can be the audio's, and a single still frame can last seconds.
+    Stops once past h3's longest clip (MAX_FRAMES), since h3 reads no further."""
+    with av.open(str(path)) as container:
+        video = container.streams.video[0]
+        time_base = video.time_base
+        start = end = None
+        limit = None if time_base is None else (MAX_FRAMES + 1) / FPS / time_base
+        for packet in container.demux(video):
+            if packet.pts is None:
+                continue
+            start = packet.pts if start is None else min(start, packet.pts)
+            end = max(end or packet.pts, packet.pts + (packet.duration or 0))
+            if limit is not None and end - start > limit:
+                break
+        if start is None or end is None or time_base is None:
+            # No timestamps at all (a raw elementary stream): FFmpeg makes them up; use what is declared.
+            seconds = _seconds(video.duration, video.time_base)
+            return max(1, int(seconds * FPS + 0.5)) if seconds else max(1, video.frames or 1)
+        # FFmpeg's CLI shifts every stream by the container's start time and, writing constant-rate
+        # raw video, repeats the first frame back to that origin: a video that starts 23 ms after
+        # its audio still yields frames from time 0.
+        origin = container.start_time / av.time_base if container.start_time is not None else start * time_base
+        return max(1, int(float(end * time_base - origin) * FPS + 0.5))
+
+
 def _probe_open_media(path: Path, audio_cap_samples: int) -> MediaInfo:
     with av.open(str(path)) as container:
         video = container.streams.video[0] if container.streams.video else None
@@ -213,13 +244,7 @@ def _probe_open_media(path: Path, audio_cap_samples: int) -> MediaInfo:
             if first is None:
                 raise MediaError(f"{path} has a video stream but no decodable frame")
             width, height = first.width, first.height
-            duration = _seconds(video.duration, video.time_base)
-            if duration is None and container.duration is not None:
-                duration = container.duration / 1_000_000
-            if duration is None or video.frames == 1:
-                frames24 = max(1, video.frames or 1)
-            else:
-                frames24 = int(duration * FPS + 0.5)
+            frames24 = _frames_at_24fps(path)
         if audio is not None:
             container.seek(0)
             resampler = av.AudioResampler(format="flt", layout="stereo", rate=SAMPLE_RATE)

@@ -202,6 +202,14 @@ def _multiples_around(value: int, multiple: int, low: int, high: int) -> list[in
     return sorted({below, above})
 
 
+def _finite(number: int | float) -> bool:
+    """math.isfinite, for any int too (a huge int overflows a float rather than being infinite)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def _validate_frames(request: GenerationRequest) -> None:
     if request.frames is not None and request.seconds is not None:
         # main.c: "--seconds and --frames are mutually exclusive" (exit 2)
@@ -212,9 +220,14 @@ def _validate_frames(request: GenerationRequest) -> None:
         seconds = request.seconds
         # main.c frames_from_seconds: finite, > 0, llround(seconds * 24) >= 1.
         if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                or not math.isfinite(seconds) or seconds <= 0):
+                or seconds != seconds or seconds <= 0):
             raise RequestError(f"seconds={seconds!r} must be a positive number of seconds",
                                field="seconds", hint=f"e.g. seconds={legal[2] / FPS:g} ({legal[2]} frames)")
+        if not _finite(seconds) or seconds > 2 * MAX_FRAMES / FPS:
+            shown = f"{float(seconds):g}" if isinstance(seconds, float) or _finite(seconds) else f"(a {len(str(seconds))}-digit number)"
+            raise RequestError(f"seconds={shown} is far longer than h3's longest clip of {MAX_FRAMES} frames "
+                               f"({MAX_FRAMES / FPS:.3f} s)", field="seconds",
+                               hint=f"use seconds<={MAX_FRAMES / FPS:.3f} or frames={MAX_FRAMES}")
         aligned = align_frame_count(frames_from_seconds(seconds))
         if aligned < MIN_FRAMES:
             raise RequestError(f"seconds={seconds:g} is {frames_from_seconds(seconds)} frames, shorter than "
@@ -278,6 +291,10 @@ def _validate_canvas(request: GenerationRequest) -> None:
         return
     render_w = _require_int(render_w, "render_width")
     render_h = _require_int(render_h, "render_height")
+    if render_w == 0 and render_h == 0:
+        # h3.c h3_valid_params reads 0x0 as "no render canvas"; here that is None.
+        raise RequestError("render canvas 0x0: to render at the output size, leave render_width and "
+                           "render_height unset", field="render_width", hint="set both to None")
     # h3.c h3_valid_params: "internal render canvas must be same-aspect multiples of 32 no larger
     # than the output canvas"
     valid = [(w, w * height // width) for w in range(CANVAS_MULTIPLE, width + 1, CANVAS_MULTIPLE)
@@ -410,11 +427,21 @@ def _validate_references(request: GenerationRequest) -> None:
 
 def _validate_values(request: GenerationRequest) -> None:
     if not isinstance(request.prompt, str) or not request.prompt.strip():
-        # h3.c h3_generate: "prompt must not be empty"
-        raise RequestError("the prompt is empty", field="prompt", hint="describe the clip in the prompt")
+        # h3.c h3_generate refuses "" ("prompt must not be empty"); a prompt of only whitespace
+        # would run, on nothing to describe, so it is refused here too.
+        raise RequestError("the prompt has no text (it is empty or only whitespace)", field="prompt",
+                           hint="describe the clip in the prompt")
     if "\0" in request.prompt:
         raise RequestError("the prompt contains a NUL character, which cannot reach the engine",
                            field="prompt", hint="remove the NUL character")
+    try:
+        request.prompt.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # h3_tokenizer.m: "prompt is not valid UTF-8", only after the model load (and, with
+        # anchors or references, after reading and encoding them). Undecodable command-line bytes
+        # reach Python as lone surrogates.
+        raise RequestError(f"the prompt is not valid UTF-8 (character {error.start + 1} is not text)",
+                           field="prompt", hint="retype the prompt, or save it as UTF-8 text") from None
     _validate_canvas(request)
     _validate_frames(request)
     _validate_quality(request)

@@ -110,3 +110,45 @@ def test_unreadable_frame_is_a_media_error(tmp_path: Path) -> None:
     (tmp_path / "frame-0000.ppm").mkdir()          # a folder where h3 writes a frame file
     with pytest.raises(MediaError, match="cannot read the frame"):
         read_frames_dir(tmp_path, 1, 4, 2)
+
+
+def _frames_h3_decodes(path: Path) -> int:
+    """The oracle: the frames upstream's reference-video read gets (h3_ffmpeg.c
+    h3_ffmpeg_read_video_f32: fps=24, scaled, at most 362 frames, raw RGB on a pipe)."""
+    import subprocess
+    out = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v:0", "-an", "-vf",
+                          "fps=24,scale=32:32:flags=lanczos,setsar=1", "-frames:v", "362", "-f", "rawvideo",
+                          "-pix_fmt", "rgb24", "pipe:1"], capture_output=True, check=True)
+    return len(out.stdout) // (32 * 32 * 3)
+
+
+def _make(path: Path, *args: str) -> Path:
+    import subprocess
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *args, str(path)], check=True)
+    return path
+
+
+def test_video_length_is_counted_as_h3_decodes_it_whatever_the_metadata_says(tmp_path: Path) -> None:
+    """Metadata misleads: a piped WebM (a browser or live recording) has no duration at all, a
+    Matroska file with longer audio reports the audio's length, a single still frame can last
+    seconds, and a video that starts after its audio is still read from time 0."""
+    import subprocess
+    live = tmp_path / "live.webm"
+    piped = subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=s=64x48:r=25:d=4",
+                            "-c:v", "libvpx", "-f", "webm", "pipe:1"], capture_output=True, check=True)
+    live.write_bytes(piped.stdout)
+    cases = {
+        "live": live,
+        "longer audio": _make(tmp_path / "a.mkv", "-f", "lavfi", "-i", "testsrc=s=64x48:r=30:d=2", "-f", "lavfi",
+                              "-i", "sine=d=10", "-c:v", "libx264", "-bf", "2", "-c:a", "aac"),
+        "still frame": _make(tmp_path / "one.mp4", "-f", "lavfi", "-i", "color=c=red:s=64x48:r=1/3:d=3",
+                             "-c:v", "libx264"),
+        "late video": _make(tmp_path / "late.mkv", "-f", "lavfi", "-i", "sine=d=3", "-itsoffset", "0.5", "-f",
+                            "lavfi", "-i", "testsrc=s=64x48:r=24:d=2", "-map", "1:v", "-map", "0:a",
+                            "-c:v", "libx264", "-c:a", "aac"),
+        "ordinary": _make(tmp_path / "plain.mp4", "-f", "lavfi", "-i", "testsrc=s=64x48:r=30:d=3", "-c:v", "libx264"),
+    }
+    counted = {name: min(probe_media(path).frames_at_24fps, 362) for name, path in cases.items()}
+    decoded = {name: _frames_h3_decodes(path) for name, path in cases.items()}
+    assert counted == decoded
+    assert decoded["live"] > 24 and decoded["still frame"] > 24 and decoded["longer audio"] < 24 * 3

@@ -91,7 +91,8 @@ def test_seconds_rounding_is_half_away_from_zero() -> None:
 
 
 @pytest.mark.parametrize("seconds, fragment", [(0.0, "positive"), (-1.0, "positive"), (float("nan"), "positive"),
-                                               (0.1, "0.917 s"), (15.2, "15.083 s")])
+                                               (0.1, "0.917 s"), (15.2, "15.083 s"), (float("inf"), "inf is far"),
+                                               (1e300, "15.083 s"), (10**400, "401-digit number")])
 def test_bad_seconds(seconds: float, fragment: str) -> None:
     reject(fast_request(frames=None, seconds=seconds), "seconds", fragment)
 
@@ -128,6 +129,8 @@ def test_render_canvas_rules() -> None:
     reject(fast_request(**base, render_width=576, render_height=352), "render_width", "aspect", "576x320")
     reject(fast_request(**base, render_width=1152, render_height=640), "render_width", "larger", "864x480")
     reject(fast_request(**base, render_width=300, render_height=160), "render_width", "multiples of 32", "288x160")
+    # h3's CLI reads 0x0 as "no render canvas"; the library says how to ask for that.
+    reject(fast_request(**base, render_width=0, render_height=0), "render_width", "leave render_width")
 
 
 @pytest.mark.parametrize("field, value, nearest", [
@@ -165,8 +168,15 @@ def test_seed_is_a_uint64() -> None:
 
 
 def test_prompt_must_not_be_empty_or_hold_nul() -> None:
-    reject(fast_request(prompt="   "), "prompt", "empty")
+    reject(fast_request(prompt="   "), "prompt", "empty or only whitespace")
     reject(fast_request(prompt="a\0b"), "prompt", "NUL")
+
+
+@pytest.mark.parametrize("prompt, position", [("caf\udce9 fox", "character 4"), ("x\ud800", "character 2")])
+def test_prompt_that_is_not_utf8_is_refused_before_the_engine(prompt: str, position: str) -> None:
+    """h3 refuses it only after loading the model (h3_tokenizer.m "prompt is not valid UTF-8");
+    bytes that are not UTF-8 on a command line reach Python as lone surrogates."""
+    reject(fast_request(prompt=prompt), "prompt", "not valid UTF-8", position)
 
 
 def test_reference_count_limits() -> None:
