@@ -53,9 +53,10 @@ def _user_facing_errors(function: _F) -> _F:
 
 def _model_roots() -> list[Path]:
     """ComfyUI/models/h3 (and any extra_model_paths.yaml `h3:` entries)."""
-    # Idempotent; extra_model_paths.yaml entries for `h3` (if any) stay after the default.
+    # Idempotent and order-keeping: appended once, so `h3:` entries from extra_model_paths.yaml
+    # (loaded before custom nodes) keep their place, their `is_default` included.
     folder_paths.add_model_folder_path(adapter.MODEL_FOLDER,
-                                       os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER), is_default=True)
+                                       os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER))
     return [Path(p) for p in folder_paths.get_folder_paths(adapter.MODEL_FOLDER)]
 
 
@@ -173,7 +174,9 @@ class H3EngineNode(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, engine_path: str | None = None, model_dir: str | None = None,
-                        mode: str | None = None, stall_timeout: int | None = None) -> bool | str:
+                        mode: str | None = None) -> bool | str:
+        # ComfyUI skips its own range and option checks for the inputs named here, and repeats the
+        # message once per named input (execution.py validate_inputs): name only what we check.
         if engine_path is None or model_dir is None or mode is None:
             return True     # linked values are checked when the node runs
         try:
@@ -198,6 +201,7 @@ class H3GenerateNode(io.ComfyNode):
             display_name="H3 Generate",
             category=CATEGORY,
             description="Render a video with synchronized stereo audio with MiniMax-H3 on the h3 engine. "
+                        "Models ComfyUI holds in memory are unloaded first, to leave the engine room. "
                         "If the IMAGE output is not connected, frames are not decoded and IMAGE is a single "
                         "black placeholder frame.",
             inputs=[
@@ -226,10 +230,19 @@ class H3GenerateNode(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, **values: Any) -> bool | str:
-        # Widget values only; linked ones (absent here) are checked at run time.
+    def validate_inputs(cls, prompt: str | None = None, preset: str | None = None, width: int | None = None,
+                        height: int | None = None, length_unit: str | None = None, seconds: float | None = None,
+                        frames: int | None = None, render_width: int | None = None,
+                        render_height: int | None = None) -> bool | str:
+        # The rules a widget's min/max cannot express (a blank prompt, the canvas pixel cap and render
+        # aspect, 5 + 17n frames). Only these inputs are named: ComfyUI skips its own range and option
+        # checks for named inputs and repeats our message once per named input (execution.py
+        # validate_inputs). The remaining cross-field rules are checked when the node runs, before
+        # the engine starts. Linked inputs are absent (None) here.
+        values = dict(preset=preset, width=width, height=height, length_unit=length_unit, seconds=seconds,
+                      frames=frames, render_width=render_width, render_height=render_height)
         try:
-            request = adapter.build_request(_settings(values, values.get("prompt") or "validation"))
+            request = adapter.build_request(_settings(values, "validation" if prompt is None else prompt))
             request.validate(check_files=False)
         except H3BridgeError as error:
             return str(error)
@@ -246,6 +259,10 @@ class H3GenerateNode(io.ComfyNode):
     def execute(cls, engine: adapter.EngineHandle, prompt: str, first_frame: Any = None, last_frame: Any = None,
                 references: ReferenceList | None = None, **values: Any) -> io.NodeOutput:
         want_image = adapter.output_is_connected(cls.hidden.prompt, cls.hidden.unique_id, adapter.IMAGE_OUTPUT_INDEX)
+        # h3 needs tens of GiB of the Mac's unified memory: models ComfyUI keeps loaded between
+        # prompts would push it into swap or the OOM killer, so they go first (reloaded when needed).
+        comfy.model_management.unload_all_models()
+        comfy.model_management.soft_empty_cache()
         bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
         progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total))
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
