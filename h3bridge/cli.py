@@ -204,7 +204,8 @@ def run_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args).validate()
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False))
+    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
+                       session=getattr(args, "session", False))
     session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout) \
         if getattr(args, "session", False) else None
     cancel = CancelToken()
@@ -286,8 +287,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         record("model", False, error.message, error.hint)
     memory = psutil.virtual_memory()
     gib = memory.total / 2**30
-    record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available"
-           + ("" if gib >= 48 else "; under 48 GiB h3 needs --ssd-streaming"))
+    record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available; "
+           + default_request_advice())
     machine = f"{platform.system()} {platform.machine()}"
     apple = platform.system() == "Darwin" and platform.machine() == "arm64"
     record("platform", True, machine + ("" if apple else " (the real h3 needs an Apple Silicon Mac; h3-sim runs here)"))
@@ -305,12 +306,29 @@ def run_doctor(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- model: info, verify, plan
 # (MODEL helper: model.py, verify.py, memory.py)
 
-def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool) -> None:
-    """Model check + memory plan before starting an engine; a refusal prints the plan."""
+def default_request_advice() -> str:
+    """What the memory plan says about upstream's default request (864x480, 56 frames, 50 layers)
+    on this machine, sized from the released model's shapes (doctor)."""
+    from .memory import MachineFacts, plan_memory
+    from .model import format_bytes
+    request = GenerationRequest("doctor")
+    plan = plan_memory(request, None, machine=MachineFacts.detect())
+    what = f"the default request ({request.width}x{request.height}, {request.frame_count} frames)"
+    if plan.fits:
+        return f"{what} fits without --ssd-streaming (planned peak {format_bytes(plan.peak)} of " \
+               f"{format_bytes(plan.budget)} usable)"
+    if plan.suggestion is None:
+        return f"{what} does not fit even at the smallest settings (see `h3bridge plan`)"
+    return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `h3bridge plan`)"
+
+
+def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False) -> None:
+    """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
+    the DiT and the video decoder loaded); a refusal prints the plan."""
     from .errors import MemoryPlanError
     from .memory import preflight
     try:
-        plan = preflight(request, model_dir, force=force)
+        plan = preflight(request, model_dir, force=force, session=session)
     except MemoryPlanError as error:
         if error.plan is not None:
             print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
@@ -391,6 +409,9 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("--memory-gb", type=float, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
     machine.add_argument("--chip", metavar="NAME", help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
+    machine.add_argument("--session", action="store_true",
+                         help="plan for a warm session (generate --session, ComfyUI's warm session): h3 keeps "
+                              "the DiT and the video decoder loaded between clips")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=run_plan)
 
@@ -411,7 +432,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if inventory is not None:
         for problem in inventory.errors:
             print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
-    plan = plan_memory(request, inventory, machine=machine, preview=args.show)
+    plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=args.session)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
     return EXIT_OK if plan.fits else EXIT_FAILURE
 

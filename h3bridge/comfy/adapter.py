@@ -228,8 +228,9 @@ def plan_text(plan: MemoryPlan) -> str:
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
-                         machine: MachineFacts | None = None) -> tuple[bool, MemoryPlan]:
-    """SSD streaming on/off from the node's choice and the memory plan for it.
+                         machine: MachineFacts | None = None, session: bool = False) -> tuple[bool, MemoryPlan]:
+    """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
+    for the warm session, which keeps the DiT and the video decoder loaded between clips).
 
     The model is checked first (layout, shard headers, Ref2VA), whatever the choice.
     'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
@@ -244,7 +245,7 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     check_model_for(request, inventory)
 
     def plan(ssd: bool) -> MemoryPlan:
-        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine)
+        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
 
     if choice != "auto":
         ssd = choice == "on"
@@ -425,7 +426,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
         last = write_png(inputs.last_frame, scratch / "last-frame.png") if inputs.last_frame is not None else None
         references = materialise_references(inputs.references, scratch) if inputs.references else ()
         request = build_request(settings, first_frame=first, last_frame=last, references=references)
-        ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir)
+        ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
+                                         session=handle.mode == WARM_SESSION)
         request = request.with_changes(ssd_streaming=ssd)
         request.validate()
         output = new_output_path(output_dir)
@@ -461,11 +463,12 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
         raise RequestError(f"unknown SSD streaming choice {settings.ssd_streaming!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
     inventory = inspect_model(handle.model_dir)
+    session = handle.mode == WARM_SESSION      # the warm session keeps the DiT and video decoder loaded
     ssd = settings.ssd_streaming == "on"
     if settings.ssd_streaming == "auto":
-        resident = plan_memory(request, inventory, machine=machine)
+        resident = plan_memory(request, inventory, machine=machine, session=session)
         ssd = not resident.fits and resident.needs_ssd_streaming
-    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine)
+    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
     frames = request.frame_count
     header = (f"{request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), preset {settings.preset}, "
               f"SSD streaming {'on' if ssd else 'off'} ({settings.ssd_streaming})")
