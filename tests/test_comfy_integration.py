@@ -423,8 +423,31 @@ def test_bad_generate_settings_are_refused_when_queued(server: Server) -> None:
                                      headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=30)
-    details = json.loads(info.value.read())["node_errors"][generate_id]["errors"][0]["details"]
-    assert "1344" in details and "fix:" in details
+    errors = json.loads(info.value.read())["node_errors"][generate_id]["errors"]
+    assert "1344" in errors[0]["details"] and "fix:" in errors[0]["details"]
+    # ComfyUI repeats a validate_inputs message once per input that function names: only ours.
+    assert len(errors) < 10
+
+
+def _queue_errors(server: Server, prompt: dict) -> dict:
+    request = urllib.request.Request(server.url + "/prompt", data=json.dumps({"prompt": prompt}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    return json.loads(info.value.read())["node_errors"]
+
+
+def test_comfyuis_own_range_and_option_checks_still_apply(server: Server) -> None:
+    """validate_inputs takes only the inputs it checks, so ComfyUI keeps checking the others."""
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[generate_id]["inputs"].update(ssd_streaming="bogus", layers=99)
+    prompt[engine_id]["inputs"]["stall_timeout"] = -5
+    errors = _queue_errors(server, prompt)
+    kinds = {(error["type"], error["extra_info"]["input_name"]) for node in errors.values() for error in node["errors"]}
+    assert {("value_not_in_list", "ssd_streaming"), ("value_bigger_than_max", "layers"),
+            ("value_smaller_than_min", "stall_timeout")} <= kinds
 
 
 # ----------------------------------------------------------------------------- interrupt
