@@ -45,6 +45,12 @@ def image_to_uint8(image: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.rint(scaled).astype(np.uint8))
 
 
+# FFmpeg's usual layout for each channel count (channels in the order WAV and ComfyUI's LoadAudio
+# keep them). Surround is written as it is: h3 reads references with `-ac 2` (h3_ffmpeg.c), so
+# FFmpeg's own downmix keeps the centre channel, where dialogue usually is.
+CHANNEL_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
+
+
 @dataclass(frozen=True, eq=False)
 class AudioClip:
     """PCM audio: float32 [channels, samples] in -1..1 at `sample_rate` Hz."""
@@ -53,8 +59,8 @@ class AudioClip:
     sample_rate: int
 
     def __post_init__(self) -> None:
-        if self.waveform.ndim != 2 or self.waveform.shape[0] not in (1, 2):
-            raise MediaError(f"expected audio shaped [channels(1|2), samples], got {list(self.waveform.shape)}")
+        if self.waveform.ndim != 2 or self.waveform.shape[0] not in CHANNEL_LAYOUTS:
+            raise MediaError(f"expected audio shaped [channels (1..8), samples], got {list(self.waveform.shape)}")
         if self.sample_rate <= 0:
             raise MediaError(f"audio sample rate must be positive, got {self.sample_rate}")
 
@@ -85,8 +91,7 @@ def write_png(image: np.ndarray, path: Path) -> Path:
 
 def write_wav(clip: AudioClip, path: Path) -> Path:
     """Write 16-bit PCM WAV at the clip's own rate (h3's FFmpeg resamples to 32 kHz itself)."""
-    channels = clip.waveform.shape[0]
-    layout = "stereo" if channels == 2 else "mono"
+    layout = CHANNEL_LAYOUTS[clip.waveform.shape[0]]
     planar = np.ascontiguousarray(np.clip(clip.waveform, -1.0, 1.0).astype(np.float32, copy=False))
     try:
         with av.open(str(path), mode="w", format="wav") as container:

@@ -402,3 +402,16 @@ def test_internal_canvas_is_passed_and_checked() -> None:
         adapter.build_request(adapter.GenerateSettings(prompt="x", width=512, height=512,
                                                        render_width=384)).validate(check_files=False)
     assert info.value.field == "render_height"
+
+
+def test_each_warm_session_job_uses_its_engine_nodes_watchdog(tmp_path: Path) -> None:
+    """shared_session keeps the first caller's options; the node's stall_timeout must still
+    apply to every job (the stall error tells users to raise it)."""
+    from core_helpers import sim_engine_path
+    engine = sim_engine_path()
+    first = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, 600.0))
+    second = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, 3600.0))
+    assert second is first and second.stall_timeout == 3600.0
+    never = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, None))
+    assert never is first and never.stall_timeout is None
+    first.close()

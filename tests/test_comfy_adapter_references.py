@@ -130,6 +130,22 @@ def test_wav_round_trips_through_pyav(tmp_path: Path) -> None:
     assert probe_media(mono).has_audio
 
 
+def test_surround_audio_keeps_its_centre_channel_through_h3s_stereo_read(tmp_path: Path) -> None:
+    """A 5.1 waveform (ComfyUI LoadAudio keeps every channel) is written whole: h3 reads
+    references with `-ac 2` (h3_ffmpeg.c), and FFmpeg's downmix keeps the centre, where dialogue is.
+    Cutting to the first two channels lost it."""
+    import subprocess
+    from h3bridge.comfy import adapter
+    t = np.arange(48000, dtype=np.float32) / 48000
+    surround = np.zeros((1, 6, 48000), np.float32)
+    surround[0, 2] = 0.5 * np.sin(2 * np.pi * 440 * t)          # FL FR FC LFE BL BR: centre only
+    path = write_wav(adapter.waveform_to_clip(surround, 48000), tmp_path / "dialogue.wav")
+    read = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:a:0", "-vn", "-ac", "2", "-ar",
+                           "32000", "-f", "f32le", "pipe:1"], capture_output=True, check=True).stdout
+    stereo = np.frombuffer(read, np.float32).reshape(-1, 2)
+    assert stereo.shape[0] == 32000 and np.abs(stereo).max() > 0.2
+
+
 def test_materialise_writes_each_kind_in_order(tmp_path: Path) -> None:
     with_audio = _video(tmp_path / "with-audio.mp4", audio=True)
     silent = _video(tmp_path / "silent.mp4", audio=False)

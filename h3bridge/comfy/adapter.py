@@ -132,7 +132,11 @@ def open_engine(handle: EngineHandle) -> OneShotEngine | SessionEngine:
     Warm session: the process-wide `shared_session` for (engine, model), so the model stays
     resident across queue runs and graphs (until its idle timeout)."""
     if handle.mode == WARM_SESSION:
-        return shared_session(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
+        session = shared_session(handle.engine_path, handle.model_dir)
+        # shared_session applies options only when it creates the session: this job's engine node
+        # decides its own watchdog (its error tells users to raise it).
+        session.stall_timeout = handle.stall_timeout
+        return session
     return OneShotEngine(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
 
 
@@ -313,12 +317,11 @@ def audio_to_waveform(audio: np.ndarray | None, sample_count: int = 0) -> np.nda
 
 
 def waveform_to_clip(waveform: np.ndarray, sample_rate: int) -> AudioClip:
-    """ComfyUI AUDIO waveform [B, C, T] (first item used) -> AudioClip."""
+    """ComfyUI AUDIO waveform [B, C, T] (first item used) -> AudioClip, every channel kept (h3's
+    FFmpeg downmixes surround to stereo itself)."""
     data = np.asarray(waveform, dtype=np.float32)
     if data.ndim == 3:
         data = data[0]
-    if data.ndim == 2 and data.shape[0] > 2:
-        data = data[:2]
     return AudioClip(np.ascontiguousarray(data), int(sample_rate))
 
 
