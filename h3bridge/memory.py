@@ -52,6 +52,7 @@ from .request import (
     ReferenceKind,
     SlowerPath,
     legal_frame_counts,
+    reference_video_frames,
 )
 
 if TYPE_CHECKING:
@@ -377,15 +378,6 @@ def reference_video_canvas(width: int, height: int) -> tuple[int, int]:
     if width * height < adapted_w * adapted_h:
         return _round_to_canvas(width), _round_to_canvas(height)
     return adapted_w, adapted_h
-
-
-def reference_video_frames(frames_at_24fps: int, output_frames: int) -> int:
-    """h3_ffmpeg.c h3_ffmpeg_read_video_f32: decode at 24 fps up to the output length (h3.c passes
-    temporal.frame_count), then trim down to 5 + 17n frames."""
-    frames = min(frames_at_24fps, output_frames)
-    while frames > 5 and frames % 17 != 5:
-        frames -= 1
-    return max(frames, 5)
 
 
 def video_encoder_latent_t(frames: int) -> int:

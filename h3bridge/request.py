@@ -202,6 +202,16 @@ def _multiples_around(value: int, multiple: int, low: int, high: int) -> list[in
     return sorted({below, above})
 
 
+def reference_video_frames(frames_at_24fps: int, output_frames: int) -> int:
+    """The frames of a reference video h3 conditions on (h3_ffmpeg.c h3_ffmpeg_read_video_f32):
+    decoded at 24 fps up to the output length (h3.c passes temporal.frame_count), then trimmed
+    down to 5 + 17n."""
+    frames = min(frames_at_24fps, output_frames)
+    while frames > 5 and frames % 17 != 5:
+        frames -= 1
+    return max(frames, 5)
+
+
 def _finite(number: int | float) -> bool:
     """math.isfinite, for any int too (a huge int overflows a float rather than being infinite)."""
     try:
@@ -500,9 +510,7 @@ def _validate_files(request: GenerationRequest) -> None:
                 raise RequestError(f"{what} {str(reference.path)!r} has {decoded} frames at 24 fps; reference "
                                    f"videos need at least {MIN_REFERENCE_VIDEO_FRAMES}", field="references",
                                    hint="use a longer video")
-            condition_frames = decoded
-            while condition_frames % 17 != 5:
-                condition_frames -= 1
+            condition_frames = reference_video_frames(decoded, output_frames)
             if reference.kind is ReferenceKind.SILENT_VIDEO:
                 continue
             soundtrack_path = reference.audio_path if reference.kind is ReferenceKind.VIDEO_AUDIO else reference.path
