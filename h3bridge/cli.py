@@ -4,13 +4,16 @@ Each subcommand is one `add_*_command(subparsers)` function registered in
 SUBCOMMANDS; it sets `handler=` (a function taking the parsed args and returning
 an exit status). Add a subcommand by writing such a function and appending it.
 
-Exit status: 0 ok, 1 failure (message and fix on stderr), 2 bad arguments,
-130 cancelled with Ctrl-C.
+Exit status: 0 ok, 1 failure (message and fix on stderr), 2 bad arguments or a request
+refused before anything ran (including an output that already exists), 130 cancelled
+(Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import signal
 import sys
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .cancel import CancelToken
-from .errors import GenerationCancelled, H3BridgeError, RequestError
+from .errors import GenerationCancelled, H3BridgeError, OutputExistsError, RequestError
 from .progress import ProgressEvent
 from .request import (
     DEFAULT_HEIGHT,
@@ -35,6 +38,8 @@ from .request import (
 )
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+EXIT_STATUS_HELP = ("exit status: 0 ok, 1 failed, 2 bad arguments or refused before anything ran, "
+                    "130 cancelled (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP)")
 DEFAULT_OUTPUT = "outputs/h3.mp4"   # main.c: `-o` default, relative to the working directory
 
 
@@ -133,15 +138,33 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
 # ----------------------------------------------------------------------------- progress display
 
 class PhaseProgressBars:
-    """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends."""
+    """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
 
-    def __init__(self, enabled: bool = True) -> None:
+    Without a terminal (a log file, a pipe) a bar's redraws are noise: one line per phase is
+    written instead. Progress is a courtesy: if stderr breaks (a closed pipe), the display
+    turns itself off and the render goes on."""
+
+    def __init__(self, enabled: bool = True, *, terminal: bool | None = None) -> None:
         self.enabled = enabled
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self._bar = None
         self._phase: str | None = None
 
     def __call__(self, event: ProgressEvent) -> None:
         if not self.enabled:
+            return
+        try:
+            self._show(event)
+        except (OSError, ValueError):     # EPIPE, or stderr closed under us
+            self.enabled = False
+            self._bar = None
+
+    def _show(self, event: ProgressEvent) -> None:
+        if not self.terminal:
+            if event.phase != self._phase:
+                self._phase = event.phase
+                print(f"h3bridge: {event.phase} (overall {event.fraction:.0%}, {event.elapsed:.1f} s)",
+                      file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
         if event.phase != self._phase or self._bar is None or self._bar.total != event.total:
@@ -156,7 +179,10 @@ class PhaseProgressBars:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.close()
+            try:
+                self._bar.close()
+            except (OSError, ValueError):
+                pass
             self._bar = None
 
 
@@ -170,7 +196,10 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
                         help=f"output MP4 (default {DEFAULT_OUTPUT}; '' writes no MP4)")
     output.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    output.add_argument("--no-frames", action="store_true", help="do not read the frames back into memory")
+    output.add_argument("--read-frames", action="store_true",
+                        help="also read every frame back into memory (its shape appears in --json); the MP4 "
+                             "is the result, so this is off by default")
+    output.add_argument("--no-frames", action="store_true", help=argparse.SUPPRESS)   # the default; kept for scripts
     output.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     output.add_argument("--quiet", action="store_true", help="no progress bars")
     add_engine_options(parser)
@@ -200,22 +229,33 @@ def result_summary(result) -> dict[str, object]:
 def run_generate(args: argparse.Namespace) -> int:
     from .engine import OneShotEngine
     from .errors import SessionUnsupportedError
-    from .session import SessionEngine
+    from .session import SessionEngine, session_prompt
     request = request_from_args(args).validate()
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
-                       session=getattr(args, "session", False))
+    wants_session = getattr(args, "session", False)
+    if wants_session:
+        try:
+            session_prompt(request.prompt)
+        except SessionUnsupportedError as error:
+            print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+            wants_session = False
+    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False), session=wants_session)
     session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout) \
-        if getattr(args, "session", False) else None
+        if wants_session else None
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
 
+    received: list[int] = []
+
     def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
         cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
 
-    previous = signal.signal(signal.SIGINT, interrupt)
-    options = dict(overwrite=args.overwrite, want_frames=not args.no_frames, want_audio=True,
+    # Ctrl-C, `kill`, a closed terminal: the engine runs in its own process group and would
+    # otherwise keep rendering (and holding the model) after we are gone.
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, cancel=cancel)
     try:
         if session is not None:
@@ -227,8 +267,14 @@ def run_generate(args: argparse.Namespace) -> int:
                 session = None
         if session is None:
             result = one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+    except GenerationCancelled as error:
+        if received and received[0] != signal.SIGINT:
+            print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
+            return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
+        raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         bars.close()
         if session is not None:
             session.close()
@@ -236,8 +282,11 @@ def run_generate(args: argparse.Namespace) -> int:
         print(json.dumps(result_summary(result), indent=2))
     else:
         where = result.video_path if result.video_path is not None else "(no MP4 kept)"
-        print(f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames, "
-              f"seed {result.seed}, {result.timings.get('total', 0.0):.1f} s", file=sys.stderr)
+        try:
+            print(f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames, "
+                  f"seed {result.seed}, {result.timings.get('total', 0.0):.1f} s", file=sys.stderr)
+        except OSError:
+            pass      # nobody reads stderr any more; the clip is there all the same
     return EXIT_OK
 
 
@@ -406,7 +455,7 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("-d", "--model-dir", metavar="PATH", type=Path,
                          help="size the plan from this model's shards (default: $H3_MODEL_DIR, else upstream's shapes)")
     machine.add_argument("--show", action="store_true", help="plan for h3's live preview (--show, ~10 GiB more)")
-    machine.add_argument("--memory-gb", type=float, metavar="GB",
+    machine.add_argument("--memory-gb", type=_positive_gigabytes, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
     machine.add_argument("--chip", metavar="NAME", help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
     machine.add_argument("--session", action="store_true",
@@ -437,6 +486,17 @@ def run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK if plan.fits else EXIT_FAILURE
 
 
+def _positive_gigabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size; give the Mac's unified memory "
+                                         "in GB, e.g. 64")
+    return value
+
+
 # ----------------------------------------------------------------------------- entry point
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
@@ -445,7 +505,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="h3bridge", description="MiniMax-H3 through antirez's h3.c engine.")
+    parser = argparse.ArgumentParser(prog="h3bridge", description="MiniMax-H3 through antirez's h3.c engine.",
+                                     epilog=EXIT_STATUS_HELP)
     from . import __version__
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -465,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("h3bridge: interrupted", file=sys.stderr)
         return EXIT_CANCELLED
-    except RequestError as error:
+    except (RequestError, OutputExistsError) as error:
         print(f"h3bridge: {error}", file=sys.stderr)
         return EXIT_USAGE
     except H3BridgeError as error:
@@ -473,7 +534,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine_message = getattr(error, "engine_message", None)
         if engine_message and engine_message not in error.message:
             print(f"  h3 said: {engine_message}", file=sys.stderr)
+        log = _save_engine_log(getattr(error, "stderr", None))
+        if log is not None:
+            print(f"  engine log: {log}", file=sys.stderr)
         return EXIT_FAILURE
+    except OSError as error:     # the file system refused something we did not foresee
+        print(f"h3bridge: {error.strerror or error}" + (f": {error.filename}" if error.filename else ""),
+              file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _save_engine_log(stderr: str | None) -> Path | None:
+    """The engine's whole stderr, kept in h3bridge's cache directory for the failure's hint
+    ("see the engine log"); None when there is none or it cannot be written."""
+    if not stderr:
+        return None
+    import time
+
+    from .userdirs import cache_dir
+    try:
+        folder = cache_dir() / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"h3-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        path.write_text(stderr.replace("\r", "\n"), encoding="utf-8", errors="replace")
+        return path
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":   # pragma: no cover

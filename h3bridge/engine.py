@@ -224,12 +224,23 @@ def engine_message_from(stderr: str) -> str | None:
 def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
     """The absolute output path (None: no MP4 kept); refuses a directory or, unless
     `overwrite`, an existing file, before any engine starts."""
-    output_path = Path(output).expanduser().absolute() if output is not None and os.fspath(output) else None
+    text = os.fspath(output) if output is not None else ""
+    output_path = Path(text).expanduser().absolute() if text else None
     if output_path is not None:
-        if output_path.is_dir():
-            raise RequestError(f"the output {output_path} is a directory", field="output",
-                               hint="give a file name ending in .mp4")
-        if output_path.exists() and not overwrite:
+        limit = _name_limit(output_path.parent)
+        length = len(output_path.name.encode("utf-8", "surrogateescape"))
+        if length > limit:
+            raise RequestError(f"the output file name is {length} bytes, over this file system's {limit}",
+                               field="output", hint="choose a shorter file name")
+        if text.endswith(os.sep) or output_path.is_dir():
+            raise RequestError(f"the output {text} names a folder", field="output",
+                               hint=f"give a file name ending in .mp4, e.g. {output_path / 'clip.mp4'}")
+        if output_path.suffix.lower() != ".mp4":
+            # h3 writes MP4 (H.264 + AAC); another suffix would misname the file.
+            raise RequestError(f"the output {output_path.name} does not end in .mp4, and h3 writes an MP4",
+                               field="output", hint=f"name it {output_path.with_suffix('.mp4').name}")
+        # lexists: a symlink (even a dangling one) is something the user made.
+        if os.path.lexists(output_path) and not overwrite:
             raise OutputExistsError(f"the output {output_path} already exists",
                                     hint="choose another name, or allow overwriting (CLI: --overwrite)")
         # The clip is staged beside the output and the parents are created (staging_path), so
@@ -243,6 +254,16 @@ def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) ->
     return output_path
 
 
+def _name_limit(folder: Path) -> int:
+    """The longest file name the output's file system takes (NAME_MAX, 255 on APFS and ext4)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
 def staging_path(output_path: Path) -> Path:
     """The temporary name a clip is written under before its atomic rename to `output_path`:
     in the same folder (rename is atomic only within one file system), hidden, unique, and
@@ -253,7 +274,8 @@ def staging_path(output_path: Path) -> Path:
     except OSError as error:
         raise MediaError(f"cannot create the output folder {output_path.parent}: {error.strerror}",
                          hint="choose an output in a folder you can write to") from None
-    return output_path.parent / f".{output_path.name}.{uuid.uuid4().hex[:12]}.partial.mp4"
+    # Short whatever the output's name: a name near the file system's limit must still fit.
+    return output_path.parent / f".h3bridge-{uuid.uuid4().hex[:12]}.partial.mp4"
 
 
 def check_media_tools(request: GenerationRequest, *, writes_mp4: bool) -> MediaTools:
@@ -500,7 +522,8 @@ def _hint_for(message: str | None) -> str | None:
         return ("h3 reads h3_shaders.metal from the folder its binary is in: keep h3 in its h3.c "
                 "checkout (a symlink to it elsewhere is fine, a copy is not), or rebuild it there")
     if "metal" in lowered or "m5" in lowered:
-        return "this Mac's GPU lacks the feature; drop the option that needs it (e.g. int8_row_fc2)"
+        return ("the GPU refused the work: if the request uses int8_row_fc2 (--use-int8-row-fc2, M5 only), drop "
+                "it; otherwise check memory with `h3bridge plan` and see the engine log")
     if "safetensors" in lowered or "model" in lowered or "tokenizer" in lowered or "config.json" in lowered:
         return "check the model directory (h3bridge verify)"
     return None

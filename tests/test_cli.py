@@ -33,9 +33,13 @@ def test_generate_json(model_dir: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["video_path"] == str(output) and output.is_file()
-    assert result["frames_shape"] == [22, 64, 96, 3] and result["audio_shape"] == [2, 29600]
+    assert result["frames_shape"] is None and result["audio_shape"] == [2, 29600]   # the MP4 is the result
     assert result["fps"] == 24 and result["seed"] == 42 and result["timings"]["total"] > 0
-    assert "denoise" in done.stderr          # tqdm phase bars go to stderr
+    # Progress goes to stderr; without a terminal, one line per phase instead of bar redraws.
+    assert "h3bridge: denoise (overall" in done.stderr and "\r" not in done.stderr
+    again = cli("generate", "-p", "a red fox", *FAST_FLAGS, "-o", str(tmp_path / "b.mp4"), "--json",
+                "--read-frames", model=model_dir)
+    assert json.loads(again.stdout)["frames_shape"] == [22, 64, 96, 3]
 
 
 def test_flags_map_to_the_request(tmp_path: Path) -> None:
@@ -65,11 +69,11 @@ def test_bad_values_exit_2_with_the_fix(model_dir: Path, tmp_path: Path) -> None
     assert caught.value.code == 2
 
 
-def test_existing_output_exit_1_and_kept(model_dir: Path, tmp_path: Path) -> None:
+def test_existing_output_exit_2_and_kept(model_dir: Path, tmp_path: Path) -> None:
     output = tmp_path / "mine.mp4"
     output.write_bytes(b"keep me")
     done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(output), model=model_dir)
-    assert done.returncode == 1 and "already exists" in done.stderr and "--overwrite" in done.stderr
+    assert done.returncode == 2 and "already exists" in done.stderr and "--overwrite" in done.stderr
     assert output.read_bytes() == b"keep me"
     done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(output), "--overwrite", "--quiet", model=model_dir)
     assert done.returncode == 0 and output.read_bytes() != b"keep me"
@@ -88,7 +92,11 @@ def test_missing_engine_exit_1_with_build_hint(tmp_path: Path, model_dir: Path) 
     assert done.returncode == 1 and "github.com/antirez/h3.c" in done.stderr and "h3-sim" in done.stderr
 
 
-def test_ctrl_c_cancels_cleanly(model_dir: Path, tmp_path: Path, sim_log: Path) -> None:
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_ctrl_c_kill_or_hangup_cancels_cleanly(model_dir: Path, tmp_path: Path, sim_log: Path,
+                                               signum: int, status: int) -> None:
+    """Ctrl-C, `kill` and a closed terminal all stop the engine (its own process group would
+    otherwise keep rendering and holding the model) and leave nothing behind."""
     output = tmp_path / "never.mp4"
     command = [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "fox", *FAST_FLAGS, "-o", str(output),
                "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
@@ -102,12 +110,12 @@ def test_ctrl_c_cancels_cleanly(model_dir: Path, tmp_path: Path, sim_log: Path) 
             time.sleep(0.05)
         assert engine_pids, "the engine never started"
         time.sleep(0.5)                       # let it reach the hung denoise phase
-        process.send_signal(signal.SIGINT)    # what the terminal sends on Ctrl-C
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130
+    assert process.returncode == status
     assert "Traceback" not in stderr and "cancelled" in stderr
     for pid in engine_pids:
         assert_group_gone(pid)            # h3 ran as its own group leader: pgid == pid
@@ -151,3 +159,47 @@ def test_no_mp4_and_no_frames(model_dir: Path, tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["video_path"] is None and result["frames_shape"] is None and result["audio_shape"] == [2, 29600]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_names_that_would_fail_after_the_render_are_refused_before(model_dir: Path, tmp_path: Path) -> None:
+    longest = tmp_path / ("b" * 251 + ".mp4")                 # 255 bytes: the temporary name must still fit
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(longest), "--quiet", model=model_dir)
+    assert done.returncode == 0, done.stderr
+    assert longest.is_file()
+    cases = {
+        "b" * 252 + ".mp4": "over this file system's 255",
+        "clip.mkv": "does not end in .mp4",
+        "newdir/": "names a folder",
+    }
+    dangling = tmp_path / "link.mp4"
+    dangling.symlink_to(tmp_path / "nowhere" / "t.mp4")
+    cases["link.mp4"] = "already exists"
+    for name, words in cases.items():
+        done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(tmp_path) + "/" + name, model=model_dir)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, (name, done.stderr)
+    assert dangling.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == sorted([longest.name, "link.mp4"])
+
+
+def test_a_closed_stderr_does_not_cost_the_render(model_dir: Path, tmp_path: Path) -> None:
+    """Progress is a courtesy: `h3bridge generate ... 2>&1 | head -c5` must still give the clip."""
+    output = tmp_path / "fox.mp4"
+    command = [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "fox", *FAST_FLAGS, "-o", str(output),
+               "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE)
+    process.stderr.close()                                  # the reader went away
+    assert process.wait(120) == 0 and output.is_file()
+
+
+def test_a_failed_engine_leaves_its_log_where_the_hint_says(model_dir: Path, tmp_path: Path) -> None:
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(tmp_path / "x.mp4"), model=model_dir,
+               env={"H3_SIM_CRASH_PHASE": "denoise", "H3BRIDGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 1 and "engine log: " in done.stderr
+    log = Path(done.stderr.split("engine log: ")[1].split()[0])
+    assert log.parent == tmp_path / "cache" / "logs" and "denoise" in log.read_text()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "lots"])
+def test_plan_refuses_a_memory_size_that_is_not_one(value: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "plan", "--memory-gb", value],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "not a memory size" in done.stderr and "Traceback" not in done.stderr

@@ -22,7 +22,7 @@ def test_generate_session_runs_through_interactive_mode(model_dir: Path, tmp_pat
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "out" / "fox.mp4"
     code = main(["generate", "--session", "--engine-path", str(sim_engine_path()), "-d", str(model_dir),
-                 "-p", "a red fox", *CLIP, "--seed", "7", "-o", str(output), "--json", "--quiet"])
+                 "-p", "a red fox", *CLIP, "--seed", "7", "-o", str(output), "--json", "--quiet", "--read-frames"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["video_path"] == str(output) and output.is_file()
