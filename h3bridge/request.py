@@ -280,17 +280,21 @@ def _validate_canvas(request: GenerationRequest) -> None:
             options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, 1344)
             nearest = (f"the nearest valid {name} is {options[0]}" if len(options) == 1 else
                        f"the nearest valid {name}s are {options[0]} and {options[1]}")
+            closest = min(options, key=lambda option: (abs(option - value), option))
             raise RequestError(f"{name}={value} is not a multiple of 32 of at least 32; {nearest}", field=name,
-                               hint=f"use {name}={options[-1] if len(options) == 1 else options[0]}")
+                               hint=f"use {name}={closest}")
     width, height = request.width, request.height
     # h3.c h3_valid_params: "canvas exceeds the released 768*1344 pixel limit"
     if width * height > MAX_PIXELS:
-        fit_height = max(CANVAS_MULTIPLE, (MAX_PIXELS // width) // CANVAS_MULTIPLE * CANVAS_MULTIPLE)
-        fit_width = max(CANVAS_MULTIPLE, (MAX_PIXELS // height) // CANVAS_MULTIPLE * CANVAS_MULTIPLE)
+        # Keep one side and shrink the other; a side too long for any legal canvas is shrunk too.
+        fits = [(w, h) for w, h in ((width, (MAX_PIXELS // width) // CANVAS_MULTIPLE * CANVAS_MULTIPLE),
+                                    ((MAX_PIXELS // height) // CANVAS_MULTIPLE * CANVAS_MULTIPLE, height))
+                if w >= CANVAS_MULTIPLE and h >= CANVAS_MULTIPLE]
+        shown = " and ".join(f"{w}x{h}" for w, h in fits) if fits else "1344x768 and 768x1344"
+        label = "canvas is" if len(fits) == 1 else "canvases are"
         raise RequestError(f"canvas {width}x{height} is {width * height} pixels, over h3's 768*1344 "
-                           f"({MAX_PIXELS}) pixel limit; the nearest valid canvases are "
-                           f"{width}x{fit_height} and {fit_width}x{height}", field="width",
-                           hint=f"use {width}x{fit_height}, {fit_width}x{height}, or e.g. 1344x768")
+                           f"({MAX_PIXELS}) pixel limit; the nearest valid {label} {shown}", field="width",
+                           hint=f"use {shown.replace(' and ', ', ')}, or e.g. 1344x768")
     render_w, render_h = request.render_width, request.render_height
     if (render_w is None) != (render_h is None):
         # h3.c h3_valid_params: "render width and height must be set together"

@@ -107,6 +107,12 @@ def test_canvas_must_be_multiples_of_32(field: str, value: int, nearest: str) ->
     reject(fast_request(**{field: value}), field, f"{field}={value}", "multiple of 32", nearest)
 
 
+def test_the_suggested_canvas_is_the_closest_and_legal() -> None:
+    reject(fast_request(width=95), "width", "64 and 96", "use width=96")
+    error = reject(fast_request(width=100000, height=64), "width", "16128x64")
+    assert "100000x" not in (error.hint or "")
+
+
 def test_canvas_pixel_cap_names_fitting_canvases() -> None:
     error = reject(fast_request(width=1344, height=800), "width", "1344x800", "768*1344", "1344x768")
     assert "1344x768" in error.hint
