@@ -527,10 +527,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("h3bridge: interrupted", file=sys.stderr)
         return EXIT_CANCELLED
     except (RequestError, OutputExistsError) as error:
-        print(f"h3bridge: {error}", file=sys.stderr)
+        print(f"h3bridge: {in_cli_words(str(error))}", file=sys.stderr)
         return EXIT_USAGE
     except H3BridgeError as error:
-        print(f"h3bridge: {error}", file=sys.stderr)
+        print(f"h3bridge: {in_cli_words(str(error))}", file=sys.stderr)
         engine_message = getattr(error, "engine_message", None)
         if engine_message and engine_message not in error.message:
             print(f"  h3 said: {engine_message}", file=sys.stderr)
@@ -542,6 +542,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"h3bridge: {error.strerror or error}" + (f": {error.filename}" if error.filename else ""),
               file=sys.stderr)
         return EXIT_FAILURE
+
+
+# Library messages name GenerationRequest fields; on the command line the user typed flags.
+_FLAG_FOR_FIELD = {
+    "width": "--width", "height": "--height", "render_width": "--render-width",
+    "render_height": "--render-height", "frames": "--frames", "seconds": "--seconds", "seed": "--seed",
+    "steps": "--steps", "reuse": "--reuse", "layers": "--layers", "core_reuse": "--core-reuse",
+    "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
+    "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
+    "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
+}
+
+
+def in_cli_words(text: str) -> str:
+    """`core_reuse=6` -> `--core-reuse 6`, `render_height` -> `--render-height`: a library
+    message as the command-line user needs it. Bare one-word field names (`width`, `frames`) are
+    also plain words, so they are only translated in the `name=value` form."""
+    import re
+
+    def flag(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        if name == "force" and value == "True":
+            return "--force"
+        if value in ("True", "False") and name in _FLAG_FOR_FIELD:
+            return _FLAG_FOR_FIELD[name] if value == "True" else f"no {_FLAG_FOR_FIELD[name]}"
+        return f"{_FLAG_FOR_FIELD[name]} {value}" if name in _FLAG_FOR_FIELD else match.group(0)
+
+    text = re.sub(r"\b([a-z][a-z0-9_]*)=([^\s,;)]+)", flag, text)
+    text = re.sub(r"\b(" + "|".join(name for name in _FLAG_FOR_FIELD if "_" in name and "=" not in name) + r")\b",
+                  lambda match: _FLAG_FOR_FIELD[match.group(1)], text)
+    # Messages that already named the flag beside the field now say it twice: once is enough.
+    text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
+    return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)
 
 
 def _save_engine_log(stderr: str | None) -> Path | None:

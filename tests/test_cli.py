@@ -203,3 +203,12 @@ def test_plan_refuses_a_memory_size_that_is_not_one(value: str) -> None:
     done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "plan", "--memory-gb", value],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "not a memory size" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_fixes_name_the_flags_the_user_typed(model_dir: Path) -> None:
+    """The library says `core_reuse=6`; on the command line that is `--core-reuse 6`."""
+    done = cli("generate", "-p", "fox", "--width", "96", "--height", "64", "--frames", "22", "--reuse", "2",
+               "--core-reuse", "3", model=model_dir)
+    assert done.returncode == 2 and "--core-reuse" in done.stderr and "core_reuse" not in done.stderr
+    done = cli("generate", "-p", "fox", "--width", "95", "--height", "64", "--frames", "22", model=model_dir)
+    assert done.returncode == 2 and "use --width 96" in done.stderr
