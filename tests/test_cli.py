@@ -62,7 +62,7 @@ def test_bad_values_exit_2_with_the_fix(model_dir: Path, tmp_path: Path) -> None
     done = cli("generate", "-p", "fox", "--width", "96", "--height", "64", "--frames", "23", "-o",
                str(tmp_path / "x.mp4"), model=model_dir)
     assert done.returncode == 2
-    assert "frames=23 is not a legal H3 length; the next legal lengths are 22 and 39" in done.stderr
+    assert "--frames 23 is not a legal H3 length; the next legal lengths are 22 and 39" in done.stderr
     assert "fix:" in done.stderr and "Traceback" not in done.stderr
     with pytest.raises(SystemExit) as caught:
         main(["generate", "--frames", "22"])          # argparse: -p is required
