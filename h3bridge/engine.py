@@ -264,6 +264,26 @@ def _name_limit(folder: Path) -> int:
         return 255
 
 
+def missing_folders(output_path: Path) -> list[Path]:
+    """The output's folders that do not exist yet, deepest first: staging_path creates them,
+    and a job that fails takes them away again (remove_empty_folders)."""
+    missing: list[Path] = []
+    folder = output_path.parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """rmdir each, deepest first, stopping at the first that is not empty (someone else's now)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def staging_path(output_path: Path) -> Path:
     """The temporary name a clip is written under before its atomic rename to `output_path`:
     in the same folder (rename is atomic only within one file system), hidden, unique, and
@@ -404,6 +424,8 @@ class OneShotEngine:
 
         workdir = Path(tempfile.mkdtemp(prefix="h3bridge-"))
         mp4_temp: Path | None = None
+        made_folders = missing_folders(output_path) if output_path is not None else []
+        published = False
         try:
             if output_path is not None:
                 mp4_temp = staging_path(output_path)
@@ -423,13 +445,17 @@ class OneShotEngine:
                 raise_if_cancelled(cancel)
                 frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
             raise_if_cancelled(cancel)
-            return finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
-                                 want_audio=want_audio, timings=timings, command=argv, engine_log=stderr,
-                                 engine_variables=engine_variables(env))
+            result = finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
+                                   want_audio=want_audio, timings=timings, command=argv, engine_log=stderr,
+                                   engine_variables=engine_variables(env))
+            published = True
+            return result
         finally:
             if mp4_temp is not None and mp4_temp.parent != workdir:
                 remove_quietly(mp4_temp)
             shutil.rmtree(workdir, ignore_errors=True)
+            if not published:
+                remove_empty_folders(made_folders)
 
     def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,

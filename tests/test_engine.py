@@ -293,6 +293,20 @@ def test_a_sigkilled_engine_gets_memory_advice_it_has_not_already_taken(engine: 
     assert not (tmp_path / "x.mp4").exists()
 
 
+def test_a_failed_job_takes_back_the_folders_it_made_for_its_output(engine: OneShotEngine, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_FAIL_PHASE", "denoise")
+    with pytest.raises(EngineError):
+        engine.generate(fast_request(), tmp_path / "new" / "deeper" / "x.mp4")
+    assert list(tmp_path.iterdir()) == []
+    kept = tmp_path / "mine"
+    (kept / "deeper").mkdir(parents=True)
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(EngineError):
+        engine.generate(fast_request(), kept / "deeper" / "more" / "x.mp4")
+    assert sorted(p.name for p in kept.iterdir()) == ["deeper", "notes.txt"] and list((kept / "deeper").iterdir()) == []
+
+
 def test_crash_is_typed(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3_SIM_CRASH_PHASE", "denoise")
     with pytest.raises(EngineCrashedError) as caught:
