@@ -253,8 +253,10 @@ def run_generate(args: argparse.Namespace) -> int:
         cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
 
     # Ctrl-C, `kill`, a closed terminal: the engine runs in its own process group and would
-    # otherwise keep rendering (and holding the model) after we are gone.
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # otherwise keep rendering (and holding the model) after we are gone. A signal the caller
+    # chose to ignore (`nohup`, a background job) stays ignored.
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, cancel=cancel)
     try:
@@ -569,9 +571,11 @@ def in_cli_words(text: str) -> str:
             return _FLAG_FOR_FIELD[name] if value == "True" else f"no {_FLAG_FOR_FIELD[name]}"
         return f"{_FLAG_FOR_FIELD[name]} {value}" if name in _FLAG_FOR_FIELD else match.group(0)
 
-    text = re.sub(r"\b([a-z][a-z0-9_]*)=([^\s,;)]+)", flag, text)
-    text = re.sub(r"\b(" + "|".join(name for name in _FLAG_FOR_FIELD if "_" in name and "=" not in name) + r")\b",
-                  lambda match: _FLAG_FOR_FIELD[match.group(1)], text)
+    # Never inside a path or a file name (`/clips/first_frame.png`, `width=512.mp4`): a field
+    # name counts only with no path character on either side.
+    text = re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", flag, text)
+    text = re.sub(r"(?<![\w/.~-])(" + "|".join(name for name in _FLAG_FOR_FIELD if "_" in name and "=" not in name)
+                  + r")(?![\w/.-])", lambda match: _FLAG_FOR_FIELD[match.group(1)], text)
     # Messages that already named the flag beside the field now say it twice: once is enough.
     text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
     return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)

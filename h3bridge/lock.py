@@ -31,6 +31,7 @@ program's idle session until that session's idle timeout.
 """
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -47,7 +48,7 @@ from filelock import FileLock, Timeout
 from .cancel import CancelToken
 from .engine_process import terminate_group
 from .errors import EngineError, GenerationCancelled
-from .userdirs import cache_dir
+from .userdirs import platform_cache_dir
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
@@ -67,11 +68,12 @@ YieldHook = Callable[[], None]
 
 
 def default_lock_path() -> Path:
-    """`$H3BRIDGE_LOCK_PATH`, else `engine.lock` in h3bridge's cache directory (userdirs.cache_dir)."""
+    """`$H3BRIDGE_LOCK_PATH`, else `engine.lock` in the platform's h3bridge cache directory
+    (userdirs.platform_cache_dir: H3BRIDGE_CACHE_DIR does not move it)."""
     override = os.environ.get(LOCK_PATH_ENV)
     if override:
         return Path(override).expanduser()
-    return cache_dir() / LOCK_FILE_NAME
+    return platform_cache_dir() / LOCK_FILE_NAME
 
 
 # --- in-process cooperation -------------------------------------------------------------------
@@ -158,9 +160,11 @@ class EngineLock:
     def _record_path(self) -> Path:
         return self.path.with_name(f"{self.path.name}{ENGINE_RECORD_SUFFIX}")
 
-    def record_engine(self, pid: int, *, leftovers: Sequence[Path] = ()) -> None:
+    def record_engine(self, pid: int, *, leftovers: Sequence[Path | str] = ()) -> None:
         """Note, while holding the lock, the engine just started (it leads its own process group)
-        and the files it may leave half-written, for the next holder should this process die."""
+        and the files it may leave half-written, for the next holder should this process die.
+        A leftover is a path (a folder goes with its contents), a glob pattern, or `DIR/` (that
+        folder only if it is empty); they are removed in order (see `_remove_leftover`)."""
         import psutil
         try:
             started = psutil.Process(pid).create_time()
@@ -296,15 +300,22 @@ def write_engine_record(path: Path, record: EngineRecord) -> None:
         temporary.write_text(json.dumps(asdict(record)))
         os.replace(temporary, path)
     except OSError:
-        _remove_leftover(temporary)    # best effort: without it, an orphan lives until its next write
+        _remove_leftover(str(temporary))    # best effort: without it, an orphan lives until its next write
 
 
-def _remove_leftover(path: Path) -> None:
+def _remove_leftover(entry: str) -> None:
+    """One recorded leftover: `DIR/` is removed only if empty, a glob pattern removes the files
+    it matches, any other path is removed (a folder with its contents: our own temporary one)."""
     try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
+        if entry.endswith(os.sep):
+            os.rmdir(entry)
+        elif glob.has_magic(entry):
+            for match in glob.glob(entry):
+                os.unlink(match)
+        elif os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry, ignore_errors=True)
         else:
-            path.unlink()
+            os.unlink(entry)
     except OSError:
         pass
 
@@ -336,8 +347,8 @@ def stop_orphaned_engine(record_path: Path) -> bool:
             terminate_group(record.pid)
             stopped = True
         for leftover in record.leftovers:
-            _remove_leftover(Path(leftover))
-    _remove_leftover(record_path)
+            _remove_leftover(leftover)
+    _remove_leftover(str(record_path))
     return stopped
 
 

@@ -219,8 +219,9 @@ def _frames_at_24fps(path: Path) -> int:
         for packet in container.demux(video):
             if packet.pts is None:
                 continue
+            stop = packet.pts + (packet.duration or 0)
             start = packet.pts if start is None else min(start, packet.pts)
-            end = max(end or packet.pts, packet.pts + (packet.duration or 0))
+            end = stop if end is None else max(end, stop)
             if limit is not None and end - start > limit:
                 break
         if start is None or end is None or time_base is None:

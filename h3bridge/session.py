@@ -798,9 +798,9 @@ class SessionEngine:
             self._hook_id = register_yield_hook(self._yield_if_idle)
             self._read_banner(references, job)
             if self._outputs_dir is not None:
-                # h3's mkdtemp folder: it only ever holds this session's clips, each moved out when
-                # done, so whatever an orphaned session leaves there is a partial MP4.
-                self._lock.record_engine(self._process.pid, leftovers=[self._outputs_dir])
+                # As _remove_outputs_dir: h3's partial clips, then its folder if nothing else is there.
+                self._lock.record_engine(self._process.pid, leftovers=[
+                    str(self._outputs_dir / "video-[0-9]*.mp4"), f"{self._outputs_dir}{os.sep}"])
         except BaseException:
             self._shutdown(graceful=False)
             raise

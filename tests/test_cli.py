@@ -212,3 +212,26 @@ def test_fixes_name_the_flags_the_user_typed(model_dir: Path) -> None:
     assert done.returncode == 2 and "--core-reuse" in done.stderr and "core_reuse" not in done.stderr
     done = cli("generate", "-p", "fox", "--width", "95", "--height", "64", "--frames", "22", model=model_dir)
     assert done.returncode == 2 and "use --width 96" in done.stderr
+
+
+def test_flag_words_never_touch_paths_or_file_names() -> None:
+    from h3bridge.cli import in_cli_words
+    for text in ("the first frame /Users/me/clips/first_frame.png does not exist",
+                 "the output /out/width=512.mp4 already exists", "my-last_frame.mp4 is not readable"):
+        assert in_cli_words(text) == text
+    assert in_cli_words("use core_reuse=6, or set render_height") == "use --core-reuse 6, or set --render-height"
+
+
+def test_a_hangup_the_caller_ignores_does_not_stop_the_render(model_dir: Path, tmp_path: Path) -> None:
+    """`nohup h3bridge generate ... &` then closing the terminal: the render goes on."""
+    output = tmp_path / "fox.mp4"
+    command = [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "fox", *FAST_FLAGS, "-o", str(output),
+               "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+                               env={**os.environ, "H3_SIM_TIME_SCALE": "0.05"})
+    line = process.stderr.readline()          # the first phase line: the run is under way
+    assert line.startswith("h3bridge: ")
+    process.send_signal(signal.SIGHUP)
+    process.stderr.read()
+    assert process.wait(120) == 0 and output.is_file()

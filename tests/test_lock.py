@@ -344,3 +344,32 @@ def test_a_holder_that_finishes_leaves_no_record(lock_path: Path) -> None:
         engine.wait(5)
         lock.clear_engine()
     assert list(lock_path.parent.iterdir()) == [lock_path]
+
+
+def test_the_cache_directory_setting_does_not_move_the_lock(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two programs with different H3BRIDGE_CACHE_DIR must still share one lock (one engine)."""
+    monkeypatch.delenv(LOCK_PATH_ENV, raising=False)
+    monkeypatch.delenv("H3BRIDGE_CACHE_DIR", raising=False)
+    shared = default_lock_path()
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert default_lock_path() == shared
+
+
+def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path: Path) -> None:
+    """A dead session's h3 folder: its partial clips go, the folder only if nothing else is there."""
+    from h3bridge.lock import EngineRecord, write_engine_record, stop_orphaned_engine
+    lock_path.parent.mkdir(parents=True)
+    record_path = lock_path.parent / "engine.lock.engine"
+    folders = {}
+    for name, extra in (("bare", None), ("shared", "notes.txt")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "video-0003.mp4").write_bytes(b"partial")
+        if extra:
+            (folder / extra).write_text("not ours")
+        folders[name] = folder
+        write_engine_record(record_path, EngineRecord(pid=2**22 + 12345, started=1.0, leftovers=(
+            str(folder / "video-[0-9]*.mp4"), f"{folder}{os.sep}")))
+        assert stop_orphaned_engine(record_path) is False      # no such process: nothing to stop
+    assert not folders["bare"].exists()
+    assert sorted(p.name for p in folders["shared"].iterdir()) == ["notes.txt"]
