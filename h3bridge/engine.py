@@ -37,7 +37,7 @@ from .errors import (
     RequestError,
 )
 from .media import decode_audio, read_frames_dir, remove_quietly
-from .lock import EngineLock, engine_lock
+from .lock import EngineLock, engine_lock, remove_leftovers
 from .progress import (
     PHASE_ORDER,
     WAITING_PHASE,
@@ -266,22 +266,13 @@ def _name_limit(folder: Path) -> int:
 
 def missing_folders(output_path: Path) -> list[Path]:
     """The output's folders that do not exist yet, deepest first: staging_path creates them,
-    and a job that fails takes them away again (remove_empty_folders)."""
+    and a job that fails takes them away again, each only if it is still empty."""
     missing: list[Path] = []
     folder = output_path.parent
     while not folder.exists() and folder != folder.parent:
         missing.append(folder)
         folder = folder.parent
     return missing
-
-
-def remove_empty_folders(folders: list[Path]) -> None:
-    """rmdir each, deepest first, stopping at the first that is not empty (someone else's now)."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
 
 
 def staging_path(output_path: Path) -> Path:
@@ -455,7 +446,7 @@ class OneShotEngine:
                 remove_quietly(mp4_temp)
             shutil.rmtree(workdir, ignore_errors=True)
             if not published:
-                remove_empty_folders(made_folders)
+                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
 
     def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,

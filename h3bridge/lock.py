@@ -164,7 +164,7 @@ class EngineLock:
         """Note, while holding the lock, the engine just started (it leads its own process group)
         and the files it may leave half-written, for the next holder should this process die.
         A leftover is a path (a folder goes with its contents), a glob pattern, or `DIR/` (that
-        folder only if it is empty); they are removed in order (see `_remove_leftover`)."""
+        folder only if it is empty); they are removed in order (see `remove_leftovers`)."""
         import psutil
         try:
             started = psutil.Process(pid).create_time()
@@ -290,7 +290,7 @@ class EngineRecord:
 
     pid: int                    # leads its own process group (start_new_session)
     started: float              # its psutil create_time: tells a reused pid apart
-    leftovers: tuple[str, ...]  # our temporary files and folders it writes into
+    leftovers: tuple[str, ...]  # our temporary files and folders it writes into (remove_leftovers)
 
 
 def write_engine_record(path: Path, record: EngineRecord) -> None:
@@ -300,24 +300,28 @@ def write_engine_record(path: Path, record: EngineRecord) -> None:
         temporary.write_text(json.dumps(asdict(record)))
         os.replace(temporary, path)
     except OSError:
-        _remove_leftover(str(temporary))    # best effort: without it, an orphan lives until its next write
+        remove_leftovers([str(temporary)])    # best effort: without it, an orphan lives until its next write
 
 
-def _remove_leftover(entry: str) -> None:
-    """One recorded leftover: `DIR/` is removed only if empty, a glob pattern removes the files
-    it matches, any other path is removed (a folder with its contents: our own temporary one)."""
-    try:
-        if entry.endswith(os.sep):
-            os.rmdir(entry)
-        elif glob.has_magic(entry):
-            for match in glob.glob(entry):
-                os.unlink(match)
-        elif os.path.isdir(entry) and not os.path.islink(entry):
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            os.unlink(entry)
-    except OSError:
-        pass
+def remove_leftovers(entries: Sequence[str]) -> None:
+    """Remove, in order, what an engine leaves behind: `DIR/` only if empty, a path whose file
+    name is a glob pattern the files it matches in that (literal) folder, any other path
+    outright (a folder with its contents: our own temporary one). Folder names are never
+    patterns, so a user's `out [1]/` is taken as written. Best effort: what cannot go stays."""
+    for entry in entries:
+        folder, name = os.path.split(entry)
+        pattern = name and glob.has_magic(name)
+        targets = glob.glob(os.path.join(glob.escape(folder), name)) if pattern else [entry]
+        for target in targets:
+            try:
+                if entry.endswith(os.sep):
+                    os.rmdir(target)
+                elif os.path.isdir(target) and not os.path.islink(target):
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    os.unlink(target)
+            except OSError:
+                pass
 
 
 def read_engine_record(path: Path) -> EngineRecord | None:
@@ -346,9 +350,8 @@ def stop_orphaned_engine(record_path: Path) -> bool:
                          "while it held the engine", record.pid)
             terminate_group(record.pid)
             stopped = True
-        for leftover in record.leftovers:
-            _remove_leftover(leftover)
-    _remove_leftover(str(record_path))
+        remove_leftovers(record.leftovers)
+    remove_leftovers([str(record_path)])
     return stopped
 
 

@@ -113,7 +113,7 @@ from .errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
+from .lock import EngineLock, has_in_process_waiters, register_yield_hook, remove_leftovers, unregister_yield_hook
 from .media import decode_video_frames, remove_quietly
 from .userdirs import cache_dir
 from .progress import ProgressCallback, ProgressEvent, ProgressTracker
@@ -501,6 +501,13 @@ def _close_live_sessions() -> None:
         session._close_at_exit()
 
 
+def _outputs_leftovers(outputs: Path) -> list[str]:
+    """What is ours to remove from h3's session directory, whoever removes it (this session, or
+    the next lock holder after this process died): the partial `video-NNNN.mp4` clips, then the
+    directory if nothing else is in it (see SessionEngine._remove_outputs_dir)."""
+    return [str(outputs / "video-[0-9]*.mp4"), f"{outputs}{os.sep}"]
+
+
 def session_home() -> Path:
     """The HOME the session's h3 runs with: `session-home` in h3bridge's cache directory.
 
@@ -798,9 +805,7 @@ class SessionEngine:
             self._hook_id = register_yield_hook(self._yield_if_idle)
             self._read_banner(references, job)
             if self._outputs_dir is not None:
-                # As _remove_outputs_dir: h3's partial clips, then its folder if nothing else is there.
-                self._lock.record_engine(self._process.pid, leftovers=[
-                    str(self._outputs_dir / "video-[0-9]*.mp4"), f"{self._outputs_dir}{os.sep}"])
+                self._lock.record_engine(self._process.pid, leftovers=_outputs_leftovers(self._outputs_dir))
         except BaseException:
             self._shutdown(graceful=False)
             raise
@@ -844,14 +849,8 @@ class SessionEngine:
         cancelled or crashed while muxing (h3_cli.c `generate` names them), so it goes too. Any
         other file means the directory is not just ours: it is left alone."""
         outputs, self._outputs_dir = self._outputs_dir, None
-        if outputs is None:
-            return
-        for leftover in outputs.glob("video-[0-9]*.mp4"):
-            remove_quietly(leftover)
-        try:
-            outputs.rmdir()
-        except OSError:
-            pass
+        if outputs is not None:
+            remove_leftovers(_outputs_leftovers(outputs))
 
     def _yield_if_idle(self) -> None:
         """Lock yield hook: another job in this process waits for the engine."""

@@ -373,3 +373,17 @@ def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path:
         assert stop_orphaned_engine(record_path) is False      # no such process: nothing to stop
     assert not folders["bare"].exists()
     assert sorted(p.name for p in folders["shared"].iterdir()) == ["notes.txt"]
+
+
+def test_folder_names_in_leftovers_are_literal(tmp_path: Path) -> None:
+    """A user's output folder named `out [1]` is removed as written, not read as a pattern."""
+    from h3bridge.lock import remove_leftovers
+    folder = tmp_path / "out [1]"
+    folder.mkdir()
+    (folder / "video-0001.mp4").write_bytes(b"partial")
+    (folder / "video-x.mp4").write_bytes(b"not a clip number")
+    remove_leftovers([str(folder / "video-[0-9]*.mp4")])
+    assert sorted(p.name for p in folder.iterdir()) == ["video-x.mp4"]
+    (folder / "video-x.mp4").unlink()
+    remove_leftovers([f"{folder}{os.sep}"])
+    assert not folder.exists()
