@@ -98,18 +98,18 @@ def test_ctrl_c_kill_or_hangup_cancels_cleanly(model_dir: Path, tmp_path: Path, 
     """Ctrl-C, `kill` and a closed terminal all stop the engine (its own process group would
     otherwise keep rendering and holding the model) and leave nothing behind."""
     output = tmp_path / "never.mp4"
+    hung = tmp_path.parent / f"{tmp_path.name}-hung"
     command = [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "fox", *FAST_FLAGS, "-o", str(output),
                "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "H3_SIM_HANG_PHASE": "denoise"})
+                               env={**os.environ, "H3_SIM_HANG_PHASE": "denoise", "H3_SIM_HANG_NOTICE": str(hung)})
     try:
         deadline = time.monotonic() + 60
-        engine_pids: list[int] = []
-        while time.monotonic() < deadline and not engine_pids:
-            engine_pids = [record["pid"] for record in sim_invocations(sim_log)]
-            time.sleep(0.05)
-        assert engine_pids, "the engine never started"
-        time.sleep(0.5)                       # let it reach the hung denoise phase
+        while time.monotonic() < deadline and not hung.exists():     # the engine sits in its hung denoise
+            assert process.poll() is None, "the CLI ended before the engine hung"
+            time.sleep(0.01)
+        engine_pids = [record["pid"] for record in sim_invocations(sim_log)]
+        assert hung.exists() and engine_pids, "the engine never reached the denoise phase"
         process.send_signal(signum)
         _, stderr = process.communicate(timeout=30)
     finally:

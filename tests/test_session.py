@@ -772,9 +772,16 @@ def test_a_busy_child_its_host_left_behind_is_stopped_by_the_next_engine(model_d
     never hits the broken pipe and holds the model; the next engine to take the lock stops it."""
     from h3bridge.engine_process import group_alive
     monkeypatch.setenv("H3_SIM_HANG_PHASE", "video VAE load:36")
+    # Killed on the progress line itself, the host would race the child's next write (the line's
+    # closing newline) and SIGPIPE would end the child: the host dies once the child is silent.
+    silent = tmp_path.parent / f"{tmp_path.name}-silent"
+    monkeypatch.setenv("H3_SIM_HANG_NOTICE", str(silent))
     script = host_script(model_dir, f"""
+        silent = {str(silent)!r}
         def on_progress(event):
             if event.phase == "video VAE load" and event.done == event.total:
+                while not os.path.exists(silent):
+                    time.sleep(0.01)
                 print(session.pid, session.outputs_dir, flush=True)
                 os.kill(os.getpid(), 9)
         session.generate(fast_request(), {str(tmp_path / 'a.mp4')!r}, want_frames=False, want_audio=False,
@@ -789,6 +796,7 @@ def test_a_busy_child_its_host_left_behind_is_stopped_by_the_next_engine(model_d
     child = int(pid)
     assert group_alive(child)
     monkeypatch.delenv("H3_SIM_HANG_PHASE")
+    monkeypatch.delenv("H3_SIM_HANG_NOTICE")
     left = Path(outputs.strip())
     (left / "video-0001.mp4").write_bytes(b"half an mp4")    # as a dead session's muxing FFmpeg leaves it
     with SessionEngine(sim_engine_path(), model_dir) as session:

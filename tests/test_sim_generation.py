@@ -319,19 +319,21 @@ def test_crash_phase_dies_with_sigsegv(model: Path) -> None:
 
 def test_hang_phase_stops_progressing(model: Path, tmp_path: Path) -> None:
     log = tmp_path / "stderr.txt"
-    env = dict(os.environ, H3_SIM_HANG_PHASE="audio VAE:2")
+    notice = tmp_path / "silent"
+    env = dict(os.environ, H3_SIM_HANG_PHASE="audio VAE:2", H3_SIM_HANG_NOTICE=str(notice))
     with open(log, "wb") as sink:
         process = subprocess.Popen([sim_program(), "-d", str(model), "-p", "x", *TINY,
                                     "--frames", "22", "-o", ""], stderr=sink, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while b"audio VAE                    2/7" not in log.read_bytes():
+        deadline = time.monotonic() + 60
+        while not notice.exists():          # H3_SIM_HANG_NOTICE: the hang fired, nothing more comes
             assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+            time.sleep(0.01)
+        assert notice.read_text() == f"{process.pid}\n"
         seen = log.read_bytes()
-        time.sleep(0.5)
-        assert process.poll() is None and log.read_bytes() == seen
         assert seen.endswith(b"\raudio VAE                    2/7   ")
+        time.sleep(0.2)                     # and it stays silent (a hang, not a slow phase)
+        assert process.poll() is None and log.read_bytes() == seen
     finally:
         process.kill()
         process.wait()

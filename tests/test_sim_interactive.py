@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -13,6 +14,22 @@ import pytest
 from core_helpers import make_image, model_dir, sim_engine_path  # noqa: F401  (fixture)
 
 OUTPUTS = re.compile(r"^Outputs: (/tmp/h3-[A-Za-z0-9]{6})$", re.M)
+
+# Upstream never removes its mkdtemp session directory (h3bridge's SessionEngine does); the sims
+# these tests run directly leave theirs, named on the banner's `Outputs:` line, for the test to remove.
+_session_dirs: list[str] = []
+
+
+def note_session_dir(stdout: str | bytes) -> None:
+    text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
+    _session_dirs.extend(OUTPUTS.findall(text))
+
+
+@pytest.fixture(autouse=True)
+def _remove_session_dirs():
+    yield
+    while _session_dirs:
+        shutil.rmtree(_session_dirs.pop(), ignore_errors=True)
 
 
 @pytest.fixture
@@ -27,8 +44,10 @@ def run_interactive(model: Path, home: Path, script: str, *args: str) -> subproc
     for variable in ("KITTY_WINDOW_ID", "GHOSTTY_RESOURCES_DIR", "TERM_PROGRAM", "ITERM_SESSION_ID",
                      "WEZTERM_PANE", "KONSOLE_VERSION"):
         env.pop(variable, None)
-    return subprocess.run([str(sim_engine_path()), "-d", str(model), *args], input=script, text=True,
+    done = subprocess.run([str(sim_engine_path()), "-d", str(model), *args], input=script, text=True,
                           capture_output=True, env=env, timeout=60)
+    note_session_dir(done.stdout)
+    return done
 
 
 def status_block(output_dir: str, *, seed: str = "random") -> list[str]:
@@ -196,6 +215,7 @@ def test_stdout_is_block_buffered_over_a_pipe(model_dir: Path, home: Path) -> No
         out = b""
         while b"Seed: " not in out:
             out += os.read(process.stdout.fileno(), 65536)
+        note_session_dir(out)
         assert b"H3 Interactive Mode" in out and b"Steps: 2" in out and b"Done ->" not in out
         process.stdin.close()          # EOF ends the session; exit flushes the rest
         rest = process.stdout.read()
@@ -227,6 +247,7 @@ def test_show_draws_previews_and_final_frames_with_zoom(model_dir: Path, home: P
     script = "!size 64x32\n!frames 22\n!steps 2\n!zoom 1\n!show on\na red fox\n"
     done = subprocess.run([str(sim_engine_path()), "-d", str(model_dir)], input=script.encode(),
                           capture_output=True, env=env, timeout=60)
+    note_session_dir(done.stdout)
     assert done.returncode == 0
     out = done.stdout.decode("ascii")
     assert "Zoom: 1x\nShow: on\n" in out and "\nDone -> " in out

@@ -38,6 +38,9 @@ Simulation-only environment variables (documented again in the README "h3-sim" s
                        ~2 min; real work such as frame rendering and x264 comes on top)
   H3_SIM_CRASH_PHASE   <phase>[:<done>]  report that progress, then die with SIGSEGV
   H3_SIM_HANG_PHASE    <phase>[:<done>]  report that progress, then stop progressing forever
+  H3_SIM_HANG_NOTICE   a file the sim creates (holding its pid) once a hang fault has fired, after
+                       its last write: from then on it writes nothing, like upstream's silent
+                       tiled VAE decode (h3.c:1618), so a test can act on a truly silent engine
   H3_SIM_FAIL_PHASE    <phase>[:<done>]  report that progress, then fail like a Metal error:
   H3_SIM_FAIL_MESSAGE  the message (default "Metal command buffer failed: Internal Error
                        (0000000e:Internal Error)"); main.c prints "h3: <message>", exit 1
@@ -308,6 +311,15 @@ class _Progress:
             if self.on_progress(phase, done, total):
                 self.cancelled_message = f"generation cancelled during {phase}"
         if self.crash and self.crash.matches(phase, done):
+            notice = os.environ.get("H3_SIM_HANG_NOTICE")
+            if notice:
+                # Everything this process will ever write is written (the progress line above was
+                # flushed): say so, then fall silent. Written under a temporary name and renamed,
+                # so a reader never sees it half-written.
+                temporary = f"{notice}.{os.getpid()}.tmp"
+                with open(temporary, "w") as handle:
+                    handle.write(f"{os.getpid()}\n")
+                os.replace(temporary, notice)
             # A C program killed by SIGSEGV loses what stdio still buffers: stdout is not flushed.
             _stderr("")
             signal.signal(signal.SIGSEGV, signal.SIG_DFL)
