@@ -384,6 +384,7 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
         if error.plan is not None:
             print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
         raise
+    print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
     if force and not plan.fits:
         print(f"h3bridge: --force: {plan.verdict()}", file=sys.stderr)
 

@@ -642,6 +642,9 @@ class MemoryPlan:
     dit_path: str = "BF16"                 # "BF16", "int8", "int8 MLP", ..., "SSD streaming"
     notes: list[str] = field(default_factory=list)
     session: bool = False                  # planned for a warm session (h3's interactive mode)
+    # What the model check found that does not stop this job but its user should see (e.g. an
+    # incomplete Ref2VA/ a job without references does not read); filled by `preflight`.
+    model_warnings: list[str] = field(default_factory=list)
 
     @property
     def peak_phase(self) -> PhaseMemory:
@@ -1088,15 +1091,20 @@ def plan_memory(request: GenerationRequest, inventory: ModelInventory | None = N
     return plan
 
 
-def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> None:
+def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> list[str]:
     """Raise ModelError / IntegrityError when h3 cannot run `request` from this model: layout
-    and shard-header problems, or references without the Ref2VA checkpoint."""
-    inventory.raise_for_problems()
+    and shard-header problems, or references without a complete Ref2VA checkpoint. Returns the
+    warnings to show for this job (inventory.warnings_for): a job without references is not
+    stopped by an incomplete Ref2VA/, since upstream loads it only for ordered references."""
+    inventory.raise_for_problems(references=request.is_ref2va)
+    if request.is_ref2va and not inventory.has_ref2va and REF2VA in inventory.partitions:
+        raise inventory.incomplete_ref2va_error()     # e.g. Ref2VA/ without its index JSON
     if request.is_ref2va and not inventory.has_ref2va:
         # h3.c h3_generate: "ordered references require the Ref2VA checkpoint"
         raise ModelError("ordered references require the Ref2VA checkpoint, and "
                          f"{inventory.root} has no Ref2VA/transformer/model.safetensors.index.json",
                          hint="download the Ref2VA/ folder of MiniMaxAI/MiniMax-H3 next to FL2VA/")
+    return inventory.warnings_for(references=request.is_ref2va)
 
 
 def require_fit(plan: MemoryPlan) -> MemoryPlan:
@@ -1118,7 +1126,7 @@ def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: Mac
     from .model import inspect_model
 
     inventory = inspect_model(model_dir)
-    if not force:
-        check_model_for(request, inventory)
+    warnings = inventory.warnings_for(references=request.is_ref2va) if force else check_model_for(request, inventory)
     plan = plan_memory(request, inventory, machine=machine, preview=preview, session=session)
+    plan.model_warnings = warnings
     return plan if force else require_fit(plan)

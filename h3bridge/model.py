@@ -14,6 +14,14 @@ The official layout is the one h3.c reads (8974cc0):
     dotfiles included, so an AppleDouble `._x.safetensors` passes `--info` and fails at load.
 
 Layouts users end up with by mistake are reported as `Problem`s with a fix.
+
+Ref2VA is optional upstream ("Keep prompt-only FL2VA usable while that optional 62 GiB checkpoint
+is not installed", h3.c `h3_load_dir`): a problem inside Ref2VA/ stops only reference jobs
+(`Problem.references_only`), except what h3_load_dir itself reads for every job once the Ref2VA
+index exists: the headers of the visible Ref2VA/transformer shards.
+
+Nothing here opens a FIFO, device or socket: paths are stat'ed first, and what is opened is
+opened with O_NONBLOCK (safetensors.open_regular_file).
 """
 from __future__ import annotations
 
@@ -21,17 +29,19 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import IntegrityError, ModelError
-from .safetensors import GGUF_MAGIC, GIT_LFS_POINTER_PREFIX, ShardHeader, read_header
+from .safetensors import (GGUF_MAGIC, GIT_LFS_POINTER_PREFIX, ShardHeader, non_regular_kind, not_a_file_error,
+                          open_regular_file, read_header)
 
 FL2VA, REF2VA = "FL2VA", "Ref2VA"
 PARTITIONS = (FL2VA, REF2VA)
 OFFICIAL_REPO = "MiniMaxAI/MiniMax-H3"
 DOWNLOAD_HINT = f"download the official layout: `huggingface-cli download {OFFICIAL_REPO} --local-dir DIR`"
+HF_DOWNLOAD_CACHE = Path(".cache") / "huggingface" / "download"   # `--local-dir` keeps partial files here
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,15 @@ class Problem:
     fix: str
     path: Path | None = None
     error: ModelError | None = None   # the typed exception to raise for it
+    references_only: bool = False     # in the optional Ref2VA checkpoint: stops only reference jobs
 
     def exception(self) -> ModelError:
         return self.error if self.error is not None else ModelError(self.message, hint=self.fix)
+
+    @property
+    def label(self) -> str:
+        """The severity as a table shows it."""
+        return f"{self.severity} (reference jobs only)" if self.references_only else self.severity
 
 
 @dataclass
@@ -130,7 +146,13 @@ class ModelInventory:
 
     @property
     def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "error"]
+        """Errors that stop every job (h3 fails to load or render)."""
+        return [p for p in self.problems if p.severity == "error" and not p.references_only]
+
+    @property
+    def reference_errors(self) -> list[Problem]:
+        """Errors in the optional Ref2VA checkpoint: only reference jobs fail on them."""
+        return [p for p in self.problems if p.severity == "error" and p.references_only]
 
     @property
     def warnings(self) -> list[Problem]:
@@ -138,8 +160,9 @@ class ModelInventory:
 
     @property
     def has_ref2va(self) -> bool:
+        """Reference (Ref2VA) jobs can run: h3 enables Ref2VA (its index exists) and it is complete."""
         partition = self.partitions.get(REF2VA)
-        return partition is not None and partition.enabled
+        return partition is not None and partition.enabled and not self.reference_errors
 
     @property
     def shard_paths(self) -> list[Path]:
@@ -154,17 +177,45 @@ class ModelInventory:
         found = self.partitions.get(partition)
         return found.components.get(key) if found else None
 
-    def raise_for_problems(self) -> None:
-        """Raise the first error as its typed exception (IntegrityError for damaged shards)."""
-        if not self.errors:
-            return
-        first = self.errors[0].exception()
-        if len(self.errors) == 1:
-            raise first
-        message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `h3bridge info {self.root}`)"
-        if isinstance(first, IntegrityError):
-            raise IntegrityError(message, path=first.path, tensor=first.tensor, hint=first.hint)
-        raise ModelError(message, hint=first.hint)
+    def raise_for_problems(self, *, references: bool = False) -> None:
+        """Raise the first error as its typed exception (IntegrityError for damaged shards).
+        `references`: for a reference (Ref2VA) job, which also fails on Ref2VA's own problems;
+        other jobs never read Ref2VA beyond its transformer headers, as upstream."""
+        if self.errors:
+            first = self.errors[0].exception()
+            if len(self.errors) == 1:
+                raise first
+            message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `h3bridge info {self.root}`)"
+            if isinstance(first, IntegrityError):
+                raise IntegrityError(message, path=first.path, tensor=first.tensor, hint=first.hint)
+            raise ModelError(message, hint=first.hint)
+        if references and self.reference_errors:
+            raise self.incomplete_ref2va_error()
+
+    def incomplete_ref2va_error(self) -> ModelError:
+        """Why a reference job cannot run from this Ref2VA/: every piece it lacks (errors first)."""
+        problems = self.reference_errors + [p for p in self.warnings if p.references_only]
+        shown = "; ".join(p.message for p in problems[:4])
+        more = f"; and {len(problems) - 4} more (run `h3bridge info {self.root}`)" if len(problems) > 4 else ""
+        message = (f"references need h3's Ref2VA checkpoint, and {self.root / REF2VA} is incomplete: "
+                   f"{shown}{more}")
+        fix = "; ".join(dict.fromkeys(p.fix for p in problems)) + \
+              " (jobs without references do not need Ref2VA and still run)"
+        first = problems[0].exception()
+        if len(problems) == 1 and isinstance(first, IntegrityError):
+            return IntegrityError(message, path=first.path, tensor=first.tensor, hint=fix)
+        return ModelError(message, hint=fix)
+
+    def warnings_for(self, *, references: bool = False) -> list[str]:
+        """What a user starting a job should be told but not stopped by, one line each: the
+        warnings, and for a job without references, that Ref2VA is incomplete."""
+        lines = [f"{p.message} (fix: {p.fix})" for p in self.warnings if not p.references_only]
+        problems = self.reference_errors + [p for p in self.warnings if p.references_only]
+        if problems and not references:
+            lines.append(f"{self.root / REF2VA} is incomplete ({len(problems)} problem(s), e.g. {problems[0].message}); "
+                         "this job does not use it, but jobs with references will be refused until it is "
+                         f"complete (fix: {problems[0].fix})")
+        return lines
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -174,6 +225,7 @@ class ModelInventory:
                       "file_bytes": c.file_bytes, "tensor_bytes": c.tensor_bytes, "dtype_bytes": c.dtype_bytes}
                 for key, c in partition.components.items()}} for name, partition in self.partitions.items()},
             "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix,
+                          "references_only": p.references_only,
                           "path": None if p.path is None else str(p.path)} for p in self.problems],
         }
 
@@ -194,9 +246,10 @@ class ModelInventory:
                          f"{sum(c.tensors for p in self.partitions.values() for c in p.components.values()):>8} "
                          f"{format_bytes(self.file_bytes):>10}")
         if FL2VA in self.partitions and not self.has_ref2va:
-            lines.append("Ref2VA: not installed (prompt-only and first/last-frame jobs work; references need it)")
+            state = "incomplete" if REF2VA in self.partitions else "not installed"
+            lines.append(f"Ref2VA: {state} (prompt-only and first/last-frame jobs work; references need it)")
         for problem in self.problems:
-            lines.append(f"{problem.severity}: {problem.message}")
+            lines.append(f"{problem.label}: {problem.message}")
             lines.append(f"  fix: {problem.fix}")
         if not self.problems:
             lines.append("layout: OK (headers checked; `h3bridge verify --checksums` also hashes the data)")
@@ -215,16 +268,21 @@ def format_bytes(size: int) -> str:
 
 
 def _walk_files(root: Path) -> Iterator[Path]:
-    for directory, _subdirs, files in os.walk(root):
+    """Every entry below `root` but directories, and also directories named *.safetensors
+    (h3 would try to open those as shards)."""
+    for directory, subdirs, files in os.walk(root):
         for name in files:
             yield Path(directory) / name
+        for name in subdirs:
+            if name.endswith(".safetensors"):
+                yield Path(directory) / name
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(path) as handle:     # a FIFO or device is never opened blocking
             return handle.read(len(magic)) == magic
-    except OSError:
+    except (OSError, IntegrityError):
         return False
 
 
@@ -243,25 +301,78 @@ def hf_cache_blobs_dir(root: Path) -> Path | None:
     return None
 
 
+def _ref2va_enabled(root: Path) -> bool:
+    return (root / REF2VA / REF2VA_MARKER).is_file()
+
+
+def _references_only(root: Path, path: Path) -> bool:
+    """Does a problem at `path` stop only reference jobs? Yes inside Ref2VA/ (or the `--local-dir`
+    download cache's copy of it), except for the files h3_load_dir reads for every job once the
+    Ref2VA index exists: the visible *.safetensors of Ref2VA/transformer."""
+    try:
+        relative = path.relative_to(root)
+    except ValueError:
+        return False
+    cached = relative.parts[:len(HF_DOWNLOAD_CACHE.parts)] == HF_DOWNLOAD_CACHE.parts
+    if cached:
+        relative = relative.relative_to(HF_DOWNLOAD_CACHE)
+    if not relative.parts or relative.parts[0] != REF2VA:
+        return False
+    loaded_at_start = (not cached and _ref2va_enabled(root) and relative.parent == Path(REF2VA, "transformer")
+                       and relative.name.endswith(".safetensors") and not relative.name.startswith("."))
+    return not loaded_at_start
+
+
+def _shard_directories(root: Path) -> set[Path]:
+    """The folders whose *.safetensors h3 opens (every component of both partitions)."""
+    return {root / partition / spec.relative for partition in PARTITIONS for spec in COMPONENTS}
+
+
 def _scan_tree(root: Path, inventory: ModelInventory) -> None:
-    add = inventory.problems.append
-    appledouble: list[Path] = []
-    partial: list[Path] = []
-    gguf: list[Path] = []
-    lfs: list[Path] = []
+    found: dict[str, list[Path]] = {}
+    not_files: list[tuple[Path, str]] = []
     for path in _walk_files(root):
         name = path.name
+        if name.endswith(".safetensors"):
+            kind = non_regular_kind(path)    # stat only: a FIFO or device must never be opened
+            if kind is not None:
+                not_files.append((path, kind))
+                continue
         if name.startswith("._"):
-            appledouble.append(path)
+            found.setdefault("appledouble", []).append(path)
         elif name.endswith(PARTIAL_SUFFIXES):
-            partial.append(path)
+            found.setdefault("partial", []).append(path)
         elif name.endswith(".gguf") or (name.endswith(".safetensors") and _starts_with(path, GGUF_MAGIC)):
-            gguf.append(path)
+            found.setdefault("gguf", []).append(path)
         elif name.endswith(".safetensors") and _is_lfs_pointer(path):
-            lfs.append(path)
+            found.setdefault("lfs", []).append(path)
     blobs = hf_cache_blobs_dir(root)
     if blobs is not None and blobs.is_dir():
-        partial += sorted(p for p in blobs.iterdir() if p.name.endswith(".incomplete"))
+        found.setdefault("partial", []).extend(sorted(p for p in blobs.iterdir() if p.name.endswith(".incomplete")))
+    # One problem per kind for what stops every job, and one for what stops only reference jobs.
+    for references_only in (False, True):
+        def add(problem: Problem) -> None:
+            inventory.problems.append(replace(problem, references_only=references_only))
+
+        def pick(kind: str) -> list[Path]:
+            return [p for p in found.get(kind, []) if _references_only(root, p) == references_only]
+
+        _report_tree_findings(root, add, pick("appledouble"), pick("partial"), pick("gguf"), pick("lfs"),
+                              [(p, k) for p, k in not_files if _references_only(root, p) == references_only])
+
+
+def _report_tree_findings(root: Path, add: Callable[[Problem], None], appledouble: list[Path], partial: list[Path],
+                          gguf: list[Path], lfs: list[Path], not_files: list[tuple[Path, str]]) -> None:
+    if not_files:
+        shard_dirs = _shard_directories(root)
+        loaded = [(p, k) for p, k in not_files if p.parent in shard_dirs]
+        path, kind = (loaded or not_files)[0]
+        error = not_a_file_error(path, kind)
+        count = f" (and {len(not_files) - 1} more such entries)" if len(not_files) > 1 else ""
+        add(Problem("error" if loaded else "warning", "not-a-file",
+                    error.message + count
+                    + ("" if loaded else "; h3 does not read this folder, but tools that scan the model do"),
+                    error.hint or "", path, error if loaded else None))
     if appledouble:
         weights = [p for p in appledouble if p.name.endswith(".safetensors")]
         add(Problem(
@@ -363,7 +474,8 @@ def _check_quantized(component: Component, add: Callable[[Problem], None]) -> No
 
 
 def _component_shards(directory: Path) -> list[Path]:
-    """What h3_weights.c opens: every name ending in .safetensors, dotfiles included, sorted."""
+    """What h3_weights.c opens: every name ending in .safetensors, dotfiles included, sorted.
+    FIFOs, devices and directories are left out here (the tree scan reports them)."""
     try:
         return sorted(p for p in directory.iterdir() if p.name.endswith(".safetensors") and p.is_file())
     except OSError:
@@ -371,11 +483,21 @@ def _component_shards(directory: Path) -> list[Path]:
 
 
 def _inventory_partition(root: Path, name: str, inventory: ModelInventory, *, read_headers: bool) -> None:
-    add = inventory.problems.append
     base = root / name
+
     partition = Partition(name=name, directory=base)
+
+    def add(problem: Problem) -> None:
+        # In Ref2VA, only what h3_load_dir reads for every job stops every job: once the index
+        # exists, the inventory of Ref2VA/transformer (its visible shards, see _references_only).
+        inventory_fails = partition.enabled and problem.path is not None and (
+            (problem.kind == "missing-component" and problem.path == base / "transformer")
+            or (problem.kind == "integrity" and not _references_only(root, problem.path)))
+        scoped = name == REF2VA and not inventory_fails
+        inventory.problems.append(replace(problem, references_only=True) if scoped else problem)
+
     if name == REF2VA:
-        partition.enabled = (base / REF2VA_MARKER).is_file()
+        partition.enabled = _ref2va_enabled(root)
         if not partition.enabled:
             add(Problem("warning", "ref2va-ignored",
                         f"{base} exists but has no {REF2VA_MARKER}; h3 ignores it, so reference jobs will fail",
@@ -424,7 +546,8 @@ def resolve_model_root(model_dir: str | Path) -> Path:
     root = Path(model_dir).expanduser()
     if root.name.startswith("models--") and (root / "snapshots").is_dir() and not (root / FL2VA).exists():
         try:
-            revision = (root / "refs" / "main").read_text().strip()
+            reference = root / "refs" / "main"
+            revision = reference.read_text().strip() if non_regular_kind(reference) is None else ""
         except OSError:
             revision = ""
         snapshots = sorted((root / "snapshots").iterdir(), key=lambda p: p.stat().st_mtime)

@@ -25,8 +25,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import IntegrityError
 
@@ -98,6 +100,57 @@ def _fail(path: Path, message: str, *, tensor: str | None = None, hint: str | No
 
 
 _REDOWNLOAD = "download this file again (the official MiniMaxAI BF16/F32 shards); `h3bridge verify --checksums` confirms a good copy"
+
+
+def non_regular_kind(path: str | Path) -> str | None:
+    """What `path` is (symlinks followed) when it is not a regular file, in plain words, e.g.
+    "a named pipe (FIFO)"; None for a regular file. Only stats: opening a FIFO blocks until a
+    writer appears, and reading a device such as /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else None
+    except OSError:
+        return None          # unreadable: whoever opens it reports the error
+    return _describe_mode(mode)
+
+
+def _describe_mode(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    for test, words in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def not_a_file_error(path: Path, kind: str) -> IntegrityError:
+    """The error for a weights path that is a FIFO, device, socket or directory."""
+    target = f" (a symbolic link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    return _fail(path, f"is {kind}{target}, not a weights file: h3 would block or fail opening it",
+                 hint=f"remove it (`rm {path}`) and put the real shard there, or {_REDOWNLOAD}")
+
+
+def open_regular_file(path: str | Path, buffering: int = -1) -> BinaryIO:
+    """Open `path` for reading only if it is a regular file (symlinks followed); IntegrityError
+    naming what it is otherwise. Stats before opening and opens with O_NONBLOCK, so a FIFO or a
+    device swapped in between is never waited on, and checks the opened descriptor again."""
+    path = Path(path)
+    kind = non_regular_kind(path)
+    if kind is not None:
+        raise not_a_file_error(path, kind)
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
+    try:
+        kind = _describe_mode(os.fstat(descriptor).st_mode)
+        if kind is not None:
+            raise not_a_file_error(path, kind)
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb", buffering=buffering)
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 def _reject_constant(name: str) -> object:
@@ -188,7 +241,7 @@ def read_header(path: str | Path) -> ShardHeader:
     """Read and validate one shard's header. Reads 8 + header-length bytes, never tensor data."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(path) as handle:
             file_size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(8)
             if len(prefix) < 8:

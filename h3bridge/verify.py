@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from .errors import IntegrityError, ModelError
 from .model import ModelInventory, Problem, format_bytes, inspect_model
+from .safetensors import non_regular_kind, open_regular_file
 from .userdirs import CACHE_ENV, cache_dir
 
 CACHE_VERSION = 1
@@ -114,7 +115,7 @@ def sha256_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> st
     buffer = bytearray(HASH_CHUNK)
     view = memoryview(buffer)
     try:
-        with open(path, "rb", buffering=0) as handle:
+        with open_regular_file(path, buffering=0) as handle:     # never a FIFO or a device
             while True:
                 count = handle.readinto(buffer)
                 if not count:
@@ -168,6 +169,8 @@ def _hf_local_dir_sha256(root: Path, relative: Path) -> str | None:
     """`huggingface-cli download --local-dir`: .cache/huggingface/download/<file>.metadata =
     commit hash, ETag (the SHA-256 for LFS files), timestamp, one per line."""
     metadata = root / ".cache" / "huggingface" / "download" / (str(relative) + ".metadata")
+    if non_regular_kind(metadata) is not None:
+        return None      # a FIFO there would block read_text forever
     try:
         lines = metadata.read_text().splitlines()
     except OSError:
