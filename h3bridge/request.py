@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -426,12 +427,7 @@ def _validate_references(request: GenerationRequest) -> None:
                            field="references", hint="drop the anchors (FL2VA) or the references (Ref2VA)")
     if len(references) > MAX_REFERENCES:
         raise _too_many_references(len(references))
-    for index, reference in enumerate(references, 1):
-        if not isinstance(reference, Reference) or not isinstance(reference.kind, ReferenceKind):
-            raise RequestError(f"reference {index} ({reference!r}) is not a Reference with a ReferenceKind",
-                               field="references")
-        if not str(reference.path):
-            raise RequestError(f"reference {index} has no input path", field="references")
+    for index, reference in enumerate(references, 1):   # types: _validate_types
         if (reference.kind is ReferenceKind.VIDEO_AUDIO) != (reference.audio_path is not None):
             raise RequestError(f"reference {index} ({reference.kind.value}): only video_audio references take "
                                f"an audio_path, and they need one", field="references",
@@ -439,8 +435,66 @@ def _validate_references(request: GenerationRequest) -> None:
     check_reference_limits([reference.kind for reference in references])
 
 
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _is_path(value: object) -> bool:
+    """A file path as the library takes it: a str or os.PathLike naming something (not bytes)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return isinstance(value, str) and value != ""
+
+
+def _require_path(value: object, name: str, what: str) -> None:
+    if not _is_path(value):
+        raise RequestError(f"{what} must be a file path (a str or pathlib.Path), not {_type_name(value)} {value!r}",
+                           field=name, hint=f"give {name} the path of a file, e.g. Path('image.png')")
+
+
+# The on/off options: anything but True/False is a caller's mistake (a string "no" is truthy).
+_SWITCHES = ("token_reduction", "ssd_streaming", "int8_row_fc2", "reference_rope")
+
+
+def _validate_types(request: GenerationRequest) -> None:
+    """The field types that the value rules below rely on, each a RequestError naming the field and
+    the type it wants (numbers are checked where their ranges are, by _require_int)."""
+    for name in _SWITCHES:
+        value = getattr(request, name)
+        if not isinstance(value, bool):
+            raise RequestError(f"{name}={value!r} must be True or False, not {_type_name(value)}", field=name,
+                               hint=f"use {name}=True or {name}=False")
+    for name in ("first_frame", "last_frame"):
+        value = getattr(request, name)
+        if value is not None:
+            _require_path(value, name, name)
+    if not isinstance(request.slower_paths, (frozenset, set, tuple, list)):
+        raise RequestError(f"slower_paths={request.slower_paths!r} must be a set of SlowerPath, not "
+                           f"{_type_name(request.slower_paths)}", field="slower_paths",
+                           hint="use slower_paths=frozenset() for none, or e.g. frozenset({SlowerPath.BF16_MLP})")
+    references = request.references
+    if not isinstance(references, (tuple, list)):
+        raise RequestError(f"references={references!r} must be a tuple of Reference, not {_type_name(references)}",
+                           field="references", hint="use references=() for none, or a tuple of Reference(kind, path)")
+    for index, reference in enumerate(references, 1):
+        if not isinstance(reference, Reference):
+            raise RequestError(f"reference {index} ({reference!r}) must be a Reference, not {_type_name(reference)}",
+                               field="references", hint="build it as Reference(ReferenceKind.IMAGE, Path('ref.png'))")
+        if not isinstance(reference.kind, ReferenceKind):
+            raise RequestError(f"reference {index}: kind={reference.kind!r} must be a ReferenceKind, not "
+                               f"{_type_name(reference.kind)}", field="references",
+                               hint=f"use one of: {', '.join('ReferenceKind.' + k.name for k in ReferenceKind)}")
+        _require_path(reference.path, "references", f"reference {index} ({reference.kind.value}): path")
+        if reference.audio_path is not None:
+            _require_path(reference.audio_path, "references",
+                          f"reference {index} ({reference.kind.value}): audio_path")
+
+
 def _validate_values(request: GenerationRequest) -> None:
-    if not isinstance(request.prompt, str) or not request.prompt.strip():
+    if not isinstance(request.prompt, str):
+        raise RequestError(f"prompt={request.prompt!r} must be text (a str), not {_type_name(request.prompt)}",
+                           field="prompt", hint="describe the clip in the prompt, as a str")
+    if not request.prompt.strip():
         # h3.c h3_generate refuses "" ("prompt must not be empty"); a prompt of only whitespace
         # would run, on nothing to describe, so it is refused here too.
         raise RequestError("the prompt has no text (it is empty or only whitespace)", field="prompt",
@@ -456,6 +510,7 @@ def _validate_values(request: GenerationRequest) -> None:
         # reach Python as lone surrogates.
         raise RequestError(f"the prompt is not valid UTF-8 (character {error.start + 1} is not text)",
                            field="prompt", hint="retype the prompt, or save it as UTF-8 text") from None
+    _validate_types(request)
     _validate_canvas(request)
     _validate_frames(request)
     _validate_quality(request)
