@@ -21,6 +21,48 @@ from .request import FPS, MAX_FRAMES, SAMPLE_RATE
 PPM_NAME = "frame-{index:04d}.ppm"   # main.c cli_frame: "%s/frame-%04d.ppm"
 
 
+# ----------------------------------------------------------------------------- read failures
+
+_REEXPORT = "open it in a player to check it, then export it again (e.g. `ffmpeg -i FILE fixed.mp4`, or save the " \
+            "image again as PNG), or use another file"
+
+
+def media_read_error(path: Path | str, error: BaseException) -> MediaError:
+    """A MediaError saying in plain words why `path` could not be read as media, with the fix,
+    instead of PyAV's raw text ("[Errno 1094995529] Invalid data found when processing input")."""
+    reason, fix = _explain_read_failure(error)
+    return MediaError(f"{path} {reason}", hint=fix)
+
+
+def _explain_read_failure(error: BaseException) -> tuple[str, str]:
+    """(what is wrong, as a phrase following the file name; the fix)."""
+    if isinstance(error, FileNotFoundError):          # av.error.FileNotFoundError is one too
+        return "does not exist", "check the path"
+    if isinstance(error, IsADirectoryError):
+        return "is a folder, not a file", "give the path of a file"
+    if isinstance(error, PermissionError):
+        return "cannot be opened: permission denied", "make it readable (`chmod u+r FILE`) or copy it somewhere readable"
+    if isinstance(error, av.error.InvalidDataError):
+        return ("is damaged or is not a picture, video or sound file: FFmpeg found no media it can read in it "
+                "(a file cut short, or another kind of file under a media name)"), _REEXPORT
+    if isinstance(error, av.error.EOFError):
+        return "ends before its first complete picture or sound: the file is cut short", \
+               "download or copy it again, or export it again"
+    if isinstance(error, (av.error.DecoderNotFoundError, av.error.DemuxerNotFoundError, av.error.PatchWelcomeError)):
+        return "uses a format or codec FFmpeg cannot decode", \
+               "convert it to a common format (H.264 MP4 for video, PNG or JPEG for images, WAV for sound)"
+    if isinstance(error, av.FFmpegError):
+        words = (error.strerror or "unknown error").rstrip(".")
+        return f"could not be read as media (FFmpeg: {words[:1].lower() + words[1:]})", _REEXPORT
+    if isinstance(error, ValueError):
+        # PyAV's resampler refuses a frame whose format changed mid-stream.
+        return "changes its audio format partway through, which cannot be read as one soundtrack", \
+               "export the audio again as one WAV file"
+    if isinstance(error, OSError):
+        return f"cannot be read: {error.strerror or error}", "check the file and the disk it is on"
+    return f"could not be read as media ({type(error).__name__}: {error})", _REEXPORT
+
+
 # ----------------------------------------------------------------------------- PPM frames
 
 def _read_ppm_header(handle) -> tuple[int, int, int]:
@@ -121,7 +163,7 @@ def decode_video_frames(path: Path, frame_count: int, width: int, height: int) -
                 frames[decoded] = frame.to_ndarray(format="rgb24")
                 decoded += 1
     except (av.FFmpegError, OSError) as error:
-        raise MediaError(f"cannot decode video from {path}: {error}") from None
+        raise media_read_error(path, error) from None
     if decoded != frame_count:
         raise MediaError(f"{path} holds {'more than ' if decoded > frame_count else ''}"
                          f"{min(decoded, frame_count)} frames, expected {frame_count}",
@@ -152,7 +194,7 @@ def decode_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
             channels = stream.channels or 2
     except (av.FFmpegError, OSError, ValueError) as error:
         # ValueError: PyAV's resampler refuses a frame whose format changed mid-stream.
-        raise MediaError(f"cannot decode audio from {path}: {error}") from None
+        raise media_read_error(path, error) from None
     if not chunks:
         return np.zeros((channels, 0), dtype=np.float32)
     audio = np.concatenate(chunks, axis=1)
@@ -199,8 +241,7 @@ def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> Med
     except (av.FFmpegError, OSError, ValueError) as error:
         # Damaged input fails anywhere: opening, decoding the first frame, seeking, or (ValueError)
         # PyAV's resampler meeting a frame whose format changed mid-stream.
-        raise MediaError(f"cannot read {path} as media: {error}",
-                         hint="re-export the file (e.g. with ffmpeg) or use another one") from None
+        raise media_read_error(path, error) from None
 
 
 def _frames_at_24fps(path: Path) -> int:
@@ -243,7 +284,8 @@ def _probe_open_media(path: Path, audio_cap_samples: int) -> MediaInfo:
         if video is not None:
             first = next(container.decode(video), None)
             if first is None:
-                raise MediaError(f"{path} has a video stream but no decodable frame")
+                raise MediaError(f"{path} has a video stream but not one picture that can be decoded "
+                                 "(damaged, or cut short)", hint=_REEXPORT)
             width, height = first.width, first.height
             frames24 = _frames_at_24fps(path)
         if audio is not None:

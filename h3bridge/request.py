@@ -273,6 +273,31 @@ def _validate_frames(request: GenerationRequest) -> None:
                            hint=f"use frames={below} or frames={above} (legal lengths are 5 + 17n, {MIN_FRAMES}..{MAX_FRAMES})")
 
 
+# How far (relative) a suggested canvas's aspect may be from the one asked for when looking for the
+# largest legal canvas "of the same aspect": exact same-aspect multiples of 32 are often tiny
+# (16:9 -> 1024x576), while 1344x768 is within 1.6 %.
+ASPECT_TOLERANCE = 0.03
+
+
+def largest_canvas_like(width: int, height: int) -> tuple[int, int]:
+    """The largest legal canvas (multiples of 32, width*height <= 768*1344) whose aspect is
+    within ASPECT_TOLERANCE of width:height; when none is, the legal canvas of the closest aspect."""
+    target = math.log(width / height)
+    tolerance = math.log1p(ASPECT_TOLERANCE)
+    best: tuple[tuple[float, ...], tuple[int, int]] | None = None
+    for h in range(CANVAS_MULTIPLE, MAX_PIXELS // CANVAS_MULTIPLE + 1, CANVAS_MULTIPLE):
+        widest = (MAX_PIXELS // h) // CANVAS_MULTIPLE * CANVAS_MULTIPLE
+        ideal = h * width / height
+        for w in {int(ideal // CANVAS_MULTIPLE) * CANVAS_MULTIPLE, -int(-ideal // CANVAS_MULTIPLE) * CANVAS_MULTIPLE}:
+            w = min(widest, max(CANVAS_MULTIPLE, w))
+            off = abs(math.log(w / h) - target)
+            key = (0.0, -w * h, off) if off <= tolerance else (1.0, off, -w * h)
+            if best is None or key < best[0]:
+                best = (key, (w, h))
+    assert best is not None
+    return best[1]
+
+
 def _validate_canvas(request: GenerationRequest) -> None:
     # h3.c h3_valid_params: "width and height must be multiples of 32 and at least 32"
     for name in ("width", "height"):
@@ -287,15 +312,11 @@ def _validate_canvas(request: GenerationRequest) -> None:
     width, height = request.width, request.height
     # h3.c h3_valid_params: "canvas exceeds the released 768*1344 pixel limit"
     if width * height > MAX_PIXELS:
-        # Keep one side and shrink the other; a side too long for any legal canvas is shrunk too.
-        fits = [(w, h) for w, h in ((width, (MAX_PIXELS // width) // CANVAS_MULTIPLE * CANVAS_MULTIPLE),
-                                    ((MAX_PIXELS // height) // CANVAS_MULTIPLE * CANVAS_MULTIPLE, height))
-                if w >= CANVAS_MULTIPLE and h >= CANVAS_MULTIPLE]
-        shown = " and ".join(f"{w}x{h}" for w, h in fits) if fits else "1344x768 and 768x1344"
-        label = "canvas is" if len(fits) == 1 else "canvases are"
+        fit_w, fit_h = largest_canvas_like(width, height)
+        same = "the same" if fit_w * height == fit_h * width else "about the same"
         raise RequestError(f"canvas {width}x{height} is {width * height} pixels, over h3's 768*1344 "
-                           f"({MAX_PIXELS}) pixel limit; the nearest valid {label} {shown}", field="width",
-                           hint=f"use {shown.replace(' and ', ', ')}, or e.g. 1344x768")
+                           f"({MAX_PIXELS}) pixel limit; the largest valid canvas of {same} aspect is "
+                           f"{fit_w}x{fit_h}", field="width", hint=f"use width={fit_w} and height={fit_h}")
     render_w, render_h = request.render_width, request.render_height
     if (render_w is None) != (render_h is None):
         # h3.c h3_valid_params: "render width and height must be set together"
@@ -518,7 +539,8 @@ def _validate_values(request: GenerationRequest) -> None:
 
 
 def _validate_files(request: GenerationRequest) -> None:
-    from .media import MediaInfo, probe_media  # PyAV is only needed when files are checked
+    from .errors import MediaError
+    from .media import MediaInfo, media_read_error, probe_media  # PyAV is only needed when files are checked
 
     def probe(path: Path, field_name: str, what: str) -> MediaInfo:
         path = Path(path)
@@ -528,14 +550,12 @@ def _validate_files(request: GenerationRequest) -> None:
         try:
             with open(path, "rb"):
                 pass
-        except OSError as error:
-            raise RequestError(f"{what} {str(path)!r} cannot be read: {error.strerror}", field=field_name,
-                               hint="check the file's permissions") from None
-        try:
             return probe_media(path)
+        except MediaError as error:     # says what is wrong in plain words, and the fix
+            raise RequestError(f"{what}: {error.message}", field=field_name, hint=error.hint) from None
         except Exception as error:  # PyAV raises many types for undecodable input
-            raise RequestError(f"{what} {str(path)!r} is not readable media: {error}", field=field_name,
-                               hint="use a PNG/JPEG image, an MP4/MOV video, or a WAV/MP3/AAC audio file") from None
+            unreadable = media_read_error(path, error)
+            raise RequestError(f"{what}: {unreadable.message}", field=field_name, hint=unreadable.hint) from None
 
     def need_visual(info: MediaInfo, path: Path, field_name: str, what: str) -> None:
         if not info.has_video:

@@ -80,6 +80,24 @@ def test_probe_media(media: dict[str, Path]) -> None:
         probe_media(media["text"])
 
 
+def test_unreadable_media_is_a_sentence_naming_the_file_not_pyav_text(media: dict[str, Path], tmp_path: Path) -> None:
+    """Not PyAV's raw "[Errno 1094995529] Invalid data found when processing input: '...'"."""
+    from h3bridge.media import decode_video_frames
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(media["video3s"].read_bytes()[:64])
+    for read, path in ((probe_media, media["text"]), (decode_audio, media["text"]),
+                       (lambda p: decode_video_frames(p, 72, 64, 64), cut)):
+        with pytest.raises(MediaError) as caught:
+            read(path)
+        message = caught.value.message
+        assert message.startswith(f"{path} ") and "Errno" not in message and "Invalid data found" not in message
+        assert "damaged or is not a picture, video or sound file" in message
+        assert "export it again" in (caught.value.hint or "")
+    with pytest.raises(MediaError) as caught:
+        probe_media(tmp_path / "missing.png")
+    assert caught.value.message == f"{tmp_path / 'missing.png'} does not exist" and caught.value.hint == "check the path"
+
+
 def test_damaged_media_raises_media_error_only(media: dict[str, Path], tmp_path: Path) -> None:
     """Truncated and byte-mutated videos give MediaError, never a raw PyAV/ValueError (probe_media
     feeds request validation and ComfyUI reference checks; decode_video_frames reads session MP4s)."""

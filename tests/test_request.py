@@ -109,13 +109,24 @@ def test_canvas_must_be_multiples_of_32(field: str, value: int, nearest: str) ->
 
 def test_the_suggested_canvas_is_the_closest_and_legal() -> None:
     reject(fast_request(width=95), "width", "64 and 96", "use width=96")
-    error = reject(fast_request(width=100000, height=64), "width", "16128x64")
+    error = reject(fast_request(width=100000, height=64), "width", "32256x32")    # the widest legal canvas
     assert "100000x" not in (error.hint or "")
 
 
-def test_canvas_pixel_cap_names_fitting_canvases() -> None:
-    error = reject(fast_request(width=1344, height=800), "width", "1344x800", "768*1344", "1344x768")
-    assert "1344x768" in error.hint
+@pytest.mark.parametrize(("width", "height", "suggested"), [
+    (8192, 8192, "992x992"),          # was 8192x96: no canvas of that aspect at all
+    (1344, 800, "1312x768"),          # 1.68:1 -> 1.71:1, not the 1.75:1 of 1344x768
+    (1920, 1088, "1344x768"),         # 16:9 -> 1.75:1, the largest legal canvas, 1 % off
+    (1088, 1920, "768x1344"),
+    (2048, 1024, "1408x704"),         # exactly 2:1
+    (32, 64000, "32x32256"),          # no canvas that thin: the closest aspect
+])
+def test_an_over_cap_canvas_suggests_the_largest_of_the_same_aspect(width: int, height: int, suggested: str) -> None:
+    error = reject(fast_request(width=width, height=height), "width", f"{width}x{height}", "768*1344", suggested)
+    w, h = (int(side) for side in suggested.split("x"))
+    assert error.hint == f"use width={w} and height={h}"
+    assert w % 32 == 0 and h % 32 == 0 and w * h <= 768 * 1344
+    fast_request(width=w, height=h).validate()
 
 
 def test_largest_released_canvas_passes() -> None:
@@ -234,7 +245,9 @@ def test_reference_image_size_enum() -> None:
 def test_anchor_files_must_exist_and_be_images(media: dict[str, Path], tmp_path: Path) -> None:
     fast_request(first_frame=media["image"], last_frame=media["image2"]).validate()
     reject(fast_request(first_frame=tmp_path / "missing.png"), "first_frame", "does not exist", check_files=True)
-    reject(fast_request(last_frame=media["text"]), "last_frame", "not readable media", check_files=True)
+    unreadable = reject(fast_request(last_frame=media["text"]), "last_frame", f"last frame: {media['text']} is damaged "
+                        "or is not a picture, video or sound file", check_files=True)
+    assert "Errno" not in str(unreadable) and "export it again" in (unreadable.hint or "")
     reject(fast_request(first_frame=media["audio3s"]), "first_frame", "no image or video stream", check_files=True)
     # Value checks alone never open files.
     fast_request(first_frame=tmp_path / "missing.png").validate(check_files=False)
@@ -308,3 +321,12 @@ def test_value_rules_agree_with_h3_sim(width: int, height: int, render: tuple[in
                     use_slower_bf16_mlp=int(bf16_mlp), render_width=render_w, render_height=render_h)
     sim_accepts = valid_params_error(sim, metal4=True, has_frame_callback=True) is None and frames >= 22
     assert accepted == sim_accepts
+
+
+@given(st.integers(1, 2000), st.integers(1, 2000))
+def test_every_over_cap_suggestion_is_a_legal_canvas(width_units: int, height_units: int) -> None:
+    from h3bridge.request import largest_canvas_like
+    width, height = width_units * 32, height_units * 32
+    w, h = largest_canvas_like(width, height)
+    assert w >= 32 and h >= 32 and w % 32 == 0 and h % 32 == 0 and w * h <= 768 * 1344
+    assert (w >= h) == (width >= height) or w == h
