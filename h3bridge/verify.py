@@ -263,10 +263,16 @@ class VerifyReport:
                          for p in self.problems],
         }
 
-    def table(self) -> str:
-        width = max([len(str(r.relative)) for r in self.results] + [5])
-        lines = [f"model: {self.inventory.root}", f"{'shard':<{width}} {'size':>10}  status"]
-        for result in self.results:
+    def table(self, verbose: bool = False) -> str:
+        """The report for a terminal. `verbose`: every shard with its size and status; otherwise
+        only the problems (each with its fix) and a one-line summary."""
+        problem_results = [r for r in self.results if r.header_error or r.checksum_error]
+        shown = self.results if verbose else problem_results
+        lines = [f"model: {self.inventory.root}"] if verbose else []
+        width = max([len(str(r.relative)) for r in shown] + [5])
+        if verbose:
+            lines.append(f"{'shard':<{width}} {'size':>10}  status")
+        for result in shown:
             lines.append(f"{str(result.relative):<{width}} {format_bytes(result.size):>10}  {result.status}")
             error = result.header_error or result.checksum_error
             if error:
@@ -274,14 +280,28 @@ class VerifyReport:
                 if error.hint:
                     lines.append(f"  fix: {error.hint}")
         for problem in self.problems:
-            lines.append(f"{problem.severity}: {problem.message}")
+            lines.append(f"{problem.label}: {problem.message}")
             lines.append(f"  fix: {problem.fix}")
-        if self.checksums:
-            sources = sorted({r.expected_source for r in self.results if r.expected_source})
+        sources = sorted({r.expected_source for r in self.results if r.expected_source})
+        written = self.manifest_written and self.manifest is not None
+        if verbose and self.checksums:
             lines.append(f"checksums against: {', '.join(sources) or 'nothing (no hashes)'}")
-            if self.manifest_written and self.manifest:
+            if written:
                 lines.append(f"manifest written: {self.manifest} (later runs check against it)")
-        lines.append(f"{len(self.results)} shard(s): " + ("OK" if self.ok else f"{len(self.errors)} problem(s)"))
+        summary = f"{len(self.results)} shard(s): " + ("OK" if self.ok else f"{len(self.errors)} problem(s)")
+        if verbose:
+            lines.append(summary)
+            return "\n".join(lines)
+        if not self.checksums:
+            checked = "headers checked"
+        elif sources:
+            checked = f"sha256 checked against {', '.join(sources)}"
+        else:
+            checked = "sha256 recorded, nothing to check it against yet"
+        details = [f"in {self.inventory.root}", checked]
+        if written:
+            details.append(f"manifest written: {self.manifest} (later runs check against it)")
+        lines.append(f"{summary} ({'; '.join(details)}; --verbose lists every shard)")
         return "\n".join(lines)
 
 

@@ -65,6 +65,22 @@ def test_header_verify_checks_every_shard(model: Path) -> None:
     assert "23 shard(s): OK" in report.table()
 
 
+def test_the_table_lists_only_problems_and_a_summary_unless_verbose(model: Path) -> None:
+    shard = some_shard(model)
+    with open(shard, "r+b") as handle:
+        handle.truncate(shard.stat().st_size - 4)
+    report = verify_model(model)
+    quiet = report.table().splitlines()
+    good = [r for r in report.results if not r.header_error]
+    assert all(str(r.relative) not in line for r in good for line in quiet)   # no line per healthy shard
+    assert any(str(shard.relative_to(model)) in line and "BAD HEADER" in line for line in quiet)
+    assert any(line.startswith("  fix: ") for line in quiet)
+    assert quiet[-1].startswith("23 shard(s): 1 problem(s) (in ") and "--verbose" in quiet[-1]
+    verbose = report.table(verbose=True)
+    assert all(str(r.relative) in verbose for r in report.results)
+    assert verbose.splitlines()[-1] == "23 shard(s): 1 problem(s)"
+
+
 def test_header_verify_reports_damaged_shard(model: Path) -> None:
     shard = some_shard(model)
     with open(shard, "r+b") as handle:
