@@ -137,6 +137,24 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
 
 # ----------------------------------------------------------------------------- progress display
 
+FALLBACK_COLUMNS = 80
+
+
+def bar_columns() -> int:
+    """Columns for a progress line on stderr: the terminal's width less one (a line that fills
+    the last column wraps), else $COLUMNS, else 80. A terminal that reports 0 columns (an unsized
+    pty: some IDE consoles, `docker exec` or `ssh` without a size) would otherwise get a bar
+    trimmed to nothing; tqdm's own dynamic_ncols takes the 0 at its word."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):     # not a terminal, or stderr replaced
+        columns = 0
+    if columns <= 0:
+        text = os.environ.get("COLUMNS", "")
+        columns = int(text) if text.isdigit() else 0
+    return (columns if columns > 0 else FALLBACK_COLUMNS) - 1
+
+
 class PhaseProgressBars:
     """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
 
@@ -171,8 +189,9 @@ class PhaseProgressBars:
             self.close()
             self._phase = event.phase
             self._bar = tqdm(total=event.total, desc=f"{event.phase:<22}", unit="step", file=sys.stderr,
-                             leave=True, dynamic_ncols=True,
+                             leave=True, ncols=bar_columns(),
                              bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
+        self._bar.ncols = bar_columns()      # follows a resized terminal, like dynamic_ncols
         self._bar.n = event.done
         self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s", refresh=False)
         self._bar.refresh()

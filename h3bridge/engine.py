@@ -45,8 +45,9 @@ from .progress import (
     ProgressEvent,
     ProgressTracker,
 )
-from .request import MIN_LAYERS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
+from .request import FPS, MIN_LAYERS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
 from .result import GenerationResult
+from .upstream_costs import JobShape
 
 ENGINE_ENV = "H3_BIN"
 MODEL_DIR_ENV = "H3_MODEL_DIR"
@@ -195,8 +196,18 @@ def request_arguments(request: GenerationRequest) -> list[str]:
     return args
 
 
-def expected_phases(request: GenerationRequest, *, writes_mp4: bool) -> list[str]:
-    """The upstream phases a one-shot job runs (h3.c h3_generate), for progress weighting."""
+def expected_phases(request: GenerationRequest, *, writes_mp4: bool) -> dict[str, float]:
+    """The upstream phases a job runs (h3.c h3_generate), in order, each with the seconds the
+    upstream cost model expects it to take for this job: ProgressTracker's weights."""
+    from .memory import AUDIO_LATENT_FPS, video_latent_t   # memory imports much; only needed here
+    frames = request.frame_count
+    shape = JobShape(render_width=request.render_width or request.width,
+                     render_height=request.render_height or request.height,
+                     width=request.width, height=request.height, frame_count=frames,
+                     video_t=video_latent_t(frames), audio_t=int(frames * AUDIO_LATENT_FPS / FPS + 0.5),
+                     steps=request.steps, dit_layers=request.layers, denoise_reuse=request.reuse,
+                     ssd_streaming=request.ssd_streaming)
+    seconds = shape.phase_seconds()
     phases = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
               "denoise enqueue", "denoise", "audio VAE", "video VAE load"]
     visual = [r for r in request.references if r.kind is not ReferenceKind.AUDIO]
@@ -206,7 +217,8 @@ def expected_phases(request: GenerationRequest, *, writes_mp4: bool) -> list[str
         phases.append("audio VAE encoder")
     if writes_mp4:
         phases.append("FFmpeg")
-    return [p for p in PHASE_ORDER if p in phases]
+    # "denoise enqueue" is the GPU sampler's name for the same loop (upstream_costs)
+    return {p: seconds["denoise" if p == "denoise enqueue" else p] for p in PHASE_ORDER if p in phases}
 
 
 def engine_message_from(stderr: str) -> str | None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 # Shown while a job waits for the machine-wide engine lock.
 WAITING_PHASE = "waiting for the engine"
@@ -51,46 +51,50 @@ def is_complete_progress(text: str) -> bool:
     return bool(match) and len(match["total"]) + len(match["pad"]) >= 4
 
 
-# Relative cost of each upstream phase (h3.c h3_generate order; weights from upstream README and
-# issue 17 timings on M-series Macs: the denoise loop dominates, then the DiT load and the text
-# encoder). Used only to turn per-phase counters into one overall fraction.
-PHASE_WEIGHTS: dict[str, float] = {
-    "tokenizer": 0.5,
-    "audio VAE encoder": 1.0,
-    "video VAE encoder": 2.0,
-    "Qwen vision": 2.0,
-    "text encoder": 8.0,
-    "refine text": 0.5,
-    "precompute AdaLN": 2.0,
-    "load transformer core": 12.0,
-    "preview VAE load": 2.0,
-    "denoise enqueue": 2.0,
-    "denoise": 55.0,
-    "audio VAE": 2.0,
-    "video VAE load": 5.0,
-    "FFmpeg": 4.0,
-}
-PHASE_ORDER: tuple[str, ...] = tuple(PHASE_WEIGHTS)
+# Upstream's phases in h3.c h3_generate order. A job's weights are the seconds the upstream cost
+# model (h3bridge/upstream_costs.py, the one table h3-sim's time model also sleeps by) expects
+# each phase to take for that job (engine.expected_phases), so the overall fraction follows
+# elapsed time. "denoise enqueue" and "denoise" share one cost, the sampling loop's: which of the
+# two reports the loop depends on the sampler h3 picks (GPU on an M5 device, or as
+# H3_GPU_SAMPLER/H3_CPU_SAMPLER say), which only h3 knows, so ProgressTracker learns it from the
+# first of the two it sees.
+PHASE_ORDER: tuple[str, ...] = (
+    "tokenizer", "audio VAE encoder", "video VAE encoder", "Qwen vision", "text encoder",
+    "refine text", "precompute AdaLN", "load transformer core", "preview VAE load",
+    "denoise enqueue", "denoise", "audio VAE", "video VAE load", "FFmpeg")
+DENOISE_LOOP_PHASES = ("denoise enqueue", "denoise")
 
 
 class ProgressTracker:
     """Turns (phase, done, total) records into ProgressEvents and per-phase timings.
 
-    `phases` are the phases this job is expected to run, in upstream order; a phase
-    that never shows up (e.g. `denoise enqueue` off M5) counts as done once a later
-    phase starts. The overall fraction never goes backwards (reference encoders
-    interleave per reference).
+    `phases` are the phases this job is expected to run, in upstream order, each with its
+    weight (expected seconds; a plain sequence weighs them equally); a phase
+    that never shows up counts as done once a later phase starts. The denoise loop is
+    weighed once: under "denoise enqueue" when h3 takes the GPU sampler (it reports that
+    first, then one final "denoise"), under "denoise" otherwise. The overall fraction never
+    goes backwards (reference encoders interleave per reference).
     """
 
-    def __init__(self, phases: Sequence[str], started: float) -> None:
+    def __init__(self, phases: Mapping[str, float] | Sequence[str], started: float) -> None:
         self.phases = [p for p in PHASE_ORDER if p in phases]
-        self.total_weight = sum(PHASE_WEIGHTS[p] for p in self.phases) or 1.0
+        self.weights = {p: float(phases[p]) if isinstance(phases, Mapping) else 1.0 for p in self.phases}
         self.started = started
         self.timings: dict[str, float] = {}
         self._last: tuple[str, int, int] | None = None
         self._phase: str | None = None
         self._phase_started = started
         self._fraction = 0.0
+        # Which of DENOISE_LOOP_PHASES reports the loop; "denoise" until "denoise enqueue" shows.
+        self._loop_phase = "denoise"
+        self.total_weight = sum(self._weight(p) for p in self.phases) or 1.0
+
+    def _weight(self, phase: str) -> float:
+        """The phase's share; of the two loop phases only the one reporting the loop has one."""
+        expected_loop_phases = [p for p in DENOISE_LOOP_PHASES if p in self.phases]
+        if phase in DENOISE_LOOP_PHASES and len(expected_loop_phases) > 1 and phase != self._loop_phase:
+            return 0.0
+        return self.weights[phase]
 
     def update(self, phase: str, done: int, total: int, now: float) -> ProgressEvent | None:
         """Record one progress record; None when it repeats the previous one."""
@@ -101,10 +105,12 @@ class ProgressTracker:
         if phase != self._phase:
             self._close_phase(now)
             self._phase, self._phase_started = phase, now
+        if phase == "denoise enqueue" and phase in self.phases:
+            self._loop_phase = phase        # the GPU sampler: the loop is reported as enqueue
         if phase in self.phases:
             index = self.phases.index(phase)
-            before = sum(PHASE_WEIGHTS[p] for p in self.phases[:index])
-            within = PHASE_WEIGHTS[phase] * (min(done, total) / total if total > 0 else 1.0)
+            before = sum(self._weight(p) for p in self.phases[:index])
+            within = self._weight(phase) * (min(done, total) / total if total > 0 else 1.0)
             self._fraction = max(self._fraction, min(1.0, (before + within) / self.total_weight))
         return ProgressEvent(phase=phase, done=done, total=total, fraction=self._fraction,
                              elapsed=now - self.started)

@@ -65,6 +65,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..upstream_costs import REFERENCE_SECONDS, JobShape
 from . import content
 from . import ffmpeg as media
 from .device import SimDevice, device_from_env
@@ -237,17 +238,10 @@ class SimContext:
 
 # ---------------------------------------------------------------- time model and faults
 
-# Seconds on the reference machine (M1 Ultra, 864x480, 56 frames, 20 steps; issue 17 gives
-# text encoder 10.5 s, DiT load 18.3 s, denoise 86.6 s; the rest are plausible small costs).
-_BASE_SECONDS = {
-    "tokenizer": 0.3, "text encoder": 10.5, "refine text": 0.4, "precompute AdaLN": 3.0,
-    "load transformer core": 15.3, "denoise": 86.6, "audio VAE": 1.6,
-    "video VAE load": 2.8, "video decode": 7.5, "preview VAE load": 2.8, "preview decode": 0.6,
-    "FFmpeg": 1.2, "Qwen vision": 1.1, "video VAE encoder": 0.7, "audio VAE encoder": 0.6,
-    "media read": 0.2,
-}
-_REFERENCE_ROWS = 12 * (480 // 32) * (864 // 32)     # video rows of the reference job
-_REFERENCE_PIXEL_FRAMES = 864 * 480 * 56
+# Seconds on the reference machine for the reference job (864x480, 56 frames, 20 steps): the
+# one table of upstream's per-phase costs, shared with the bridge's progress weights (see
+# h3bridge/upstream_costs.py for why it lives there and not here).
+_BASE_SECONDS = REFERENCE_SECONDS
 
 
 def _time_scale() -> float:
@@ -311,6 +305,12 @@ class _Progress:
             if self.on_progress(phase, done, total):
                 self.cancelled_message = f"generation cancelled during {phase}"
         if self.crash and self.crash.matches(phase, done):
+            # A C program killed by SIGSEGV loses what stdio still buffers: stdout is not flushed.
+            _stderr("")
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(5)   # the signal is delivered asynchronously on some platforms
+        if self.hang and self.hang.matches(phase, done):
             notice = os.environ.get("H3_SIM_HANG_NOTICE")
             if notice:
                 # Everything this process will ever write is written (the progress line above was
@@ -320,12 +320,6 @@ class _Progress:
                 with open(temporary, "w") as handle:
                     handle.write(f"{os.getpid()}\n")
                 os.replace(temporary, notice)
-            # A C program killed by SIGSEGV loses what stdio still buffers: stdout is not flushed.
-            _stderr("")
-            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGSEGV)
-            time.sleep(5)   # the signal is delivered asynchronously on some platforms
-        if self.hang and self.hang.matches(phase, done):
             while True:
                 time.sleep(3600)
         if self.fail and self.fail.matches(phase, done):
@@ -618,7 +612,8 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     progress.check_cancelled()
 
     # DiT preparation (h3.c:1465-1538, h3_dit.c load_dit:1593-1700).
-    rows_scale = (shape.video_t * (render_h // 32) * (render_w // 32)) / _REFERENCE_ROWS
+    costs = JobShape(render_w, render_h, p.width, p.height, shape.frame_count, shape.video_t,
+                     shape.audio_t, p.steps, p.dit_layers, p.denoise_reuse, bool(p.ssd_streaming))
     dit_started = time.monotonic()
     if ctx.cache_enabled and ctx._dit_key == prepared_key:
         _stderr("h3: prepared DiT cache hit\n")
@@ -628,10 +623,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
         progress.work(_BASE_SECONDS["refine text"])
         progress.emit("refine text", 1, 1)
         progress.steps("precompute AdaLN", DIT_BLOCKS, _BASE_SECONDS["precompute AdaLN"])
-        core_seconds = _BASE_SECONDS["load transformer core"] * p.dit_layers / DIT_BLOCKS
-        if p.ssd_streaming:
-            core_seconds *= 0.1    # only norms + two stream slots are prepared
-        progress.steps("load transformer core", DIT_BLOCKS, core_seconds)
+        progress.steps("load transformer core", DIT_BLOCKS, costs.load_core_seconds())
         progress.profile("H3 DiT", "load", dit_started)
         if ctx.cache_enabled:
             ctx._dit_key = prepared_key
@@ -650,18 +642,13 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
         progress.check_cancelled()
 
     # Denoising (h3_dit.c denoise_euler_gpu / h3_dit_denoise_euler_preview).
-    per_step = (_BASE_SECONDS["denoise"] / 20.0) * rows_scale * (p.dit_layers / DIT_BLOCKS)
-    if p.ssd_streaming:
-        per_step *= 1.5
     gpu = _use_gpu_sampler(ctx.device)
     denoise_started = time.monotonic()
     running = "denoise enqueue" if gpu else "denoise"
     preview_index = min(((shape.video_t - 2) // 5 // 2) * 17 + 11, shape.frame_count - 1)
     for step in range(p.steps):
         progress.emit(running, step, p.steps)
-        evaluated = (p.denoise_reuse == 1 or step in (0, p.steps - 1)
-                     or step % p.denoise_reuse == 0)
-        progress.work(per_step if evaluated else per_step * 0.05)
+        progress.work(costs.denoise_step_seconds(step))
         if preview_decoder and on_frame is not None:
             progress.work(_BASE_SECONDS["preview decode"])
             rgb = content.render_preview(spec, conditioning.media, preview_index, step + 1, p.steps)
@@ -684,15 +671,14 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
     audio_started = time.monotonic()
     _check_config(f"{audio_vae_path}/config.json", "audio VAE", channels=_AUDIO_CHANNELS)
     _open_weights(audio_vae_path)
-    progress.steps("audio VAE", AUDIO_STAGES, _BASE_SECONDS["audio VAE"] * shape.audio_t / 93)
+    progress.steps("audio VAE", AUDIO_STAGES, costs.audio_vae_seconds())
     progress.profile("audio VAE decoder", "total", audio_started)
     samples = shape.audio_t * AUDIO_HOP_LENGTH
     pcm = content.render_audio(prompt, p.seed, samples, SAMPLE_RATE, conditioning.media)
     progress.check_cancelled()
 
     # Video VAE (h3.c:1604-1632).
-    decode_seconds = _BASE_SECONDS["video decode"] * (render_w * render_h * shape.frame_count) \
-        / _REFERENCE_PIXEL_FRAMES
+    decode_seconds = costs.video_decode_seconds()
     if not preview_decoder and ctx.cache_enabled:
         progress.emit("video VAE load", 0, VAE_LAYERS)
         _acquire_video_decoder(ctx, progress, decoder_key, vae_path, "video VAE load",
@@ -722,8 +708,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams,
 
     if p.output_path:
         progress.emit("FFmpeg", 0, shape.frame_count)
-        progress.work(_BASE_SECONDS["FFmpeg"] * (p.width * p.height * shape.frame_count)
-                      / _REFERENCE_PIXEL_FRAMES)
+        progress.work(costs.ffmpeg_seconds())
         _media(lambda: media.write_av(p.output_path or "", content.iter_frames(spec, conditioning.media),
                                       shape.frame_count, p.width, p.height, FPS, pcm, SAMPLE_RATE))
         progress.emit("FFmpeg", shape.frame_count, shape.frame_count)
