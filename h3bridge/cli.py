@@ -532,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in SUBCOMMANDS:
+    from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
+    for add_command in [*SUBCOMMANDS, add_hexgrid_command]:
         add_command(subparsers)
     return parser
 

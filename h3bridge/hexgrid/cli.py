@@ -1,0 +1,75 @@
+"""`h3bridge hexgrid`: draw an H3 tiling to a PNG, for a quick look at a frame size and resolution."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from ..errors import MediaError, OutputExistsError, RequestError
+from .draw import draw_tiling
+from .grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, check_grid_settings, hex_grid, usable_resolutions
+
+
+def add_hexgrid_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "hexgrid", help="draw the H3 hexagon tiling of a frame size to a PNG",
+        description="Draw the H3 tiling the ComfyUI hex nodes use: the frame is a whole-globe lat/lng map "
+                    "(longitude across, latitude down), each cell in its own colour, blended across the "
+                    "overlap bands, edges dark. Prints the cell count and the usable resolutions.")
+    parser.add_argument("--width", type=int, required=True, help="frame width in pixels")
+    parser.add_argument("--height", type=int, required=True, help="frame height in pixels")
+    parser.add_argument("--resolution", type=int, default=DEFAULT_RESOLUTION,
+                        help=f"H3 resolution (default {DEFAULT_RESOLUTION}, the largest cells; the usable range "
+                             "depends on the frame size and is named if you leave it)")
+    parser.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_PX, metavar="PIXELS",
+                        help=f"blend band beyond each hexagon edge (default {DEFAULT_OVERLAP_PX}; 0 = hard edges)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="PNG to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.set_defaults(handler=run_hexgrid)
+
+
+def run_hexgrid(args: argparse.Namespace) -> int:
+    output: Path = args.output
+    if output.suffix.lower() != ".png":
+        raise RequestError(f"--output {output} is not a .png file name", hint="end the name in .png")
+    if (output.exists() or output.is_symlink()) and not args.overwrite:
+        raise OutputExistsError(f"{output} already exists", hint="choose another name, or pass --overwrite")
+    if output.is_dir():
+        raise RequestError(f"--output {output} is a folder", hint="give a file name ending in .png")
+    check_grid_settings(args.width, args.height, args.resolution, args.overlap)
+    grid = hex_grid(args.width, args.height, args.resolution, args.overlap)
+    _write_png_atomically(draw_tiling(grid), output, overwrite=args.overwrite)
+    usable = usable_resolutions(args.width, args.height)
+    print(f"wrote {output}: {args.width}x{args.height}, resolution {grid.resolution}, {len(grid)} cells "
+          f"({len(grid.pentagons)} pentagons), overlap {grid.overlap_px} px; usable resolutions "
+          f"{usable.start}..{usable.stop - 1}", file=sys.stderr)
+    return 0
+
+
+def _write_png_atomically(picture, output: Path, *, overwrite: bool) -> None:
+    """Write beside the output under a hidden temporary name, then give it the name: nobody sees
+    a half-written PNG, and without `overwrite` a file that appeared meanwhile is not replaced."""
+    from ..reference_files import write_png
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise MediaError(f"cannot create the output folder {output.parent}: {error.strerror}",
+                         hint="choose an output in a folder you can write to") from None
+    temporary = output.parent / f".h3bridge-{uuid.uuid4().hex[:12]}.partial.png"
+    try:
+        write_png(picture, temporary)
+        if overwrite:
+            os.replace(temporary, output)
+        else:
+            try:
+                os.link(temporary, output)         # fails if the name is taken: no race with another writer
+            except FileExistsError:
+                raise OutputExistsError(f"{output} appeared while drawing; it was left as it was",
+                                        hint="choose another name, or pass --overwrite") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+__all__ = ["add_hexgrid_command", "run_hexgrid"]

@@ -1,0 +1,56 @@
+"""`h3bridge hexgrid`: draws the tiling to a PNG atomically, refuses bad flags and existing files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from h3bridge.cli import main
+from h3bridge.hexgrid import draw_tiling, hex_grid
+
+
+def _read_png(path: Path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return next(container.decode(video=0)).to_ndarray(format="rgb24")
+
+
+def test_hexgrid_draws_the_tiling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "out" / "tiling.png"
+    assert main(["hexgrid", "--width", "480", "--height", "240", "--resolution", "1", "--overlap", "4",
+                 "-o", str(output)]) == 0
+    picture = _read_png(output)
+    expected = np.rint(draw_tiling(hex_grid(480, 240, 1, 4)) * 255).astype(np.uint8)
+    assert np.array_equal(picture, expected)
+    assert "resolution 1, 842 cells (12 pentagons)" in capsys.readouterr().err
+    assert [p.name for p in output.parent.iterdir()] == ["tiling.png"]        # no temporary left
+
+
+def test_hexgrid_never_overwrites_without_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "tiling.png"
+    output.write_bytes(b"mine")
+    args = ["hexgrid", "--width", "480", "--height", "240", "-o", str(output)]
+    assert main(args) == 2
+    assert output.read_bytes() == b"mine" and "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert _read_png(output).shape == (240, 480, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiling.png"]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--resolution", "3"], "use resolution 0..2 for 1344x768"),
+    (["--overlap", "80"], "use an overlap of 0..74 px"),
+    (["--width", "64", "--height", "32"], "too small for an H3 grid"),
+])
+def test_hexgrid_refuses_unusable_settings_before_drawing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          flags: list[str], words: str) -> None:
+    output = tmp_path / "tiling.png"
+    sizes = [] if "--width" in flags else ["--width", "1344", "--height", "768"]
+    assert main(["hexgrid", *sizes, *flags, "-o", str(output)]) == 2
+    assert words in capsys.readouterr().err and not output.exists()
+
+
+def test_hexgrid_wants_a_png_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hexgrid", "--width", "480", "--height", "240", "-o", str(tmp_path / "t.jpg")]) == 2
+    assert "end the name in .png" in capsys.readouterr().err
