@@ -392,7 +392,8 @@ class H3BridgeExtension(ComfyExtension):
         _model_roots()   # registers ComfyUI/models/h3 (no disk access)
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return list(NODES)
+        from .hex_nodes import HEX_NODES     # H3 hexagon tiling nodes; imported here: they import this module
+        return [*NODES, *HEX_NODES]
 
 
 async def comfy_entrypoint() -> H3BridgeExtension:

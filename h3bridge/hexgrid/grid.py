@@ -46,6 +46,8 @@ DEFAULT_OVERLAP_PX = 8
 # h3's authalic Earth radius (average_hexagon_edge_length uses the same one).
 _EARTH_RADIUS_KM = 6371.007180918475
 _CACHE_SIZE = 8
+#: The most memory a batch of cell masks may take (HexGrid.check_masks_fit).
+MAX_MASK_BATCH_BYTES = 2 * 2**30
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,20 @@ class HexGrid:
 
     def masks_nbytes(self) -> int:
         return len(self.cells) * self.width * self.height * 4
+
+    def check_masks_fit(self, limit: int | None = None) -> None:
+        """RequestError before `masks()` would allocate more than `limit` bytes (one float32
+        frame per cell adds up fast: 842 cells at 1344x768 are 3.2 GiB)."""
+        limit = MAX_MASK_BATCH_BYTES if limit is None else limit
+        if self.masks_nbytes() <= limit:
+            return
+        fitting = [r for r in usable_resolutions(self.width, self.height)
+                   if h3.get_num_cells(r) * self.width * self.height * 4 <= limit]
+        raise RequestError(
+            f"{len(self.cells)} cell masks of {self.width}x{self.height} would take "
+            f"{self.masks_nbytes() / 2**30:.1f} GiB (the limit is {limit / 2**30:.1f} GiB)", field="resolution",
+            hint=(f"use resolution {fitting[-1]} or lower, " if fitting else "") + "a smaller frame, or leave the "
+                 "masks unused (the blend weights for merging need no masks)")
 
 
 # ----------------------------------------------------------------------------- sizes and checks
