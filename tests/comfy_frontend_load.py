@@ -4,7 +4,9 @@ what the frontend makes of them. Run with a python that has aiohttp (ComfyUI's o
     python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] workflow.json ...
 
 Prints one JSON object: {workflow file name: {"count": nodes loaded, "missing": node types the
-frontend does not know, "output": the API prompt from the frontend's own app.graphToPrompt()}}.
+frontend does not know, "output": the API prompt from the frontend's own app.graphToPrompt(),
+"boxes": each node's [x, y, width, height] on the canvas, "labels": the labels our frontend
+extension drew on each node's text boxes}}.
 Only talks to 127.0.0.1.
 """
 from __future__ import annotations
@@ -28,7 +30,12 @@ LOAD_SCRIPT = """(async () => {
     const nodes = app.graph._nodes;
     const missing = nodes.filter(n => !LiteGraph.registered_node_types[n.type]).map(n => n.type);
     const prompt = await app.graphToPrompt();
-    return JSON.stringify({count: nodes.length, missing, output: prompt.output});
+    // What the user sees: each node's box on the canvas, and the labels drawn on text boxes.
+    const boxes = nodes.map(n => ({id: n.id, type: n.type, box: Array.from(n.getBounding())}));
+    const labels = nodes.map(n => ({id: n.id, type: n.type, labels: (n.widgets || [])
+        .map(w => w.element || w.inputEl).filter(e => e && e.dataset && e.dataset.h3Label)
+        .map(e => e.dataset.h3Label)}));
+    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels});
 })()"""
 
 
@@ -93,6 +100,9 @@ async def _run(url: str, workflows: list[Path], screenshots: Path | None) -> dic
             if not ready:
                 raise SystemExit("the ComfyUI frontend did not load")
             await asyncio.sleep(1.0)      # let extensions register their node types
+            if screenshots is not None:   # the minimap would cover part of the graph in the pictures
+                await evaluate("(async () => { try { await app.extensionManager.setting.set("
+                               "'Comfy.Minimap.Visible', false); } catch (e) {} return true; })()")
             report = {}
             for path in workflows:
                 workflow = json.loads(path.read_text())

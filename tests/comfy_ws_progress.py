@@ -4,13 +4,15 @@ aiohttp (ComfyUI's own):
 
     python comfy_ws_progress.py http://127.0.0.1:8188 prompt.json
 
-Prints one JSON object: {"prompt_id": ..., "progress": [[node, value, max], ...], "status": last
-status message type}. Only talks to 127.0.0.1.
+Prints one JSON object: {"prompt_id": ..., "progress": [[node, value, max], ...], "texts": [[node,
+text], ...] (the text a node shows on itself, ComfyUI's progress text), "status": last status
+message type}. Only talks to 127.0.0.1.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import sys
 import uuid
 
@@ -20,6 +22,7 @@ import aiohttp
 async def _run(url: str, prompt: dict) -> dict:
     client_id = uuid.uuid4().hex
     progress: list[list] = []
+    texts: list[list] = []
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(f"{url}/ws?clientId={client_id}", max_msg_size=0) as ws:
             async with session.post(f"{url}/prompt", json={"prompt": prompt, "client_id": client_id}) as answer:
@@ -27,8 +30,17 @@ async def _run(url: str, prompt: dict) -> dict:
             status = None
             async with asyncio.timeout(300):
                 async for message in ws:
+                    if message.type == aiohttp.WSMsgType.BINARY:
+                        # server.py send_sync: a big-endian u32 event type; protocol.py TEXT (3) is
+                        # send_progress_text: u32 node id length, node id, the text.
+                        kind, = struct.unpack(">I", message.data[:4])
+                        if kind == 3:
+                            length, = struct.unpack(">I", message.data[4:8])
+                            texts.append([message.data[8:8 + length].decode(),
+                                          message.data[8 + length:].decode("utf-8", "replace")])
+                        continue        # other binary frames are previews
                     if message.type != aiohttp.WSMsgType.TEXT:
-                        continue        # binary frames are previews
+                        continue
                     event = json.loads(message.data)
                     data = event.get("data", {})
                     if data.get("prompt_id") not in (None, prompt_id):
@@ -38,7 +50,7 @@ async def _run(url: str, prompt: dict) -> dict:
                     elif event["type"] in ("execution_success", "execution_error", "execution_interrupted"):
                         status = event["type"]
                         break
-    return {"prompt_id": prompt_id, "progress": progress, "status": status}
+    return {"prompt_id": prompt_id, "progress": progress, "texts": texts, "status": status}
 
 
 def main() -> None:

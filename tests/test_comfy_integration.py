@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from comfy_workflows import ui_to_api
+from h3bridge.request import PRESETS
 from h3bridge.sim.fixture import write_fixture_model
 
 pytestmark = pytest.mark.comfyui
@@ -96,12 +97,14 @@ def _free_port() -> int:
 
 
 def _make_inputs(directory: Path) -> None:
+    """Media for the tests that wire Load Image/Audio/Video in; the example workflows need none
+    (their old input names, h3_first_frame.png etc., are deliberately absent)."""
     directory.mkdir(parents=True, exist_ok=True)
     run = lambda *args: subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True)  # noqa: E731
-    run("-f", "lavfi", "-i", "color=c=red:s=512x512", "-frames:v", "1", str(directory / "h3_first_frame.png"))
-    run("-f", "lavfi", "-i", "color=c=blue:s=512x512", "-frames:v", "1", str(directory / "h3_last_frame.png"))
-    run("-f", "lavfi", "-i", "testsrc=s=320x240", "-frames:v", "1", str(directory / "h3_reference.png"))
-    run("-f", "lavfi", "-i", "sine=d=3:sample_rate=44100", "-ac", "2", str(directory / "h3_reference_music.wav"))
+    run("-f", "lavfi", "-i", "testsrc=s=320x240", "-frames:v", "1", str(directory / "test_picture.png"))
+    run("-f", "lavfi", "-i", "sine=d=3:sample_rate=44100", "-ac", "2", str(directory / "test_music.wav"))
+    run("-f", "lavfi", "-i", "testsrc=s=160x120:r=24:d=1.25", "-f", "lavfi", "-i", "sine=d=1.25:sample_rate=32000",
+        "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(directory / "my short clip.mp4"))
     run("-f", "lavfi", "-i", "testsrc=s=160x120:r=24:d=3", "-f", "lavfi", "-i", "sine=d=3:sample_rate=32000",
         "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(directory / "h3_clip_with_audio.mp4"))
     run("-f", "lavfi", "-i", "testsrc2=s=160x120:r=24:d=3", "-c:v", "libx264", "-pix_fmt", "yuv420p",
@@ -115,9 +118,7 @@ def _wrapper(path: Path, engine: str, *assignments: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
-    base = tmp_path_factory.mktemp("comfy-base")
+def _start_server(base: Path) -> tuple[Server, Any]:
     (base / "custom_nodes").mkdir()
     (base / "custom_nodes" / "h3bridge").symlink_to(REPO, target_is_directory=True)
     write_fixture_model(base / "models" / "h3" / "MiniMax-H3")
@@ -151,7 +152,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     if info is None:
         process.kill()
         pytest.fail("ComfyUI did not start:\n" + (base / "comfyui.log").read_text(errors="replace")[-4000:])
-    yield Server(url=url, base=base, process=process, object_info=info, slow_engine=slow, failing_engine=failing)
+    return Server(url=url, base=base, process=process, object_info=info, slow_engine=slow,
+                  failing_engine=failing), log
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Server:
+    started, log = _start_server(tmp_path_factory.mktemp("comfy-base"))
+    yield started
+    process = started.process
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(20)
@@ -197,10 +206,27 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
     generate = info["H3Generate"]["input"]
     assert generate["required"]["engine"][0] == "H3_ENGINE"
     assert generate["required"]["prompt"][1]["multiline"] is True
-    assert generate["required"]["preset"][1]["options"] == ["preview", "balanced", "quality", "reference"]
+    # The preset shows the values it will use (its own steps/layers/reuse widgets), no "0 = preset";
+    # only the chosen length unit's widget is shown.
+    preset = generate["required"]["preset"]
+    assert preset[0] == "COMFY_DYNAMICCOMBO_V3"
+    assert [option["key"] for option in preset[1]["options"]] == ["preview", "balanced", "quality", "reference"]
+    for option in preset[1]["options"]:
+        widgets = option["inputs"]["required"]
+        values = PRESETS[option["key"]]
+        assert {name: spec[1]["default"] for name, spec in widgets.items()} == {
+            "steps": values.steps, "layers": values.layers, "reuse": values.reuse}
+        assert all(spec[1]["min"] > 0 for spec in widgets.values())
+    length = generate["required"]["length_unit"]
+    assert length[0] == "COMFY_DYNAMICCOMBO_V3"
+    assert {o["key"]: list(o["inputs"]["required"]) for o in length[1]["options"]} == {
+        "seconds": ["seconds"], "frames": ["frames"]}
+    assert "Snapped UP" in length[1]["options"][1]["inputs"]["required"]["frames"][1]["tooltip"]
+    assert not {"steps", "layers", "reuse", "seconds", "frames"} & set(generate["required"])
+    plan_preset = info["H3MemoryPlan"]["input"]["required"]["preset"][1]["options"][0]["inputs"]["required"]
+    assert set(plan_preset) == {"layers", "reuse"}           # steps change no memory
     assert generate["required"]["seed"][1]["control_after_generate"] is True
     assert generate["required"]["ssd_streaming"][1]["options"] == ["auto", "on", "off"]
-    assert "Snapped UP" in generate["required"]["frames"][1]["tooltip"]
     assert {name: spec[0] for name, spec in generate["optional"].items()} == {
         "first_frame": "IMAGE", "last_frame": "IMAGE", "references": "H3_REFERENCES",
         "render_width": "INT", "render_height": "INT"}
@@ -218,6 +244,9 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
 
 @pytest.mark.parametrize("name", WORKFLOWS)
 def test_example_workflow_runs_and_saves_an_mp4_with_audio(server: Server, name: str) -> None:
+    """As shipped: the server's input folder holds none of the files the examples once needed."""
+    assert not any((server.base / "input" / old).exists() for old in (
+        "h3_first_frame.png", "h3_last_frame.png", "h3_reference.png", "h3_reference_music.wav"))
     workflow = json.loads((EXAMPLES / name).read_text())
     assert {"nodes", "links", "version"} <= set(workflow)            # the frontend's (UI) format
     assert any(node["type"] == "SaveVideo" for node in workflow["nodes"])
@@ -255,6 +284,20 @@ def test_example_workflow_runs_and_saves_an_mp4_with_audio(server: Server, name:
         assert "anchors: first=yes, last=yes" in summary
 
 
+def test_examples_are_templates_with_thumbnails(server: Server) -> None:
+    """ComfyUI lists example_workflows/*.json as the pack's templates, and the template browser shows
+    /api/workflow_templates/<pack>/<name>.jpg beside each (app/custom_node_manager.py, the frontend's
+    getTemplateThumbnailUrl for custom-node templates: mediaSubtype jpg)."""
+    listed = server.get("/workflow_templates")
+    assert sorted(listed["h3bridge"]) == sorted(Path(name).stem for name in WORKFLOWS)
+    for name in WORKFLOWS:
+        with urllib.request.urlopen(f"{server.url}/api/workflow_templates/h3bridge/{Path(name).stem}.jpg",
+                                    timeout=30) as response:
+            picture = response.read()
+            assert response.headers["Content-Type"] == "image/jpeg"
+        assert picture[:3] == b"\xff\xd8\xff" and len(picture) > 2000
+
+
 def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: Path) -> None:
     """Each example opens in ComfyUI's own frontend (headless Chromium) with every node known, and
     the frontend turns it into exactly the API prompt these tests run."""
@@ -275,6 +318,18 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
                 ui_to_api(workflow, server.object_info).items()}
         assert frontend == ours
         assert (tmp_path / (Path(name).stem + ".png")).stat().st_size > 0
+        # Save Video's preview grows downwards when the clip loads: nothing may sit below it.
+        boxes = {entry["type"]: entry["box"] for entry in loaded["boxes"]}
+        save_x, save_y, save_w, _ = boxes["SaveVideo"]
+        for entry in loaded["boxes"]:
+            x, y, w, h = entry["box"]
+            if entry["type"] != "SaveVideo":
+                assert x >= save_x + save_w or x + w <= save_x or y + h <= save_y, (name, entry)
+        # Every box of H3 Prompt is labelled with its input's name (our frontend extension).
+        for entry in loaded["labels"]:
+            if entry["type"] == "H3Prompt":
+                assert entry["labels"] == ["scene", "action", "camera", "look", "audio", "free_text"]
+    assert any(entry["type"] == "H3Prompt" for entry in report[WORKFLOWS[0]]["labels"])
 
 
 def test_video_references_from_comfy_video_inputs(server: Server) -> None:
@@ -283,7 +338,7 @@ def test_video_references_from_comfy_video_inputs(server: Server) -> None:
     generate_id = _generate_id(prompt)
     prompt["60"] = {"class_type": "LoadVideo", "inputs": {"file": "h3_clip_with_audio.mp4"}}
     prompt["61"] = {"class_type": "LoadVideo", "inputs": {"file": "h3_clip_silent.mp4"}}
-    prompt["62"] = {"class_type": "LoadAudio", "inputs": {"audio": "h3_reference_music.wav"}}
+    prompt["62"] = {"class_type": "LoadAudio", "inputs": {"audio": "test_music.wav"}}
     prompt["63"] = {"class_type": "H3References", "inputs": {"kind": "video with its audio", "video": ["60", 0]}}
     prompt["64"] = {"class_type": "H3References", "inputs": {"kind": "video plus replacement audio",
                                                             "previous": ["63", 0], "video": ["61", 0],
@@ -292,7 +347,20 @@ def test_video_references_from_comfy_video_inputs(server: Server) -> None:
     prompt[generate_id]["inputs"]["prompt"] = "Continue <Video 1> with <Audio 1>, then <Video 2> with <Audio 2>."
     entry = server.wait(server.queue(_with_probes(prompt, generate_id)))
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
-    assert "references: video, video_audio" in entry["outputs"]["920"]["text"][0]
+    assert "references: video with its audio, video plus replacement audio" in entry["outputs"]["920"]["text"][0]
+
+
+def test_reference_video_messages_name_the_users_file_and_the_nodes_options(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / "h3_references.json").read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt["60"] = {"class_type": "LoadVideo", "inputs": {"file": "my short clip.mp4"}}   # 30 frames, with sound
+    prompt["63"] = {"class_type": "H3References", "inputs": {"kind": "video with its audio", "video": ["60", 0]}}
+    prompt[generate_id]["inputs"]["references"] = ["63", 0]
+    entry = server.wait(server.queue(prompt))
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    message = error["exception_message"]
+    assert "reference 1 (video with its audio)" in message and "my short clip.mp4" in message, message
+    assert "ref-01" not in message and "silent_video" not in message and "kind 'video'" in message
 
 
 def test_video_with_its_audio_needs_a_soundtrack(server: Server) -> None:
@@ -311,8 +379,8 @@ def test_prompt_and_memory_plan_nodes(server: Server) -> None:
         "1": {"class_type": "H3Engine", "inputs": {"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot",
                                                   "stall_timeout": 600}},
         "2": {"class_type": "H3MemoryPlan", "inputs": {
-            "engine": ["1", 0], "preset": "quality", "width": 1344, "height": 768, "length_unit": "seconds",
-            "seconds": 10.0, "frames": 56, "layers": 0, "reuse": 0, "core_reuse": 1, "token_reduction": False,
+            "engine": ["1", 0], "preset": "quality", "preset.layers": 50, "preset.reuse": 1, "width": 1344,
+            "height": 768, "length_unit": "seconds", "length_unit.seconds": 10.0, "core_reuse": 1, "token_reduction": False,
             "int8_row_fc2": False, "ssd_streaming": "auto"}},
         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
         "4": {"class_type": "H3Prompt", "inputs": {"scene": "", "action": "", "camera": "", "look": "", "audio": "",
@@ -327,8 +395,9 @@ def test_prompt_and_memory_plan_nodes(server: Server) -> None:
     plan = entry["outputs"]["3"]["text"][0]
     assert plan.startswith("1344x768, 243 frames (10.125 s), preset quality")
     assert "fits" in plan and "request: 1344x768, 243 frames" in plan
-    assert entry["outputs"]["5"]["text"][0] == "A fox runs.\n\nSnow."
-    assert entry["outputs"]["7"]["text"][0] == "Scene: a fox\nAudio: wind"
+    # One line each: a warm session takes H3 Prompt's output as it is.
+    assert entry["outputs"]["5"]["text"][0] == "A fox runs. Snow."
+    assert entry["outputs"]["7"]["text"][0] == "Scene: a fox Audio: wind"
 
 
 def test_progress_reaches_the_generate_nodes_bar(server: Server, tmp_path: Path) -> None:
@@ -368,7 +437,7 @@ def test_connecting_image_later_reruns_instead_of_reusing_the_placeholder(server
     # node's fingerprint changes with the connection.
     second = server.wait(server.queue(_with_probes(prompt, generate_id)))
     assert second["status"]["status_str"] == "success"
-    frames = int(prompt[generate_id]["inputs"]["seconds"] * 24)
+    frames = int(prompt[generate_id]["inputs"]["length_unit.seconds"] * 24)
     batch = int(second["outputs"]["903"]["text"][0])
     assert batch > 1 and batch >= frames
 
@@ -378,7 +447,7 @@ def test_library_errors_reach_the_user_with_the_librarys_message(server: Server)
     # Ref2VA references together with first/last-frame anchors: valid for ComfyUI, refused by
     # the library (h3.c h3_valid_params: "full references cannot be combined with frame anchors").
     generate_id = _generate_id(prompt)
-    prompt["50"] = {"class_type": "LoadImage", "inputs": {"image": "h3_reference.png"}}
+    prompt["50"] = {"class_type": "LoadImage", "inputs": {"image": "test_picture.png"}}
     prompt["51"] = {"class_type": "H3References", "inputs": {"kind": "image", "image": ["50", 0]}}
     prompt[generate_id]["inputs"]["references"] = ["51", 0]
     entry = server.wait(server.queue(prompt))
@@ -411,22 +480,36 @@ def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=30)
     body = json.loads(info.value.read())
-    details = body["node_errors"][engine_id]["errors"][0]["details"]
+    errors = body["node_errors"][engine_id]["errors"]
+    # One problem, one report, under the input it is about (not also under engine_path and mode).
+    assert [error["extra_info"]["input_name"] for error in errors] == ["model_dir"]
+    details = errors[0]["details"]
     assert "model directory 'NoSuchModel' was not found" in details and "models/h3" in details
 
 
-def test_bad_generate_settings_are_refused_when_queued(server: Server) -> None:
+def test_a_missing_engine_is_reported_once_before_anything_runs(server: Server) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[engine_id]["inputs"]["engine_path"] = str(server.base / "no-such-h3")
+    entry = server.wait(server.queue(prompt))
+    errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
+    assert len(errors) == 1 and errors[0]["node_type"] == "H3Engine"
+    assert errors[0]["exception_type"].endswith("EngineNotFoundError")
+    assert "no-such-h3" in errors[0]["exception_message"]
+
+
+def test_bad_generate_settings_are_reported_once_before_the_engine_starts(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), server.object_info)
     generate_id = _generate_id(prompt)
     prompt[generate_id]["inputs"].update(width=1344, height=1344)
-    request = urllib.request.Request(server.url + "/prompt", data=json.dumps({"prompt": prompt}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(request, timeout=30)
-    errors = json.loads(info.value.read())["node_errors"][generate_id]["errors"]
-    assert "1344" in errors[0]["details"] and "fix:" in errors[0]["details"]
-    # ComfyUI repeats a validate_inputs message once per input that function names: only ours.
-    assert len(errors) < 10
+    prompt[generate_id]["inputs"]["seed"] = 8128
+    entry = server.wait(server.queue(prompt))
+    # A rule over several inputs (the pixel cap): one error, not one per input it concerns.
+    errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
+    assert len(errors) == 1 and errors[0]["node_type"] == "H3Generate"
+    assert errors[0]["exception_type"].endswith("RequestError")
+    assert "1344x1344" in errors[0]["exception_message"] and "fix:" in errors[0]["exception_message"]
+    assert server.engine_processes() == []
 
 
 def _queue_errors(server: Server, prompt: dict) -> dict:
@@ -442,11 +525,11 @@ def test_comfyuis_own_range_and_option_checks_still_apply(server: Server) -> Non
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), server.object_info)
     generate_id = _generate_id(prompt)
     engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[generate_id]["inputs"].update(ssd_streaming="bogus", layers=99)
+    prompt[generate_id]["inputs"].update({"ssd_streaming": "bogus", "preset.layers": 99})
     prompt[engine_id]["inputs"]["stall_timeout"] = -5
     errors = _queue_errors(server, prompt)
     kinds = {(error["type"], error["extra_info"]["input_name"]) for node in errors.values() for error in node["errors"]}
-    assert {("value_not_in_list", "ssd_streaming"), ("value_bigger_than_max", "layers"),
+    assert {("value_not_in_list", "ssd_streaming"), ("value_bigger_than_max", "preset.layers"),
             ("value_smaller_than_min", "stall_timeout")} <= kinds
 
 
@@ -481,27 +564,90 @@ def test_interrupt_stops_the_engine(server: Server, mode: str) -> None:
 
 # ----------------------------------------------------------------------------- warm session
 
-def test_warm_session_mode_renders_and_falls_back_for_multiline_prompts(server: Server) -> None:
+def test_warm_session_mode_renders_and_falls_back_for_multiline_prompts(server: Server, tmp_path: Path) -> None:
     workflow = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
     prompt = ui_to_api(workflow, server.object_info)
     engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
     generate_id = _generate_id(prompt)
     summary_id = next(i for i, n in prompt.items() if n["class_type"] == "PreviewAny")
     prompt[engine_id]["inputs"]["mode"] = "warm session"
-    # One line: the interactive h3 takes it.
-    single = json.loads(json.dumps(prompt))
-    single[generate_id]["inputs"]["prompt"] = "A red fox walks through fresh snow in a pine forest."
+    # The pack's own example (H3 Prompt's output) goes warm, twice with one process.
     summaries = []
     for seed in (5, 6):
-        single[generate_id]["inputs"]["seed"] = seed
-        entry = server.wait(server.queue(single))
+        prompt[generate_id]["inputs"]["seed"] = seed
+        entry = server.wait(server.queue(prompt))
         assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
         summaries.append(entry["outputs"][summary_id]["text"][0])
     assert all(text.startswith("engine: warm session engine") for text in summaries)
     assert "seed: 5" in summaries[0] and "seed: 6" in summaries[1]
-    # The H3 Prompt node's five lines: the session cannot take a multi-line prompt, so it runs one-shot.
-    prompt[generate_id]["inputs"]["seed"] = 7
-    entry = server.wait(server.queue(prompt))
-    assert entry["status"]["status_str"] == "success"
-    summary = entry["outputs"][summary_id]["text"][0]
+    assert not any("ran one-shot" in text for text in summaries)
+    # A prompt typed on several lines cannot go warm: it runs one-shot and the node says so on itself.
+    typed = json.loads(json.dumps(prompt))
+    typed[generate_id]["inputs"]["prompt"] = "Scene: a red fox in snow.\nAudio: wind."
+    typed[generate_id]["inputs"]["seed"] = 7
+    del typed[summary_id]
+    typed["920"] = {"class_type": "PreviewAny", "inputs": {"source": [generate_id, 3]}}
+    path = tmp_path / "prompt.json"
+    path.write_text(json.dumps(typed))
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_ws_progress.py")), server.url, str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    assert report["status"] == "execution_success"
+    shown = [text for node, text in report["texts"] if node == generate_id]
+    assert shown and shown[-1].startswith("WARNING: not run in the warm session: the prompt has several lines")
+    assert "put the prompt on one line" in shown[-1]
+    summary = server.get(f"/history/{report['prompt_id']}")[report["prompt_id"]]["outputs"]["920"]["text"][0]
     assert summary.startswith("engine: one-shot engine") and "ran one-shot instead" in summary
+
+
+def test_generate_node_shows_the_values_it_will_use(server: Server, tmp_path: Path) -> None:
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    generate_id = _generate_id(prompt)
+    prompt[generate_id]["inputs"]["seed"] = 6061
+    path = tmp_path / "prompt.json"
+    path.write_text(json.dumps(prompt))
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_ws_progress.py")), server.url, str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    shown = [text for node, text in report["texts"] if node == generate_id]
+    balanced = PRESETS["balanced"]
+    assert shown == [f"one-shot: 864x480, 107 frames (4.458 s), {balanced.steps} steps, {balanced.layers} layers, "
+                     f"reuse {balanced.reuse}, SSD streaming off, seed 6061"]
+
+
+# ----------------------------------------------------------------------------- termination
+
+def test_scratch_inputs_are_removed_when_the_server_is_terminated_mid_render(tmp_path: Path) -> None:
+    """SIGTERM (systemd, `kill`) while a first/last-frame job renders: the job's scratch inputs go too,
+    and the server still dies of the signal."""
+    started, log = _start_server(tmp_path / "base")
+    engines: list[psutil.Process] = []
+    try:
+        prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), started.object_info)
+        engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+        prompt[engine_id]["inputs"]["engine_path"] = str(started.slow_engine)
+        started.queue(prompt)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not engines:
+            engines = started.engine_processes()
+            time.sleep(0.1)
+        assert engines, "the engine never started"
+        inputs = started.base / "temp" / "h3bridge" / "inputs"
+        assert sorted(p.name for p in inputs.rglob("*.png")) == ["first-frame.png", "last-frame.png"]
+        started.process.send_signal(signal.SIGTERM)          # the server only, as systemd stops it
+        assert started.process.wait(60) == -signal.SIGTERM
+        assert list(inputs.rglob("*")) == []
+    finally:
+        if started.process.poll() is None:
+            os.killpg(started.process.pid, signal.SIGKILL)
+            started.process.wait()
+        log.close()
+        # The engine runs in its own process group and outlives its host; the next job's engine lock
+        # stops such an orphan (lock.py stop_orphaned_engine). Here it is simply killed.
+        for engine in engines:
+            try:
+                os.killpg(engine.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -8,6 +8,8 @@ comfy, torch or folder_paths, so all of it is testable in CI.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,11 +20,19 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..engine import OneShotEngine, locate_engine
-from ..errors import ModelError, RequestError, SessionUnsupportedError
+from ..errors import H3BridgeError, ModelError, RequestError, SessionUnsupportedError
 from ..memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model import inspect_model
 from ..progress import ProgressEvent
-from ..reference_files import AudioClip, ReferenceList, RunDirectory, materialise_references, write_png
+from ..prompt import StructuredPrompt, clean_prompt_text
+from ..reference_files import (
+    AudioClip,
+    ReferenceList,
+    RunDirectory,
+    describe_kind,
+    materialise_references,
+    write_png,
+)
 from ..request import (
     DEFAULT_FRAMES,
     DEFAULT_HEIGHT,
@@ -34,11 +44,13 @@ from ..request import (
     PRESETS,
     SAMPLE_RATE,
     GenerationRequest,
+    Reference,
+    ReferenceKind,
     align_frame_count,
     frames_from_seconds,
 )
 from ..result import GenerationResult
-from ..session import SessionEngine, shared_session
+from ..session import SessionEngine, session_prompt, shared_session
 
 # ----------------------------------------------------------------------------- choices
 
@@ -120,6 +132,17 @@ def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_ro
     return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout)
 
 
+def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path:
+    """The H3 Engine node's queue-time check: the model folder alone (found, laid out right).
+
+    ComfyUI repeats a `validate_inputs` message once per input that function takes, so the queue
+    check takes this one input and a missing model is reported once, under model_dir; the engine
+    path is checked when the node runs (`check_engine_settings`), before any engine starts."""
+    model = resolve_model_dir(model_dir, search_roots)
+    check_model_layout(model)
+    return model
+
+
 def check_model_layout(model_dir: Path) -> None:
     """The cheap structural check of a model directory (layout only, no shard headers read),
     so a wrong folder is reported when the graph is queued, not minutes into a run."""
@@ -142,6 +165,34 @@ def open_engine(handle: EngineHandle) -> OneShotEngine | SessionEngine:
 
 def one_shot_handle(handle: EngineHandle) -> EngineHandle:
     return EngineHandle(handle.engine_path, handle.model_dir, ONE_SHOT, handle.stall_timeout)
+
+
+# ----------------------------------------------------------------------------- prompt
+
+def compose_prompt(scene: str, action: str, camera: str, look: str, audio: str, free_text: str = "", *,
+                   max_bytes: int | None = None) -> str:
+    """The H3 Prompt node's output: upstream's Scene / Action / Camera / Look / Audio sections
+    (README "Improve the prompt"), or the cleaned free text when they are all empty, on ONE line.
+
+    h3's interactive mode reads one line per prompt, so a multi-line prompt cannot go to a warm
+    session; on one line the same text runs in both modes (the same clip for the same seed)."""
+    sections = (scene, action, camera, look, audio)
+    if not any(part.strip() for part in sections) and free_text.strip():
+        text = clean_prompt_text(free_text, max_bytes=max_bytes)
+    else:
+        text = StructuredPrompt(*sections).render(max_bytes=max_bytes)
+    try:
+        return session_prompt(text, join_prompt_lines=True)
+    except SessionUnsupportedError:
+        # Only a free text starting with '!' (a session command): kept as written; H3 Generate
+        # says on its node that this prompt runs one-shot.
+        return text
+
+
+def preset_values(name: str) -> str:
+    """'20 steps, 45 layers, reuse 2': what a preset sets, for node labels and tooltips."""
+    preset = PRESETS[name]
+    return f"{preset.steps} steps, {preset.layers} layers, reuse {preset.reuse}"
 
 
 # ----------------------------------------------------------------------------- request
@@ -167,6 +218,23 @@ class GenerateSettings:
     render_width: int = 0       # internal canvas (README "Internal canvas"); 0 and 0: the output size
     render_height: int = 0
     ssd_streaming: str = "auto"
+
+
+def settings_from_node_values(values: Mapping[str, Any], prompt: str = "") -> GenerateSettings:
+    """H3 Generate / H3 Memory Plan values -> GenerateSettings. A dynamic combo (preset, length_unit)
+    arrives as a dict of its own choice, under its name, and the widgets of that choice:
+    {"preset": "balanced", "steps": 20, "layers": 45, "reuse": 2}. Other node values (the engine,
+    media inputs) are not settings and are left out."""
+    names = set(GenerateSettings.__dataclass_fields__)
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            flat.update(value)
+        else:
+            flat[key] = value
+    chosen = {key: value for key, value in flat.items() if key in names and value is not None}
+    chosen["prompt"] = prompt
+    return GenerateSettings(**chosen)
 
 
 def snap_frames(frames: int) -> int:
@@ -197,8 +265,8 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
                            hint=f"use one of: {', '.join(PRESETS)}")
     if settings.core_reuse > 1 and settings.reuse > 1:
         # README "4. Choose a speed/quality preset": `--reuse` and `--core-reuse` are mutually exclusive.
-        raise RequestError("reuse and core_reuse are mutually exclusive", field="core_reuse",
-                           hint="set reuse to 0 (preset) or 1, or core_reuse to 1")
+        raise RequestError(f"reuse={settings.reuse} and core_reuse={settings.core_reuse} are mutually exclusive",
+                           field="core_reuse", hint="set reuse to 1 (core reuse replaces it), or core_reuse to 1")
     overrides: dict[str, object] = {
         "width": settings.width,
         "height": settings.height,
@@ -399,7 +467,7 @@ def summarise(result: GenerationResult, handle: EngineHandle, plan: MemoryPlan |
         lines.append(f"anchors: first={'yes' if request.first_frame else 'no'}, "
                      f"last={'yes' if request.last_frame else 'no'}")
     if request.references:
-        lines.append("references: " + ", ".join(r.kind.value for r in request.references))
+        lines.append("references: " + ", ".join(describe_kind(r.kind) for r in request.references))
     lines.extend(notes)
     if image_is_placeholder:
         lines.append("IMAGE output not connected: frames were not decoded (1-frame placeholder)")
@@ -414,37 +482,164 @@ def summarise(result: GenerationResult, handle: EngineHandle, plan: MemoryPlan |
     return "\n".join(lines)
 
 
+def describe_job(request: GenerationRequest, mode: str) -> str:
+    """One line of what a job will use, resolved (preset values, snapped length, SSD choice):
+    shown on the H3 Generate node while it runs."""
+    frames = request.frame_count
+    core = f", core reuse {request.core_reuse}" if request.core_reuse > 1 else ""
+    return (f"{mode}: {request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), "
+            f"{request.steps} steps, {request.layers} layers, reuse {request.reuse}{core}, "
+            f"SSD streaming {'on' if request.ssd_streaming else 'off'}, seed {request.seed}")
+
+
+def cannot_go_warm_notice(request: GenerationRequest, unsupported: SessionUnsupportedError) -> str:
+    """The node's warning when a warm-session job runs one-shot, with the fix in node words."""
+    text = f"WARNING: not run in the warm session: {unsupported.message}; ran one-shot instead"
+    if "\n" in request.prompt or "\r" in request.prompt:
+        text += ". fix: put the prompt on one line (H3 Prompt's output is one line)"
+    return text
+
+
+# Scratch folders of jobs running in this process: removed when the host is terminated.
+_live_scratch: set[Path] = set()
+_live_scratch_guard = threading.Lock()
+
+
+def remove_live_scratch() -> None:
+    """Remove the scratch input folders of every job running in this process (best effort)."""
+    import shutil
+    with _live_scratch_guard:
+        folders = list(_live_scratch)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def install_termination_cleanup(signals: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> list[int]:
+    """Make SIGTERM/SIGHUP (a server stopped with `kill`, by systemd or a closed terminal) first remove
+    the scratch inputs of running jobs, then do what the signal did before: the previous handler is
+    called, or with the default disposition the process still dies of the signal. A signal the host
+    ignores (nohup) stays ignored. Main thread only (Python's rule); returns the signals taken."""
+    taken = []
+    for number in signals:
+        previous = signal.getsignal(number)
+        if previous in (signal.SIG_IGN, None) or getattr(previous, "h3bridge_cleanup", False):
+            continue
+
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            remove_live_scratch()
+            if callable(previous):
+                previous(signum, frame)
+                return
+            signal.signal(signum, signal.SIG_DFL)      # die of it, as without this handler
+            os.kill(os.getpid(), signum)
+
+        handler.h3bridge_cleanup = True  # type: ignore[attr-defined]
+        signal.signal(number, handler)
+        taken.append(number)
+    return taken
+
+
+def _scratch_names(scratch: Path, first: Path | None, last: Path | None, references: Sequence[Reference],
+                   items: ReferenceList | None) -> dict[str, str]:
+    """Scratch path -> what the user gave, as node messages should name it."""
+    names: dict[str, str] = {}
+    if first is not None:
+        names[str(first)] = "the first_frame image"
+    if last is not None:
+        names[str(last)] = "the last_frame image"
+    for index, (reference, item) in enumerate(zip(references, items or ()), 1):
+        if item.video is not None:
+            names[str(reference.path)] = repr(item.video.description)
+        elif item.kind is ReferenceKind.IMAGE:
+            names[str(reference.path)] = f"the image of reference {index}"
+        else:
+            names[str(reference.path)] = f"the audio of reference {index}"
+        if reference.audio_path is not None:
+            names[str(reference.audio_path)] = f"the audio of reference {index}"
+    return names
+
+
+_KIND_IN_MESSAGE = {kind.value: kind for kind in ReferenceKind}
+
+
+def in_node_words(error: H3BridgeError, scratch_names: Mapping[str, str]) -> H3BridgeError:
+    """A library message as the H3 nodes' user needs it: the scratch copies (`ref-01.mp4`) named as
+    the user's file or input, and reference kinds by H3 References' `kind` options (the library's
+    `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
+    import re
+
+    def reword(text: str | None) -> str | None:
+        if not text:
+            return text
+        for path, name in scratch_names.items():
+            text = text.replace(repr(path), name).replace(path, name)
+        text = re.sub(r"(reference \d+ )\((\w+)\)",
+                      lambda m: f"{m.group(1)}({describe_kind(_KIND_IN_MESSAGE[m.group(2)])})"
+                      if m.group(2) in _KIND_IN_MESSAGE else m.group(0), text)
+        return re.sub(r"\ban? (\w+) reference\b",
+                      lambda m: f"H3 References kind '{describe_kind(_KIND_IN_MESSAGE[m.group(1)])}'"
+                      if m.group(1) in _KIND_IN_MESSAGE else m.group(0), text)
+
+    message, hint = reword(error.message), reword(error.hint)
+    if (message, hint) != (error.message, error.hint):
+        error.message, error.hint = message, hint
+        error.args = (message,)
+    return error
+
+
 def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: GenerateInputs, *,
                  scratch_parent: Path, output_dir: Path, want_image: bool,
                  on_progress: Callable[[ProgressEvent], None] | None = None,
+                 on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
                  engine_factory: Callable[[EngineHandle], Any] = open_engine) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
 
     Input files live in a private directory under `scratch_parent`, removed when this
-    returns (success or not). The MP4 is written to a fresh name in `output_dir`.
+    returns (success or not) or the host is terminated (`install_termination_cleanup`). The
+    MP4 is written to a fresh name in `output_dir`. `on_notice` gets the text the node shows:
+    what the job will use, and a warning when a warm-session job has to run one-shot.
     """
+    notify = on_notice or (lambda text: None)
     with RunDirectory(scratch_parent) as scratch:
-        first = write_png(inputs.first_frame, scratch / "first-frame.png") if inputs.first_frame is not None else None
-        last = write_png(inputs.last_frame, scratch / "last-frame.png") if inputs.last_frame is not None else None
-        references = materialise_references(inputs.references, scratch) if inputs.references else ()
-        request = build_request(settings, first_frame=first, last_frame=last, references=references)
-        ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
-                                         session=handle.mode == WARM_SESSION)
-        request = request.with_changes(ssd_streaming=ssd)
-        request.validate()
-        output = new_output_path(output_dir)
-        options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
-                       cancel=cancel)
-        ran_on, notes = handle, []
+        with _live_scratch_guard:
+            _live_scratch.add(scratch)
         try:
-            result = engine_factory(handle).generate(request, output, **options)
-        except SessionUnsupportedError as unsupported:
-            notes.append(f"warm session: {unsupported.message}; ran one-shot instead")
-            # Raised before anything starts (e.g. a multi-line prompt: h3's interactive mode reads
-            # one line per prompt). The clip must be the prompt as written, so run it one-shot.
-            ran_on = one_shot_handle(handle)
-            result = engine_factory(ran_on).generate(request, output, **options)
+            first = last = None
+            references: tuple[Reference, ...] = ()
+            try:
+                if inputs.first_frame is not None:
+                    first = write_png(inputs.first_frame, scratch / "first-frame.png")
+                if inputs.last_frame is not None:
+                    last = write_png(inputs.last_frame, scratch / "last-frame.png")
+                if inputs.references:
+                    references = materialise_references(inputs.references, scratch)
+                request = build_request(settings, first_frame=first, last_frame=last, references=references)
+                ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
+                                                 session=handle.mode == WARM_SESSION)
+                request = request.with_changes(ssd_streaming=ssd)
+                request.validate()
+            except H3BridgeError as error:
+                raise in_node_words(error, _scratch_names(scratch, first, last, references,
+                                                          inputs.references)) from None
+            output = new_output_path(output_dir)
+            options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
+                           cancel=cancel)
+            ran_on, notes = handle, []
+            notify(describe_job(request, handle.mode))
+            try:
+                result = engine_factory(handle).generate(request, output, **options)
+            except SessionUnsupportedError as unsupported:
+                # Raised before anything starts (e.g. a multi-line prompt: h3's interactive mode reads
+                # one line per prompt). The clip must be the prompt as written, so run it one-shot,
+                # and say so on the node: the user chose the warm session.
+                notes.append(f"warm session: {unsupported.message}; ran one-shot instead")
+                ran_on = one_shot_handle(handle)
+                notify(cannot_go_warm_notice(request, unsupported) + "\n" + describe_job(request, ONE_SHOT))
+                result = engine_factory(ran_on).generate(request, output, **options)
+        finally:
+            with _live_scratch_guard:
+                _live_scratch.discard(scratch)
     if want_image and result.frames is not None:
         image, placeholder = frames_to_image_batch(result.frames), False
         result.frames = None     # the uint8 copy is not needed any more; don't keep the clip twice
@@ -479,7 +674,8 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
 
 
 __all__ = [
-    "ENGINE_MODES", "EngineHandle", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
+    "ENGINE_MODES", "EngineHandle", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
+    "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
     "decide_ssd_streaming", "describe_plan", "frames_for", "frames_to_image_batch", "new_output_path",

@@ -21,9 +21,26 @@ from comfy_api.latest import ComfyExtension, InputImpl, Types, io
 
 from ..cancel import CancelToken
 from ..errors import GenerationCancelled, H3BridgeError
-from ..prompt import StructuredPrompt, clean_prompt_text
 from ..reference_files import AudioClip, ReferenceItem, ReferenceList, VideoSource
-from ..request import CANVAS_MULTIPLE, MAX_PIXELS, PRESETS, DEFAULT_FRAMES, DEFAULT_HEIGHT, DEFAULT_SEED, DEFAULT_WIDTH, FPS, MAX_FRAMES, MAX_SEED, MIN_FRAMES, ReferenceKind
+from ..request import (
+    CANVAS_MULTIPLE,
+    DEFAULT_FRAMES,
+    DEFAULT_HEIGHT,
+    DEFAULT_SEED,
+    DEFAULT_WIDTH,
+    FPS,
+    MAX_FRAMES,
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_REUSE,
+    MAX_SEED,
+    MAX_STEPS,
+    MIN_FRAMES,
+    MIN_LAYERS,
+    MIN_STEPS,
+    PRESETS,
+    ReferenceKind,
+)
 from . import adapter
 
 CATEGORY = "MiniMax-H3 (h3.c)"
@@ -93,36 +110,63 @@ def _running_prompt() -> dict | None:
 
 # ----------------------------------------------------------------------------- shared inputs
 
-def _plan_inputs() -> list[io.Input]:
+def _preset_input(*, with_steps: bool) -> io.Input:
+    """The preset as a dynamic combo: each preset shows its own steps/layers/reuse widgets set to that
+    preset's values, so the node shows what will be used (no "0 = preset"), and they can be edited."""
+    def option(name: str) -> io.DynamicCombo.Option:
+        preset = PRESETS[name]
+        inputs: list[io.Input] = []
+        if with_steps:
+            inputs.append(io.Int.Input("steps", default=preset.steps, min=MIN_STEPS, max=MAX_STEPS,
+                                       tooltip=f"Denoising passes, {MIN_STEPS}..{MAX_STEPS} ({name}: {preset.steps})."))
+        inputs += [
+            io.Int.Input("layers", default=preset.layers, min=MIN_LAYERS, max=MAX_LAYERS,
+                         tooltip=f"Active DiT blocks, {MIN_LAYERS}..{MAX_LAYERS} ({name}: {preset.layers}). "
+                                 "Fewer is faster and uses less memory."),
+            io.Int.Input("reuse", default=preset.reuse, min=1, max=MAX_REUSE,
+                         tooltip=f"Whole-denoiser reuse 1..{MAX_REUSE} ({name}: {preset.reuse}). "
+                                 "Set it to 1 to use core_reuse."),
+        ]
+        return io.DynamicCombo.Option(name, inputs)
+
+    return io.DynamicCombo.Input(
+        "preset", options=[option(name) for name in adapter.PRESET_NAMES],
+        tooltip="Speed/quality preset; choosing one sets the widgets below it to its values: "
+                + "; ".join(f"{name} {adapter.preset_values(name)}" for name in adapter.PRESET_NAMES)
+                + ". 24-32 GB Macs: preview or balanced with SSD streaming; 96-128 GB: quality.")
+
+
+def _length_input() -> io.Input:
+    """The clip length in the unit chosen: only that unit's widget is shown."""
+    return io.DynamicCombo.Input("length_unit", options=[
+        io.DynamicCombo.Option("seconds", [
+            io.Float.Input("seconds", default=2.0, min=0.05, max=round(MAX_FRAMES / FPS, 3), step=0.125, round=0.001,
+                           tooltip=f"Clip length. Snapped UP to the next legal H3 length (5 + 17n frames at 24 fps, "
+                                   f"{MIN_FRAMES}..{MAX_FRAMES} frames): 10 s becomes 243 frames (10.125 s)."),
+        ]),
+        io.DynamicCombo.Option("frames", [
+            io.Int.Input("frames", default=DEFAULT_FRAMES, min=MIN_FRAMES, max=MAX_FRAMES, step=17,
+                         tooltip=f"Clip length at 24 fps. Snapped UP to the next legal H3 length "
+                                 f"(5 + 17n: 22, 39, 56, 73, ... {MAX_FRAMES})."),
+        ]),
+    ], tooltip="Give the clip length in seconds or in frames (24 fps).")
+
+
+def _plan_inputs(*, with_steps: bool) -> list[io.Input]:
     """The settings both H3 Generate and H3 Memory Plan take (same names, same meaning)."""
     return [
-        io.Combo.Input("preset", options=list(adapter.PRESET_NAMES), default="balanced",
-                       tooltip="Speed/quality preset as steps/layers/reuse: "
-                               + ", ".join(f"{name} {p.steps}/{p.layers}/{p.reuse}" for name, p in PRESETS.items())
-                               + ". 24-32 GB Macs: preview or balanced with SSD streaming; 96-128 GB: quality."),
+        _preset_input(with_steps=with_steps),
         # h3.c h3_valid_params limits the product, not each side: the widget allows any side that
-        # can be part of a legal canvas, validation (queue time) checks the product.
+        # can be part of a legal canvas, the node checks the product before the engine starts.
         io.Int.Input("width", default=DEFAULT_WIDTH, min=CANVAS_MULTIPLE, max=MAX_PIXELS // CANVAS_MULTIPLE,
                      step=CANVAS_MULTIPLE,
                      tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
         io.Int.Input("height", default=DEFAULT_HEIGHT, min=CANVAS_MULTIPLE, max=MAX_PIXELS // CANVAS_MULTIPLE,
                      step=CANVAS_MULTIPLE,
                      tooltip="Multiple of 32; width x height at most 768 x 1344 (h3.c h3_valid_params)."),
-        io.Combo.Input("length_unit", options=list(adapter.LENGTH_UNITS), default="seconds",
-                       tooltip="Give the length in seconds or in frames (24 fps)."),
-        io.Float.Input("seconds", default=2.0, min=0.05, max=round(MAX_FRAMES / FPS, 3), step=0.125, round=0.001,
-                       tooltip=f"Clip length when length_unit is seconds. Snapped UP to the next legal H3 length "
-                               f"(5 + 17n frames at 24 fps, {MIN_FRAMES}..{MAX_FRAMES} frames): 10 s becomes "
-                               f"243 frames (10.125 s)."),
-        io.Int.Input("frames", default=DEFAULT_FRAMES, min=MIN_FRAMES, max=MAX_FRAMES, step=17,
-                     tooltip=f"Clip length when length_unit is frames. Snapped UP to the next legal H3 length "
-                             f"(5 + 17n: 22, 39, 56, 73, ... {MAX_FRAMES})."),
-        io.Int.Input("layers", default=0, min=0, max=50, advanced=True,
-                     tooltip="Active DiT blocks, 35..50 (0 = preset). Fewer is faster and uses less memory."),
-        io.Int.Input("reuse", default=0, min=0, max=3, advanced=True,
-                     tooltip="Whole-denoiser reuse 1..3 (0 = preset). Exclusive with core_reuse."),
+        _length_input(),
         io.Int.Input("core_reuse", default=1, min=1, max=6, advanced=True,
-                     tooltip="Core residual reuse 1..6 (1 = off). Exclusive with reuse."),
+                     tooltip="Core residual reuse 1..6 (1 = off). Exclusive with reuse: set reuse to 1."),
         io.Boolean.Input("token_reduction", default=False, advanced=True,
                          tooltip="Faster; may change composition. Keep off at 256x256 and with layers 40 + reuse 3."),
         io.Boolean.Input("int8_row_fc2", default=False, advanced=True,
@@ -140,10 +184,18 @@ def _plan_inputs() -> list[io.Input]:
 
 
 def _settings(values: dict[str, Any], prompt: str = "") -> adapter.GenerateSettings:
-    names = {f for f in adapter.GenerateSettings.__dataclass_fields__}
-    chosen = {k: v for k, v in values.items() if k in names and v is not None}
-    chosen["prompt"] = prompt
-    return adapter.GenerateSettings(**chosen)
+    return adapter.settings_from_node_values(values, prompt)
+
+
+def _notice_on_node(node_id: str | None) -> Callable[[str], None]:
+    """Text shown on the node itself (ComfyUI's progress text, under its widgets)."""
+    def show(text: str) -> None:
+        try:
+            from server import PromptServer   # ComfyUI's top-level server module
+            PromptServer.instance.send_progress_text(text, node_id)
+        except Exception:   # noqa: BLE001 - no server (scripted use): the summary output still says it
+            pass
+    return show
 
 
 # ----------------------------------------------------------------------------- nodes
@@ -173,14 +225,14 @@ class H3EngineNode(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, engine_path: str | None = None, model_dir: str | None = None,
-                        mode: str | None = None) -> bool | str:
-        # ComfyUI skips its own range and option checks for the inputs named here, and repeats the
-        # message once per named input (execution.py validate_inputs): name only what we check.
-        if engine_path is None or model_dir is None or mode is None:
-            return True     # linked values are checked when the node runs
+    def validate_inputs(cls, model_dir: str | None = None) -> bool | str:
+        # ComfyUI repeats this message once per input the function takes (execution.py
+        # validate_inputs), and skips its own checks for those: one input, one report. The engine
+        # path is checked when the node runs, before any engine starts.
+        if model_dir is None:
+            return True     # a linked value is checked when the node runs
         try:
-            adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots())
+            adapter.check_model_setting(model_dir, _model_roots())
         except H3BridgeError as error:
             return str(error)
         return True
@@ -208,12 +260,10 @@ class H3GenerateNode(io.ComfyNode):
                 H3Engine.Input("engine"),
                 io.String.Input("prompt", multiline=True, default="",
                                 tooltip="What to render. Best as Scene/Action/Camera/Look/Audio lines (H3 Prompt node)."),
-                *_plan_inputs()[:6],
-                io.Int.Input("steps", default=0, min=0, max=1000,
-                             tooltip="Denoising passes, 2..1000 (0 = preset)."),
+                *_plan_inputs(with_steps=True)[:4],
                 io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED, control_after_generate=True,
                              tooltip=f"Native random stream seed (h3 default {DEFAULT_SEED})."),
-                *_plan_inputs()[6:],
+                *_plan_inputs(with_steps=True)[4:],
                 io.Image.Input("first_frame", optional=True, tooltip="Anchor image for the first frame (FL2VA)."),
                 io.Image.Input("last_frame", optional=True, tooltip="Anchor image for the last frame (FL2VA)."),
                 H3References.Input("references", optional=True,
@@ -229,24 +279,11 @@ class H3GenerateNode(io.ComfyNode):
             hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
 
-    @classmethod
-    def validate_inputs(cls, prompt: str | None = None, preset: str | None = None, width: int | None = None,
-                        height: int | None = None, length_unit: str | None = None, seconds: float | None = None,
-                        frames: int | None = None, render_width: int | None = None,
-                        render_height: int | None = None) -> bool | str:
-        # The rules a widget's min/max cannot express (a blank prompt, the canvas pixel cap and render
-        # aspect, 5 + 17n frames). Only these inputs are named: ComfyUI skips its own range and option
-        # checks for named inputs and repeats our message once per named input (execution.py
-        # validate_inputs). The remaining cross-field rules are checked when the node runs, before
-        # the engine starts. Linked inputs are absent (None) here.
-        values = dict(preset=preset, width=width, height=height, length_unit=length_unit, seconds=seconds,
-                      frames=frames, render_width=render_width, render_height=render_height)
-        try:
-            request = adapter.build_request(_settings(values, "validation" if prompt is None else prompt))
-            request.validate(check_files=False)
-        except H3BridgeError as error:
-            return str(error)
-        return True
+    # No validate_inputs: ComfyUI repeats its message once per input it takes, and with dynamic
+    # combos (preset, length_unit) it passes those too, whatever the signature (execution.py
+    # validate_inputs -> _io.build_nested_inputs). Rules over several inputs (the canvas pixel cap,
+    # render aspect, reuse with core_reuse, a blank prompt) are checked when the node runs, each
+    # reported once, before the engine starts. ComfyUI still checks each widget's range and options.
 
     @classmethod
     def fingerprint_inputs(cls, **values: Any) -> Any:
@@ -273,7 +310,7 @@ class H3GenerateNode(io.ComfyNode):
                 last_frame=None if last_frame is None else _to_numpy(last_frame),
                 references=references),
             scratch_parent=_work_dir("inputs"), output_dir=_work_dir("outputs"), want_image=want_image,
-            on_progress=progress, cancel=cancel)
+            on_progress=progress, on_notice=_notice_on_node(cls.hidden.unique_id), cancel=cancel)
         progress.finish()
         return io.NodeOutput(
             InputImpl.VideoFromFile(str(outputs.video_path)),
@@ -339,15 +376,25 @@ class H3PromptNode(io.ComfyNode):
             category=CATEGORY,
             description="Build the Scene / Action / Camera / Look / Audio prompt H3 was trained on "
                         "(upstream README, 'Improve the prompt'); empty fields are left out. With only "
-                        "free_text, it cleans that text instead.",
+                        "free_text, it cleans that text instead. The output is one line, so a warm session "
+                        "can take it (h3's interactive mode reads one line per prompt).",
             inputs=[
-                io.String.Input("scene", multiline=True, default="", tooltip="Subject and setting."),
-                io.String.Input("action", multiline=True, default="", tooltip="What happens."),
-                io.String.Input("camera", multiline=True, default="", tooltip="Shot, lens, movement."),
-                io.String.Input("look", multiline=True, default="", tooltip="Lighting and style."),
-                io.String.Input("audio", multiline=True, default="", tooltip="Desired sound; say 'no music' if so."),
+                # Each box shows its name above its text (web/h3_prompt_labels.js): ComfyUI's canvas
+                # draws a multiline box's name only as a placeholder, gone once there is text.
+                io.String.Input("scene", multiline=True, default="", placeholder="Scene: subject and setting",
+                                tooltip="Scene: subject and setting."),
+                io.String.Input("action", multiline=True, default="", placeholder="Action: what happens",
+                                tooltip="Action: what happens."),
+                io.String.Input("camera", multiline=True, default="", placeholder="Camera: shot, lens, movement",
+                                tooltip="Camera: shot, lens, movement."),
+                io.String.Input("look", multiline=True, default="", placeholder="Look: lighting and style",
+                                tooltip="Look: lighting and style."),
+                io.String.Input("audio", multiline=True, default="",
+                                placeholder="Audio: desired sound; say 'no music' if so",
+                                tooltip="Audio: desired sound; say 'no music' if so."),
                 io.String.Input("free_text", multiline=True, default="", optional=True,
-                                tooltip="Used (cleaned) when all the fields above are empty."),
+                                placeholder="Free text: used (cleaned, on one line) when the five boxes are empty",
+                                tooltip="Used (cleaned, joined to one line) when all the boxes above are empty."),
                 io.Int.Input("max_bytes", default=0, min=0, max=65536, advanced=True,
                              tooltip="Cap the prompt's UTF-8 size (0 = no cap); cuts between words."),
             ],
@@ -358,11 +405,8 @@ class H3PromptNode(io.ComfyNode):
     @_user_facing_errors
     def execute(cls, scene: str, action: str, camera: str, look: str, audio: str, free_text: str = "",
                 max_bytes: int = 0) -> io.NodeOutput:
-        cap = max_bytes or None
-        structured = StructuredPrompt(scene=scene, action=action, camera=camera, look=look, audio=audio)
-        if not any(part.strip() for part in (scene, action, camera, look, audio)) and free_text.strip():
-            return io.NodeOutput(clean_prompt_text(free_text, max_bytes=cap))
-        return io.NodeOutput(structured.render(max_bytes=cap))
+        return io.NodeOutput(adapter.compose_prompt(scene, action, camera, look, audio, free_text,
+                                                    max_bytes=max_bytes or None))
 
 
 class H3MemoryPlanNode(io.ComfyNode):
@@ -374,7 +418,7 @@ class H3MemoryPlanNode(io.ComfyNode):
             category=CATEGORY,
             description="Show whether these settings fit this machine's memory, and with SSD streaming or not, "
                         "before anything runs.",
-            inputs=[H3Engine.Input("engine"), *_plan_inputs()],
+            inputs=[H3Engine.Input("engine"), *_plan_inputs(with_steps=False)],
             outputs=[io.String.Output(display_name="plan")],
         )
 
@@ -390,6 +434,12 @@ NODES: list[type[io.ComfyNode]] = [H3EngineNode, H3GenerateNode, H3ReferencesNod
 class H3BridgeExtension(ComfyExtension):
     async def on_load(self) -> None:
         _model_roots()   # registers ComfyUI/models/h3 (no disk access)
+        try:
+            # A server stopped with SIGTERM/SIGHUP mid-render would leave the job's scratch inputs in
+            # temp/h3bridge/inputs: remove them first, then the signal does what it did before.
+            adapter.install_termination_cleanup()
+        except ValueError:
+            pass         # not the main thread: Python allows signal handlers only there
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         from .hex_nodes import HEX_NODES     # H3 hexagon tiling nodes; imported here: they import this module
