@@ -74,12 +74,11 @@ def test_pixel_cells_agree_with_h3_on_sampled_pixels(width: int, height: int, re
     assert [grid.cell_names[i] for i in grid.cell_index[ys, xs]] == expected
 
 
-def test_pixel_cells_agree_with_h3_on_every_pixel_of_a_small_frame() -> None:
-    width, height = 240, 120
-    for resolution in usable_resolutions(width, height):
-        ys, xs = np.mgrid[0:height, 0:width]
-        expected = np.array([h3.str_to_int(c) for c in _h3_cells(xs.ravel(), ys.ravel(), width, height, resolution)])
-        assert np.array_equal(pixel_cells(width, height, resolution).ravel(), expected), resolution
+@pytest.mark.parametrize("width, height, resolution", [(240, 120, 0), (700, 350, 1), (150, 75, 0)])
+def test_pixel_cells_agree_with_h3_on_every_pixel(width: int, height: int, resolution: int) -> None:
+    ys, xs = np.mgrid[0:height, 0:width]
+    expected = np.array([h3.str_to_int(c) for c in _h3_cells(xs.ravel(), ys.ravel(), width, height, resolution)])
+    assert np.array_equal(pixel_cells(width, height, resolution).ravel(), expected)
 
 
 def test_grid_cells_ids_boxes_neighbours_and_pentagons() -> None:
@@ -227,3 +226,23 @@ def test_grids_are_cached_read_only_and_deterministic() -> None:
     rebuilt = _hex_grid.__wrapped__(400, 200, 1, 4)
     assert rebuilt.cells == first.cells and np.array_equal(rebuilt.cell_index, first.cell_index)
     assert all(np.array_equal(a.weight, b.weight) for a, b in zip(rebuilt.patches, first.patches))
+
+
+def test_mask_batches_are_refused_before_they_would_exhaust_memory() -> None:
+    small = hex_grid(480, 240, 0, 8)
+    masks = small.masks()
+    assert masks.shape == (122, 240, 480) and np.array_equal(masks.sum(axis=0), np.ones((240, 480)))
+    assert np.array_equal(masks[5] == 1, small.cell_index == 5)
+    big = hex_grid(1344, 768, 1, 8)
+    with pytest.raises(RequestError, match="842 cell masks of 1344x768 would take 3.2 GiB") as caught:
+        big.check_masks_fit()
+    assert "use resolution 0 or lower" in str(caught.value)
+    hex_grid(1344, 768, 0, 8).check_masks_fit()      # 122 masks: 0.5 GiB
+
+
+def test_the_library_imports_no_comfyui_or_torch() -> None:
+    import subprocess
+    import sys
+    code = ("import sys, h3bridge.hexgrid, h3bridge.hexgrid.cli; "
+            "print([m for m in ('torch', 'comfy', 'comfy_api', 'folder_paths') if m in sys.modules])")
+    assert subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip() == "[]"

@@ -311,13 +311,11 @@ def pixel_cells(width: int, height: int, resolution: int) -> np.ndarray:
     y0, y1 = ys[:-1, None], ys[1:, None] + 1
     x0, x1 = xs[None, :-1], xs[None, 1:] + 1
     crossed = (table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0]) > 0
+    # (check_grid_settings keeps frames many lattice steps wide and tall: there are blocks.)
     inside_one_cell = corners_agree & ~crossed
-    if len(ys) == 1 or len(xs) == 1:      # a frame one lattice line thick has no blocks
-        inside_one_cell = np.zeros((max(len(ys) - 1, 1), max(len(xs) - 1, 1)), bool)
     block_y = np.clip(np.searchsorted(ys, np.arange(height), side="right") - 1, 0, inside_one_cell.shape[0] - 1)
     block_x = np.clip(np.searchsorted(xs, np.arange(width), side="right") - 1, 0, inside_one_cell.shape[1] - 1)
-    result = lattice[:-1, :-1][block_y[:, None], block_x[None, :]] if lattice.shape[0] > 1 and lattice.shape[1] > 1 \
-        else np.zeros((height, width), np.int64)
+    result = lattice[:-1, :-1][block_y[:, None], block_x[None, :]]
     unknown = ~inside_one_cell[block_y[:, None], block_x[None, :]]
     unknown[np.ix_(ys, xs)] = False
     result[np.ix_(ys, xs)] = lattice
