@@ -199,8 +199,7 @@ class ModelInventory:
         more = f"; and {len(problems) - 4} more (run `h3bridge info {self.root}`)" if len(problems) > 4 else ""
         message = (f"references need h3's Ref2VA checkpoint, and {self.root / REF2VA} is incomplete: "
                    f"{shown}{more}")
-        fix = "; ".join(dict.fromkeys(p.fix for p in problems)) + \
-              " (jobs without references do not need Ref2VA and still run)"
+        fix = self.ref2va_download_fix + " (jobs without references do not need Ref2VA and still run)"
         first = problems[0].exception()
         if len(problems) == 1 and isinstance(first, IntegrityError):
             return IntegrityError(message, path=first.path, tensor=first.tensor, hint=fix)
@@ -214,8 +213,13 @@ class ModelInventory:
         if problems and not references:
             lines.append(f"{self.root / REF2VA} is incomplete ({len(problems)} problem(s), e.g. {problems[0].message}); "
                          "this job does not use it, but jobs with references will be refused until it is "
-                         f"complete (fix: {problems[0].fix})")
+                         f"complete (fix: {self.ref2va_download_fix})")
         return lines
+
+    @property
+    def ref2va_download_fix(self) -> str:
+        return (f"finish the Ref2VA download: `huggingface-cli download {OFFICIAL_REPO} --include 'Ref2VA/*' "
+                f"--local-dir {self.root}` (it continues where it stopped), then `h3bridge verify {self.root}`")
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -143,6 +143,7 @@ def test_an_incomplete_ref2va_stops_only_reference_jobs(model: Path, tmp_path: P
     assert "references need h3's Ref2VA checkpoint" in message
     assert "Ref2VA/text_encoder: no safetensors files" in message and "missing" in message
     assert "jobs without references" in (refused.value.hint or "")
+    assert f"--include 'Ref2VA/*' --local-dir {model}" in (refused.value.hint or "")
     assert "error (reference jobs only)" in inventory.table()
 
 
