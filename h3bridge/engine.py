@@ -37,7 +37,7 @@ from .errors import (
     RequestError,
 )
 from .media import decode_audio, read_frames_dir, remove_quietly
-from .lock import EngineLock, engine_lock, remove_leftovers
+from .lock import STAGING_PREFIX, STAGING_SUFFIX, WORKDIR_PREFIX, EngineLock, engine_lock, remove_leftovers
 from .progress import (
     PHASE_ORDER,
     WAITING_PHASE,
@@ -298,7 +298,7 @@ def staging_path(output_path: Path) -> Path:
         raise MediaError(f"cannot create the output folder {output_path.parent}: {error.strerror}",
                          hint="choose an output in a folder you can write to") from None
     # Short whatever the output's name: a name near the file system's limit must still fit.
-    return output_path.parent / f".h3bridge-{uuid.uuid4().hex[:12]}.partial.mp4"
+    return output_path.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}{STAGING_SUFFIX}"
 
 
 def check_media_tools(request: GenerationRequest, *, writes_mp4: bool) -> MediaTools:
@@ -425,7 +425,7 @@ class OneShotEngine:
         writes_mp4 = output_path is not None or want_audio
         check_media_tools(request, writes_mp4=writes_mp4)
 
-        workdir = Path(tempfile.mkdtemp(prefix="h3bridge-"))
+        workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
         mp4_temp: Path | None = None
         made_folders = missing_folders(output_path) if output_path is not None else []
         published = False

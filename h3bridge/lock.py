@@ -7,11 +7,28 @@ process is alive; everyone else waits, reporting ``progress.WAITING_PHASE``
 through ``on_wait`` and staying cancellable.
 
 The lock is a filelock (an OS file lock, so it is released by the kernel if the
-holder dies). The file lives in the user's cache directory; set
-``H3BRIDGE_LOCK_PATH`` to put it elsewhere (tests do, to stay isolated). A holder
-that dies does not take its engine with it (h3 notices only at its next write), so
-each holder records its engine in ``<lock>.engine`` and the next holder stops an
-engine still running there, with the temporary files it was writing.
+holder dies). One machine has one pool of unified memory, so the lock is one per machine, not
+per account or HOME: it lives in `userdirs.machine_dir()` (`/Users/Shared/h3bridge` on macOS,
+`/var/tmp/h3bridge` elsewhere; `H3BRIDGE_MACHINE_DIR` moves that folder), shared by every account.
+That folder is shared, so it is made like /tmp: created mode 1777 (sticky: a file in it can be
+removed or renamed only by its owner), checked with lstat (a symlink or a file planted in its
+place is refused, as is a folder another account owns that is not open to all); the lock file
+is opened O_NOFOLLOW, never truncated, must be a regular file, and is made mode 0666 by whoever
+creates it, so every account can lock it and none but its creator can replace it. Set
+``H3BRIDGE_LOCK_PATH`` to use a lock file of your own instead (tests do, to stay isolated);
+programs with different lock paths do not exclude each other.
+
+A holder that dies does not take its engine with it (h3 notices only at its next write), so
+each holder records its engine in ``<lock>.engine.<uid>`` and the next holder deals with an
+engine still running there. That record sits in a folder every account can write to, so it is
+evidence, not an instruction: h3bridge stops a recorded engine only when the record file is
+its own user's (a regular file, not a symlink) and the process is its own user's, leads its
+own process group and started at the recorded time; it removes only recorded leftovers that
+are h3bridge's own scratch (`own_leftover`: the one-shot engine's `h3bridge-*` temporary folder,
+its `.h3bridge-<hex>.partial.mp4` staging files, the warm session's `/tmp/h3-XXXXXX` folder and
+the `video-NNNN.mp4` clips in it), each owned by this user. Anything else is left alone with a
+logged warning. A live engine recorded by another account is waited for (it is theirs to stop),
+reported like any other wait and named in a logged warning.
 
 Within one process the file lock still excludes: two holders in the same
 process block each other exactly as two processes do (each `EngineLock` opens
@@ -35,7 +52,10 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
+import stat
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -48,7 +68,7 @@ from filelock import FileLock, Timeout
 from .cancel import CancelToken
 from .engine_process import terminate_group
 from .errors import EngineError, GenerationCancelled
-from .userdirs import platform_cache_dir
+from .userdirs import machine_dir
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
@@ -58,8 +78,20 @@ DEFAULT_POLL_INTERVAL = 0.1
 # got the lock or gave up.
 WANTED_FRESHNESS = 1.0
 
-# Beside the lock: the engine its holder runs (EngineLock.record_engine).
+# Beside the lock: the engine its holder runs (EngineLock.record_engine), `<lock>.engine.<uid>`.
 ENGINE_RECORD_SUFFIX = ".engine"
+# A record is a few hundred bytes; anything much larger is not one of ours.
+_RECORD_LIMIT = 1 << 20
+
+# h3bridge's own scratch, the only things an engine record may make it remove (own_leftover).
+WORKDIR_PREFIX = "h3bridge-"           # tempfile.mkdtemp(prefix=...) of the one-shot engine
+STAGING_PREFIX, STAGING_SUFFIX = ".h3bridge-", ".partial.mp4"   # a clip before its atomic rename
+_STAGING_NAME = re.compile(r"\.h3bridge-[0-9a-f]{12}\.partial\.mp4")
+_WORKDIR_NAME = re.compile(r"h3bridge-[a-z0-9_]{8}")          # mkdtemp's random part
+# Interactive h3 writes into mkdtemp("/tmp/h3-XXXXXX") (h3_cli.c:736) as `video-NNNN.mp4`.
+SESSION_DIR_PARENT = "/tmp"
+_SESSION_DIR_NAME = re.compile(r"h3-[A-Za-z0-9]{6}")
+SESSION_CLIP_PATTERN = "video-[0-9]*.mp4"
 
 _log = logging.getLogger("h3bridge")
 
@@ -68,12 +100,95 @@ YieldHook = Callable[[], None]
 
 
 def default_lock_path() -> Path:
-    """`$H3BRIDGE_LOCK_PATH`, else `engine.lock` in the platform's h3bridge cache directory
-    (userdirs.platform_cache_dir: H3BRIDGE_CACHE_DIR does not move it)."""
+    """`$H3BRIDGE_LOCK_PATH`, else `engine.lock` in the folder every account on this machine
+    shares (userdirs.machine_dir: neither HOME nor H3BRIDGE_CACHE_DIR moves it)."""
     override = os.environ.get(LOCK_PATH_ENV)
     if override:
         return Path(override).expanduser()
-    return platform_cache_dir() / LOCK_FILE_NAME
+    return machine_dir() / LOCK_FILE_NAME
+
+
+def _uid() -> int:
+    """The account h3bridge acts for: records, engines and leftovers must be this user's."""
+    return os.geteuid()
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _lock_file_error(path: Path, problem: str, hint: str | None = None) -> EngineError:
+    return EngineError(f"cannot use the engine lock file {path}: {problem}",
+                       hint=hint or f"set {LOCK_PATH_ENV} to a file in a writable folder")
+
+
+def prepare_shared_folder(folder: Path) -> None:
+    """Make `folder` (userdirs.machine_dir) usable by every account, safely: created mode 1777,
+    and refused if what is there is a symlink, not a folder, or another account's folder that
+    is not open to all. A folder another account made the same way (the first h3bridge user on
+    the machine owns it) is fine: nothing in it is trusted without checking its owner."""
+    try:
+        os.mkdir(folder, 0o700)            # private until it is set up, then opened to all
+        os.chmod(folder, 0o1777)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise EngineError(f"cannot create the shared engine folder {folder}: {error.strerror or error}",
+                          hint=f"create it with `mkdir -m 1777 {folder}`, or set {LOCK_PATH_ENV} "
+                               "to a lock file of your own") from None
+    try:
+        info = os.lstat(folder)
+    except OSError as error:
+        raise EngineError(f"cannot use the shared engine folder {folder}: {error.strerror or error}",
+                          hint=f"set {LOCK_PATH_ENV} to a lock file of your own") from None
+    if not stat.S_ISDIR(info.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+        raise EngineError(f"the shared engine folder {folder} is {what}; h3bridge will not use it",
+                          hint=f"remove it (h3bridge makes the folder itself), or set {LOCK_PATH_ENV} "
+                               "to a lock file of your own")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode == 0o1777:
+        return
+    if info.st_uid == _uid():
+        try:
+            os.chmod(folder, 0o1777)        # ours: an older h3bridge or a umask made it narrower
+        except OSError:
+            pass
+        return
+    raise EngineError(f"the shared engine folder {folder} belongs to {_user_name(info.st_uid)} and is not "
+                      f"open to every account (mode {mode:o}, not 1777)",
+                      hint=f"ask its owner or an administrator to run `chmod 1777 {folder}`, or set "
+                           f"{LOCK_PATH_ENV} to a lock file of your own")
+
+
+def _check_lock_file(path: Path, *, shared: bool) -> None:
+    """Open (creating) the lock file without following a symlink and without truncating it, and
+    check it is a regular file; in the shared folder make a new one lockable by every account."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as error:
+        if os.path.islink(path):
+            raise _lock_file_error(path, "it is a symbolic link; h3bridge will not follow it",
+                                   f"remove {path}, or set {LOCK_PATH_ENV} to a lock file of your own") from None
+        if isinstance(error, PermissionError) and shared and os.path.lexists(path):
+            owner = _user_name(os.lstat(path).st_uid)
+            raise _lock_file_error(path, f"it belongs to {owner} and this account may not lock it",
+                                   f"ask {owner} or an administrator to run `chmod 666 {path}`") from None
+        raise _lock_file_error(path, error.strerror or str(error)) from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise _lock_file_error(path, "it is not a regular file",
+                                   f"remove {path}, or set {LOCK_PATH_ENV} to a lock file of your own")
+        if shared and info.st_uid == _uid() and stat.S_IMODE(info.st_mode) != 0o666:
+            os.fchmod(descriptor, 0o666)     # the umask narrowed it: other accounts must lock it too
+    finally:
+        os.close(descriptor)
 
 
 # --- in-process cooperation -------------------------------------------------------------------
@@ -124,6 +239,8 @@ class EngineLock:
     """
 
     def __init__(self, path: Path | None = None, *, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+        # The machine-wide default lives in a folder every account shares (prepare_shared_folder).
+        self.shared = path is None and not os.environ.get(LOCK_PATH_ENV)
         self.path = Path(path) if path is not None else default_lock_path()
         self.poll_interval = poll_interval
         self.waited = 0.0   # seconds the last acquire spent waiting
@@ -146,7 +263,7 @@ class EngineLock:
         """
         self._take(cancel=cancel, on_wait=on_wait)
         try:
-            stop_orphaned_engine(self._record_path)
+            self._settle_previous_engines(cancel=cancel, on_wait=on_wait)
         except BaseException:
             self.release()
             raise
@@ -158,7 +275,41 @@ class EngineLock:
 
     @property
     def _record_path(self) -> Path:
-        return self.path.with_name(f"{self.path.name}{ENGINE_RECORD_SUFFIX}")
+        """This user's record, `<lock>.engine.<uid>`: per user, because in the shared (sticky)
+        folder one account cannot replace or remove another's file."""
+        return self.path.with_name(f"{self.path.name}{ENGINE_RECORD_SUFFIX}.{_uid()}")
+
+    def _settle_previous_engines(self, *, cancel: CancelToken | None, on_wait: WaitCallback | None) -> None:
+        """With the lock just taken: stop an engine a dead holder of this user left running (see
+        `stop_orphaned_engine`), and wait, reporting and cancellable, while a live engine recorded
+        by another account still runs: it holds the machine's memory, but it is not ours to stop."""
+        stop_orphaned_engine(self._record_path)
+        started = time.monotonic() - self.waited
+        announced: set[tuple[int, float]] = set()
+        while True:
+            foreign = [engine for engine in map(_foreign_engine, self._other_records()) if engine is not None]
+            if not foreign:
+                return
+            for user, record in foreign:
+                if (record.pid, record.started) not in announced:
+                    announced.add((record.pid, record.started))
+                    _log.warning("h3bridge: waiting for the engine of user %s (process %d), left running by "
+                                 "a program of theirs that exited; it is theirs to stop", user, record.pid)
+            self.waited = time.monotonic() - started
+            if on_wait is not None:
+                on_wait(self.waited)
+            if cancel is not None and cancel.cancelled:
+                raise GenerationCancelled("cancelled while waiting for the engine")
+            time.sleep(self.poll_interval)
+
+    def _other_records(self) -> list[Path]:
+        """Records beside the lock other than this user's own."""
+        mine = self._record_path.name
+        try:
+            found = self.path.parent.glob(f"{glob.escape(self.path.name)}{ENGINE_RECORD_SUFFIX}.*")
+            return sorted(path for path in found if path.name != mine and not path.name.endswith(".tmp"))
+        except OSError:
+            return []
 
     def record_engine(self, pid: int, *, leftovers: Sequence[Path | str] = ()) -> None:
         """Note, while holding the lock, the engine just started (it leads its own process group)
@@ -175,10 +326,7 @@ class EngineLock:
 
     def clear_engine(self) -> None:
         """The recorded engine is gone (reaped by us): forget it."""
-        try:
-            self._record_path.unlink()
-        except OSError:
-            pass
+        _remove_own_record(self._record_path)
 
     def _take(self, *, cancel: CancelToken | None, on_wait: WaitCallback | None) -> None:
         global _in_process_waiters
@@ -248,7 +396,13 @@ class EngineLock:
 
     def _announce_waiting(self) -> None:
         try:
-            self._wanted_marker.touch()
+            # O_NOFOLLOW: in the shared folder a name could have been planted as a symlink.
+            descriptor = os.open(self._wanted_marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                                 0o644)
+            try:
+                os.utime(descriptor)
+            finally:
+                os.close(descriptor)
         except OSError:
             pass      # best effort: without it, holders simply keep the lock until they are done
 
@@ -268,14 +422,17 @@ class EngineLock:
 
     def _try_acquire(self, *, timeout: float) -> bool:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.shared:
+                prepare_shared_folder(self.path.parent)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            _check_lock_file(self.path, shared=self.shared)
             # Short poll inside filelock; our loop does the reporting and cancellation.
             self._file_lock.acquire(timeout=timeout, poll_interval=min(0.02, self.poll_interval))
         except Timeout:
             return False
-        except OSError as error:     # the cache folder is read-only, or a file sits where a folder should
-            raise EngineError(f"cannot use the engine lock file {self.path}: {error.strerror or error}",
-                              hint=f"set {LOCK_PATH_ENV} to a file in a writable folder") from None
+        except OSError as error:     # the folder is read-only, or a file sits where a folder should
+            raise _lock_file_error(self.path, error.strerror or str(error)) from None
         return True
 
     def release(self) -> None:
@@ -294,20 +451,37 @@ class EngineRecord:
 
 
 def write_engine_record(path: Path, record: EngineRecord) -> None:
-    """Write the record under a temporary name and rename it into place."""
+    """Write the record under a temporary name and rename it into place. The temporary file is
+    created exclusively and never through a symlink (the folder may be shared by every account)."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        temporary.write_text(json.dumps(asdict(record)))
+        _remove_own_record(temporary)            # a stale one of ours (a reused pid)
+        descriptor = os.open(temporary, flags, 0o644)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps(asdict(record)))
         os.replace(temporary, path)
     except OSError:
-        remove_leftovers([str(temporary)])    # best effort: without it, an orphan lives until its next write
+        _remove_own_record(temporary)    # best effort: without it, an orphan lives until its next write
+
+
+def _remove_own_record(path: Path) -> None:
+    """Remove `path` if it is this user's file (or a symlink planted in its place: unlinking a
+    symlink never touches its target); another account's file is theirs."""
+    try:
+        info = os.lstat(path)
+        if info.st_uid == _uid() or stat.S_ISLNK(info.st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def remove_leftovers(entries: Sequence[str]) -> None:
     """Remove, in order, what an engine leaves behind: `DIR/` only if empty, a path whose file
     name is a glob pattern the files it matches in that (literal) folder, any other path
     outright (a folder with its contents: our own temporary one). Folder names are never
-    patterns, so a user's `out [1]/` is taken as written. Best effort: what cannot go stays."""
+    patterns, so a user's `out [1]/` is taken as written. Best effort: what cannot go stays.
+    Only for entries h3bridge made itself: what a record names goes through `own_leftover` first."""
     for entry in entries:
         folder, name = os.path.split(entry)
         pattern = name and glob.has_magic(name)
@@ -324,34 +498,123 @@ def remove_leftovers(entries: Sequence[str]) -> None:
                 pass
 
 
-def read_engine_record(path: Path) -> EngineRecord | None:
+def _own_folder(path: str, parent: str, name: re.Pattern[str]) -> bool:
+    """`path` is a real folder (not a symlink) of this user, named like `name`, directly in `parent`."""
     try:
-        data = json.loads(path.read_text())
-        return EngineRecord(pid=int(data["pid"]), started=float(data["started"]),
-                            leftovers=tuple(str(item) for item in data["leftovers"]))
+        info = os.lstat(path)
+        parent_real = os.path.realpath(parent)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == _uid() and name.fullmatch(os.path.basename(path)) is not None
+            and os.path.realpath(os.path.dirname(path)) == parent_real)
+
+
+def own_leftover(entry: str) -> bool:
+    """True when a leftover read from an engine record is h3bridge's own scratch, safe to remove:
+    - the one-shot engine's work folder, `<tempdir>/h3bridge-XXXXXXXX` (engine.py mkdtemp), or a
+      file directly in it;
+    - a staging file `.h3bridge-<12 hex>.partial.mp4` (engine.staging_path), a regular file;
+    - the warm session's `/tmp/h3-XXXXXX/` (interactive h3's mkdtemp), or the `video-[0-9]*.mp4`
+      clips pattern in it (session._outputs_leftovers);
+    each existing and owned by this user, with no `..` and no symlink on the way."""
+    if not os.path.isabs(entry) or ".." in entry.split(os.sep):
+        return False
+    folder, name = os.path.split(entry)
+    if not name:                                   # `DIR/`: the session folder, if empty
+        return _own_folder(folder, SESSION_DIR_PARENT, _SESSION_DIR_NAME)
+    if name == SESSION_CLIP_PATTERN:
+        return _own_folder(folder, SESSION_DIR_PARENT, _SESSION_DIR_NAME)
+    if glob.has_magic(name):
+        return False
+    if _own_folder(entry, tempfile.gettempdir(), _WORKDIR_NAME):
+        return True
+    try:
+        info = os.lstat(entry)
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != _uid():
+        return False
+    return _STAGING_NAME.fullmatch(name) is not None or _own_folder(folder, tempfile.gettempdir(), _WORKDIR_NAME)
+
+
+def read_engine_record(path: Path) -> tuple[int, EngineRecord] | None:
+    """(owner uid, record) from the record file at `path`, or None when there is none or it is not
+    a record: a symlink, not a regular file, too large, or not our JSON. Never follows a symlink."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            data = json.loads(handle.read(_RECORD_LIMIT))
+        record = EngineRecord(pid=int(data["pid"]), started=float(data["started"]),
+                              leftovers=tuple(str(item) for item in data["leftovers"]))
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info.st_uid, record
+
+
+def _recorded_process(record: EngineRecord, uid: int):
+    """The psutil.Process the record describes, if it still runs as `uid`, leads its own process
+    group (an engine does: start_new_session) and started when recorded; else None."""
+    import psutil
+    if record.pid <= 1:
+        return None
+    try:
+        process = psutil.Process(record.pid)
+        if abs(process.create_time() - record.started) >= 0.05 or process.uids().real != uid:
+            return None
+        if process.status() == psutil.STATUS_ZOMBIE:      # it ended; only its parent's wait is missing
+            return None
+        if os.getpgid(record.pid) != record.pid:
+            return None
+        return process
+    except (psutil.Error, OSError):
         return None
 
 
+def _foreign_engine(record_path: Path) -> tuple[str, EngineRecord] | None:
+    """(user name, record) for another account's engine recorded at `record_path` that still runs."""
+    loaded = read_engine_record(record_path)
+    if loaded is None:
+        return None
+    owner, record = loaded
+    if owner == _uid() or _recorded_process(record, owner) is None:
+        return None
+    return _user_name(owner), record
+
+
 def stop_orphaned_engine(record_path: Path) -> bool:
-    """Called by a new holder of the lock: if the engine recorded by a previous holder (which
-    died without clearing it) still runs, stop its process group and remove the temporary
-    files it was writing. True if an engine was stopped."""
-    import psutil
-    record = read_engine_record(record_path)
+    """Called by a new holder of the lock with this user's record: if the engine a previous holder
+    of this user recorded (it died without clearing it) still runs, stop its process group and
+    remove the temporary files it was writing. A record that is not this user's own file, a pid
+    that is not this user's engine started at the recorded time, and a leftover that is not
+    h3bridge's own scratch (`own_leftover`) are ignored with a warning. True if an engine was stopped."""
+    loaded = read_engine_record(record_path)
     stopped = False
-    if record is not None:
-        try:
-            alive = abs(psutil.Process(record.pid).create_time() - record.started) < 0.05
-        except psutil.Error:
-            alive = False
-        if alive:
+    if loaded is not None:
+        owner, record = loaded
+        if owner != _uid():
+            _log.warning("h3bridge: ignoring the engine record %s: it belongs to %s, not to this user",
+                         record_path, _user_name(owner))
+            return False
+        if _recorded_process(record, owner) is not None:
             _log.warning("h3bridge: stopping engine process %d, left running by a program that exited "
                          "while it held the engine", record.pid)
             terminate_group(record.pid)
             stopped = True
-        remove_leftovers(record.leftovers)
-    remove_leftovers([str(record_path)])
+        trusted = []
+        for entry in record.leftovers:
+            if own_leftover(entry):
+                trusted.append(entry)
+            elif os.path.lexists(entry.rstrip(os.sep) or entry) or glob.has_magic(os.path.basename(entry)):
+                _log.warning("h3bridge: not removing %s named in the engine record %s: it is not one of "
+                             "h3bridge's own temporary files", entry, record_path)
+        remove_leftovers(trusted)
+    _remove_own_record(record_path)
     return stopped
 
 

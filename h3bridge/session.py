@@ -113,7 +113,8 @@ from .errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import EngineLock, has_in_process_waiters, register_yield_hook, remove_leftovers, unregister_yield_hook
+from .lock import (SESSION_CLIP_PATTERN, EngineLock, has_in_process_waiters, register_yield_hook, remove_leftovers,
+                   unregister_yield_hook)
 from .media import decode_video_frames, remove_quietly
 from .userdirs import cache_dir
 from .progress import ProgressCallback, ProgressEvent, ProgressTracker
@@ -505,7 +506,7 @@ def _outputs_leftovers(outputs: Path) -> list[str]:
     """What is ours to remove from h3's session directory, whoever removes it (this session, or
     the next lock holder after this process died): the partial `video-NNNN.mp4` clips, then the
     directory if nothing else is in it (see SessionEngine._remove_outputs_dir)."""
-    return [str(outputs / "video-[0-9]*.mp4"), f"{outputs}{os.sep}"]
+    return [str(outputs / SESSION_CLIP_PATTERN), f"{outputs}{os.sep}"]
 
 
 def session_home() -> Path:

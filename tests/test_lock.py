@@ -34,12 +34,20 @@ def lock_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_env_override_and_default_location(lock_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default is one lock per machine: no per-user setting (HOME, XDG_CACHE_HOME,
+    H3BRIDGE_CACHE_DIR) moves it; only H3BRIDGE_LOCK_PATH and H3BRIDGE_MACHINE_DIR do."""
+    from h3bridge.userdirs import MACHINE_DIR_ENV
     assert default_lock_path() == lock_path
     monkeypatch.delenv(LOCK_PATH_ENV)
-    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/cache")
-    if sys.platform != "darwin":
-        assert default_lock_path() == Path("/somewhere/cache/h3bridge/engine.lock")
-    assert default_lock_path().name == "engine.lock"
+    monkeypatch.setenv(MACHINE_DIR_ENV, "/shared/place")
+    assert default_lock_path() == Path("/shared/place/engine.lock")
+    monkeypatch.delenv(MACHINE_DIR_ENV)
+    machine = Path("/Users/Shared/h3bridge") if sys.platform == "darwin" else Path("/var/tmp/h3bridge")
+    assert default_lock_path() == machine / "engine.lock"
+    for variable, value in (("XDG_CACHE_HOME", "/somewhere/cache"), ("HOME", "/home/someone-else"),
+                            ("H3BRIDGE_CACHE_DIR", "/elsewhere")):
+        monkeypatch.setenv(variable, value)
+        assert default_lock_path() == machine / "engine.lock"
 
 
 def test_uncontended_lock_creates_parent_and_does_not_wait(lock_path: Path) -> None:
@@ -291,13 +299,32 @@ def _engine_like_group() -> subprocess.Popen:
     return subprocess.Popen(["sh", "-c", "sleep 60 & exec sleep 60"], start_new_session=True)
 
 
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private stand-in for the system temporary folder, where h3bridge's work folders go."""
+    import tempfile
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _work_folder() -> Path:
+    """A work folder made exactly as the one-shot engine makes it (engine.py)."""
+    import tempfile
+    from h3bridge.lock import WORKDIR_PREFIX
+    return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+
+
 def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_files(lock_path: Path,
-                                                                                    tmp_path: Path) -> None:
+                                                                                    tmp_path: Path,
+                                                                                    scratch: Path) -> None:
+    from h3bridge.engine import staging_path
     from h3bridge.engine_process import group_alive
     engine = _engine_like_group()
-    staged = tmp_path / ".clip.mp4.h3bridge-tmp"
+    staged = staging_path(tmp_path / "clip.mp4")
     staged.write_bytes(b"half an mp4")
-    workdir = tmp_path / "h3bridge-work"
+    workdir = _work_folder()
     (workdir / "frames").mkdir(parents=True)
     (workdir / "frames" / "frame-0001.ppm").write_bytes(b"P6")
     try:
@@ -315,21 +342,21 @@ def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_fi
         engine.kill()
 
 
-def test_a_recorded_pid_now_used_by_another_program_is_left_alone(lock_path: Path, tmp_path: Path) -> None:
+def test_a_recorded_pid_now_used_by_another_program_is_left_alone(lock_path: Path, scratch: Path) -> None:
     from h3bridge.engine_process import group_alive
     from h3bridge.lock import EngineRecord, write_engine_record
     bystander = _engine_like_group()
-    leftover = tmp_path / "partial.ppm"
+    leftover = _work_folder() / "partial.ppm"
     leftover.write_bytes(b"P6")
     try:
         # The recorded engine died long ago and its pid was reused: same pid, other start time.
         lock_path.parent.mkdir(parents=True)
-        write_engine_record(lock_path.parent / "engine.lock.engine",
-                            EngineRecord(pid=bystander.pid, started=1.0, leftovers=(str(leftover),)))
+        record_path = EngineLock(lock_path)._record_path
+        write_engine_record(record_path, EngineRecord(pid=bystander.pid, started=1.0, leftovers=(str(leftover),)))
         with engine_lock():
             assert group_alive(bystander.pid)
         assert not leftover.exists()          # the dead engine's file still goes
-        assert not (lock_path.parent / "engine.lock.engine").exists()
+        assert not record_path.exists()
     finally:
         bystander.kill()
         bystander.wait(5)
@@ -339,7 +366,7 @@ def test_a_holder_that_finishes_leaves_no_record(lock_path: Path) -> None:
     engine = _engine_like_group()
     with engine_lock() as lock:
         lock.record_engine(engine.pid)
-        assert (lock_path.parent / "engine.lock.engine").is_file()
+        assert lock._record_path.is_file() and lock._record_path.parent == lock_path.parent
         engine.kill()
         engine.wait(5)
         lock.clear_engine()
@@ -355,13 +382,16 @@ def test_the_cache_directory_setting_does_not_move_the_lock(monkeypatch: pytest.
     assert default_lock_path() == shared
 
 
-def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path: Path) -> None:
+def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead session's h3 folder: its partial clips go, the folder only if nothing else is there."""
+    import h3bridge.lock as lock_module
     from h3bridge.lock import EngineRecord, write_engine_record, stop_orphaned_engine
+    monkeypatch.setattr(lock_module, "SESSION_DIR_PARENT", str(tmp_path))   # h3's /tmp, privately
     lock_path.parent.mkdir(parents=True)
-    record_path = lock_path.parent / "engine.lock.engine"
+    record_path = EngineLock(lock_path)._record_path
     folders = {}
-    for name, extra in (("bare", None), ("shared", "notes.txt")):
+    for name, extra in (("h3-bare01", None), ("h3-shared", "notes.txt")):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "video-0003.mp4").write_bytes(b"partial")
@@ -371,8 +401,8 @@ def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path:
         write_engine_record(record_path, EngineRecord(pid=2**22 + 12345, started=1.0, leftovers=(
             str(folder / "video-[0-9]*.mp4"), f"{folder}{os.sep}")))
         assert stop_orphaned_engine(record_path) is False      # no such process: nothing to stop
-    assert not folders["bare"].exists()
-    assert sorted(p.name for p in folders["shared"].iterdir()) == ["notes.txt"]
+    assert not folders["h3-bare01"].exists()
+    assert sorted(p.name for p in folders["h3-shared"].iterdir()) == ["notes.txt"]
 
 
 def test_folder_names_in_leftovers_are_literal(tmp_path: Path) -> None:
@@ -387,3 +417,157 @@ def test_folder_names_in_leftovers_are_literal(tmp_path: Path) -> None:
     (folder / "video-x.mp4").unlink()
     remove_leftovers([f"{folder}{os.sep}"])
     assert not folder.exists()
+
+
+# ----------------------------------------------------------------------------- one lock per machine, shared safely
+
+def _machine_lock(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Use the machine-wide default (the conftest points H3BRIDGE_MACHINE_DIR at a private folder)."""
+    from h3bridge.userdirs import machine_dir
+    monkeypatch.delenv(LOCK_PATH_ENV)
+    return machine_dir() / "engine.lock"
+
+
+def test_the_machine_wide_folder_is_open_to_every_account_and_its_lock_lockable_by_all(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import stat
+    lock = _machine_lock(monkeypatch)
+    previous = os.umask(0o077)            # a cautious user's umask must not shut other accounts out
+    try:
+        with engine_lock() as held:
+            assert held.path == lock
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.lstat(lock.parent).st_mode) == 0o1777     # sticky: no one replaces another's file
+    info = os.lstat(lock)
+    assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o666
+
+
+def test_a_symlink_planted_as_the_shared_folder_or_its_lock_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    from h3bridge.errors import EngineError
+    lock = _machine_lock(monkeypatch)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    lock.parent.symlink_to(elsewhere)
+    with pytest.raises(EngineError, match="is a symbolic link"):
+        with engine_lock():
+            pass
+    assert list(elsewhere.iterdir()) == []
+    lock.parent.unlink()
+    lock.parent.mkdir(mode=0o1777)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone's file")
+    lock.symlink_to(victim)
+    with pytest.raises(EngineError, match="symbolic link") as caught:
+        with engine_lock():
+            pass
+    assert victim.read_text() == "someone's file" and LOCK_PATH_ENV in (caught.value.hint or "")
+
+
+def test_a_folder_another_account_planted_that_is_not_open_to_all_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import h3bridge.lock as lock_module
+    from h3bridge.errors import EngineError
+    from h3bridge.lock import _user_name
+    lock = _machine_lock(monkeypatch)
+    lock.parent.mkdir(mode=0o755)
+    os.chmod(lock.parent, 0o755)
+    monkeypatch.setattr(lock_module, "_uid", lambda: os.geteuid() + 4242)    # we are another account
+    with pytest.raises(EngineError, match=f"belongs to {_user_name(os.geteuid())}") as caught:
+        with engine_lock():
+            pass
+    assert "chmod 1777" in (caught.value.hint or "")
+    assert list(lock.parent.iterdir()) == []
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+def test_a_planted_engine_record_deletes_nothing_and_kills_nothing(lock_path: Path, tmp_path: Path, scratch: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """The record sits in a folder every account can write to. Whatever it names, h3bridge
+    removes only its own scratch and stops only its own engine."""
+    import json
+    from h3bridge.engine_process import group_alive
+    from h3bridge.lock import WORKDIR_PREFIX
+    precious = tmp_path / "any" / "folder"
+    (precious / "inside").mkdir(parents=True)
+    (precious / "inside" / "thesis.txt").write_text("years of work")
+    mp4 = tmp_path / "holiday.mp4"
+    mp4.write_bytes(b"a clip of theirs")
+    disguised = scratch / f"{WORKDIR_PREFIX}abcd1234"            # named like our work folder, but a symlink
+    disguised.symlink_to(precious)
+    lookalike = tmp_path / f"{WORKDIR_PREFIX}efgh5678"           # named like it, but not in the temp folder
+    lookalike.mkdir()
+    (lookalike / "notes.txt").write_text("mine")
+    climbing = f"{_work_folder()}/../../any/folder"
+    bystander = _engine_like_group()                             # a live program of this user's
+    planted = [{"pid": _dead_pid(), "started": 0,
+                "leftovers": [str(precious), str(mp4), str(disguised), str(lookalike), climbing, "/"]},
+               {"pid": bystander.pid, "started": 0, "leftovers": [str(precious / "inside")]}]
+    lock_path.parent.mkdir(parents=True)
+    names = [EngineLock(lock_path)._record_path, lock_path.with_name("engine.lock.engine")]
+    try:
+        for record in planted:
+            for name in names:
+                name.write_text(json.dumps(record))
+            with engine_lock():
+                assert group_alive(bystander.pid)
+    finally:
+        bystander.kill()
+        bystander.wait(5)
+    assert (precious / "inside" / "thesis.txt").read_text() == "years of work"
+    assert mp4.read_bytes() == b"a clip of theirs" and disguised.is_symlink()
+    assert (lookalike / "notes.txt").read_text() == "mine"
+    assert f"not removing {precious}" in caplog.text
+
+
+def test_another_accounts_live_engine_is_waited_for_not_killed(lock_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """The lock was freed when the other account's host died, but its engine still holds the
+    machine: the next job waits (reporting and cancellable) until it is gone, naming it."""
+    import h3bridge.lock as lock_module
+    from h3bridge.engine_process import group_alive, terminate_group
+    from h3bridge.lock import _user_name
+    engine = _engine_like_group()
+    try:
+        holder = EngineLock()
+        holder.acquire()
+        holder.record_engine(engine.pid)
+        holder._file_lock.release(force=True)    # that account's host died unannounced
+        monkeypatch.setattr(lock_module, "_uid", lambda: os.geteuid() + 4242)    # this job is another account's
+        waits: list[bool] = []
+
+        def on_wait(seconds: float) -> None:
+            waits.append(group_alive(engine.pid))
+            if len(waits) == 3:
+                terminate_group(engine.pid)      # its owner stops it
+                engine.wait(5)
+        with engine_lock(on_wait=on_wait, poll_interval=0.01) as held:
+            assert held.is_held
+        assert waits[:3] == [True, True, True] and not group_alive(engine.pid)
+        assert f"waiting for the engine of user {_user_name(os.geteuid())} (process {engine.pid})" in caplog.text
+        # And cancelling that wait works like any other wait for the engine.
+        again = _engine_like_group()
+        try:
+            monkeypatch.setattr(lock_module, "_uid", os.geteuid)
+            holder = EngineLock()
+            holder.acquire()
+            holder.record_engine(again.pid)
+            holder._file_lock.release(force=True)
+            monkeypatch.setattr(lock_module, "_uid", lambda: os.geteuid() + 4242)
+            token = CancelToken()
+            with pytest.raises(GenerationCancelled):
+                with engine_lock(cancel=token, on_wait=lambda seconds: token.cancel(), poll_interval=0.01):
+                    pass
+            assert group_alive(again.pid)
+        finally:
+            again.kill()
+            terminate_group(again.pid)
+            again.wait(5)
+    finally:
+        engine.kill()
+        engine.wait(5)

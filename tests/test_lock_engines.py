@@ -97,3 +97,61 @@ def test_an_engine_whose_host_died_is_stopped_before_the_next_one_starts(model_d
     assert_group_gone(orphan["pid"])
     assert not frames_dir.parent.exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["second.mp4", "sim-log.jsonl"]
+
+
+def test_two_homes_rendering_at_once_never_run_two_engines(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two accounts (here: two HOMEs and cache folders) on one Mac share one pool of memory: with
+    the default lock (no H3BRIDGE_LOCK_PATH), their renders take turns. The process table is
+    sampled every 50 ms while both run; the machine-wide folder is this test's own
+    (H3BRIDGE_MACHINE_DIR, from the conftest), not the real one."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import time
+    import psutil
+    from h3bridge.lock import LOCK_PATH_ENV
+    from h3bridge.userdirs import MACHINE_DIR_ENV
+    monkeypatch.delenv(LOCK_PATH_ENV)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from core_helpers import fast_request
+        from h3bridge import OneShotEngine
+        OneShotEngine({str(sim_engine_path())!r}, {str(model_dir)!r}).generate(
+            fast_request(), sys.argv[1], want_frames=False, want_audio=False)
+    """)
+    hosts = []
+    for name in ("alice", "bob"):
+        home = tmp_path / name
+        home.mkdir()
+        env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+               "H3BRIDGE_CACHE_DIR": str(home / "cache"), "H3_SIM_TIME_SCALE": "0.01"}
+        assert LOCK_PATH_ENV not in env and env[MACHINE_DIR_ENV]
+        hosts.append(subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"{name}.mp4")], env=env))
+    engine_name = sim_engine_path().name
+    most = 0
+    try:
+        while any(host.poll() is None for host in hosts):
+            engines = set()
+            for host in hosts:
+                try:
+                    children = psutil.Process(host.pid).children(recursive=True)
+                except psutil.Error:
+                    continue
+                for child in children:
+                    try:
+                        if child.status() != psutil.STATUS_ZOMBIE and any(
+                                Path(part).name == engine_name for part in child.cmdline()[:2]):
+                            engines.add(child.pid)
+                    except psutil.Error:
+                        continue
+            most = max(most, len(engines))
+            time.sleep(0.05)
+    finally:
+        for host in hosts:
+            host.kill()
+    assert [host.wait(10) for host in hosts] == [0, 0]
+    assert (tmp_path / "alice.mp4").is_file() and (tmp_path / "bob.mp4").is_file()
+    assert most == 1, f"{most} engines ran at once"
