@@ -592,4 +592,20 @@ def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInvento
     for name in PARTITIONS:
         if name == FL2VA or (root / name).is_dir():
             _inventory_partition(root, name, inventory, read_headers=read_headers)
+    _scope_unfinished_blobs(root, inventory)
     return inventory
+
+
+def _scope_unfinished_blobs(root: Path, inventory: ModelInventory) -> None:
+    """A Hugging Face cache's unfinished blobs are not linked into the snapshot yet. When nothing
+    else stops every job, every file a job without references reads is there and checked, so
+    the blobs can only hold what reference jobs read (a Ref2VA download under way, typically): like
+    a Ref2VA problem, they stop only reference jobs."""
+    blobs = hf_cache_blobs_dir(root)
+    if blobs is None:
+        return
+    unfinished = [p for p in inventory.errors
+                  if p.kind == "partial-download" and p.path is not None and p.path.parent == blobs]
+    if unfinished and len(unfinished) == len(inventory.errors):
+        inventory.problems = [replace(p, references_only=True) if any(p is u for u in unfinished) else p
+                              for p in inventory.problems]

@@ -184,3 +184,21 @@ def test_preflight_keeps_the_warnings_on_the_plan(model: Path) -> None:
     half_download_ref2va(model)
     plan = preflight(GenerationRequest("fox"), model, machine=ROOMY_MAC)
     assert any("Ref2VA is incomplete" in w for w in plan.model_warnings)
+
+
+def test_unfinished_hugging_face_cache_blobs_stop_only_reference_jobs(template: Path, tmp_path: Path) -> None:
+    # `huggingface-cli download` into the hub cache: FL2VA is linked and complete, Ref2VA's files
+    # are still blobs/*.incomplete (not linked into the snapshot yet).
+    repo = tmp_path / "hub/models--MiniMaxAI--MiniMax-H3"
+    snapshot = Path(shutil.copytree(template, repo / "snapshots/0123abcd"))
+    shutil.rmtree(snapshot / "Ref2VA")
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / ("e" * 64 + ".incomplete")).write_bytes(bytes(10))
+    inventory = inspect_model(snapshot)
+    assert inventory.errors == [] and [p.kind for p in inventory.reference_errors] == ["partial-download"]
+    assert check_model_for(GenerationRequest("fox"), inventory)      # a warning, not a refusal
+    with pytest.raises(ModelError, match="unfinished download"):
+        check_model_for(GenerationRequest("fox", references=(image_reference(tmp_path),)), inventory)
+    # With FL2VA itself incomplete the unfinished blobs may be its own: they stop every job.
+    next((snapshot / "FL2VA/audio_vae").glob("*.safetensors")).unlink()
+    assert {p.kind for p in inspect_model(snapshot).errors} == {"partial-download", "missing-component"}
