@@ -172,8 +172,7 @@ def test_generate_runs_text_to_video_with_an_incomplete_ref2va_and_warns(
     half_download_ref2va(model)
     output = tmp_path / "fox.mp4"
     status = main(["generate", "-p", "fox", "-o", str(output), "--engine-path", str(sim_engine_path()),
-                   "--model-dir", str(model), "--quiet", "--frames", "22", "--width", "256", "--height", "256",
-                   "--force"])
+                   "--model-dir", str(model), "--quiet", "--frames", "22", "--width", "256", "--height", "256"])
     err = capsys.readouterr().err
     assert status == 0, err
     assert output.is_file()
