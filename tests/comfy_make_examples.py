@@ -117,7 +117,7 @@ def main() -> None:
         written.append(path)
         print("wrote", path)
     if "--thumbnails" in sys.argv[2:]:
-        write_thumbnails(url, written)
+        write_thumbnails(url, sorted(EXAMPLES.glob("*.json")))     # every example, also those made by hand
 
 
 if __name__ == "__main__":

@@ -52,3 +52,44 @@ def test_example_workflows_are_consistent_ui_graphs(path: Path) -> None:
     # VIDEO feeds Save Video; the frames output (slot 1) is left for the user to connect.
     assert generate["outputs"][0]["links"] and not generate["outputs"][1]["links"]
     assert [o["type"] for o in generate["outputs"]] == ["VIDEO", "IMAGE", "AUDIO", "STRING"]
+
+
+# Nodes that read a file the user put in ComfyUI/input: an example using one does not run as shipped
+# (a node pack cannot ship files into ComfyUI/input).
+FILE_INPUT_NODES = {"LoadImage", "LoadImageMask", "LoadAudio", "LoadVideo"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_workflows_run_as_shipped_and_have_a_thumbnail(path: Path) -> None:
+    workflow = json.loads(path.read_text())
+    assert not FILE_INPUT_NODES & {node["type"] for node in workflow["nodes"]}
+    # ComfyUI's template browser shows example_workflows/NAME.jpg beside NAME.json (custom-node
+    # templates are listed as mediaType image, mediaSubtype jpg).
+    thumbnail = path.with_suffix(".jpg")
+    assert thumbnail.is_file() and thumbnail.read_bytes()[:3] == b"\xff\xd8\xff"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_prompts_are_one_line_so_a_warm_session_takes_them(path: Path) -> None:
+    from h3bridge.session import session_prompt
+    for node in json.loads(path.read_text())["nodes"]:
+        if node["type"] == "H3Generate" and node["widgets_values"][0]:
+            prompt = node["widgets_values"][0]           # the prompt widget comes first
+            assert session_prompt(prompt) == prompt
+            # The preset shows its own values (dynamic combo): name, steps, layers, reuse.
+            assert node["widgets_values"][1] in ("preview", "balanced", "quality", "reference")
+            assert all(isinstance(v, int) and v > 0 for v in node["widgets_values"][2:5])
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_nothing_sits_below_save_video_where_its_preview_grows(path: Path) -> None:
+    nodes = json.loads(path.read_text())["nodes"]
+    for save in (node for node in nodes if node["type"] == "SaveVideo"):
+        (x, y), (width, _height) = save["pos"], save["size"]
+        for node in nodes:
+            if node is save:
+                continue
+            (nx, ny), (nwidth, nheight) = node["pos"], node["size"]
+            beside = nx >= x + width or nx + nwidth <= x
+            above = ny + nheight <= y
+            assert beside or above, f"{node['type']} is under Save Video"
