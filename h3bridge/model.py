@@ -218,8 +218,10 @@ class ModelInventory:
 
     @property
     def ref2va_download_fix(self) -> str:
-        return (f"finish the Ref2VA download: `huggingface-cli download {OFFICIAL_REPO} --include 'Ref2VA/*' "
-                f"--local-dir {self.root}` (it continues where it stopped), then `h3bridge verify {self.root}`")
+        # A Hugging Face cache snapshot is filled by downloading into the cache, not into a folder.
+        into = "" if hf_cache_blobs_dir(self.root) is not None else f" --local-dir {self.root}"
+        return (f"finish the Ref2VA download: `huggingface-cli download {OFFICIAL_REPO} --include 'Ref2VA/*'{into}` "
+                f"(it continues where it stopped), then `h3bridge verify {self.root}`")
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -196,8 +196,9 @@ def test_unfinished_hugging_face_cache_blobs_stop_only_reference_jobs(template: 
     inventory = inspect_model(snapshot)
     assert inventory.errors == [] and [p.kind for p in inventory.reference_errors] == ["partial-download"]
     assert check_model_for(GenerationRequest("fox"), inventory)      # a warning, not a refusal
-    with pytest.raises(ModelError, match="unfinished download"):
+    with pytest.raises(ModelError, match="unfinished download") as refused:
         check_model_for(GenerationRequest("fox", references=(image_reference(tmp_path),)), inventory)
+    assert "--include 'Ref2VA/*'`" in (refused.value.hint or "") and "--local-dir" not in (refused.value.hint or "")
     # With FL2VA itself incomplete the unfinished blobs may be its own: they stop every job.
     next((snapshot / "FL2VA/audio_vae").glob("*.safetensors")).unlink()
     assert {p.kind for p in inspect_model(snapshot).errors} == {"partial-download", "missing-component"}
