@@ -168,18 +168,19 @@ def test_node_words_leave_other_messages_alone() -> None:
 
 
 def test_summary_names_reference_kinds_as_the_node_does(tmp_path: Path, fixture_model: Path) -> None:
-    from h3bridge.reference_files import AudioClip
+    clip = _clip(tmp_path / "clip.mp4", 3.0)
+    source = VideoSource(write=lambda target: shutil.copyfile(clip, target), description=str(clip))
     references = (ReferenceList()
-                  .appended(ReferenceItem(ReferenceKind.IMAGE, image=np.zeros((40, 48, 3), np.float32)))
-                  .appended(ReferenceItem(ReferenceKind.AUDIO,
-                                          audio=AudioClip(np.zeros((2, 32000 * 3), np.float32), 32000))))
-    settings = adapter.GenerateSettings(prompt="<Picture 1> <Audio 1>", preset="preview", width=96, height=64,
+                  .appended(ReferenceItem(ReferenceKind.SILENT_VIDEO, video=source))
+                  .appended(ReferenceItem(ReferenceKind.VIDEO, video=source)))
+    settings = adapter.GenerateSettings(prompt="<Video 1> <Video 2>", preset="preview", width=96, height=64,
                                         length_unit="frames", frames=56, ssd_streaming="off")
     outputs = adapter.run_generate(adapter.EngineHandle(Path("/bin/h3"), fixture_model), settings,
                                    adapter.GenerateInputs(references=references), scratch_parent=tmp_path / "s",
                                    output_dir=tmp_path / "o", want_image=False, on_progress=lambda event: None,
                                    engine_factory=lambda chosen: RecordingEngine())
-    assert "references: image, audio" in outputs.summary
+    # H3 References' own kind names (the library's silent_video is the node's 'video').
+    assert "references: video, video with its audio" in outputs.summary
 
 
 # ----------------------------------------------------------------------------- termination

@@ -119,7 +119,7 @@ def _wrapper(path: Path, engine: str, *assignments: str) -> Path:
 
 
 def _start_server(base: Path) -> tuple[Server, Any]:
-    (base / "custom_nodes").mkdir()
+    (base / "custom_nodes").mkdir(parents=True)
     (base / "custom_nodes" / "h3bridge").symlink_to(REPO, target_is_directory=True)
     write_fixture_model(base / "models" / "h3" / "MiniMax-H3")
     _make_inputs(base / "input")

@@ -259,7 +259,9 @@ class H3GenerateNode(io.ComfyNode):
             inputs=[
                 H3Engine.Input("engine"),
                 io.String.Input("prompt", multiline=True, default="",
-                                tooltip="What to render. Best as Scene/Action/Camera/Look/Audio lines (H3 Prompt node)."),
+                                tooltip="What to render, best as Scene/Action/Camera/Look/Audio sections (the H3 Prompt "
+                                        "node). A warm session takes only a one-line prompt (H3 Prompt's output is one "
+                                        "line); a multi-line prompt runs one-shot, and the node says so."),
                 *_plan_inputs(with_steps=True)[:4],
                 io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED, control_after_generate=True,
                              tooltip=f"Native random stream seed (h3 default {DEFAULT_SEED})."),
