@@ -28,6 +28,16 @@ def test_root_init_exports_the_entrypoint_only_inside_comfyui() -> None:
     assert 'find_spec("comfy_api")' in source
 
 
+def test_frontend_extension_is_served_from_web_directory() -> None:
+    """ComfyUI serves WEB_DIRECTORY's .js files to its frontend (nodes.py load_custom_node): H3
+    Prompt's box labels live there."""
+    import re
+    source = (REPO / "__init__.py").read_text()
+    folder = REPO / re.search(r'WEB_DIRECTORY = "([^"]+)"', source).group(1)
+    script = (folder / "h3_prompt_labels.js").read_text()
+    assert '"H3Prompt"' in script and all(f'"{name}"' in script for name in ("scene", "action", "camera", "look", "audio"))
+
+
 def test_adapter_import_pulls_in_no_comfy_or_torch_and_starts_nothing() -> None:
     code = ("import sys, threading, psutil, h3bridge.comfy.adapter, h3bridge.reference_files, h3bridge.prompt; "
             "bad = [m for m in ('torch', 'comfy', 'comfy_api', 'folder_paths') if m in sys.modules]; "
