@@ -35,7 +35,7 @@ def test_frontend_extension_is_served_from_web_directory() -> None:
     source = (REPO / "__init__.py").read_text()
     folder = REPO / re.search(r'WEB_DIRECTORY = "([^"]+)"', source).group(1)
     script = (folder / "h3_prompt_labels.js").read_text()
-    assert '"H3Prompt"' in script and all(f'"{name}"' in script for name in ("scene", "action", "camera", "look", "audio"))
+    assert "H3Prompt" in script and all(f'"{name}"' in script for name in ("scene", "action", "camera", "look", "audio"))
 
 
 def test_adapter_import_pulls_in_no_comfy_or_torch_and_starts_nothing() -> None:
