@@ -241,8 +241,23 @@ def result_summary(result) -> dict[str, object]:
         "fps": result.fps, "seed": result.seed, "sample_rate": result.sample_rate,
         "frames_shape": None if result.frames is None else list(result.frames.shape),
         "audio_shape": None if result.audio is None else list(result.audio.shape),
+        "clip_seconds": clip_seconds(result), "wall_seconds": result.timings.get("total"),
         "timings": result.timings, "command": result.command, "engine_variables": result.engine_variables,
     }
+
+
+def clip_seconds(result) -> float:
+    """The clip's length when played (frames at its frame rate), not the time it took to make."""
+    return result.frame_count / result.fps if result.fps else 0.0
+
+
+def summary_line(result) -> str:
+    """The one line `generate` ends with: where the clip is, its size and length when played,
+    and the wall-clock time the render took (two durations, each said for what it is)."""
+    where = result.video_path if result.video_path is not None else "(no MP4 kept)"
+    return (f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames "
+            f"({clip_seconds(result):.1f} s clip at {result.fps:g} fps), seed {result.seed}; "
+            f"rendered in {result.timings.get('total', 0.0):.1f} s wall time")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -302,13 +317,91 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result_summary(result), indent=2))
     else:
-        where = result.video_path if result.video_path is not None else "(no MP4 kept)"
         try:
-            print(f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames, "
-                  f"seed {result.seed}, {result.timings.get('total', 0.0):.1f} s", file=sys.stderr)
+            print(summary_line(result), file=sys.stderr)
         except OSError:
             pass      # nobody reads stderr any more; the clip is there all the same
     return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- demo
+
+DEMO_PROMPT = "A red fox runs through snow at dawn"
+DEMO_NAME = "h3bridge-demo"
+SYNTHETIC_NOTE = "synthetic test patterns from h3-sim, not model output"
+
+
+def add_demo_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="render a clip end to end with the bundled simulator (synthetic; no Mac, h3 or model needed)",
+        description="Render one clip through `generate` with h3-sim, the simulator of the h3 command line that "
+                    "ships with h3bridge, and a tiny fixture model it writes into h3bridge's cache folder. "
+                    f"The clip holds {SYNTHETIC_NOTE}. Nothing is overwritten: the default name is "
+                    f"{DEMO_NAME}.mp4 in the current folder, numbered ({DEMO_NAME}-2.mp4, ...) when taken.")
+    parser.add_argument("-p", "--prompt", default=DEMO_PROMPT, help=f"the prompt (default {DEMO_PROMPT!r})")
+    parser.add_argument("-o", "--output", metavar="PATH",
+                        help=f"output MP4, or a folder to put a new {DEMO_NAME}*.mp4 in "
+                             f"(default: a new {DEMO_NAME}*.mp4 in the current folder)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the -o file if it exists")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.set_defaults(handler=run_demo)
+
+
+def bundled_simulator() -> Path:
+    """The h3-sim program installed with this h3bridge: beside the interpreter's own scripts
+    (a venv's bin/, even when it is not activated), then the user scheme's, then PATH."""
+    import shutil
+    import sysconfig
+
+    from .errors import EngineNotFoundError
+    folders = [sysconfig.get_path("scripts")]
+    try:
+        folders.append(sysconfig.get_path("scripts", f"{os.name}_user"))
+    except KeyError:
+        pass
+    for folder in folders:
+        candidate = Path(folder) / "h3-sim"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("h3-sim")
+    if found:
+        return Path(found)
+    raise EngineNotFoundError("h3-sim, the simulator installed with h3bridge, was not found",
+                              hint="reinstall h3bridge (pip install -e .), which installs the h3-sim program")
+
+
+def demo_output(output: str | None) -> Path:
+    """-o as given when it names a file; otherwise the first free DEMO_NAME[-n].mp4 in -o's folder or
+    the current one (the engine still publishes without replacing, should another demo take it)."""
+    folder = Path(output) if output is not None else Path.cwd()
+    if output is not None and not (folder.is_dir() or output.endswith(os.sep)):
+        return folder
+    number = 1
+    while True:
+        candidate = folder / (f"{DEMO_NAME}.mp4" if number == 1 else f"{DEMO_NAME}-{number}.mp4")
+        if not os.path.lexists(candidate):
+            return candidate
+        number += 1
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    # The demo is the one place the bridge runs the simulator on purpose: it imports the fixture
+    # writer to make its model, and runs h3-sim as the engine through the very `generate` path a
+    # real h3 takes.
+    from .sim.fixture import cached_fixture_model
+    from .userdirs import cache_dir
+    engine = bundled_simulator()
+    model = cached_fixture_model(cache_dir() / "demo-model")
+    output = demo_output(args.output)
+    print(f"h3bridge demo: {SYNTHETIC_NOTE} (engine {engine}, fixture model {model})", file=sys.stderr)
+    generate = build_parser().parse_args(
+        ["generate", "-p", args.prompt, "--engine-path", str(engine), "--model-dir", str(model), "-o", str(output)]
+        + ["--overwrite"] * args.overwrite + ["--quiet"] * args.quiet + ["--json"] * args.json)
+    status = run_generate(generate)
+    if status == EXIT_OK:
+        print(f"h3bridge demo: {output} holds {SYNTHETIC_NOTE}", file=sys.stderr)
+    return status
 
 
 # ----------------------------------------------------------------------------- doctor
@@ -355,10 +448,11 @@ def run_doctor(args: argparse.Namespace) -> int:
                "; ".join(dict.fromkeys(p.fix for p in errors)) or None)
     except H3BridgeError as error:
         record("model", False, error.message, error.hint)
+        model_dir = None
     memory = psutil.virtual_memory()
     gib = memory.total / 2**30
     record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available; "
-           + default_request_advice())
+           + default_request_advice(model_dir))
     machine = f"{platform.system()} {platform.machine()}"
     apple = platform.system() == "Darwin" and platform.machine() == "arm64"
     record("platform", True, machine + ("" if apple else " (the real h3 needs an Apple Silicon Mac; h3-sim runs here)"))
@@ -376,14 +470,24 @@ def run_doctor(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- model: info, verify, plan
 # (MODEL helper: model.py, verify.py, memory.py)
 
-def default_request_advice() -> str:
+def default_request_advice(model_dir: Path | None = None) -> str:
     """What the memory plan says about upstream's default request (864x480, 56 frames, 50 layers)
-    on this machine, sized from the released model's shapes (doctor)."""
-    from .memory import MachineFacts, plan_memory
+    on this machine (doctor). Planned exactly as `generate` plans it (memory.preflight: sized
+    from the model folder's own shards), so the two never disagree about the same request; only
+    without a usable model folder is it sized from the released model's shapes."""
+    from .memory import plan_memory, preflight
     from .model import format_bytes
     request = GenerationRequest("doctor")
-    plan = plan_memory(request, None, machine=MachineFacts.detect())
-    what = f"the default request ({request.width}x{request.height}, {request.frame_count} frames)"
+    plan = None
+    if model_dir is not None:
+        try:
+            plan = preflight(request, model_dir, force=True)    # force: report, never refuse
+        except H3BridgeError:
+            plan = None          # the model check above already reported what is wrong
+    sized = "" if plan is not None else ", sized for the released model"
+    if plan is None:
+        plan = plan_memory(request, None)
+    what = f"the default request ({request.width}x{request.height}, {request.frame_count} frames{sized})"
     if plan.fits:
         return f"{what} fits without --ssd-streaming (planned peak {format_bytes(plan.peak)} of " \
                f"{format_bytes(plan.budget)} usable)"
@@ -452,6 +556,8 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
                         help="record the current hashes as the reference (after replacing a file on purpose)")
     parser.add_argument("--workers", type=int, help="hashing threads (default: all cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list every shard with its size and status (default: only problems and a summary)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(handler=run_verify)
 
@@ -461,7 +567,7 @@ def run_verify(args: argparse.Namespace) -> int:
     report = verify_model(_model_dir_from(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table())
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table(verbose=args.verbose))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -523,7 +629,7 @@ def _positive_gigabytes(text: str) -> float:
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
                                                                    add_info_command, add_verify_command,
-                                                                   add_plan_command]
+                                                                   add_plan_command, add_demo_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
