@@ -51,11 +51,13 @@ from .upstream_costs import JobShape
 
 ENGINE_ENV = "H3_BIN"
 MODEL_DIR_ENV = "H3_MODEL_DIR"
+# Field names appear bare (`engine_path`), never as `name=value`: the CLI turns them into its flags
+# (cli.in_cli_words) and ComfyUI shows its node input of the same name.
 ENGINE_BUILD_HINT = (
     "build h3 on an Apple Silicon Mac: `git clone https://github.com/antirez/h3.c && cd h3.c && make`, "
-    "then pass engine_path=/path/to/h3.c/h3 (CLI: --engine-path), set H3_BIN, or put h3 on PATH. "
-    "To try h3bridge without a Mac, use the simulator: engine_path=$(command -v h3-sim) "
-    "(installed with h3bridge) and a fixture model from `h3-sim-model DIR`.")
+    "then give the path of the h3 it builds as engine_path (CLI: --engine-path), set H3_BIN, or put h3 on "
+    "PATH. To try h3bridge without a Mac, give the simulator h3-sim (installed with h3bridge) as "
+    "engine_path, with a fixture model from `h3-sim-model DIR`.")
 FFMPEG_HINT = ("install FFmpeg (`brew install ffmpeg` on macOS, `apt-get install ffmpeg` on Debian/Ubuntu), "
                "or point H3_FFMPEG / H3_FFPROBE at the programs (apps started from the Dock lack Homebrew's PATH)")
 POLL_SECONDS = 0.05
@@ -82,6 +84,14 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
     path = Path(raw).expanduser()
     if path.is_dir() and (path / "h3").is_file():
         path = path / "h3"
+    elif path.is_dir():
+        unbuilt = (path / "h3.c").is_file() and (path / "Makefile").is_file()
+        raise EngineNotFoundError(
+            f"the h3 engine from {source} is a folder with no h3 program in it: {path.absolute()}",
+            hint=f"this looks like an h3.c checkout that was never built: run `make` in it on an Apple Silicon "
+                 f"Mac, then give {path.absolute() / 'h3'} (or this folder again)" if unbuilt else
+                 "give the h3 program itself (the `h3` file `make` builds in an h3.c checkout) or the h3.c "
+                 "checkout that holds it; to try h3bridge without a Mac, give the simulator h3-sim")
     if not path.is_file():
         # A bare name ("h3-sim") given explicitly or in H3_BIN: look it up on PATH.
         found = shutil.which(raw) if os.sep not in raw else None
@@ -106,7 +116,7 @@ def locate_model_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(MODEL_DIR_ENV)
     if not raw:
         raise ModelError("no MiniMax-H3 model directory given",
-                         hint=f"pass model_dir= (CLI: --model-dir) or set {MODEL_DIR_ENV}; "
+                         hint=f"pass model_dir (CLI: --model-dir) or set {MODEL_DIR_ENV}; "
                               "for tests, `h3-sim-model DIR` writes a fixture model")
     path = Path(raw).expanduser().absolute()
     if not path.is_dir():
@@ -581,9 +591,10 @@ def _publish_or_keep_beside(temp: Path, output: Path, *, overwrite: bool) -> Non
         keep = output.with_name(f"{output.stem}-{number}{output.suffix}")
         if _link_new(temp, keep):
             raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was kept as {keep}",
-                                    hint="rename the files as you like; h3bridge replaced nothing")
+                                    hint="rename the files as you like; h3bridge replaced nothing",
+                                    before_start=False)
     raise OutputExistsError(f"the output {output} appeared while rendering and no free name was found beside it",
-                            hint="choose another name, or allow overwriting (CLI: --overwrite)")
+                            hint="choose another name, or allow overwriting (CLI: --overwrite)", before_start=False)
 
 
 def _link_new(temp: Path, target: Path) -> bool:

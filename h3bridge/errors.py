@@ -11,7 +11,14 @@ from typing import Sequence
 
 
 class H3BridgeError(Exception):
-    """Base class. `hint` says what to do about it, when we know."""
+    """Base class. `hint` says what to do about it, when we know.
+
+    `before_start` is True for a refusal: an error raised before any engine started (a bad
+    request, a missing or damaged model, no engine binary, a memory plan or a disk that cannot
+    take the clip). Nothing ran and nothing changed, so the request can be fixed and retried;
+    the CLI exits 2 for these and 1 for failures of a job that ran."""
+
+    before_start: bool = False
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -25,21 +32,51 @@ class H3BridgeError(Exception):
 class RequestError(H3BridgeError, ValueError):
     """The request cannot run as given; raised before any engine starts."""
 
+    before_start = True
+
     def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.field = field
 
 
 class OutputExistsError(H3BridgeError, FileExistsError):
-    """The output path already holds a file and the caller did not allow overwriting it."""
+    """The output path already holds a file and the caller did not allow overwriting it.
+    Raised before the engine starts, and also (before_start False) when the file appeared
+    while rendering: the new clip is then kept beside it."""
+
+    def __init__(self, message: str, *, hint: str | None = None, before_start: bool = True) -> None:
+        super().__init__(message, hint=hint)
+        self.before_start = before_start
 
 
 class MediaError(H3BridgeError):
     """An input or output media file cannot be read or written."""
 
 
+class DiskError(MediaError):
+    """A folder the clip is written to is full, read-only, or not a writable file system.
+
+    `folder` is that folder; `free` and `needed` (bytes) are set when free space was the
+    problem and known. Raised before the engine starts when the check can tell
+    (`before_start`), and after a render that the disk stopped (h3 and FFmpeg's own words
+    are then in `engine_message` and the engine log)."""
+
+    def __init__(self, message: str, *, folder: Path, free: int | None = None, needed: int | None = None,
+                 before_start: bool = False, hint: str | None = None, engine_message: str | None = None,
+                 stderr: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.folder = folder
+        self.free = free
+        self.needed = needed
+        self.before_start = before_start
+        self.engine_message = engine_message
+        self.stderr = stderr
+
+
 class ModelError(H3BridgeError):
     """The model directory is missing, has the wrong layout, or cannot be read by h3."""
+
+    before_start = True
 
 
 class IntegrityError(ModelError):
@@ -55,13 +92,17 @@ class IntegrityError(ModelError):
 class MemoryPlanError(H3BridgeError):
     """The request will not fit in this machine's memory (see the attached plan)."""
 
+    before_start = True
+
     def __init__(self, message: str, *, plan: object = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.plan = plan
 
 
 class EngineNotFoundError(H3BridgeError):
-    """No h3 binary could be located."""
+    """No h3 binary (or FFmpeg, which h3 needs) could be located or started."""
+
+    before_start = True
 
 
 class EngineError(H3BridgeError):

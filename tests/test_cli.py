@@ -86,10 +86,10 @@ def test_engine_failure_exit_1_with_h3s_words(model_dir: Path, tmp_path: Path) -
     assert not (tmp_path / "x.mp4").exists()
 
 
-def test_missing_engine_exit_1_with_build_hint(tmp_path: Path, model_dir: Path) -> None:
+def test_missing_engine_exit_2_with_build_hint(tmp_path: Path, model_dir: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "generate", "-p", "x", "--engine-path",
                            str(tmp_path / "h3"), "--model-dir", str(model_dir)], capture_output=True, text=True)
-    assert done.returncode == 1 and "github.com/antirez/h3.c" in done.stderr and "h3-sim" in done.stderr
+    assert done.returncode == 2 and "github.com/antirez/h3.c" in done.stderr and "h3-sim" in done.stderr
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])

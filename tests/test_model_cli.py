@@ -65,8 +65,8 @@ def test_info_uses_h3_model_dir(tiny: Path, monkeypatch: pytest.MonkeyPatch,
     assert main(["info"]) == 0 and str(tiny) in capsys.readouterr().out
 
 
-def test_info_without_a_model_dir_exits_1_with_a_fix(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["info"]) == 1
+def test_info_without_a_model_dir_exits_2_with_a_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info"]) == 2          # a refusal before anything ran (README "exit statuses")
     assert "H3_MODEL_DIR" in capsys.readouterr().err
 
 
@@ -106,7 +106,7 @@ def test_generate_refuses_what_does_not_fit_before_starting_h3(realistic: Path, 
     status = main(["generate", "-p", "fox", "-o", str(output), "--engine-path", str(sim_engine_path()),
                    "--model-dir", str(realistic), "--quiet"])
     err = capsys.readouterr().err
-    assert status == 1 and "does not fit" in err and "--ssd-streaming" in err and "--force" in err
+    assert status == 2 and "does not fit" in err and "--ssd-streaming" in err and "--force" in err
     assert "DiT load + denoise" in err                       # the plan is shown
     assert sim_invocations(sim_log) == [] and not output.exists()
 
@@ -118,7 +118,7 @@ def test_generate_refuses_a_damaged_model_before_starting_h3(tiny: Path, tmp_pat
         handle.truncate(shard.stat().st_size - 8)
     status = main(["generate", "-p", "fox", "-o", str(tmp_path / "x.mp4"), "--engine-path",
                    str(sim_engine_path()), "--model-dir", str(tiny), "--quiet"])
-    assert status == 1 and "truncated" in capsys.readouterr().err
+    assert status == 2 and "truncated" in capsys.readouterr().err
     assert sim_invocations(sim_log) == []
 
 
