@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .cancel import CancelToken
-from .errors import GenerationCancelled, H3BridgeError, OutputExistsError, RequestError
+from .errors import GenerationCancelled, H3BridgeError
 from .progress import ProgressEvent
 from .request import (
     DEFAULT_HEIGHT,
@@ -655,9 +655,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("h3bridge: interrupted", file=sys.stderr)
         return EXIT_CANCELLED
-    except (RequestError, OutputExistsError) as error:
-        print(f"h3bridge: {in_cli_words(str(error))}", file=sys.stderr)
-        return EXIT_USAGE
     except H3BridgeError as error:
         print(f"h3bridge: {in_cli_words(str(error))}", file=sys.stderr)
         engine_message = getattr(error, "engine_message", None)
@@ -666,7 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log = _save_engine_log(getattr(error, "stderr", None))
         if log is not None:
             print(f"  engine log: {log}", file=sys.stderr)
-        return EXIT_FAILURE
+        # A refusal (bad flags, an output that exists, a missing or damaged model, no engine,
+        # a plan or a disk that cannot take the clip) came before anything ran: exit 2.
+        return EXIT_USAGE if error.before_start else EXIT_FAILURE
     except OSError as error:     # the file system refused something we did not foresee
         print(f"h3bridge: {error.strerror or error}" + (f": {error.filename}" if error.filename else ""),
               file=sys.stderr)
@@ -681,6 +680,7 @@ _FLAG_FOR_FIELD = {
     "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
     "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
     "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
+    "engine_path": "--engine-path", "model_dir": "--model-dir",
 }
 
 
