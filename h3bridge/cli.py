@@ -703,6 +703,8 @@ def in_cli_words(text: str) -> str:
     text = re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", flag, text)
     text = re.sub(r"(?<![\w/.~-])(" + "|".join(name for name in _FLAG_FOR_FIELD if "_" in name and "=" not in name)
                   + r")(?![\w/.-])", lambda match: _FLAG_FOR_FIELD[match.group(1)], text)
+    # "the warm session (SessionEngine, CLI: --session)": only the CLI's words, no Python names.
+    text = re.sub(r"\([A-Z][A-Za-z0-9_.]*, CLI: ([^)]+)\)", r"(\1)", text)
     # Messages that already named the flag beside the field now say it twice: once is enough.
     text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
     return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)

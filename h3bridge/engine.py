@@ -11,9 +11,12 @@ such as `h3-sim`). Everything here works from h3's observable behaviour: its fla
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -26,6 +29,7 @@ import numpy as np
 from .cancel import CancelToken
 from .engine_process import EngineProcess, signal_name
 from .errors import (
+    DiskError,
     EngineCrashedError,
     EngineError,
     EngineNotFoundError,
@@ -231,12 +235,34 @@ def expected_phases(request: GenerationRequest, *, writes_mp4: bool) -> dict[str
     return {p: seconds["denoise" if p == "denoise enqueue" else p] for p in PHASE_ORDER if p in phases}
 
 
+# The `h3: ` lines upstream prints that are not errors (everything else after `h3: ` is one):
+# warnings and success reports (main.c), the warm-cache notices (h3.c 696-717, 987, 1435-1437,
+# 1476-1530, e.g. "prepared DiT cache miss; model retained"), the --show display notices (main.c,
+# h3_cli.c `cli_frame`), and the diagnostics behind H3_PROFILE, H3_DEBUG_GPU_MEMORY and
+# H3_NAX_DIAGNOSTIC (h3_dit.c, h3_video_vae.c, h3_gpu.m).
+_INFORMATIONAL_LINE = re.compile(
+    r"h3: (?:warning: |wrote |(?:video VAE|conditioning|prepared DiT) cache (?:hit|miss)"
+    r"|preview \d+/\d+$|frame \d+/\d+ via |denoise preview \d+/\d+, |graphical output uses "
+    r"|(?:terminal )?display disabled: |gate-ranked DiT skips|(?:custom|selected) (?:GPU )?reuse schedule "
+    r"|GPU sampler encode window |BF16 SSD stream |(?:resident )?video VAE tiles "
+    r"|Metal live allocation |TensorOps compile failed: )")
+
+
+def engine_error_text(line: str) -> str | None:
+    """The error in one line of h3's stderr (the text after `h3: `), or None when the line is
+    not an `h3: ` line or is one of upstream's informational ones (_INFORMATIONAL_LINE)."""
+    if not line.startswith("h3: ") or _INFORMATIONAL_LINE.match(line):
+        return None
+    return line[len("h3: "):]
+
+
 def engine_message_from(stderr: str) -> str | None:
-    """h3's own words: the text after `h3: ` on its last message line that is not a warning
-    or a success report (main.c prints the failure as the last `h3: %s` line)."""
+    """h3's own words: its last error line (main.c and h3_cli.c print a failure as `h3: %s`),
+    never a warning, a success report or a cache notice that came after it."""
     for line in reversed(stderr.replace("\r", "\n").split("\n")):
-        if line.startswith("h3: ") and not line.startswith(("h3: warning:", "h3: wrote ")):
-            return line[len("h3: "):]
+        message = engine_error_text(line)
+        if message is not None:
+            return message
     return None
 
 
@@ -271,9 +297,21 @@ def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) ->
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise RequestError(f"the output {output_path} cannot be written: {existing} is not a writable folder",
+            raise RequestError(f"the output {output_path} cannot be written: {existing} is not a writable folder "
+                               f"({_why_not_writable(existing)})",
                                field="output", hint="choose an output in a folder you can write to")
     return output_path
+
+
+def _why_not_writable(existing: Path) -> str:
+    if not existing.is_dir():
+        return "it is a file"
+    try:
+        if os.statvfs(existing).f_flag & os.ST_RDONLY:
+            return "its file system is mounted read-only"
+    except OSError:
+        pass
+    return "you have no permission to write there"
 
 
 def _name_limit(folder: Path) -> int:
@@ -309,6 +347,228 @@ def staging_path(output_path: Path) -> Path:
                          hint="choose an output in a folder you can write to") from None
     # Short whatever the output's name: a name near the file system's limit must still fit.
     return output_path.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}{STAGING_SUFFIX}"
+
+
+# ----------------------------------------------------------------------------- disks
+# A full or read-only disk must be named as such. Without this, a full disk stops FFmpeg mid-clip,
+# h3 then reports "cannot stream generated A/V to FFmpeg: Broken pipe" (h3_ffmpeg.c), and the
+# advice would be to install FFmpeg. Both engines use what follows: a check before the render,
+# and the same wording when the disk still stops one (from FFmpeg's stderr, or an OSError).
+
+# What an H.264 clip at CRF 18 can cost: 1 bit per pixel and frame is several times what CRF 18
+# ("fast" preset) gives on rendered footage (~0.1-0.3); AAC at 192 kbit/s; plus room for the MP4
+# index and the `+faststart` rewrite. Generous on purpose: the check only has to catch a disk
+# that cannot take the clip, never refuse one that can.
+CLIP_BITS_PER_PIXEL = 1.0
+AUDIO_BITS_PER_SECOND = 192_000
+CLIP_SLACK_BYTES = 1 << 20
+# main.c `cli_frame`: "P6\n%d %d\n255\n" then the raw RGB rows.
+_PPM_HEADER_BYTES = 32
+
+
+def expected_clip_bytes(request: GenerationRequest) -> int:
+    """A generous upper estimate of the MP4 h3 writes for `request` (see CLIP_BITS_PER_PIXEL)."""
+    video = request.width * request.height * request.frame_count * CLIP_BITS_PER_PIXEL / 8
+    audio = request.frame_count / FPS * AUDIO_BITS_PER_SECOND / 8
+    return int(video + audio) + CLIP_SLACK_BYTES
+
+
+def expected_frames_bytes(request: GenerationRequest) -> int:
+    """What `--frames-dir` takes: one binary PPM per final frame (main.c `cli_frame`)."""
+    return request.frame_count * (request.width * request.height * 3 + _PPM_HEADER_BYTES)
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """Bytes a job will write into `folder` (an existing folder, or the nearest existing parent
+    of one it will create). `what` names the folder for the user ("the output folder")."""
+
+    folder: Path
+    what: str
+    needed: int
+
+
+def existing_folder(path: Path) -> Path:
+    """`path` or its nearest existing parent: where a folder about to be created would live."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+# strerror() of the errors that mean the disk, not the program, stopped a write (Linux and macOS;
+# macOS spells EDQUOT "Disc quota exceeded"), as FFmpeg prints them after the file name.
+_DISK_STATES = {
+    "No space left on device": "is full",
+    "Disk quota exceeded": "is over your disk quota",
+    "Disc quota exceeded": "is over your disk quota",
+    "Read-only file system": "is on a read-only file system",
+}
+_DISK_ERRNOS = {errno.ENOSPC: "is full", errno.EDQUOT: "is over your disk quota",
+                errno.EROFS: "is on a read-only file system"}
+# main.c `cli_frame`: h3 could not write a --frames-dir file (it prints no errno).
+_FRAME_WRITE_FAILURE = re.compile(r"^h3: (?:cannot write frame \d+ to|incomplete frame \d+ in) (?P<dir>.+)$")
+
+
+def disk_error(need: DiskNeed, state: str, *, before_start: bool, free: int | None = None,
+               detail: str = "", engine_message: str | None = None, stderr: str = "",
+               parts: Sequence[DiskNeed] = ()) -> DiskError:
+    """The one way both engines say that a disk stopped (or would stop) a job: which folder,
+    what is wrong with it (`state`, e.g. "is full"), and what to do. `parts`: the needs on one
+    disk that `need` adds up (the MP4 and the frames)."""
+    from .model import format_bytes
+    where = f"{need.what} {need.folder}"
+    if free is not None and len(parts) > 1:
+        message = (f"the disk of {where} has {format_bytes(free)} free, and this job needs about "
+                   f"{format_bytes(need.needed)} on it: " + ", ".join(
+                       f"{format_bytes(part.needed)} in {part.what} {part.folder}" for part in parts))
+    elif free is not None:
+        message = (f"{where} has {format_bytes(free)} free, and this job needs about "
+                   f"{format_bytes(need.needed)} there{detail}")
+    else:
+        message = f"{where} {state}{detail}"
+    if state == "is on a read-only file system":
+        hint = "write the clip to a folder on a writable disk"
+    elif state in ("is full", "is over your disk quota") or free is not None:
+        hint = f"free at least {format_bytes(need.needed)} on that disk, or write the clip to another disk"
+    else:
+        hint = "write the clip to a folder on a local, writable disk"
+    if any(part.what.startswith("h3bridge's temporary folder") for part in (need, *parts)):
+        hint += " (TMPDIR moves h3bridge's temporary folder)"
+    return DiskError(message, folder=need.folder, free=free, needed=need.needed, before_start=before_start,
+                     hint=hint, engine_message=engine_message, stderr=stderr)
+
+
+def check_disk_space(needs: Sequence[DiskNeed]) -> None:
+    """Before the render: every folder in `needs` must take a file (a tiny probe, created and
+    removed at once: permissions, read-only mounts, file systems that refuse writes) and its disk
+    must have room for what the job writes there (needs on one disk add up).
+    Raises DiskError(before_start=True)."""
+    by_disk: dict[int, list[DiskNeed]] = {}
+    for need in needs:
+        _probe_writable(need)
+        by_disk.setdefault(os.stat(need.folder).st_dev, []).append(need)
+    for group in by_disk.values():
+        total = sum(need.needed for need in group)
+        free = shutil.disk_usage(group[0].folder).free
+        if free < total:
+            raise disk_error(DiskNeed(group[0].folder, group[0].what, total), "is full", before_start=True,
+                             free=free, parts=group)
+
+
+def _probe_writable(need: DiskNeed) -> None:
+    """Create one small file in `need.folder` with O_EXCL, write to it, remove it."""
+    state = None
+    if not os.access(need.folder, os.W_OK | os.X_OK):
+        state = _why_not_writable(need.folder)
+        state = "is on a read-only file system" if "read-only" in state else f"cannot be written ({state})"
+    else:
+        try:
+            descriptor, name = tempfile.mkstemp(prefix=".h3bridge-probe-", dir=need.folder)
+            try:
+                os.write(descriptor, b"h3bridge")
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+                remove_quietly(Path(name))
+        except OSError as error:
+            state = _DISK_ERRNOS.get(error.errno or 0) or (
+                f"does not take new files (creating a test file there failed: {error.strerror or error}), "
+                "so it is not on a writable file system")
+    if state is not None:
+        raise disk_error(need, state, before_start=True)
+
+
+def disk_problem(stderr: str, needs: Sequence[DiskNeed]) -> tuple[DiskNeed, str] | None:
+    """The disk problem h3's or FFmpeg's stderr reports (FFmpeg: "Error writing trailer of PATH:
+    No space left on device"), as (the need whose folder it concerns, its state), else None."""
+    for line in stderr.replace("\r", "\n").split("\n"):
+        state = next((state for words, state in _DISK_STATES.items() if words in line), None)
+        frames = _FRAME_WRITE_FAILURE.match(line)
+        if state is None and frames is None:
+            continue
+        if frames is not None:
+            state = "could not take the frames (is its disk full?)"
+        concerned = [need for need in needs if str(need.folder) in line] or list(needs)
+        if concerned:
+            return max(concerned, key=lambda need: len(str(need.folder))), state
+    return None
+
+
+def raise_for_disk_problem(stderr: str, needs: Sequence[DiskNeed], *, engine_message: str | None) -> None:
+    """After a job: the DiskError for a disk problem its stderr reports (see disk_problem)."""
+    found = disk_problem(stderr, needs)
+    if found is not None:
+        need, state = found
+        raise disk_error(need, state, before_start=False, engine_message=engine_message, stderr=stderr,
+                         detail=": the clip could not be written")
+
+
+def disk_error_from_os_error(error: OSError, need: DiskNeed) -> DiskError | None:
+    """The DiskError for an OSError that a full or read-only disk caused, else None."""
+    state = _DISK_ERRNOS.get(error.errno or 0)
+    if state is None:
+        return None
+    return disk_error(need, state, before_start=False, detail=": the finished clip could not be moved there")
+
+
+def one_shot_disk_needs(request: GenerationRequest, output_path: Path | None, *, writes_mp4: bool,
+                        want_frames: bool) -> list[DiskNeed]:
+    """Where a one-shot job writes: its MP4 beside the output (or in h3bridge's temporary folder
+    when only the audio is wanted), and the frames in h3bridge's temporary folder."""
+    temporary = Path(tempfile.gettempdir())
+    needs = []
+    if output_path is not None:
+        needs.append(DiskNeed(existing_folder(output_path.parent), "the output folder", expected_clip_bytes(request)))
+    elif writes_mp4:
+        needs.append(DiskNeed(temporary, "h3bridge's temporary folder", expected_clip_bytes(request)))
+    if want_frames:
+        needs.append(DiskNeed(temporary, "h3bridge's temporary folder (frames)", expected_frames_bytes(request)))
+    return needs
+
+
+# ----------------------------------------------------------------------------- the command line's size
+
+def _argument_limits() -> tuple[int | None, int]:
+    """(longest single argument, argv + environment together) exec accepts here, in bytes with
+    each string's NUL. Linux caps one argument at MAX_ARG_STRLEN = 32 pages (131072 bytes,
+    include/uapi/linux/binfmts.h); macOS has no such cap. Both cap the total at ARG_MAX."""
+    try:
+        total = os.sysconf("SC_ARG_MAX")
+    except (OSError, ValueError):
+        total = 1 << 20     # macOS's ARG_MAX, the smaller of the two
+    single = 32 * os.sysconf("SC_PAGE_SIZE") if sys.platform.startswith("linux") else None
+    return single, total
+
+
+def _argument_limit_error(argv: Sequence[str], env: Mapping[str, str], prompt: str) -> RequestError:
+    """The RequestError for a command line exec refuses (E2BIG), in the prompt's terms."""
+    single, total_limit = _argument_limits()
+    prompt_bytes = len(os.fsencode(prompt))
+    alternative = ("shorten the prompt, or render it in the warm session (SessionEngine, CLI: --session): "
+                   "it sends the prompt to h3 over stdin, where its length does not count")
+    if single is not None and prompt_bytes + 1 > single:
+        return RequestError(f"the prompt is {prompt_bytes} bytes; h3 takes it as one command-line argument, and "
+                            f"this system allows at most {single - 1} bytes in one (MAX_ARG_STRLEN)",
+                            field="prompt", hint=alternative)
+    used = _command_line_bytes(argv, env)
+    return RequestError(f"the engine's command line and environment come to {used} bytes ({prompt_bytes} of "
+                        f"them the prompt), over this system's limit of {total_limit} (ARG_MAX)",
+                        field="prompt", hint=alternative + "; or unset large environment variables")
+
+
+def _command_line_bytes(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """What exec copies: every argument and `NAME=value` with its NUL, and a pointer to each."""
+    strings = [os.fsencode(arg) for arg in argv] + [os.fsencode(f"{k}={v}") for k, v in env.items()]
+    return sum(len(item) + 1 for item in strings) + 8 * (len(strings) + 2)
+
+
+def check_argument_limits(argv: Sequence[str], env: Mapping[str, str], prompt: str) -> None:
+    """Refuse, before anything starts, a command line exec would refuse with E2BIG (a prompt
+    longer than the system's argument limit). 4 KiB are kept for exec's own bookkeeping."""
+    single, total_limit = _argument_limits()
+    too_long = single is not None and any(len(os.fsencode(arg)) + 1 > single for arg in argv)
+    if too_long or _command_line_bytes(argv, env) > total_limit - 4096:
+        raise _argument_limit_error(argv, env, prompt)
 
 
 def check_media_tools(request: GenerationRequest, *, writes_mp4: bool) -> MediaTools:
@@ -434,6 +694,8 @@ class OneShotEngine:
         output_path = resolve_output(output, overwrite=overwrite)
         writes_mp4 = output_path is not None or want_audio
         check_media_tools(request, writes_mp4=writes_mp4)
+        disk_needs = one_shot_disk_needs(request, output_path, writes_mp4=writes_mp4, want_frames=want_frames)
+        check_disk_space(disk_needs)
 
         workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
         mp4_temp: Path | None = None
@@ -449,9 +711,11 @@ class OneShotEngine:
                                 None if frames_dir is None else str(frames_dir))
             # One engine per machine (lock.py): wait, cancellably, while another holds the model.
             env = self.environment(locate_media_tools())
+            check_argument_limits(argv, env, request.prompt)
             with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress)) as lock:
                 stderr, timings = self._run(argv, request, env, writes_mp4=mp4_temp is not None,
                                             on_progress=on_progress, cancel=cancel, lock=lock,
+                                            disk_needs=disk_needs,
                                             leftovers=[path for path in (mp4_temp, workdir) if path is not None])
             frames = None
             if frames_dir is not None:
@@ -472,29 +736,36 @@ class OneShotEngine:
 
     def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,
-             leftovers: list[Path]) -> tuple[str, dict[str, float]]:
+             leftovers: list[Path], disk_needs: Sequence[DiskNeed] = ()) -> tuple[str, dict[str, float]]:
         """Run h3 to completion under supervision; return (stderr, timings) or raise.
 
         The engine is recorded beside the held lock with the temporary files it writes
-        (`leftovers`), so that if this process dies, the next holder stops it and removes them."""
+        (`leftovers`), so that if this process dies, the next holder stops it and removes them.
+        A disk in `disk_needs` that stopped FFmpeg or h3 is reported as a DiskError, even when
+        h3 exited 0 (an FFmpeg that failed writing the MP4 trailer may exit 0 with a truncated file)."""
         tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), time.monotonic())
         try:
             # h3 opens h3_shaders.metal by relative path: run it from its own directory.
             process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env)
         except OSError as error:
+            if error.errno == errno.E2BIG:    # the prompt is over the system's argument limit
+                raise _argument_limit_error(argv, env, request.prompt) from None
             raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
                                       hint=ENGINE_BUILD_HINT) from None
         lock.record_engine(process.pid, leftovers=leftovers)
         last_activity = time.monotonic()
+        last_event: ProgressEvent | None = None
 
         def handle(piece_timeout: float) -> None:
-            nonlocal last_activity
+            nonlocal last_activity, last_event
             piece = process.next_piece(piece_timeout)
             while piece is not None:
                 last_activity = time.monotonic()
                 event = tracker.feed(piece.text, piece.complete, now=last_activity)
-                if event is not None and on_progress is not None:
-                    on_progress(event)
+                if event is not None:
+                    last_event = event
+                    if on_progress is not None:
+                        on_progress(event)
                 piece = process.next_piece(0)
 
         try:
@@ -510,30 +781,35 @@ class OneShotEngine:
                 if self.stall_timeout is not None and time.monotonic() - last_activity > self.stall_timeout:
                     process.stop()
                     stderr = process.stderr_text
+                    message = engine_message_from(stderr)
                     raise EngineStalledError(
-                        f"the engine made no progress for {self.stall_timeout:g} s and was stopped",
-                        engine_message=engine_message_from(stderr), exit_code=process.poll(), stderr=stderr,
-                        command=argv, hint="raise stall_timeout for very large clips, or check the engine log")
+                        f"the engine made no progress for {self.stall_timeout:g} s "
+                        f"{phase_words(last_event, before=ONE_SHOT_BEFORE_PROGRESS)} and was stopped",
+                        engine_message=message, exit_code=process.poll(), stderr=stderr,
+                        command=argv, hint=failure_hint(request, message, stalled=True))
         finally:
             process.stop()
             lock.clear_engine()
         stderr = process.stderr_text
         timings = tracker.finish(time.monotonic())
         status = process.popen.returncode
+        message = engine_message_from(stderr)
+        if status >= 0:
+            raise_for_disk_problem(stderr, disk_needs, engine_message=message)
         if status == 0:
             return stderr, timings
-        message = engine_message_from(stderr)
         if status < 0:
-            raise EngineCrashedError(f"the engine crashed ({signal_name(-status)})" + (f" after: {message}" if message else ""),
+            raise EngineCrashedError(f"the engine crashed ({signal_name(-status)}) "
+                                     f"{phase_words(last_event, before=ONE_SHOT_BEFORE_PROGRESS)}"
+                                     + (f", after h3 said: {message}" if message else ""),
                                      engine_message=message, exit_code=status, stderr=stderr, command=argv,
-                                     hint=out_of_memory_hint(request) if -status == signal.SIGKILL else
-                                          "see the engine log (EngineCrashedError.stderr)")
+                                     hint=failure_hint(request, message, signal_number=-status))
         if status == 2:
             raise EngineError(f"h3 rejected its command line: {message or 'usage error'}", engine_message=message,
                               exit_code=status, stderr=stderr, command=argv,
                               hint="this h3 build may be older or newer than h3bridge expects (upstream 8974cc0)")
         raise EngineError(f"h3 failed: {message or f'exit status {status}'}", engine_message=message,
-                          exit_code=status, stderr=stderr, command=argv, hint=_hint_for(message))
+                          exit_code=status, stderr=stderr, command=argv, hint=failure_hint(request, message))
 
 
 def out_of_memory_hint(request: GenerationRequest) -> str:
@@ -547,22 +823,66 @@ def out_of_memory_hint(request: GenerationRequest) -> str:
             + ", ".join(options[:-1]) + " or " + options[-1])
 
 
-def _hint_for(message: str | None) -> str | None:
-    """A fix for the engine failures we recognise; None leaves h3's message to speak for itself."""
+# ----------------------------------------------------------------------------- what to do about a failure
+# One place for both engines (the one-shot run above and the warm session in session.py).
+
+ONE_SHOT_BEFORE_PROGRESS = "while loading the model, before its first progress report"
+
+
+def phase_words(last: ProgressEvent | None, *, before: str) -> str:
+    """Where in the job an engine stopped: its last progress report, e.g. "during denoise
+    (last report 1/20)"; `before` when it reported none yet."""
+    if last is None:
+        return before
+    return f"during {last.phase} (last report {last.done}/{last.total})"
+
+
+METAL_DEVICE_HINT = (
+    "h3 found no usable Metal GPU. Run it on an Apple Silicon Mac (M1 or later), natively: not under "
+    "Rosetta (an x86_64 Python or terminal; `uname -m` must say arm64), not in a virtual machine or a "
+    "container, and from a logged-in user's session (an ssh login or a launchd job with no one logged in "
+    "at the Mac may see no GPU)")
+CRASH_HINT = ("see the engine log; the next job starts a fresh engine. If the same request crashes again, "
+              "report it at https://github.com/antirez/h3.c/issues with that log")
+
+
+def failure_hint(request: GenerationRequest, message: str | None, *, signal_number: int | None = None,
+                 stalled: bool = False) -> str | None:
+    """The fix line for an engine that failed (`message`: h3's last error), died from
+    `signal_number`, or was stopped by the watchdog (`stalled`). None leaves h3's message to
+    speak for itself."""
+    if stalled:
+        return ("h3 reports nothing while it decodes the video (the tiled video VAE decode) and little while "
+                "it loads from a slow disk: for a very large clip raise stall_timeout; otherwise see the "
+                "engine log for where it stopped")
+    if signal_number == signal.SIGKILL:
+        return out_of_memory_hint(request)
+    if signal_number is not None:
+        return CRASH_HINT
     if not message:
-        return "see the engine log (EngineError.stderr)"
+        return "see the engine log"
     lowered = message.lower()
-    if "ffmpeg" in lowered or "ffprobe" in lowered:
+    if "cannot start ffmpeg" in lowered or "cannot start ffprobe" in lowered:
         return FFMPEG_HINT
+    if "ffmpeg" in lowered and ("stream" in lowered or "exited" in lowered):
+        return ("FFmpeg stopped while writing the clip; its own error is in the engine log (a full disk or "
+                "an output folder that cannot be written are the usual causes)")
+    if "ffmpeg" in lowered or "ffprobe" in lowered:
+        return ("h3's FFmpeg could not read one of the media inputs: check that the file plays, or convert "
+                "it (PNG/JPEG images, H.264 MP4 videos, WAV audio)")
     if "ref2va" in lowered and "checkpoint" in lowered:
         return "download the Ref2VA transformer into the model directory, or drop the references"
     if "h3_shaders.metal" in lowered:
         # h3 compiles it from its working directory (h3_gpu.m:353), which is the binary's real folder.
         return ("h3 reads h3_shaders.metal from the folder its binary is in: keep h3 in its h3.c "
                 "checkout (a symlink to it elsewhere is fine, a copy is not), or rebuild it there")
-    if "metal" in lowered or "m5" in lowered:
-        return ("the GPU refused the work: if the request uses int8_row_fc2 (--use-int8-row-fc2, M5 only), drop "
-                "it; otherwise check memory with `h3bridge plan` and see the engine log")
+    if "no metal device" in lowered or "cannot initialize metal" in lowered:
+        return METAL_DEVICE_HINT
+    if request.int8_row_fc2 and ("metal" in lowered or "m5" in lowered or "int8" in lowered):
+        return "drop int8_row_fc2 (--use-int8-row-fc2, M5 only) and try again"
+    if "metal" in lowered:
+        return ("the GPU gave up on the work, most often for lack of memory: check `h3bridge plan`, close other "
+                "GPU-heavy apps, and see the engine log")
     if "safetensors" in lowered or "model" in lowered or "tokenizer" in lowered or "config.json" in lowered:
         return "check the model directory (h3bridge verify)"
     return None
@@ -577,8 +897,10 @@ def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
     except OutputExistsError:
         raise
     except OSError as error:      # e.g. the folder became read-only or the output is now a folder
-        raise MediaError(f"cannot move the finished clip to {output}: {error.strerror}",
-                         hint="check the output folder's permissions and free space") from None
+        need = DiskNeed(output.parent, "the output folder", temp.stat().st_size if temp.exists() else 0)
+        raise disk_error_from_os_error(error, need) or MediaError(
+            f"cannot move the finished clip to {output}: {error.strerror}",
+            hint="check the output folder's permissions") from None
 
 
 def _publish_or_keep_beside(temp: Path, output: Path, *, overwrite: bool) -> None:

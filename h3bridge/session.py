@@ -70,7 +70,6 @@ import pty
 import queue
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -83,18 +82,25 @@ from typing import Mapping
 from .cancel import CancelToken
 from .engine import (
     FFMPEG_HINT,
+    DiskNeed,
     _abs,
-    _hint_for,
+    check_disk_space,
     check_media_tools,
+    disk_error_from_os_error,
     engine_environment,
+    engine_error_text,
     engine_message_from,
     engine_variables,
     engine_working_directory,
+    existing_folder,
+    expected_clip_bytes,
     expected_phases,
+    failure_hint,
     finish_result,
     locate_engine,
     locate_model_dir,
-    out_of_memory_hint,
+    phase_words,
+    raise_for_disk_problem,
     raise_if_cancelled,
     reference_arguments,
     resolve_output,
@@ -109,6 +115,7 @@ from .errors import (
     EngineStalledError,
     GenerationCancelled,
     MediaError,
+    RequestError,
     SessionCommandError,
     SessionError,
     SessionUnsupportedError,
@@ -149,6 +156,10 @@ _SEED_LINE = re.compile(r"^Seed: (?P<seed>\d+)$")
 # h3_gpu.m, behind H3_DEBUG_GPU_MEMORY / H3_NAX_DIAGNOSTIC: `h3: ` lines that may come while the
 # anchors and references are still being decoded, so they do not release the end markers.
 _DECODING_NOTICES = ("h3: Metal live allocation", "h3: TensorOps compile failed")
+# h3_cli.c `h3_cli_run`: mkdtemp("/tmp/h3-XXXXXX"), whatever TMPDIR says; every clip is written there.
+SESSION_OUTPUTS_PARENT = Path("/tmp")
+SESSION_BEFORE_PROGRESS = "before the job's first progress report"
+SESSION_STARTING = "while the session started (loading the model, before any progress report)"
 
 
 # ============================================================================ settings mirror
@@ -370,7 +381,9 @@ def session_prompt(prompt: str, *, join_prompt_lines: bool = False) -> str:
                 hint="strip the prompt, run it one-shot, or pass join_prompt_lines=True")
         line = prompt
     if not line:
-        raise SessionUnsupportedError("the prompt is empty", hint="describe the clip in the prompt")
+        # Nothing for any engine to render (h3.c h3_generate: "prompt must not be empty").
+        raise RequestError("the prompt has no text (it is empty or only whitespace)", field="prompt",
+                           hint="describe the clip in the prompt")
     if line.startswith("!"):
         raise SessionUnsupportedError(
             "the prompt starts with '!', which h3's interactive session reads as a command",
@@ -552,10 +565,17 @@ class _Job:
     commands: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     in_sync: bool = True     # False while a sent line's reply is still outstanding
+    last_event: ProgressEvent | None = None     # where the job is: named when it crashes or stalls
+    before_progress: str = SESSION_BEFORE_PROGRESS    # ... and where it is before any report
 
     def report(self, event: ProgressEvent | None) -> None:
-        if event is not None and self.on_progress is not None:
-            self.on_progress(event)
+        if event is not None:
+            self.last_event = event
+            if self.on_progress is not None:
+                self.on_progress(event)
+
+    def where(self) -> str:
+        return phase_words(self.last_event, before=self.before_progress)
 
 
 class SessionEngine:
@@ -676,10 +696,14 @@ class SessionEngine:
         process with it; the next job starts a fresh one. While another engine holds the
         machine-wide lock, `on_progress` sees WAITING_PHASE events and `cancel` still works.
         """
-        line = session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
         request.validate()
+        line = session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
         destination = resolve_output(output, overwrite=overwrite)
         tools = check_media_tools(request, writes_mp4=True)    # interactive h3 always writes an MP4
+        for need in self._disk_needs(request, destination):
+            # One at a time: the clip exists in h3's folder, then (moved) in the output folder,
+            # never twice on one disk (a move within a disk is a rename).
+            check_disk_space([need])
         if (request.first_frame is not None or request.last_frame is not None) and tools.ffprobe is None:
             # Unlike a one-shot run, `!first`/`!last` probe the image first (h3_cli.c validate_anchor
             # -> h3_ffprobe_visual_size); h3 would refuse the command only after loading.
@@ -722,6 +746,17 @@ class SessionEngine:
         finally:
             self._guard.release()
 
+    def _disk_needs(self, request: GenerationRequest, destination: Path | None) -> list[DiskNeed]:
+        """Where a session job writes its clip: h3's own session folder (it ignores -o), then the
+        output folder it is moved to."""
+        clip = expected_clip_bytes(request)
+        outputs = self._outputs_dir
+        needs = [DiskNeed(outputs if outputs is not None and outputs.is_dir() else SESSION_OUTPUTS_PARENT,
+                          "h3's session folder", clip)]
+        if destination is not None:
+            needs.append(DiskNeed(existing_folder(destination.parent), "the output folder", clip))
+        return needs
+
     def _acquire_guard(self, job: _Job) -> None:
         """Wait for this session's previous job (another thread's) to end: reported as
         WAITING_PHASE and cancellable, like waiting for the machine-wide lock."""
@@ -752,8 +787,10 @@ class SessionEngine:
                 try:
                     shutil.move(str(produced), staged)
                 except OSError as error:     # a copy across file systems can fail (disk full)
-                    raise MediaError(f"cannot copy the finished clip next to {destination}: {error}",
-                                     hint="check the output folder's free space and permissions") from None
+                    need = DiskNeed(destination.parent, "the output folder", expected_clip_bytes(request))
+                    raise disk_error_from_os_error(error, need) or MediaError(
+                        f"cannot copy the finished clip next to {destination}: {error.strerror or error}",
+                        hint="check the output folder's permissions") from None
                 mp4 = staged
             return finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
                                  want_audio=want_audio, timings=timings, command=list(job.commands),
@@ -804,7 +841,9 @@ class SessionEngine:
             self._identity = identity
             self.starts += 1
             self._hook_id = register_yield_hook(self._yield_if_idle)
+            job.before_progress = SESSION_STARTING
             self._read_banner(references, job)
+            job.before_progress = SESSION_BEFORE_PROGRESS
             if self._outputs_dir is not None:
                 self._lock.record_engine(self._process.pid, leftovers=_outputs_leftovers(self._outputs_dir))
         except BaseException:
@@ -903,9 +942,11 @@ class SessionEngine:
                 event = process.events.get(timeout=0.05)
             except queue.Empty:
                 if job.stall_timeout is not None and time.monotonic() - last_activity > job.stall_timeout:
+                    message = engine_message_from("\n".join(job.stderr))
                     raise EngineStalledError(
-                        f"h3 session showed no progress for {job.stall_timeout:g} s; it was stopped",
-                        stderr="\n".join(job.stderr), command=job.commands)
+                        f"h3 session showed no progress for {job.stall_timeout:g} s {job.where()}; it was stopped",
+                        engine_message=message, stderr="\n".join(job.stderr), command=job.commands,
+                        hint=failure_hint(job.request, message, stalled=True))
                 continue
             last_activity = time.monotonic()
             if event.text is None:
@@ -923,18 +964,18 @@ class SessionEngine:
             status = process.engine.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             status = None
-        message = engine_message_from("\n".join(job.stderr))
         log = "\n".join(job.stderr)
+        message = engine_message_from(log)     # h3's last error, never a cache notice
         if status is not None and status < 0:
             raise EngineCrashedError(
-                f"the h3 session died from {signal_name(-status)}",
+                f"the h3 session died from {signal_name(-status)} {job.where()}"
+                + (f", after h3 said: {message}" if message else ""),
                 engine_message=message, exit_code=status, stderr=log, command=job.commands,
-                hint=out_of_memory_hint(job.request) if status == -signal.SIGKILL else
-                "the next job starts a fresh session; if it keeps crashing, run one-shot to see why")
+                hint=failure_hint(job.request, message, signal_number=-status))
         raise SessionError(
-            f"the h3 session exited unexpectedly (status {status})" + (f": {message}" if message else ""),
+            f"the h3 session exited unexpectedly (status {status}) {job.where()}" + (f": {message}" if message else ""),
             engine_message=message, exit_code=status, stderr=log, command=job.commands,
-            hint=_hint_for(message))
+            hint=failure_hint(job.request, message))
 
     def _command(self, command: SessionCommand, job: _Job) -> None:
         """Send one `!` command; its one reply is on stdout (worked) or stderr (refused)."""
@@ -992,14 +1033,19 @@ class SessionEngine:
                 seen_sync = True
                 job.stderr.pop()       # our marker, not part of the job's log
             elif text.startswith("h3: "):
-                engine_lines.append(text[4:])
+                error = engine_error_text(text)      # not a cache notice or another informational line
+                if error is not None:
+                    engine_lines.append(error)
                 if not text.startswith(_DECODING_NOTICES):
                     send_markers()
         job.in_sync = True
         if produced is None:
             message = engine_lines[-1] if engine_lines else None
+            log = "\n".join(job.stderr)
+            raise_for_disk_problem(log, self._disk_needs(job.request, None), engine_message=message)
             raise EngineError(f"h3 failed: {message}" if message else "h3 produced no video",
-                              engine_message=message, stderr="\n".join(job.stderr), command=job.commands)
+                              engine_message=message, stderr=log, command=job.commands,
+                              hint=failure_hint(job.request, message))
         assert seed is not None
         return produced, seed
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -235,3 +236,35 @@ def test_a_hangup_the_caller_ignores_does_not_stop_the_render(model_dir: Path, t
     process.send_signal(signal.SIGHUP)
     process.stderr.read()
     assert process.wait(120) == 0 and output.is_file()
+
+
+PYTHON_NAMES = re.compile(r"\b[A-Z]\w*(?:Error|Engine|Result)\.\w+|\b[a-z]+_[a-z_]+=|\bengine_path\b|\bmodel_dir\b")
+
+
+@pytest.mark.parametrize("fault, words", [
+    ({"H3_SIM_CRASH_PHASE": "text encoder:3"}, "the engine crashed (SIGSEGV) during text encoder (last report 3/50)"),
+    ({"H3_SIM_NO_METAL": "1"}, "no Metal device available"),
+    ({"H3_SIM_FAIL_PHASE": "audio VAE", "H3_SIM_FAIL_MESSAGE": "Metal command buffer failed"}, "h3 failed"),
+])
+def test_failure_messages_speak_cli_not_python(model_dir: Path, tmp_path: Path, fault: dict[str, str],
+                                               words: str) -> None:
+    done = cli("generate", "-p", "fox", *FAST_FLAGS, "-o", str(tmp_path / "x.mp4"), "--quiet", model=model_dir,
+               env={**fault, "H3BRIDGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 1 and words in done.stderr and "fix: " in done.stderr, done.stderr
+    assert not PYTHON_NAMES.search(done.stderr), done.stderr
+    if "H3_SIM_NO_METAL" in fault:      # Metal advice, not the memory / int8 one
+        assert "Rosetta" in done.stderr and "int8" not in done.stderr
+
+
+def test_a_prompt_too_long_for_the_command_line_exits_2_and_goes_warm_with_session(
+        model_dir: Path, tmp_path: Path, sim_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process: the CLI's own argv could not carry 160 KiB either (same kernel limit)."""
+    prompt = ("a red fox runs through deep snow at dawn " * 4000).strip()
+    args = ["generate", "-p", prompt, *FAST_FLAGS, "--quiet", "--engine-path", str(sim_engine_path()),
+            "--model-dir", str(model_dir)]
+    assert main([*args, "-o", str(tmp_path / "one-shot.mp4")]) == 2
+    err = capsys.readouterr().err
+    assert "the prompt is" in err and "--session" in err and "SessionEngine" not in err
+    assert "build h3" not in err and sim_invocations(sim_log) == []
+    assert main([*args, "-o", str(tmp_path / "warm.mp4"), "--session"]) == 0
+    assert (tmp_path / "warm.mp4").is_file()

@@ -518,3 +518,131 @@ def test_publish_failure_is_a_media_error_and_the_render_is_not_lost(tmp_path: P
     with pytest.raises(MediaError, match="cannot move the finished clip"):
         _publish(rendered, output, overwrite=True)
     assert (output / "inside").read_text() == "x"
+
+
+# ----------------------------------------------------------------------------- what failures say
+
+def test_a_crash_names_the_phase_and_a_fix_without_python_names(engine: OneShotEngine, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_CRASH_PHASE", "text encoder:3")
+    with pytest.raises(EngineCrashedError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4")
+    error = caught.value
+    assert "crashed (SIGSEGV) during text encoder (last report 3/50)" in error.message
+    assert "see the engine log" in error.hint and "Error." not in error.hint and ".stderr" not in error.hint
+
+
+def test_a_stall_names_the_phase_it_stopped_in(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "load transformer core:7")
+    engine = OneShotEngine(sim_engine_path(), model_dir, stall_timeout=120)
+
+    def shorten_the_watchdog_at_the_hang(event: ProgressEvent) -> None:
+        # A short watchdog from the start could fire while a loaded machine starts the engine.
+        if (event.phase, event.done) == ("load transformer core", 7):
+            engine.stall_timeout = 1.0
+    with pytest.raises(EngineStalledError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4", on_progress=shorten_the_watchdog_at_the_hang)
+    assert "no progress for 1 s during load transformer core (last report 7/50)" in caught.value.message
+    assert "stall_timeout" in caught.value.hint
+
+
+def test_no_metal_device_gets_advice_about_metal(engine: OneShotEngine, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """h3_metal.m: "no Metal device available" means no usable GPU, not a memory or int8 problem."""
+    monkeypatch.setenv("H3_SIM_NO_METAL", "1")
+    with pytest.raises(EngineError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4")
+    hint = caught.value.hint or ""
+    assert caught.value.engine_message == "no Metal device available"
+    assert "Apple Silicon" in hint and "Rosetta" in hint and "virtual machine" in hint
+    assert "int8" not in hint and "plan" not in hint
+
+
+def test_a_gpu_failure_blames_int8_only_when_the_request_uses_it(engine: OneShotEngine, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_FAIL_PHASE", "denoise")
+    with pytest.raises(EngineError) as caught:
+        engine.generate(fast_request(), tmp_path / "x.mp4")
+    assert "int8" not in caught.value.hint and "h3bridge plan" in caught.value.hint
+    with pytest.raises(EngineError) as caught:
+        engine.generate(fast_request(int8_row_fc2=True), tmp_path / "x.mp4")
+    assert "drop int8_row_fc2" in caught.value.hint
+
+
+def test_informational_h3_lines_are_never_the_engine_message() -> None:
+    """Upstream's cache notices, profile and display lines come after the error sometimes."""
+    from h3bridge.engine import engine_message_from
+    informational = ["h3: prepared DiT cache miss; model retained", "h3: conditioning cache hit",
+                     "h3: video VAE cache miss; decoder retained", "h3: conditioning cache miss; stored exact BF16",
+                     "h3: warning: could not retain prepared DiT key", "h3: wrote /tmp/x.mp4",
+                     "h3: wrote frames to /tmp/f", "h3: preview 3/20", "h3: frame 4/56 via kitty",
+                     "h3: denoise preview 1/20, video frame 1/56 via kitty", "h3: graphical output uses kitty",
+                     "h3: display disabled: no terminal", "h3: selected GPU reuse schedule has 12 evaluations",
+                     "h3: GPU sampler encode window is bounded; internal split enabled",
+                     "h3: BF16 SSD stream 1.000 GiB read in 0.100s (10.000 GiB/s), unhidden wait 0.000s",
+                     "h3: resident video VAE tiles 2x2 at 512 pixels", "h3: gate-ranked DiT skips 3(0.1)",
+                     "h3: Metal live allocation at GPU teardown: 0.000 GiB", "h3: TensorOps compile failed: x"]
+    assert engine_message_from("\n".join(["h3: the real error", *informational])) == "the real error"
+    assert engine_message_from("\n".join(informational)) is None
+
+
+def test_a_prompt_over_the_argument_limit_is_refused_with_the_alternative(engine: OneShotEngine, tmp_path: Path,
+                                                                          sim_log: Path) -> None:  # noqa: F811
+    """exec refuses an argument over MAX_ARG_STRLEN (128 KiB on Linux) with E2BIG; that is not a
+    missing engine. The warm session takes the prompt over stdin instead."""
+    from h3bridge import RequestError
+    prompt = ("a red fox runs through deep snow at dawn " * 4000).strip()       # ~160 KiB
+    with pytest.raises(RequestError) as caught:
+        engine.generate(fast_request(prompt), tmp_path / "x.mp4")
+    error = caught.value
+    assert error.field == "prompt" and f"the prompt is {len(prompt)} bytes" in error.message
+    assert "MAX_ARG_STRLEN" in error.message and "warm session" in error.hint and "--session" in error.hint
+    assert sim_invocations(sim_log) == [] and files_in(tmp_path) == []
+
+
+def test_e2big_from_exec_is_the_same_clear_error(engine: OneShotEngine, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should the up-front check ever miss (a limit it does not know), the kernel's E2BIG says
+    the same, never "build h3 on a Mac"."""
+    import h3bridge.engine as engine_module
+    from h3bridge import RequestError
+    monkeypatch.setattr(engine_module, "check_argument_limits", lambda argv, env, prompt: None)
+    prompt = "snow " * 40000                                                     # 200 KB: the kernel says E2BIG
+    with pytest.raises(RequestError) as caught:
+        engine.generate(fast_request(prompt.strip()), tmp_path / "x.mp4")
+    assert caught.value.field == "prompt" and "command-line argument" in caught.value.message
+    assert "build h3" not in str(caught.value)
+
+
+def test_an_output_that_appeared_while_rendering_is_not_a_refusal(tmp_path: Path) -> None:
+    """Exit 2 is for refusals before anything ran; a clip kept beside a file that appeared
+    meanwhile came from a render that ran (exit 1)."""
+    from h3bridge.engine import _publish, resolve_output
+    output = tmp_path / "clip.mp4"
+    output.write_bytes(b"appeared meanwhile")
+    rendered = tmp_path / ".h3bridge-abc.partial.mp4"
+    rendered.write_bytes(b"new render")
+    with pytest.raises(OutputExistsError) as caught:
+        _publish(rendered, output, overwrite=False)
+    assert not caught.value.before_start and (tmp_path / "clip-2.mp4").read_bytes() == b"new render"
+    with pytest.raises(OutputExistsError) as caught:
+        resolve_output(output, overwrite=False)
+    assert caught.value.before_start
+
+
+def test_a_read_only_disk_at_publish_time_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+    from h3bridge.engine import _publish
+    from h3bridge.errors import DiskError
+
+    def read_only(source: object, target: object) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    monkeypatch.setattr(os, "replace", read_only)
+    rendered = tmp_path / ".h3bridge-abc.partial.mp4"
+    rendered.write_bytes(b"new render")
+    with pytest.raises(DiskError) as caught:
+        _publish(rendered, tmp_path / "clip.mp4", overwrite=True)
+    assert f"the output folder {tmp_path} is on a read-only file system" in caught.value.message
+    assert rendered.read_bytes() == b"new render"

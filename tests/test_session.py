@@ -515,7 +515,7 @@ def test_multiline_prompts_are_refused_unless_joined(session: SessionEngine, mod
     with pytest.raises(SessionUnsupportedError, match="several lines"):
         session.generate(request, tmp_path / "a.mp4")
     assert not session.running         # refused before anything started
-    for bad in ("!help", " padded", ""):
+    for bad in ("!help", " padded"):
         with pytest.raises(SessionUnsupportedError):
             session_prompt(bad)
     with SessionEngine(sim_engine_path(), model_dir, join_prompt_lines=True) as joining:
@@ -803,3 +803,60 @@ def test_a_busy_child_its_host_left_behind_is_stopped_by_the_next_engine(model_d
         assert session.generate(fast_request(), tmp_path / "b.mp4", want_frames=False).video_path.is_file()
         assert not group_alive(child)
         assert not left.exists()       # h3's own session folder went with it
+
+
+# ----------------------------------------------------------------------------- what a failed session job says
+
+def test_a_session_crash_names_the_phase_and_never_a_cache_notice(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """h3's last `h3: ` line before the crash is "prepared DiT cache miss; model retained", which
+    is a notice (h3.c:1530), not the error."""
+    monkeypatch.setenv("H3_SIM_CRASH_PHASE", "denoise")
+    with SessionEngine(sim_engine_path(), model_dir) as session:
+        with pytest.raises(EngineCrashedError) as caught:
+            session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False)
+    error = caught.value
+    assert "h3: prepared DiT cache miss; model retained" in error.stderr         # it was there ...
+    assert error.engine_message is None and "cache" not in str(error)           # ... and is not the error
+    assert "died from SIGSEGV during denoise (last report 2/2)" in error.message
+    assert "see the engine log" in error.hint
+
+
+def test_a_session_stall_names_the_phase_and_has_a_fix(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault fires only in a job with a first frame (Qwen vision), so the session starts and
+    renders a first clip under a generous watchdog; only then is the watchdog made short."""
+    from h3bridge.errors import EngineStalledError
+    monkeypatch.setenv("H3_SIM_HANG_PHASE", "Qwen vision:1")
+    with SessionEngine(sim_engine_path(), model_dir, stall_timeout=120) as session:
+        assert session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False).video_path.is_file()
+        session.stall_timeout = 1.0
+        with pytest.raises(EngineStalledError) as caught:
+            session.generate(fast_request(first_frame=make_image(tmp_path / "first.png")), tmp_path / "b.mp4",
+                             want_frames=False)
+    assert "no progress for 1 s during Qwen vision (last report 1/27)" in caught.value.message
+    assert "stall_timeout" in (caught.value.hint or "")
+
+
+def test_a_session_without_metal_gets_the_metal_fix(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3_SIM_NO_METAL", "1")
+    with SessionEngine(sim_engine_path(), model_dir) as session:
+        with pytest.raises(EngineError) as caught:
+            session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False)
+    error = caught.value
+    assert error.engine_message == "no Metal device available" and "while the session started" in error.message
+    assert "Rosetta" in (error.hint or "") and "int8" not in (error.hint or "")
+
+
+def test_an_empty_prompt_is_a_request_error_in_a_session(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    from h3bridge import RequestError
+    for join in (False, True):
+        with SessionEngine(sim_engine_path(), model_dir, join_prompt_lines=join) as session:
+            for prompt in ("", "   ", "\n \n"):
+                with pytest.raises(RequestError) as caught:
+                    session.generate(fast_request(prompt), tmp_path / "a.mp4")
+                assert caught.value.field == "prompt" and not session.running
+    for prompt, join in (("", False), (" \n\t", True)):
+        with pytest.raises(RequestError):
+            session_prompt(prompt, join_prompt_lines=join)
