@@ -303,9 +303,10 @@ def test_idle_timeout_shuts_down_and_gives_the_lock_back(model_dir: Path, tmp_pa
         assert pid is not None
         assert wait_until(lambda: group_gone(pid))
         assert not session.running
-        # The idle timer's thread releases the lock just after the process is gone: allow it a moment.
-        with engine_lock(on_wait=lambda waited: waited > 2 and pytest.fail("the idle session kept the lock")) as lock:
-            assert lock.waited < 2
+        # The idle timer's thread releases the lock just after the process is gone: wait for that
+        # (on a loaded machine "just after" has no bound); a session that kept it would hang here.
+        with engine_lock(on_wait=lambda waited: waited > 60 and pytest.fail("the idle session kept the lock")):
+            pass
         # And it comes back on the next job.
         session.generate(fast_request(seed=2), tmp_path / "b.mp4", want_frames=False, want_audio=False)
         assert session.starts == 2
