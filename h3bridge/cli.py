@@ -395,8 +395,10 @@ def run_demo(args: argparse.Namespace) -> int:
     model = cached_fixture_model(cache_dir() / "demo-model")
     output = demo_output(args.output)
     print(f"h3bridge demo: {SYNTHETIC_NOTE} (engine {engine}, fixture model {model})", file=sys.stderr)
+    # `--flag=value`: a prompt or a path that starts with "-" stays a value
     generate = build_parser().parse_args(
-        ["generate", "-p", args.prompt, "--engine-path", str(engine), "--model-dir", str(model), "-o", str(output)]
+        ["generate", f"--prompt={args.prompt}", f"--engine-path={engine}", f"--model-dir={model}",
+         f"--output={output}"]
         + ["--overwrite"] * args.overwrite + ["--quiet"] * args.quiet + ["--json"] * args.json)
     status = run_generate(generate)
     if status == EXIT_OK:

@@ -1,8 +1,9 @@
 """What each upstream h3 phase costs on the reference job: one table, read by two consumers.
 
-Seconds on an M1 Ultra for the reference job (864x480, 56 frames, 20 steps, all 48 DiT layers);
-upstream issue 17 gives text encoder 10.5 s, DiT load 18.3 s (AdaLN 3.0 + core 15.3) and the
-denoise loop 86.6 s; the rest are plausible small costs.
+Seconds on an M1 Ultra for the reference job (864x480, 20 steps, all 50 DiT layers); upstream
+issue 17 gives text encoder 10.5 s, DiT load 18.3 s (AdaLN 3.0 + core 15.3) and the denoise loop
+86.6 s, measured over 12 latent frames of video rows (REFERENCE_VIDEO_ROWS; the loop scales with
+the rows, so 56 frames, 17 latent frames, take 17/12 of it); the rest are plausible small costs.
 
 Two things are built from it, and neither may have its own copy of these numbers:
 - h3bridge.progress weights the phases with it, to turn h3's per-phase counters into one overall

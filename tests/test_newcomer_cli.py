@@ -60,6 +60,8 @@ def test_demo_needs_no_flags_says_it_is_synthetic_and_never_overwrites(
     clips.mkdir()
     assert main(["demo", "--quiet", "-o", f"{clips}{os.sep}"]) == 0   # a folder: a new name inside it
     assert [p.name for p in clips.iterdir()] == ["h3bridge-demo.mp4"]
+    assert main(["demo", "--quiet", "--output=-dash.mp4", "--prompt=-dash first"]) == 0   # values, not flags
+    assert (work / "-dash.mp4").is_file()
 
 
 def test_demo_rewrites_a_cached_fixture_that_is_not_this_versions(private_cache: Path, tmp_path: Path) -> None:

@@ -45,9 +45,11 @@ def test_the_any_machine_command_works_on_a_fresh_home_and_again(tmp_path: Path)
     home = tmp_path / "home"
     home.mkdir()
     env = fresh_machine_environment(home)
+    if shutil.which("bash") is None:
+        pytest.skip("no bash to run the README's line in")
     probe = subprocess.run(["bash", "-c", "python3 -m venv \"$1\"", "-", str(tmp_path / "probe")],
                            env=env, capture_output=True, text=True)
-    if probe.returncode != 0 or shutil.which("bash") is None:
+    if probe.returncode != 0:
         pytest.skip(f"cannot create a virtual environment here: {probe.stderr.strip()[-300:]}")
     for run, clip in enumerate(("h3bridge-demo.mp4", "h3bridge-demo-2.mp4"), start=1):
         done = subprocess.run(["bash", "-c", line], cwd=REPO, env=env, capture_output=True, text=True,
