@@ -102,7 +102,10 @@ def test_ctrl_c_kill_or_hangup_cancels_cleanly(model_dir: Path, tmp_path: Path, 
     hung = tmp_path.parent / f"{tmp_path.name}-hung"
     command = [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "fox", *FAST_FLAGS, "-o", str(output),
                "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
+    # As from a terminal: the signal is not ignored. (Run in the background, pytest inherits an
+    # ignored SIGINT from the shell, and the CLI rightly keeps a signal its caller ignores.)
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),
                                env={**os.environ, "H3_SIM_HANG_PHASE": "denoise", "H3_SIM_HANG_NOTICE": str(hung)})
     try:
         deadline = time.monotonic() + 60
