@@ -143,6 +143,8 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 IDLE_POLL = 0.5
 # How long a graceful `!quit` may take before the process group is killed.
 QUIT_GRACE = 3.0
+# Once one of h3's streams ends, how long the other may take to deliver what it still holds.
+EOF_DRAIN_SECONDS = 5.0
 # At interpreter exit, how long to wait for a job running in another thread before the
 # engine is killed under it (daemon threads are frozen at exit; the job could never end).
 EXIT_JOB_WAIT = 0.5
@@ -950,13 +952,36 @@ class SessionEngine:
                 continue
             last_activity = time.monotonic()
             if event.text is None:
+                self._drain_after_eof(process, job, ended=event.stream)
                 self._process_gone(process, job)
             if event.stream == "err":
-                job.report(job.tracker.feed(event.text, event.complete, now=last_activity))
+                self._take_stderr(event, job, now=last_activity)
                 if not event.complete:
                     continue      # the same text arrives again once terminated
-                job.stderr.append(event.text)
             return event
+
+    @staticmethod
+    def _take_stderr(event: _Event, job: _Job, *, now: float) -> None:
+        assert event.text is not None
+        job.report(job.tracker.feed(event.text, event.complete, now=now))
+        if event.complete:
+            job.stderr.append(event.text)
+
+    def _drain_after_eof(self, process: _SessionProcess, job: _Job, *, ended: str) -> None:
+        """One stream ended, so the child is exiting: take in what the other stream still holds
+        (h3's last progress report and error line may still be on their way through the stderr
+        reader) before the failure is described, or it would name an earlier phase."""
+        deadline = time.monotonic() + EOF_DRAIN_SECONDS
+        open_streams = {"out", "err"} - {ended}
+        while open_streams:
+            try:
+                event = process.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return
+            if event.text is None:
+                open_streams.discard(event.stream)
+            elif event.stream == "err":
+                self._take_stderr(event, job, now=time.monotonic())
 
     def _process_gone(self, process: _SessionProcess, job: _Job) -> None:
         """A stream hit EOF: the child is exiting. Turn its status into a typed error."""

@@ -871,3 +871,34 @@ def test_an_empty_prompt_is_a_request_error_in_a_session(model_dir: Path, tmp_pa
     for prompt, join in (("", False), (" \n\t", True)):
         with pytest.raises(RequestError):
             session_prompt(prompt, join_prompt_lines=join)
+
+
+def test_a_crash_is_described_from_everything_h3_wrote_even_when_stdout_ends_first() -> None:
+    """The pty (stdout) and the stderr pipe are read by two threads: when the child dies, the
+    stdout EOF can reach the session before the stderr reader has delivered h3's last report.
+    The failure must still name that last report. The two streams are ordered here by hand, in
+    the order that lost it (seen under load: 'during denoise enqueue (last report 1/2)')."""
+    import queue
+    import time
+    from types import SimpleNamespace
+
+    from h3bridge.engine import expected_phases
+    from h3bridge.progress import ProgressTracker
+    from h3bridge.session import _Event, _Job
+
+    request = fast_request()
+    job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
+               on_progress=None, cancel=None, stall_timeout=None)
+    events: queue.Queue = queue.Queue()
+    for event in (_Event("err", "denoise enqueue        1/2   ", True), _Event("out", None),
+                  _Event("err", "denoise enqueue        2/2   ", True), _Event("err", "denoise                2/2   ", True),
+                  _Event("err", None)):
+        events.put(event)
+    popen = SimpleNamespace(wait=lambda timeout=None: -signal.SIGSEGV)
+    process = SimpleNamespace(events=events, engine=SimpleNamespace(popen=popen))
+    session = SessionEngine.__new__(SessionEngine)
+    session._process = process
+    with pytest.raises(EngineCrashedError) as caught:
+        while True:
+            session._next_event(job)
+    assert "SIGSEGV during denoise (last report 2/2)" in caught.value.message
