@@ -70,6 +70,22 @@ def test_generate_node_shows_the_resolved_settings_before_the_engine_runs(tmp_pa
                        f"reuse {preset.reuse}, SSD streaming off, seed 42"]
 
 
+def test_model_warnings_are_shown_on_the_node_and_in_the_summary(tmp_path: Path, fixture_model: Path) -> None:
+    # An interrupted Ref2VA/ download: text-to-video still runs, but the user must be told.
+    model = Path(shutil.copytree(fixture_model, tmp_path / "MiniMax-H3"))
+    sorted((model / "Ref2VA/transformer").glob("*.safetensors"))[-1].unlink()
+    notices: list[str] = []
+    outputs = adapter.run_generate(adapter.EngineHandle(Path("/bin/h3"), model), SMALL, adapter.GenerateInputs(),
+                                   scratch_parent=tmp_path / "s", output_dir=tmp_path / "o", want_image=False,
+                                   on_notice=notices.append, on_progress=lambda event: None,
+                                   engine_factory=lambda chosen: RecordingEngine())
+    assert len(notices) == 1
+    warning, job = notices[0].split("\n")
+    assert warning.startswith(f"WARNING: {model / 'Ref2VA'} is incomplete") and "jobs with references" in warning
+    assert job.startswith("one-shot: 96x64, 22 frames")
+    assert f"model warning: {model / 'Ref2VA'} is incomplete" in outputs.summary
+
+
 def test_a_job_that_cannot_go_warm_says_so_on_the_node(tmp_path: Path, fixture_model: Path) -> None:
     class Session(RecordingEngine):
         def generate(self, request, output, **kwargs):

@@ -300,11 +300,14 @@ def plan_text(plan: MemoryPlan) -> str:
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
-                         machine: MachineFacts | None = None, session: bool = False) -> tuple[bool, MemoryPlan]:
+                         machine: MachineFacts | None = None, session: bool = False,
+                         model_warnings: list[str] | None = None) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
 
-    The model is checked first (layout, shard headers, Ref2VA), whatever the choice.
+    The model is checked first (layout, shard headers, Ref2VA), whatever the choice; what the
+    user should be told but not stopped by (e.g. an incomplete Ref2VA/ for a job without
+    references) is appended to `model_warnings` when given.
     'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
     fit in memory without it and does with it (memory.py's suggestion). Returns
     (ssd_streaming, plan); raises MemoryPlanError (with the plan and its fix) when the
@@ -314,7 +317,9 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
         raise RequestError(f"unknown SSD streaming choice {choice!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
     inventory = inspect_model(model_dir)      # one header read serves the check and every plan
-    check_model_for(request, inventory)
+    warnings = check_model_for(request, inventory)
+    if model_warnings is not None:
+        model_warnings.extend(warnings)
 
     def plan(ssd: bool) -> MemoryPlan:
         return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
@@ -615,8 +620,9 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 if inputs.references:
                     references = materialise_references(inputs.references, scratch)
                 request = build_request(settings, first_frame=first, last_frame=last, references=references)
+                model_warnings: list[str] = []
                 ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
-                                                 session=handle.mode == WARM_SESSION)
+                                                 session=handle.mode == WARM_SESSION, model_warnings=model_warnings)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
             except H3BridgeError as error:
@@ -625,8 +631,9 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             output = new_output_path(output_dir)
             options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
                            cancel=cancel)
-            ran_on, notes = handle, []
-            notify(describe_job(request, handle.mode))
+            ran_on, notes = handle, [f"model warning: {warning}" for warning in model_warnings]
+            # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.
+            notify("".join(f"WARNING: {warning}\n" for warning in model_warnings) + describe_job(request, handle.mode))
             try:
                 result = engine_factory(handle).generate(request, output, **options)
             except SessionUnsupportedError as unsupported:
