@@ -9,6 +9,7 @@ then SIGKILL after a short grace period.
 """
 from __future__ import annotations
 
+import atexit
 import codecs
 import os
 import queue
@@ -98,6 +99,29 @@ def terminate_group(pgid: int, grace: float = TERMINATE_GRACE_SECONDS) -> None:
         time.sleep(0.01)
 
 
+# Every EngineProcess (one-shot or warm session) from its start until it is stopped: a host that
+# goes away (a SIGTERM'd ComfyUI, interpreter exit) stops their groups, which live in their own
+# sessions and would otherwise keep the model in memory. Reentrant: a signal handler runs on the
+# main thread, possibly while that thread is inside a registry update.
+_live_engines: "set[EngineProcess]" = set()
+_live_engines_lock = threading.RLock()
+
+
+def stop_live_engines(grace: float = TERMINATE_GRACE_SECONDS) -> None:
+    """Stop the process group of every engine this process started and has not stopped yet
+    (one-shot and warm-session alike): SIGTERM, SIGKILL after `grace`. Safe from a signal handler
+    (it does not reap: the thread running the job does) and at interpreter exit."""
+    with _live_engines_lock:
+        engines = list(_live_engines)
+        _live_engines.clear()
+    for engine in engines:
+        terminate_group(engine.pgid, grace)
+
+
+# After the sessions' graceful close (session.py registers later, so runs first): whatever is left.
+atexit.register(stop_live_engines)
+
+
 class EngineProcess:
     """A child process in its own process group, with its stderr streamed to `pieces`."""
 
@@ -114,6 +138,8 @@ class EngineProcess:
             stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         # start_new_session makes the child a session and group leader: pgid == pid.
         self.pgid = self.popen.pid
+        with _live_engines_lock:
+            _live_engines.add(self)
         self.started = time.monotonic()
         self._reader = threading.Thread(target=self._read_stderr, name=f"h3-stderr-{self.pid}", daemon=True)
         self._reader.start()
@@ -207,6 +233,8 @@ class EngineProcess:
             status = self.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
+        with _live_engines_lock:
+            _live_engines.discard(self)
         self.wait_reader(1.0)
         if self.popen.stderr is not None and not self._reader.is_alive():
             self.popen.stderr.close()

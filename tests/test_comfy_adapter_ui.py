@@ -250,6 +250,56 @@ def test_scratch_inputs_are_removed_when_the_host_is_terminated_mid_render(tmp_p
     assert list((tmp_path / "inputs").iterdir()) == []
 
 
+TERMINATED_RENDER = textwrap.dedent('''
+    import sys, threading
+    from pathlib import Path
+    from h3bridge.comfy import adapter
+    from h3bridge.sim.fixture import write_fixture_model
+
+    base, engine = Path(sys.argv[1]), Path(sys.argv[2])
+    model = write_fixture_model(base / "model")
+    assert adapter.install_termination_cleanup()      # what loading the pack in ComfyUI does
+
+    def job():      # a real one-shot h3-sim render, in a worker thread as ComfyUI runs it
+        adapter.run_generate(
+            adapter.EngineHandle(engine, model),
+            adapter.GenerateSettings(prompt="a fox", preset="preview", width=96, height=64,
+                                     length_unit="frames", frames=22, ssd_streaming="off"),
+            adapter.GenerateInputs(), scratch_parent=base / "inputs", output_dir=base / "outputs",
+            want_image=False)
+
+    threading.Thread(target=job, daemon=True).start()
+    threading.Event().wait()
+''')
+
+
+def test_a_terminated_host_stops_its_rendering_engine(tmp_path: Path) -> None:
+    """The engine runs in its own process group, so the host's death alone leaves it rendering
+    (holding tens of GiB on a Mac): the pack's SIGTERM handler stops it first."""
+    from core_helpers import assert_group_gone, sim_engine_path, wait_until
+    from h3bridge.engine_process import group_alive
+
+    silent = tmp_path.parent / f"{tmp_path.name}-silent"     # the sim's pid, once it wrote its last byte
+    host = subprocess.Popen([sys.executable, "-c", TERMINATED_RENDER, str(tmp_path), str(sim_engine_path())],
+                            cwd=REPO, env={**os.environ, "H3_SIM_HANG_PHASE": "denoise",
+                                           "H3_SIM_HANG_NOTICE": str(silent)})
+    try:
+        assert wait_until(silent.exists, timeout=120), "the engine never reached its silent phase"
+        engine = int(silent.read_text())
+        assert group_alive(engine)                        # start_new_session: pgid == pid
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(60) == -signal.SIGTERM           # the host still dies of the signal
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+    try:
+        assert_group_gone(engine)
+    finally:
+        if group_alive(engine):
+            os.killpg(engine, signal.SIGKILL)
+
+
 def test_termination_cleanup_keeps_the_hosts_own_handler_and_an_ignored_signal(tmp_path: Path) -> None:
     calls: list[int] = []
     previous_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: calls.append(signum))

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..engine import OneShotEngine, locate_engine
+from ..engine_process import stop_live_engines
 from ..errors import H3BridgeError, ModelError, RequestError, SessionUnsupportedError
 from ..memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model import inspect_model
@@ -520,8 +521,8 @@ def remove_live_scratch() -> None:
 
 
 def install_termination_cleanup(signals: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> list[int]:
-    """Make SIGTERM/SIGHUP (a server stopped with `kill`, by systemd or a closed terminal) first remove
-    the scratch inputs of running jobs, then do what the signal did before: the previous handler is
+    """Make SIGTERM/SIGHUP (a server stopped with `kill`, by systemd or a closed terminal) first stop
+    the running engines' process groups and remove the scratch inputs of running jobs, then do what the signal did before: the previous handler is
     called, or with the default disposition the process still dies of the signal. A signal the host
     ignores (nohup) stays ignored. Main thread only (Python's rule); returns the signals taken."""
     taken = []
@@ -531,6 +532,9 @@ def install_termination_cleanup(signals: Sequence[int] = (signal.SIGTERM, signal
             continue
 
         def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            # The engines run in their own process groups: without this a SIGTERM'd server leaves
+            # a rendering h3 (tens of GiB) running until the next job's engine lock stops it.
+            stop_live_engines()
             remove_live_scratch()
             if callable(previous):
                 previous(signum, frame)
