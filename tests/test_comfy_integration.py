@@ -50,6 +50,16 @@ class Server:
     object_info: dict
     slow_engine: Path
     failing_engine: Path
+    hanging_engine: Path      # parks in the denoiser, silent; hang_notice appears once it is
+    hang_notice: Path
+
+    def wait_for_silent_engine(self, timeout: float = 120) -> list[psutil.Process]:
+        """Wait until the hanging engine has written its last byte (H3_SIM_HANG_NOTICE), then its processes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.hang_notice.exists():
+            time.sleep(0.05)
+        assert self.hang_notice.exists(), "the engine never reached its silent phase"
+        return self.engine_processes()
 
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=30) as response:
@@ -131,6 +141,9 @@ def _start_server(base: Path) -> tuple[Server, Any]:
     # ... and one that fails in the denoiser like a Metal error (h3: <message>, exit 1).
     failing = _wrapper(base / "failing-h3-sim", sim, "H3_SIM_FAIL_PHASE=denoise",
                        "H3_SIM_FAIL_MESSAGE='Metal command buffer failed: out of memory'")
+    # ... and one parked mid-denoise, for the tests that stop a running engine (no timing involved).
+    notice = base / "engine-silent"
+    hanging = _wrapper(base / "hanging-h3-sim", sim, "H3_SIM_HANG_PHASE=denoise", f"H3_SIM_HANG_NOTICE='{notice}'")
     port = _free_port()
     # Own engine lock file: engines of other test modules never queue behind this server's.
     env = dict(os.environ, H3_BIN=sim, H3BRIDGE_LOCK_PATH=str(base / "engine.lock"))
@@ -153,7 +166,7 @@ def _start_server(base: Path) -> tuple[Server, Any]:
         process.kill()
         pytest.fail("ComfyUI did not start:\n" + (base / "comfyui.log").read_text(errors="replace")[-4000:])
     return Server(url=url, base=base, process=process, object_info=info, slow_engine=slow,
-                  failing_engine=failing), log
+                  failing_engine=failing, hanging_engine=hanging, hang_notice=notice), log
 
 
 @pytest.fixture(scope="module")
@@ -541,19 +554,14 @@ def test_comfyuis_own_range_and_option_checks_still_apply(server: Server) -> Non
 def test_interrupt_stops_the_engine(server: Server, mode: str) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
     engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"].update(engine_path=str(server.slow_engine), mode=mode)
+    prompt[engine_id]["inputs"].update(engine_path=str(server.hanging_engine), mode=mode)
     generate_id = _generate_id(prompt)
     prompt[generate_id]["inputs"]["seed"] = 777
     prompt[generate_id]["inputs"]["prompt"] = "A red fox walks through fresh snow."   # one line: the session takes it
+    server.hang_notice.unlink(missing_ok=True)
     prompt_id = server.queue(prompt)
-    deadline = time.monotonic() + 60
-    engines: list[psutil.Process] = []
-    while time.monotonic() < deadline and not engines:
-        engines = server.engine_processes()
-        time.sleep(0.1)
-    assert engines, "the engine never started"
-    time.sleep(1.0)                                # well into the (slowed) run
-    assert all(p.is_running() for p in engines)
+    engines = server.wait_for_silent_engine()      # mid-denoise, and it stays there until stopped
+    assert engines and all(p.is_running() for p in engines)
     server.post("/interrupt", {})
     entry = server.wait(prompt_id, timeout=30)
     gone, alive = psutil.wait_procs(engines, timeout=5)
