@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from comfy_workflows import ui_to_api
+from core_helpers import assert_group_gone
 from h3bridge.request import PRESETS
 from h3bridge.sim.fixture import write_fixture_model
 
@@ -637,25 +638,27 @@ def test_scratch_inputs_are_removed_when_the_server_is_terminated_mid_render(tmp
     try:
         prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), started.object_info)
         engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-        prompt[engine_id]["inputs"]["engine_path"] = str(started.slow_engine)
+        prompt[engine_id]["inputs"]["engine_path"] = str(started.hanging_engine)
         started.queue(prompt)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not engines:
-            engines = started.engine_processes()
-            time.sleep(0.1)
+        engines = started.wait_for_silent_engine()
         assert engines, "the engine never started"
         inputs = started.base / "temp" / "h3bridge" / "inputs"
         assert sorted(p.name for p in inputs.rglob("*.png")) == ["first-frame.png", "last-frame.png"]
+        groups = {os.getpgid(engine.pid) for engine in engines}
+        assert groups and started.process.pid not in groups       # own group: SIGTERM to the server misses it
         started.process.send_signal(signal.SIGTERM)          # the server only, as systemd stops it
         assert started.process.wait(60) == -signal.SIGTERM
         assert list(inputs.rglob("*")) == []
+        # The engine runs in its own process group, so the server's death alone would leave it
+        # rendering (holding the model in memory): the pack's handler stops it first.
+        for group in groups:
+            assert_group_gone(group)
     finally:
         if started.process.poll() is None:
             os.killpg(started.process.pid, signal.SIGKILL)
             started.process.wait()
         log.close()
-        # The engine runs in its own process group and outlives its host; the next job's engine lock
-        # stops such an orphan (lock.py stop_orphaned_engine). Here it is simply killed.
+        # Should the handler have failed, the orphan is not left to the next test.
         for engine in engines:
             try:
                 os.killpg(engine.pid, signal.SIGKILL)
