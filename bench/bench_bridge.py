@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench_common import sim_path
 from h3bridge import GenerationRequest, OneShotEngine
-from h3bridge.engine import engine_working_directory
+from h3bridge.engines.locate import engine_working_directory
 from h3bridge.sim.fixture import write_fixture_model
 
 
@@ -61,7 +61,7 @@ def bench_overhead(engine: OneShotEngine, reps: int, workdir: Path) -> dict[str,
 _READ_BRIDGE = """
 import sys, time, tracemalloc
 from pathlib import Path
-from h3bridge.media import read_frames_dir
+from h3bridge.media.decode import read_frames_dir
 directory, count, width, height = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 tracemalloc.start()
 started = time.perf_counter()
@@ -94,7 +94,7 @@ def _measure(script: str, directory: Path, count: int, width: int, height: int) 
 _GENERATE_FRAMES = """
 import sys, time, tracemalloc
 from h3bridge import GenerationRequest, OneShotEngine
-from h3bridge.engine import engine_working_directory
+from h3bridge.engines.locate import engine_working_directory
 engine = OneShotEngine(sys.argv[1], sys.argv[2])
 request = GenerationRequest("a red fox", width=768, height=768, frames=362, steps=2)
 tracemalloc.start()

@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from h3bridge.hexgrid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, hex_grid, merge_chunks  # noqa: E402
+from h3bridge.hexgrid.grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, hex_grid  # noqa: E402
+from h3bridge.hexgrid.merge import merge_chunks
 from h3bridge.hexgrid import grid as grid_module  # noqa: E402
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench_common import sim_path
 from h3bridge import GenerationRequest, OneShotEngine, SessionEngine
-from h3bridge.lock import LOCK_PATH_ENV
+from h3bridge.engines.lock import LOCK_PATH_ENV
 from h3bridge.sim.fixture import write_fixture_model
 
 PROMPT = "A red fox runs through fresh snow at dawn, low sun, cinematic"

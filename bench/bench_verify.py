@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h3bridge.model import inspect_model  # noqa: E402
+from h3bridge.model.inventory import inspect_model  # noqa: E402
 from h3bridge.sim.fixture import write_fixture_model  # noqa: E402
-from h3bridge.verify import HASH_CHUNK, hash_files, verify_model  # noqa: E402
+from h3bridge.model.verify import HASH_CHUNK, hash_files, verify_model  # noqa: E402
 
 
 def timed(function, repeat: int) -> list[float]:

@@ -5,8 +5,9 @@ The public API is what this module exports; everything else is internal.
 from __future__ import annotations
 
 from .cancel import CancelToken
-from .engine import OneShotEngine, locate_engine
-from .engine_process import EngineProcess
+from .engines.oneshot import OneShotEngine
+from .engines.locate import locate_engine
+from .engines.process import EngineProcess
 from .errors import (
     EngineCrashedError,
     EngineError,
@@ -24,12 +25,12 @@ from .errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import engine_lock
-from .memory import MachineFacts, MemoryPlan, plan_memory, preflight
-from .model import ModelInventory, inspect_model
+from .engines.lock import engine_lock
+from .model.memory import MachineFacts, MemoryPlan, plan_memory, preflight
+from .model.inventory import ModelInventory, inspect_model
 from .progress import ProgressEvent
 from .prompt import StructuredPrompt, clean_prompt_text
-from .reference_files import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
+from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
 from .request import (
     PRESETS,
     GenerationRequest,
@@ -40,8 +41,8 @@ from .request import (
     align_frame_count,
 )
 from .result import GenerationResult
-from .session import SessionEngine, shared_session
-from .verify import VerifyReport, verify_model
+from .engines.session import SessionEngine, shared_session
+from .model.verify import VerifyReport, verify_model
 
 __version__ = "0.1.0"
 

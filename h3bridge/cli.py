@@ -261,9 +261,9 @@ def summary_line(result) -> str:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from .engine import OneShotEngine
+    from .engines.oneshot import OneShotEngine
     from .errors import SessionUnsupportedError
-    from .session import SessionEngine, session_prompt
+    from .engines.session import SessionEngine, session_prompt
     request = request_from_args(args).validate()
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
@@ -419,8 +419,8 @@ def add_doctor_command(subparsers: argparse._SubParsersAction) -> None:
 def run_doctor(args: argparse.Namespace) -> int:
     import psutil
 
-    from .engine import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
-    from .model import inspect_model
+    from .engines.locate import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
+    from .model.inventory import inspect_model
 
     checks: list[dict[str, object]] = []
 
@@ -436,7 +436,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     except H3BridgeError as error:
         record("engine", False, error.message, error.hint)
     tools = locate_media_tools()
-    from .engine import FFMPEG_HINT
+    from .engines.locate import FFMPEG_HINT
     for name, path in (("ffmpeg", tools.ffmpeg), ("ffprobe", tools.ffprobe)):
         record(name, path is not None, str(path) if path else f"{name} not found", FFMPEG_HINT)
     try:
@@ -477,8 +477,8 @@ def default_request_advice(model_dir: Path | None = None) -> str:
     on this machine (doctor). Planned exactly as `generate` plans it (memory.preflight: sized
     from the model folder's own shards), so the two never disagree about the same request; only
     without a usable model folder is it sized from the released model's shapes."""
-    from .memory import plan_memory, preflight
-    from .model import format_bytes
+    from .model.memory import plan_memory, preflight
+    from .model.inventory import format_bytes
     request = GenerationRequest("doctor")
     plan = None
     if model_dir is not None:
@@ -502,7 +502,7 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
     """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
     the DiT and the video decoder loaded); a refusal prints the plan."""
     from .errors import MemoryPlanError
-    from .memory import preflight
+    from .model.memory import preflight
     try:
         plan = preflight(request, model_dir, force=force, session=session)
     except MemoryPlanError as error:
@@ -522,7 +522,7 @@ def _model_dir_argument(parser: argparse.ArgumentParser) -> None:
 def _model_dir_from(args: argparse.Namespace) -> Path:
     import os
 
-    from .engine import MODEL_DIR_ENV
+    from .engines.locate import MODEL_DIR_ENV
     from .errors import ModelError
     if args.model_dir is not None:
         return args.model_dir
@@ -541,7 +541,7 @@ def add_info_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from .model import inspect_model
+    from .model.inventory import inspect_model
     inventory = inspect_model(_model_dir_from(args))
     print(json.dumps(inventory.to_dict(), indent=2) if args.json else inventory.table())
     return EXIT_FAILURE if inventory.errors else EXIT_OK
@@ -565,7 +565,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from .verify import verify_model
+    from .model.verify import verify_model
     report = verify_model(_model_dir_from(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
@@ -598,9 +598,9 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     import os
 
-    from .engine import MODEL_DIR_ENV
-    from .memory import MachineFacts, plan_memory
-    from .model import inspect_model
+    from .engines.locate import MODEL_DIR_ENV
+    from .model.memory import MachineFacts, plan_memory
+    from .model.inventory import inspect_model
     request = request_from_args(args).validate(check_files=False)
     if args.memory_gb is not None:
         machine = MachineFacts.mac(args.memory_gb, args.chip or "Apple M4 Pro")

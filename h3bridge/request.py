@@ -12,14 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import RequestError
+from .geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES, SAMPLE_RATE, align_frame_count, frames_from_seconds, largest_canvas_like, legal_frame_counts, reference_video_frames
 
-# h3.h / h3_host.h constants.
-FPS = 24
-SAMPLE_RATE = 32000
-CANVAS_MULTIPLE = 32
-MAX_PIXELS = 768 * 1344
-MIN_FRAMES = 22          # h3.c: "generation requires at least one trained 22-frame decoder chunk"
-MAX_FRAMES = 362         # h3.c: "frames must align within the released 5..362 range"
 MAX_STEPS = 1000
 MIN_LAYERS, MAX_LAYERS = 35, 50
 MIN_STEPS = 2                 # h3.c h3_valid_params: "denoising steps must be in [2, 1000]"
@@ -34,19 +28,6 @@ MAX_AUDIO_SAMPLES = SAMPLE_RATE * 15     # "... exceeds 15 seconds in total" / t
 MIN_SOUNDTRACK_FRAMES = 56               # "video soundtrack N requires at least 2 seconds; request at least 56 output frames"
 MIN_REFERENCE_VIDEO_FRAMES = 5           # h3_ffmpeg.c: "reference videos require at least 5 decoded frames"
 DEFAULT_WIDTH, DEFAULT_HEIGHT, DEFAULT_FRAMES, DEFAULT_STEPS, DEFAULT_SEED = 864, 480, 56, 20, 42
-
-
-def align_frame_count(requested: int) -> int:
-    """Upstream `h3_align_frame_count`: round up to the next 5 + 17n (minimum 5)."""
-    value = max(requested, 5)
-    remainder = (value - 5) % 17
-    return value if remainder == 0 else value + 17 - remainder
-
-
-def frames_from_seconds(seconds: float) -> int:
-    """main.c `frames_from_seconds`: llround(seconds * 24) (half away from zero)."""
-    scaled = seconds * FPS
-    return int(scaled + 0.5) if scaled >= 0 else -int(-scaled + 0.5)
 
 
 class ReferenceKind(str, enum.Enum):
@@ -173,10 +154,6 @@ class GenerationRequest:
 
 # ----------------------------------------------------------------------------- validation
 
-def legal_frame_counts() -> list[int]:
-    """Every length h3 can render: 5 + 17n within 22..362 (h3_host.c h3_align_frame_count)."""
-    return list(range(MIN_FRAMES, MAX_FRAMES + 1, 17))
-
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -201,16 +178,6 @@ def _multiples_around(value: int, multiple: int, low: int, high: int) -> list[in
     below = min(high, max(low, (value // multiple) * multiple))
     above = min(high, max(low, -(-value // multiple) * multiple))
     return sorted({below, above})
-
-
-def reference_video_frames(frames_at_24fps: int, output_frames: int) -> int:
-    """The frames of a reference video h3 conditions on (h3_ffmpeg.c h3_ffmpeg_read_video_f32):
-    decoded at 24 fps up to the output length (h3.c passes temporal.frame_count), then trimmed
-    down to 5 + 17n."""
-    frames = min(frames_at_24fps, output_frames)
-    while frames > 5 and frames % 17 != 5:
-        frames -= 1
-    return max(frames, 5)
 
 
 def _finite(number: int | float) -> bool:
@@ -271,31 +238,6 @@ def _validate_frames(request: GenerationRequest) -> None:
         raise RequestError(f"frames={frames} is not a legal H3 length; the next legal lengths are "
                            f"{below} and {above}", field="frames",
                            hint=f"use frames={below} or frames={above} (legal lengths are 5 + 17n, {MIN_FRAMES}..{MAX_FRAMES})")
-
-
-# How far (relative) a suggested canvas's aspect may be from the one asked for when looking for the
-# largest legal canvas "of the same aspect": exact same-aspect multiples of 32 are often tiny
-# (16:9 -> 1024x576), while 1344x768 is within 1.6 %.
-ASPECT_TOLERANCE = 0.03
-
-
-def largest_canvas_like(width: int, height: int) -> tuple[int, int]:
-    """The largest legal canvas (multiples of 32, width*height <= 768*1344) whose aspect is
-    within ASPECT_TOLERANCE of width:height; when none is, the legal canvas of the closest aspect."""
-    target = math.log(width / height)
-    tolerance = math.log1p(ASPECT_TOLERANCE)
-    best: tuple[tuple[float, ...], tuple[int, int]] | None = None
-    for h in range(CANVAS_MULTIPLE, MAX_PIXELS // CANVAS_MULTIPLE + 1, CANVAS_MULTIPLE):
-        widest = (MAX_PIXELS // h) // CANVAS_MULTIPLE * CANVAS_MULTIPLE
-        ideal = h * width / height
-        for w in {int(ideal // CANVAS_MULTIPLE) * CANVAS_MULTIPLE, -int(-ideal // CANVAS_MULTIPLE) * CANVAS_MULTIPLE}:
-            w = min(widest, max(CANVAS_MULTIPLE, w))
-            off = abs(math.log(w / h) - target)
-            key = (0.0, -w * h, off) if off <= tolerance else (1.0, off, -w * h)
-            if best is None or key < best[0]:
-                best = (key, (w, h))
-    assert best is not None
-    return best[1]
 
 
 def _validate_canvas(request: GenerationRequest) -> None:
@@ -540,7 +482,7 @@ def _validate_values(request: GenerationRequest) -> None:
 
 def _validate_files(request: GenerationRequest) -> None:
     from .errors import MediaError
-    from .media import MediaInfo, media_read_error, probe_media  # PyAV is only needed when files are checked
+    from .media.decode import MediaInfo, media_read_error, probe_media  # PyAV is only needed when files are checked
 
     def probe(path: Path, field_name: str, what: str) -> MediaInfo:
         path = Path(path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from h3bridge.lock import LOCK_PATH_ENV
+from h3bridge.engines.lock import LOCK_PATH_ENV
 from h3bridge.userdirs import MACHINE_DIR_ENV
 
 # Hypothesis's per-example deadline (200 ms) measures the machine, not the code: on a loaded CI

@@ -110,7 +110,7 @@ def assert_group_gone(pgid: int) -> None:
     import os
     import time
 
-    from h3bridge.engine_process import live_group_members
+    from h3bridge.engines.process import live_group_members
     assert live_group_members(pgid) == [], f"engine group {pgid} still has running processes"
     deadline = time.monotonic() + 5
     while True:

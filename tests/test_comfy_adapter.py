@@ -13,7 +13,7 @@ from h3bridge.cancel import CancelToken
 from h3bridge.comfy import adapter
 from h3bridge.errors import EngineNotFoundError, ModelError, RequestError
 from h3bridge.progress import ProgressEvent
-from h3bridge.reference_files import ReferenceList
+from h3bridge.media.references import ReferenceList
 from h3bridge.request import PRESETS, ReferenceKind
 from h3bridge.result import GenerationResult
 
@@ -109,7 +109,7 @@ def test_explicit_ssd_choice_is_planned_as_given(fixture_model: Path) -> None:
 @pytest.mark.parametrize(("gigabytes", "expected"), [(24, True), (32, True), (64, False), (128, False)])
 def test_auto_ssd_streaming_follows_the_memory_plan(realistic_model: Path, gigabytes: int, expected: bool) -> None:
     # README "ComfyUI": 24-32 GB Macs need SSD streaming at 864x480; 64 GB and up do not.
-    from h3bridge.memory import MachineFacts
+    from h3bridge.model.memory import MachineFacts
     request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0))
     ssd, plan = adapter.decide_ssd_streaming("auto", request, realistic_model, machine=MachineFacts.mac(gigabytes))
     assert ssd is expected and plan.fits and plan.request.ssd_streaming is expected
@@ -121,7 +121,7 @@ def test_every_ssd_choice_checks_the_shard_headers_first(fixture_model: Path, tm
     where the weights fit included (it used to plan with the checks switched off)."""
     import shutil
     from h3bridge.errors import IntegrityError
-    from h3bridge.memory import MachineFacts
+    from h3bridge.model.memory import MachineFacts
     model = Path(shutil.copytree(fixture_model, tmp_path / "model"))
     shard = sorted((model / "FL2VA/transformer").glob("*.safetensors"))[0]
     with open(shard, "r+b") as handle:
@@ -133,7 +133,7 @@ def test_every_ssd_choice_checks_the_shard_headers_first(fixture_model: Path, tm
 
 def test_forced_resident_weights_that_do_not_fit_fail_before_the_engine(realistic_model: Path) -> None:
     from h3bridge.errors import MemoryPlanError
-    from h3bridge.memory import MachineFacts
+    from h3bridge.model.memory import MachineFacts
     request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0))
     with pytest.raises(MemoryPlanError) as info:
         adapter.decide_ssd_streaming("off", request, realistic_model, machine=MachineFacts.mac(24))
@@ -141,7 +141,7 @@ def test_forced_resident_weights_that_do_not_fit_fail_before_the_engine(realisti
 
 
 def test_memory_plan_text_shows_the_auto_decision(realistic_model: Path) -> None:
-    from h3bridge.memory import MachineFacts
+    from h3bridge.model.memory import MachineFacts
     handle = adapter.EngineHandle(engine_path=Path("/bin/h3"), model_dir=realistic_model)
     settings = adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0)
     small = adapter.describe_plan(handle, settings, machine=MachineFacts.mac(24))
@@ -347,7 +347,7 @@ def test_bad_request_fails_before_the_engine_starts(tmp_path: Path, handle: adap
 
 
 def test_references_reach_the_engine_in_order(tmp_path: Path, handle: adapter.EngineHandle) -> None:
-    from h3bridge.reference_files import AudioClip, ReferenceItem
+    from h3bridge.media.references import AudioClip, ReferenceItem
     picture = np.full((40, 48, 3), 0.25, np.float32)
     sound = AudioClip(np.zeros((2, 32000 * 3), np.float32), 32000)
     references = (ReferenceList()

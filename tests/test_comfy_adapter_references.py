@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from h3bridge.errors import MediaError, RequestError
-from h3bridge.media import decode_audio, probe_media
-from h3bridge.reference_files import (
+from h3bridge.media.decode import decode_audio, probe_media
+from h3bridge.media.references import (
     AudioClip,
     ReferenceItem,
     ReferenceList,
@@ -196,7 +196,7 @@ def test_soundtrack_decoding_reads_no_stream_after_close(tmp_path: Path, monkeyp
     # Regression: media.decode_audio read the stream's duration after closing the container
     # (freed memory: now and then the AUDIO output was trimmed to zero samples, which core
     # Save Audio then failed on). A stream proxy that refuses use after close makes it certain.
-    import h3bridge.media as media
+    import h3bridge.media.decode as media
 
     real_open = av.open
 

@@ -16,9 +16,9 @@ import pytest
 
 from h3bridge.comfy import adapter
 from h3bridge.errors import RequestError, SessionUnsupportedError
-from h3bridge.reference_files import ReferenceItem, ReferenceList, VideoSource
+from h3bridge.media.references import ReferenceItem, ReferenceList, VideoSource
 from h3bridge.request import PRESETS, ReferenceKind
-from h3bridge.session import session_prompt
+from h3bridge.engines.session import session_prompt
 
 from comfy_helpers import fixture_model  # noqa: F401  (pytest fixture)
 from test_comfy_adapter import SMALL, RecordingEngine
@@ -277,7 +277,7 @@ def test_a_terminated_host_stops_its_rendering_engine(tmp_path: Path) -> None:
     """The engine runs in its own process group, so the host's death alone leaves it rendering
     (holding tens of GiB on a Mac): the pack's SIGTERM handler stops it first."""
     from core_helpers import assert_group_gone, sim_engine_path, wait_until
-    from h3bridge.engine_process import group_alive
+    from h3bridge.engines.process import group_alive
 
     silent = tmp_path.parent / f"{tmp_path.name}-silent"     # the sim's pid, once it wrote its last byte
     host = subprocess.Popen([sys.executable, "-c", TERMINATED_RENDER, str(tmp_path), str(sim_engine_path())],

@@ -39,7 +39,7 @@ def test_frontend_extension_is_served_from_web_directory() -> None:
 
 
 def test_adapter_import_pulls_in_no_comfy_or_torch_and_starts_nothing() -> None:
-    code = ("import sys, threading, psutil, h3bridge.comfy.adapter, h3bridge.reference_files, h3bridge.prompt; "
+    code = ("import sys, threading, psutil, h3bridge.comfy.adapter, h3bridge.media.references, h3bridge.prompt; "
             "bad = [m for m in ('torch', 'comfy', 'comfy_api', 'folder_paths') if m in sys.modules]; "
             "print(bad, psutil.Process().children(), threading.active_count())")
     output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
@@ -81,7 +81,7 @@ def test_example_workflows_run_as_shipped_and_have_a_thumbnail(path: Path) -> No
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_prompts_are_one_line_so_a_warm_session_takes_them(path: Path) -> None:
-    from h3bridge.session import session_prompt
+    from h3bridge.engines.session import session_prompt
     for node in json.loads(path.read_text())["nodes"]:
         if node["type"] == "H3Generate" and node["widgets_values"][0]:
             prompt = node["widgets_values"][0]           # the prompt widget comes first

@@ -33,7 +33,7 @@ from h3bridge import (
     ReferenceKind,
     locate_engine,
 )
-from h3bridge.engine import engine_working_directory
+from h3bridge.engines.locate import engine_working_directory
 
 T2VA_PHASES = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
                "denoise enqueue", "denoise", "audio VAE", "video VAE load", "FFmpeg"]
@@ -366,7 +366,7 @@ def test_cancel_in_each_phase(engine: OneShotEngine, media: dict[str, Path], tmp
 def test_cancel_after_the_engine_finished_publishes_nothing(engine: OneShotEngine, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading a long clip's frames takes seconds after h3 exits; a cancel then still wins."""
-    import h3bridge.engine as engine_module
+    import h3bridge.engines.oneshot as engine_module
     token = CancelToken()
     cancel_when_called(monkeypatch, engine_module, "read_frames_dir", token)
     with pytest.raises(GenerationCancelled):
@@ -425,7 +425,7 @@ def test_missing_ffmpeg_is_reported_before_starting(engine: OneShotEngine, tmp_p
 def test_ffmpeg_paths_are_pinned_absolute(engine: OneShotEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          sim_log: Path) -> None:
     monkeypatch.setenv("H3_FFMPEG", "ffmpeg")        # a bare name, as a user might set it
-    from h3bridge.engine import engine_environment, locate_media_tools
+    from h3bridge.engines.locate import engine_environment, locate_media_tools
     env = engine_environment(locate_media_tools())
     assert Path(env["H3_FFMPEG"]).is_absolute() and Path(env["H3_FFPROBE"]).is_absolute()
     engine.generate(fast_request(), tmp_path / "x.mp4")
@@ -479,7 +479,7 @@ def test_file_rules_agree_with_the_engine(case: str, engine: OneShotEngine, medi
 
 def test_output_that_appears_while_rendering_is_kept_and_so_is_the_new_clip(tmp_path: Path) -> None:
     """Another program wrote the output name mid-render: neither file is lost or replaced."""
-    from h3bridge.engine import _publish
+    from h3bridge.engines.output import _publish
     from h3bridge.errors import OutputExistsError
     output = tmp_path / "clip.mp4"
     output.write_bytes(b"the user's own file")
@@ -508,7 +508,7 @@ def test_output_folder_that_cannot_exist_is_refused_before_starting(engine: OneS
 
 def test_publish_failure_is_a_media_error_and_the_render_is_not_lost(tmp_path: Path) -> None:
     """The output name became a folder between the check and the rename: typed error, not OSError."""
-    from h3bridge.engine import _publish
+    from h3bridge.engines.output import _publish
     from h3bridge.errors import MediaError
     output = tmp_path / "clip.mp4"
     output.mkdir()
@@ -572,7 +572,7 @@ def test_a_gpu_failure_blames_int8_only_when_the_request_uses_it(engine: OneShot
 
 def test_informational_h3_lines_are_never_the_engine_message() -> None:
     """Upstream's cache notices, profile and display lines come after the error sometimes."""
-    from h3bridge.engine import engine_message_from
+    from h3bridge.engines.h3_command import engine_message_from
     informational = ["h3: prepared DiT cache miss; model retained", "h3: conditioning cache hit",
                      "h3: video VAE cache miss; decoder retained", "h3: conditioning cache miss; stored exact BF16",
                      "h3: warning: could not retain prepared DiT key", "h3: wrote /tmp/x.mp4",
@@ -605,7 +605,7 @@ def test_e2big_from_exec_is_the_same_clear_error(engine: OneShotEngine, tmp_path
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Should the up-front check ever miss (a limit it does not know), the kernel's E2BIG says
     the same, never "build h3 on a Mac"."""
-    import h3bridge.engine as engine_module
+    import h3bridge.engines.oneshot as engine_module
     from h3bridge import RequestError
     monkeypatch.setattr(engine_module, "check_argument_limits", lambda argv, env, prompt: None)
     prompt = "snow " * 40000                                                     # 200 KB: the kernel says E2BIG
@@ -618,7 +618,7 @@ def test_e2big_from_exec_is_the_same_clear_error(engine: OneShotEngine, tmp_path
 def test_an_output_that_appeared_while_rendering_is_not_a_refusal(tmp_path: Path) -> None:
     """Exit 2 is for refusals before anything ran; a clip kept beside a file that appeared
     meanwhile came from a render that ran (exit 1)."""
-    from h3bridge.engine import _publish, resolve_output
+    from h3bridge.engines.output import _publish, resolve_output
     output = tmp_path / "clip.mp4"
     output.write_bytes(b"appeared meanwhile")
     rendered = tmp_path / ".h3bridge-abc.partial.mp4"
@@ -634,7 +634,7 @@ def test_an_output_that_appeared_while_rendering_is_not_a_refusal(tmp_path: Path
 def test_a_read_only_disk_at_publish_time_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
     import os
-    from h3bridge.engine import _publish
+    from h3bridge.engines.output import _publish
     from h3bridge.errors import DiskError
 
     def read_only(source: object, target: object) -> None:

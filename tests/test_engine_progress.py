@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h3bridge.engine import engine_message_from, expected_phases
-from h3bridge.engine_process import EngineProcess
+from h3bridge.engines.h3_command import engine_message_from, expected_phases
+from h3bridge.engines.process import EngineProcess
 from h3bridge.request import GenerationRequest
 from h3bridge.progress import PHASE_ORDER, ProgressTracker, is_complete_progress, parse_progress
 from core_helpers import assert_group_gone, fast_request
@@ -114,7 +114,7 @@ def test_process_group_is_stopped_with_grandchildren(tmp_path) -> None:
 def test_signal_names_cover_signals_python_cannot_name() -> None:
     """A crash by a Linux real-time signal (valid, but without an enum name) still gets a message,
     not a ValueError from signal.Signals."""
-    from h3bridge.engine_process import signal_name
+    from h3bridge.engines.process import signal_name
     assert signal_name(11) == "SIGSEGV" and signal_name(9) == "SIGKILL"
     assert signal_name(40) == "signal 40"
 

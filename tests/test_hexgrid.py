@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from h3bridge.errors import RequestError
-from h3bridge.hexgrid import (DEFAULT_RESOLUTION, chunk_coverage, hex_grid, merge_chunks, mix_audio, pixel_cells,
-                              pixel_latlng, usable_resolutions)
+from h3bridge.hexgrid.grid import DEFAULT_RESOLUTION, hex_grid, pixel_cells, pixel_latlng, usable_resolutions
+from h3bridge.hexgrid.merge import chunk_coverage, merge_chunks, mix_audio
 from h3bridge.hexgrid.grid import _distance_to
 
 REPO = Path(__file__).resolve().parents[1]

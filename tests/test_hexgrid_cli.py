@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from h3bridge.cli import main
-from h3bridge.hexgrid import draw_tiling, hex_grid
+from h3bridge.hexgrid.draw import draw_tiling
+from h3bridge.hexgrid.grid import hex_grid
 
 
 def _read_png(path: Path) -> np.ndarray:

@@ -15,7 +15,7 @@ pytest.importorskip("comfy_api.latest", reason="the ComfyUI node tests need Comf
 
 from h3bridge.comfy.hex_nodes import HEX_NODES, H3HexGridNode, H3HexMergeNode  # noqa: E402
 from h3bridge.errors import RequestError  # noqa: E402
-from h3bridge.hexgrid import hex_grid  # noqa: E402
+from h3bridge.hexgrid.grid import hex_grid  # noqa: E402
 
 
 def test_every_input_has_a_tooltip_and_the_nodes_are_registered() -> None:

@@ -15,7 +15,7 @@ import pytest
 from core_helpers import wait_until
 from h3bridge.cancel import CancelToken
 from h3bridge.errors import GenerationCancelled
-from h3bridge.lock import (
+from h3bridge.engines.lock import (
     LOCK_PATH_ENV,
     EngineLock,
     default_lock_path,
@@ -159,7 +159,7 @@ def test_yield_hook_lets_an_idle_in_process_holder_step_aside(lock_path: Path) -
 _QUEUE_CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from h3bridge.lock import engine_lock
+    from h3bridge.engines.lock import engine_lock
     name, log, release_flag = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     def note(text):
         with open(log, "a") as handle:
@@ -312,15 +312,15 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _work_folder() -> Path:
     """A work folder made exactly as the one-shot engine makes it (engine.py)."""
     import tempfile
-    from h3bridge.lock import WORKDIR_PREFIX
+    from h3bridge.engines.lock import WORKDIR_PREFIX
     return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
 
 
 def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_files(lock_path: Path,
                                                                                     tmp_path: Path,
                                                                                     scratch: Path) -> None:
-    from h3bridge.engine import staging_path
-    from h3bridge.engine_process import group_alive
+    from h3bridge.engines.output import staging_path
+    from h3bridge.engines.process import group_alive
     engine = _engine_like_group()
     staged = staging_path(tmp_path / "clip.mp4")
     staged.write_bytes(b"half an mp4")
@@ -343,8 +343,8 @@ def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_fi
 
 
 def test_a_recorded_pid_now_used_by_another_program_is_left_alone(lock_path: Path, scratch: Path) -> None:
-    from h3bridge.engine_process import group_alive
-    from h3bridge.lock import EngineRecord, write_engine_record
+    from h3bridge.engines.process import group_alive
+    from h3bridge.engines.lock import EngineRecord, write_engine_record
     bystander = _engine_like_group()
     leftover = _work_folder() / "partial.ppm"
     leftover.write_bytes(b"P6")
@@ -385,8 +385,8 @@ def test_the_cache_directory_setting_does_not_move_the_lock(monkeypatch: pytest.
 def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead session's h3 folder: its partial clips go, the folder only if nothing else is there."""
-    import h3bridge.lock as lock_module
-    from h3bridge.lock import EngineRecord, write_engine_record, stop_orphaned_engine
+    import h3bridge.engines.lock as lock_module
+    from h3bridge.engines.lock import EngineRecord, write_engine_record, stop_orphaned_engine
     monkeypatch.setattr(lock_module, "SESSION_DIR_PARENT", str(tmp_path))   # h3's /tmp, privately
     lock_path.parent.mkdir(parents=True)
     record_path = EngineLock(lock_path)._record_path
@@ -407,7 +407,7 @@ def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path:
 
 def test_folder_names_in_leftovers_are_literal(tmp_path: Path) -> None:
     """A user's output folder named `out [1]` is removed as written, not read as a pattern."""
-    from h3bridge.lock import remove_leftovers
+    from h3bridge.engines.lock import remove_leftovers
     folder = tmp_path / "out [1]"
     folder.mkdir()
     (folder / "video-0001.mp4").write_bytes(b"partial")
@@ -466,9 +466,9 @@ def test_a_symlink_planted_as_the_shared_folder_or_its_lock_is_refused(monkeypat
 
 
 def test_a_folder_another_account_planted_that_is_not_open_to_all_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    import h3bridge.lock as lock_module
+    import h3bridge.engines.lock as lock_module
     from h3bridge.errors import EngineError
-    from h3bridge.lock import _user_name
+    from h3bridge.engines.lock import _user_name
     lock = _machine_lock(monkeypatch)
     lock.parent.mkdir(mode=0o755)
     os.chmod(lock.parent, 0o755)
@@ -491,8 +491,8 @@ def test_a_planted_engine_record_deletes_nothing_and_kills_nothing(lock_path: Pa
     """The record sits in a folder every account can write to. Whatever it names, h3bridge
     removes only its own scratch and stops only its own engine."""
     import json
-    from h3bridge.engine_process import group_alive
-    from h3bridge.lock import WORKDIR_PREFIX
+    from h3bridge.engines.process import group_alive
+    from h3bridge.engines.lock import WORKDIR_PREFIX
     precious = tmp_path / "any" / "folder"
     (precious / "inside").mkdir(parents=True)
     (precious / "inside" / "thesis.txt").write_text("years of work")
@@ -529,9 +529,9 @@ def test_another_accounts_live_engine_is_waited_for_not_killed(lock_path: Path, 
                                                                caplog: pytest.LogCaptureFixture) -> None:
     """The lock was freed when the other account's host died, but its engine still holds the
     machine: the next job waits (reporting and cancellable) until it is gone, naming it."""
-    import h3bridge.lock as lock_module
-    from h3bridge.engine_process import group_alive, terminate_group
-    from h3bridge.lock import _user_name
+    import h3bridge.engines.lock as lock_module
+    from h3bridge.engines.process import group_alive, terminate_group
+    from h3bridge.engines.lock import _user_name
     engine = _engine_like_group()
     try:
         holder = EngineLock()

@@ -10,7 +10,7 @@ from core_helpers import fast_request, model_dir, sim_engine_path, sim_invocatio
 from h3bridge import OneShotEngine
 from h3bridge.cancel import CancelToken
 from h3bridge.errors import GenerationCancelled
-from h3bridge.lock import EngineLock, engine_lock
+from h3bridge.engines.lock import EngineLock, engine_lock
 from h3bridge.progress import WAITING_PHASE
 
 
@@ -67,7 +67,7 @@ def test_an_engine_whose_host_died_is_stopped_before_the_next_one_starts(model_d
     import sys
     import textwrap
     from core_helpers import assert_group_gone
-    from h3bridge.engine_process import group_alive
+    from h3bridge.engines.process import group_alive
     from core_helpers import wait_until
     script = textwrap.dedent(f"""
         import os, sys
@@ -111,7 +111,7 @@ def test_two_homes_rendering_at_once_never_run_two_engines(model_dir: Path, tmp_
     import textwrap
     import time
     import psutil
-    from h3bridge.lock import LOCK_PATH_ENV
+    from h3bridge.engines.lock import LOCK_PATH_ENV
     from h3bridge.userdirs import MACHINE_DIR_ENV
     monkeypatch.delenv(LOCK_PATH_ENV)
     script = textwrap.dedent(f"""

@@ -8,7 +8,7 @@ import pytest
 
 from core_helpers import media  # noqa: F401  (fixture)
 from h3bridge.errors import MediaError
-from h3bridge.media import decode_audio, probe_media, read_frames_dir, read_ppm_into
+from h3bridge.media.decode import decode_audio, probe_media, read_frames_dir, read_ppm_into
 
 
 def write_ppm(path: Path, frame: np.ndarray, header: bytes | None = None) -> None:
@@ -82,7 +82,7 @@ def test_probe_media(media: dict[str, Path]) -> None:
 
 def test_unreadable_media_is_a_sentence_naming_the_file_not_pyav_text(media: dict[str, Path], tmp_path: Path) -> None:
     """Not PyAV's raw "[Errno 1094995529] Invalid data found when processing input: '...'"."""
-    from h3bridge.media import decode_video_frames
+    from h3bridge.media.decode import decode_video_frames
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(media["video3s"].read_bytes()[:64])
     for read, path in ((probe_media, media["text"]), (decode_audio, media["text"]),
@@ -103,7 +103,7 @@ def test_damaged_media_raises_media_error_only(media: dict[str, Path], tmp_path:
     feeds request validation and ComfyUI reference checks; decode_video_frames reads session MP4s)."""
     import random
 
-    from h3bridge.media import decode_video_frames
+    from h3bridge.media.decode import decode_video_frames
     original = media["video3s"].read_bytes()
     variants = [original[:cut] for cut in (64, 1000, len(original) // 2, len(original) - 300)]
     generator = random.Random(1)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from h3bridge.errors import IntegrityError, MemoryPlanError, ModelError
-from h3bridge.memory import (
+from h3bridge.model.memory import (
     GIB,
     PROCESS_BASE,
     DitPath,
@@ -22,7 +22,7 @@ from h3bridge.memory import (
     text_token_bytes,
     video_latent_t,
 )
-from h3bridge.model import inspect_model
+from h3bridge.model.inventory import inspect_model
 from h3bridge.request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
 from h3bridge.sim.fixture import write_fixture_model
 

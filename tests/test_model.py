@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from h3bridge.errors import IntegrityError, ModelError
-from h3bridge.model import inspect_model
+from h3bridge.model.inventory import inspect_model
 from h3bridge.sim.fixture import TensorSpec, write_fixture_model, write_safetensors
 
 

@@ -9,7 +9,7 @@ import pytest
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401
 from model_helpers import copy_model, fl2va_template  # noqa: F401  (fixture)
 from h3bridge.cli import main
-from h3bridge.memory import MachineFacts
+from h3bridge.model.memory import MachineFacts
 from h3bridge.sim.fixture import write_fixture_model
 
 

@@ -15,12 +15,12 @@ import pytest
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401
 from h3bridge.cli import main
 from h3bridge.errors import IntegrityError, ModelError
-from h3bridge.memory import check_model_for, preflight, MachineFacts
-from h3bridge.model import inspect_model
+from h3bridge.model.memory import check_model_for, preflight, MachineFacts
+from h3bridge.model.inventory import inspect_model
 from h3bridge.request import GenerationRequest, Reference, ReferenceKind
-from h3bridge.safetensors import read_header
+from h3bridge.model.safetensors import read_header
 from h3bridge.sim.fixture import write_fixture_model
-from h3bridge.verify import sha256_file, verify_model
+from h3bridge.model.verify import sha256_file, verify_model
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,8 +10,8 @@ import pytest
 
 from core_helpers import FAST, sim_engine_path
 from h3bridge.cli import main, preflight_generate
-from h3bridge.memory import MachineFacts, preflight
-from h3bridge.model import format_bytes
+from h3bridge.model.memory import MachineFacts, preflight
+from h3bridge.model.inventory import format_bytes
 from h3bridge.request import GenerationRequest
 from h3bridge.sim import fixture
 

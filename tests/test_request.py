@@ -19,7 +19,7 @@ from h3bridge import (
     SlowerPath,
     align_frame_count,
 )
-from h3bridge.request import MAX_FRAMES, MIN_FRAMES, legal_frame_counts
+from h3bridge.geometry import MAX_FRAMES, MIN_FRAMES, legal_frame_counts
 
 IMG = Path("/nonexistent/ref.png")   # value checks never touch files
 
@@ -325,7 +325,7 @@ def test_value_rules_agree_with_h3_sim(width: int, height: int, render: tuple[in
 
 @given(st.integers(1, 2000), st.integers(1, 2000))
 def test_every_over_cap_suggestion_is_a_legal_canvas(width_units: int, height_units: int) -> None:
-    from h3bridge.request import largest_canvas_like
+    from h3bridge.geometry import largest_canvas_like
     width, height = width_units * 32, height_units * 32
     w, h = largest_canvas_like(width, height)
     assert w >= 32 and h >= 32 and w % 32 == 0 and h % 32 == 0 and w * h <= 768 * 1344

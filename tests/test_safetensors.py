@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h3bridge.errors import IntegrityError
-from h3bridge.safetensors import MAX_HEADER_BYTES, read_header
+from h3bridge.model.safetensors import MAX_HEADER_BYTES, read_header
 from h3bridge.sim.fixture import TensorSpec, encode_header, write_safetensors
 
 

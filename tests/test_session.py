@@ -31,10 +31,17 @@ from h3bridge.errors import (
     SessionCommandError,
     SessionUnsupportedError,
 )
-from h3bridge.lock import engine_lock
+from h3bridge.engines.lock import engine_lock
 from h3bridge.progress import WAITING_PHASE
-from h3bridge.session import (SYNC_COMMAND, SessionEngine, SessionSettings, commands_for_change, session_home,
-                              session_prompt, shared_session)
+from h3bridge.engines.session import (
+    SYNC_COMMAND,
+    SessionEngine,
+    SessionSettings,
+    commands_for_change,
+    session_home,
+    session_prompt,
+    shared_session,
+)
 
 LOAD_PHASES = {"tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core"}
 CACHE_MISSES = ("h3: conditioning cache miss; stored exact BF16", "h3: prepared DiT cache miss; model retained",
@@ -74,7 +81,7 @@ def host_script(model_dir: Path, body: str) -> str:  # noqa: F811
         import os, sys, threading, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from core_helpers import fast_request
-        from h3bridge.session import SessionEngine
+        from h3bridge.engines.session import SessionEngine
         session = SessionEngine({str(sim_engine_path())!r}, {str(model_dir)!r})
     """) + textwrap.dedent(body)
 
@@ -211,7 +218,7 @@ def test_externally_killed_session_is_replaced_transparently(session: SessionEng
 def test_cancel_mid_denoise_kills_the_process_group(session: SessionEngine, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3_SIM_DEVICE_NAME", "Apple M1 Ultra")      # CPU sampler: plain "denoise"
-    from h3bridge.engine_process import live_group_members
+    from h3bridge.engines.process import live_group_members
     monkeypatch.setenv("H3_SIM_HANG_PHASE", "denoise:1")            # stuck inside the denoise loop
     token = CancelToken()
     seen: list[str] = []
@@ -258,7 +265,7 @@ def test_cancel_while_muxing_leaves_nothing_in_the_session_directory(session: Se
 
 def test_cancel_while_decoding_frames_publishes_nothing_and_keeps_the_session(
         session: SessionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import h3bridge.session as session_module
+    import h3bridge.engines.session as session_module
     token = CancelToken()
     cancel_when_called(monkeypatch, session_module, "decode_video_frames", token)
     with pytest.raises(GenerationCancelled):
@@ -269,8 +276,8 @@ def test_cancel_while_decoding_frames_publishes_nothing_and_keeps_the_session(
 
 def test_watchdog_stops_a_hung_session_and_the_next_job_starts_afresh(model_dir: Path, tmp_path: Path,  # noqa: F811
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import h3bridge.session as session_module
-    from h3bridge.engine_process import live_group_members
+    import h3bridge.engines.session as session_module
+    from h3bridge.engines.process import live_group_members
     from h3bridge.errors import EngineStalledError
     pids: list[int] = []
 
@@ -411,7 +418,7 @@ def test_prompt_and_paths_reach_the_session_intact(session: SessionEngine, model
     """Quotes, shell metacharacters and unicode in the prompt and in paths go over the line protocol
     unchanged: the session's clip is the one-shot clip of the same text (h3-sim's content is a pure
     function of prompt, seed and inputs), and a one-character change gives another clip."""
-    from h3bridge.media import decode_video_frames
+    from h3bridge.media.decode import decode_video_frames
     prompt = "A fox says \"hi\" & 'bye'; $(rm -rf /) `id` | tee > x * ? [a] {b} ~ # %s \\ — ünïcødé 狐狸 🦊"
     folder = tmp_path / "out dir $HOME; 'q' \"d\" ü 🦊"
     folder.mkdir()
@@ -587,7 +594,7 @@ _SESSION_HOST = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[5])
     from core_helpers import fast_request
-    from h3bridge.session import SessionEngine
+    from h3bridge.engines.session import SessionEngine
     from h3bridge.progress import WAITING_PHASE
     name, engine, model, log, role = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), sys.argv[6]
     def note(text):
@@ -781,7 +788,7 @@ def test_a_busy_child_its_host_left_behind_is_stopped_by_the_next_engine(model_d
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed in a phase where h3 writes nothing (the VAE decode), the host leaves a child that
     never hits the broken pipe and holds the model; the next engine to take the lock stops it."""
-    from h3bridge.engine_process import group_alive
+    from h3bridge.engines.process import group_alive
     monkeypatch.setenv("H3_SIM_HANG_PHASE", "video VAE load:36")
     # Killed on the progress line itself, the host would race the child's next write (the line's
     # closing newline) and SIGPIPE would end the child: the host dies once the child is silent.
@@ -882,9 +889,9 @@ def test_a_crash_is_described_from_everything_h3_wrote_even_when_stdout_ends_fir
     import time
     from types import SimpleNamespace
 
-    from h3bridge.engine import expected_phases
+    from h3bridge.engines.h3_command import expected_phases
     from h3bridge.progress import ProgressTracker
-    from h3bridge.session import _Event, _Job
+    from h3bridge.engines.session import _Event, _Job
 
     request = fast_request()
     job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),

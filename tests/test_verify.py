@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from model_helpers import copy_model, fl2va_template  # noqa: F401  (fixture)
-from h3bridge import verify as verify_module
+from h3bridge.model import verify as verify_module
 from h3bridge.errors import IntegrityError, ModelError
-from h3bridge.verify import HashCache, cache_dir, check_headers, hash_files, manifest_path, verify_model
+from h3bridge.model.verify import HashCache, check_headers, hash_files, manifest_path, verify_model
+from h3bridge.userdirs import cache_dir
 
 
 @pytest.fixture(autouse=True)
@@ -231,7 +232,7 @@ def test_unwritable_cache_location_is_a_model_error_not_oserror(model: Path, tmp
 
 
 def test_unreadable_shard_while_hashing_is_an_integrity_error(tmp_path: Path) -> None:
-    from h3bridge.verify import sha256_file
+    from h3bridge.model.verify import sha256_file
     with pytest.raises(IntegrityError, match="cannot read") as caught:
         sha256_file(tmp_path / "vanished.safetensors")
     assert caught.value.path == tmp_path / "vanished.safetensors"

@@ -19,14 +19,15 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..cancel import CancelToken
-from ..engine import OneShotEngine, locate_engine
-from ..engine_process import stop_live_engines
+from ..engines.oneshot import OneShotEngine
+from ..engines.locate import locate_engine
+from ..engines.process import stop_live_engines
 from ..errors import H3BridgeError, ModelError, RequestError, SessionUnsupportedError
-from ..memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
-from ..model import inspect_model
+from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
+from ..model.inventory import inspect_model
 from ..progress import ProgressEvent
 from ..prompt import StructuredPrompt, clean_prompt_text
-from ..reference_files import (
+from ..media.references import (
     AudioClip,
     ReferenceList,
     RunDirectory,
@@ -40,8 +41,6 @@ from ..request import (
     DEFAULT_SEED,
     DEFAULT_WIDTH,
     FPS,
-    MAX_FRAMES,
-    MIN_FRAMES,
     PRESETS,
     SAMPLE_RATE,
     GenerationRequest,
@@ -50,8 +49,9 @@ from ..request import (
     align_frame_count,
     frames_from_seconds,
 )
+from ..geometry import MAX_FRAMES, MIN_FRAMES
 from ..result import GenerationResult
-from ..session import SessionEngine, session_prompt, shared_session
+from ..engines.session import SessionEngine, session_prompt, shared_session
 
 # ----------------------------------------------------------------------------- choices
 

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from comfy_api.latest import io
 
-from ..hexgrid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, HexGrid, check_grid_settings, draw_tiling, hex_grid
+from ..hexgrid.grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, HexGrid, check_grid_settings, hex_grid
+from ..hexgrid.draw import draw_tiling
 from ..hexgrid.merge import check_chunk_count, merge_chunks, mix_audio
 from . import adapter
 from .nodes import CATEGORY, _running_prompt, _to_numpy, _user_facing_errors

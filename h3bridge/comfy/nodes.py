@@ -21,7 +21,7 @@ from comfy_api.latest import ComfyExtension, InputImpl, Types, io
 
 from ..cancel import CancelToken
 from ..errors import GenerationCancelled, H3BridgeError
-from ..reference_files import AudioClip, ReferenceItem, ReferenceList, VideoSource
+from ..media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource
 from ..request import (
     CANVAS_MULTIPLE,
     DEFAULT_FRAMES,
@@ -29,18 +29,17 @@ from ..request import (
     DEFAULT_SEED,
     DEFAULT_WIDTH,
     FPS,
-    MAX_FRAMES,
     MAX_LAYERS,
     MAX_PIXELS,
     MAX_REUSE,
     MAX_SEED,
     MAX_STEPS,
-    MIN_FRAMES,
     MIN_LAYERS,
     MIN_STEPS,
     PRESETS,
     ReferenceKind,
 )
+from ..geometry import MAX_FRAMES, MIN_FRAMES
 from . import adapter
 
 CATEGORY = "MiniMax-H3 (h3.c)"

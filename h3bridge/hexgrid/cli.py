@@ -51,7 +51,7 @@ def run_hexgrid(args: argparse.Namespace) -> int:
 def _write_png_atomically(picture, output: Path, *, overwrite: bool) -> None:
     """Write beside the output under a hidden temporary name, then give it the name: nobody sees
     a half-written PNG, and without `overwrite` a file that appeared meanwhile is not replaced."""
-    from ..reference_files import write_png
+    from ..media.references import write_png
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -537,7 +537,7 @@ def cached_fixture_model(folder: str | Path) -> Path:
     import shutil
     import tempfile
 
-    from ..model import inspect_model
+    from ..model.inventory import inspect_model
     target = Path(folder)
     if target.is_dir() and not inspect_model(target).errors and _matches_this_version(target):
         return target
@@ -599,7 +599,7 @@ def fixture_size_note(root: Path) -> str:
     """The model's size as its files report it (nominal: what h3 and `h3bridge info` see) and,
     when that differs, the disk it really takes (sparse shards), in units that fit the size: a
     tiny fixture is KiB, not "0.0 GB"."""
-    from ..model import format_bytes     # the bridge's one byte formatter (the sim never runs without it)
+    from ..model.inventory import format_bytes  # the bridge's one byte formatter (the sim never runs without it)
     files = [p.stat() for p in root.rglob("*") if p.is_file()]
     nominal = sum(f.st_size for f in files)
     on_disk = sum(f.st_blocks * 512 for f in files)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import IntegrityError
+from ..errors import IntegrityError
 
 # h3_safetensors.c: #define H3_ST_MAX_HEADER (256u * 1024u * 1024u)
 MAX_HEADER_BYTES = 256 * 1024 * 1024

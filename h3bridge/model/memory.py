@@ -38,25 +38,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import MediaError, MemoryPlanError, ModelError
-from .model import FL2VA, REF2VA, Component, ModelInventory, format_bytes
-from .request import (
+from ..errors import MediaError, MemoryPlanError, ModelError
+from .inventory import FL2VA, REF2VA, Component, ModelInventory, format_bytes
+from ..request import (
     CANVAS_MULTIPLE,
     FPS,
     MAX_AUDIO_SAMPLES,
-    MAX_PIXELS,
     MIN_LAYERS,
     SAMPLE_RATE,
     GenerationRequest,
     ReferenceImageSize,
     ReferenceKind,
     SlowerPath,
-    legal_frame_counts,
-    reference_video_frames,
 )
+from ..geometry import legal_frame_counts, reference_video_frames
+from ..geometry import _round_to_canvas, reference_image_canvas, reference_video_canvas, video_encoder_latent_t, video_latent_t
 
 if TYPE_CHECKING:
-    from .media import MediaInfo
+    from ..media.decode import MediaInfo
 
 GIB = 2**30
 
@@ -345,49 +344,9 @@ def _dit_sizes(dit: Component) -> dict[str, int]:
 # Upstream's canvas arithmetic (h3_host.c), for reference and anchor media
 
 
-def _round_to_canvas(value: float) -> int:
-    """nearbyint(value / 32) * 32, at least 32 (nearbyint rounds half to even, like round())."""
-    return max(CANVAS_MULTIPLE, round(value / CANVAS_MULTIPLE) * CANVAS_MULTIPLE)
-
-
-def adapt_canvas(width: int, height: int) -> tuple[int, int]:
-    """h3_host.c h3_adapt_canvas: 768 on the short side, then scaled under H3_MAX_PIXELS."""
-    ratio = width / height
-    nominal_w, nominal_h = (768.0 * ratio, 768.0) if ratio >= 1.0 else (768.0, 768.0 / ratio)
-    if nominal_w * nominal_h > MAX_PIXELS:
-        scale = math.sqrt(MAX_PIXELS / (nominal_w * nominal_h))
-        nominal_w, nominal_h = nominal_w * scale, nominal_h * scale
-    return _round_to_canvas(nominal_w), _round_to_canvas(nominal_h)
-
-
-def reference_image_canvas(width: int, height: int, target_width: int, target_height: int,
-                           max_short_edge: int = 0) -> tuple[int, int]:
-    """h3_host.c h3_reference_image_canvas: the source scaled down (never up) to the render canvas's
-    area, or with `--ref-image-size max` (h3.c passes 2048) to a 2048-pixel short edge."""
-    if max_short_edge:
-        scale = min(1.0, max_short_edge / min(width, height))
-    else:
-        scale = min(1.0, math.sqrt((target_width * target_height) / (width * height)))
-    return _round_to_canvas(width * scale), _round_to_canvas(height * scale)
-
-
-def reference_video_canvas(width: int, height: int) -> tuple[int, int]:
-    """h3_host.c h3_reference_video_canvas: the adapted canvas (up to 768x1344), or the source
-    rounded to multiples of 32 when it is smaller. The output/render canvas plays no part."""
-    adapted_w, adapted_h = adapt_canvas(width, height)
-    if width * height < adapted_w * adapted_h:
-        return _round_to_canvas(width), _round_to_canvas(height)
-    return adapted_w, adapted_h
-
-
-def video_encoder_latent_t(frames: int) -> int:
-    """h3_host.c h3_video_encoder_latent_t: ceil(frames / 4)."""
-    return (frames + 3) // 4 if frames > 0 else 0
-
-
 @functools.lru_cache(maxsize=64)
 def _probe_file(path: str, modified_ns: int, size: int) -> "MediaInfo | None":
-    from .media import probe_media      # PyAV is only needed when there are media files
+    from ..media.decode import probe_media  # PyAV is only needed when there are media files
     try:
         return probe_media(Path(path))
     except (MediaError, OSError):
@@ -479,11 +438,6 @@ class Geometry:
     @property
     def assumed_inputs(self) -> tuple[VisualInput, ...]:
         return tuple(v for v in self.visual_inputs if v.assumed)
-
-
-def video_latent_t(frames: int) -> int:
-    """h3_host.c h3_video_latent_t: ((F - 5) / 17) * 5 + 2."""
-    return ((frames - 5) // 17) * 5 + 2
 
 
 def _vision_calls_for_video(frames: int) -> int:
@@ -1123,7 +1077,7 @@ def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: Mac
     memory plan. Raises ModelError / IntegrityError for a model h3 cannot use, and MemoryPlanError
     (carrying the plan and its suggestion) when the request will not fit, unless `force`.
     `session`: the request will run on a warm engine (see `plan_memory`)."""
-    from .model import inspect_model
+    from .inventory import inspect_model
 
     inventory = inspect_model(model_dir)
     warnings = inventory.warnings_for(references=request.is_ref2va) if force else check_model_for(request, inventory)

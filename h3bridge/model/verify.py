@@ -27,10 +27,10 @@ from typing import Callable, Iterable
 from filelock import FileLock
 from tqdm import tqdm
 
-from .errors import IntegrityError, ModelError
-from .model import ModelInventory, Problem, format_bytes, inspect_model
+from ..errors import IntegrityError, ModelError
+from .inventory import ModelInventory, Problem, format_bytes, inspect_model
 from .safetensors import non_regular_kind, open_regular_file
-from .userdirs import CACHE_ENV, cache_dir
+from ..userdirs import CACHE_ENV, cache_dir
 
 CACHE_VERSION = 1
 HASH_CHUNK = 8 * 1024 * 1024    # large updates: hashlib releases the GIL while hashing them

@@ -65,10 +65,11 @@ from typing import Callable, Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
-from .cancel import CancelToken
-from .engine_process import terminate_group
-from .errors import EngineError, GenerationCancelled
-from .userdirs import machine_dir
+from ..cancel import CancelToken
+from .process import terminate_group
+from ..errors import EngineError, GenerationCancelled
+from ..userdirs import machine_dir
+from ..progress import ProgressCallback, ProgressEvent, WAITING_PHASE
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
@@ -633,3 +634,13 @@ def engine_lock(*, cancel: CancelToken | None = None, on_wait: WaitCallback | No
         yield lock
     finally:
         lock.release()
+
+
+def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], None] | None:
+    """An `on_wait` for lock.engine_lock that reports WAITING_PHASE through `on_progress`."""
+    if on_progress is None:
+        return None
+
+    def report(waited: float) -> None:
+        on_progress(ProgressEvent(phase=WAITING_PHASE, done=0, total=0, fraction=0.0, elapsed=waited))
+    return report

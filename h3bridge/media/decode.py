@@ -15,8 +15,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-from .errors import MediaError
-from .request import FPS, MAX_FRAMES, SAMPLE_RATE
+from ..errors import MediaError
+from ..request import FPS, SAMPLE_RATE
+from ..geometry import MAX_FRAMES
 
 PPM_NAME = "frame-{index:04d}.ppm"   # main.c cli_frame: "%s/frame-%04d.ppm"
 

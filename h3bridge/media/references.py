@@ -17,9 +17,9 @@ from typing import Callable, Iterator
 import av
 import numpy as np
 
-from .errors import MediaError, RequestError
-from .media import probe_media
-from .request import Reference, ReferenceKind, check_reference_limits
+from ..errors import MediaError, RequestError
+from .decode import probe_media
+from ..request import Reference, ReferenceKind, check_reference_limits
 
 # ----------------------------------------------------------------------------- arrays
 

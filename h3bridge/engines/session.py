@@ -79,36 +79,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from .cancel import CancelToken
-from .engine import (
+from ..cancel import CancelToken
+from .locate import (
     FFMPEG_HINT,
-    DiskNeed,
-    _abs,
-    check_disk_space,
     check_media_tools,
-    disk_error_from_os_error,
     engine_environment,
-    engine_error_text,
-    engine_message_from,
     engine_variables,
     engine_working_directory,
-    existing_folder,
-    expected_clip_bytes,
-    expected_phases,
-    failure_hint,
-    finish_result,
     locate_engine,
     locate_model_dir,
-    phase_words,
-    raise_for_disk_problem,
-    raise_if_cancelled,
-    reference_arguments,
-    resolve_output,
-    staging_path,
-    waiting_reporter,
 )
-from .engine_process import EngineProcess, signal_name
-from .errors import (
+from .disk import (
+    DiskNeed,
+    check_disk_space,
+    disk_error_from_os_error,
+    existing_folder,
+    expected_clip_bytes,
+    raise_for_disk_problem,
+)
+from .h3_command import _abs, engine_error_text, engine_message_from, expected_phases, reference_arguments
+from .hints import failure_hint, phase_words
+from .output import finish_result, raise_if_cancelled, resolve_output, staging_path
+from .lock import waiting_reporter
+from .process import EngineProcess, signal_name
+from ..errors import (
     EngineCrashedError,
     EngineError,
     EngineNotFoundError,
@@ -120,12 +114,18 @@ from .errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import (SESSION_CLIP_PATTERN, EngineLock, has_in_process_waiters, register_yield_hook, remove_leftovers,
-                   unregister_yield_hook)
-from .media import decode_video_frames, remove_quietly
-from .userdirs import cache_dir
-from .progress import ProgressCallback, ProgressEvent, ProgressTracker
-from .request import (
+from .lock import (
+    SESSION_CLIP_PATTERN,
+    EngineLock,
+    has_in_process_waiters,
+    register_yield_hook,
+    remove_leftovers,
+    unregister_yield_hook,
+)
+from ..media.decode import decode_video_frames, remove_quietly
+from ..userdirs import cache_dir
+from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
+from ..request import (
     DEFAULT_FRAMES,
     DEFAULT_HEIGHT,
     DEFAULT_STEPS,
@@ -136,7 +136,7 @@ from .request import (
     ReferenceImageSize,
     ReferenceKind,
 )
-from .result import GenerationResult
+from ..result import GenerationResult
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 # How often an idle session looks at its idle time and at waiters in other processes.

@@ -33,9 +33,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .errors import IntegrityError, ModelError
-from .safetensors import (GGUF_MAGIC, GIT_LFS_POINTER_PREFIX, ShardHeader, non_regular_kind, not_a_file_error,
-                          open_regular_file, read_header)
+from ..errors import IntegrityError, ModelError
+from .safetensors import (
+    GGUF_MAGIC,
+    GIT_LFS_POINTER_PREFIX,
+    ShardHeader,
+    non_regular_kind,
+    not_a_file_error,
+    open_regular_file,
+    read_header,
+)
 
 FL2VA, REF2VA = "FL2VA", "Ref2VA"
 PARTITIONS = (FL2VA, REF2VA)

@@ -1,0 +1,12 @@
+"""The engines and what they share.
+
+- `protocol`: the `Engine` protocol every engine implements, and `EngineCapabilities`.
+- `oneshot`: one `h3` process per clip. `session`: a warm interactive `h3` kept between clips.
+- `warm`: the lifecycle every warm engine shares (the lock held while warm, stepping aside for a
+  waiting job, the idle timeout).
+- `process`: an engine child in its own process group, its stderr, stopping it.
+- `lock`: the machine-wide engine lock and the record of the engine its holder runs.
+- `locate`: where the engine, the model and FFmpeg are. `h3_command`: h3's argv, phases, messages.
+- `output`: atomic publishing of the MP4 and the result. `disk`: free space and writable folders.
+- `hints`: the fix for each kind of failure.
+"""

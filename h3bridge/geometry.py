@@ -1,0 +1,123 @@
+"""The shape of a clip as upstream defines it, written once for validation and the memory planner:
+frame rate, sample rate, legal lengths (5 + 17n), canvas limits, and h3_host.c's canvas arithmetic
+for anchors and references.
+"""
+from __future__ import annotations
+import math
+
+
+# h3.h / h3_host.h constants.
+FPS = 24
+
+
+SAMPLE_RATE = 32000
+
+
+CANVAS_MULTIPLE = 32
+
+
+MAX_PIXELS = 768 * 1344
+
+
+MIN_FRAMES = 22          # h3.c: "generation requires at least one trained 22-frame decoder chunk"
+
+
+MAX_FRAMES = 362         # h3.c: "frames must align within the released 5..362 range"
+
+
+def align_frame_count(requested: int) -> int:
+    """Upstream `h3_align_frame_count`: round up to the next 5 + 17n (minimum 5)."""
+    value = max(requested, 5)
+    remainder = (value - 5) % 17
+    return value if remainder == 0 else value + 17 - remainder
+
+
+def frames_from_seconds(seconds: float) -> int:
+    """main.c `frames_from_seconds`: llround(seconds * 24) (half away from zero)."""
+    scaled = seconds * FPS
+    return int(scaled + 0.5) if scaled >= 0 else -int(-scaled + 0.5)
+
+
+def legal_frame_counts() -> list[int]:
+    """Every length h3 can render: 5 + 17n within 22..362 (h3_host.c h3_align_frame_count)."""
+    return list(range(MIN_FRAMES, MAX_FRAMES + 1, 17))
+
+
+def reference_video_frames(frames_at_24fps: int, output_frames: int) -> int:
+    """The frames of a reference video h3 conditions on (h3_ffmpeg.c h3_ffmpeg_read_video_f32):
+    decoded at 24 fps up to the output length (h3.c passes temporal.frame_count), then trimmed
+    down to 5 + 17n."""
+    frames = min(frames_at_24fps, output_frames)
+    while frames > 5 and frames % 17 != 5:
+        frames -= 1
+    return max(frames, 5)
+
+
+# How far (relative) a suggested canvas's aspect may be from the one asked for when looking for the
+# largest legal canvas "of the same aspect": exact same-aspect multiples of 32 are often tiny
+# (16:9 -> 1024x576), while 1344x768 is within 1.6 %.
+ASPECT_TOLERANCE = 0.03
+
+
+def largest_canvas_like(width: int, height: int) -> tuple[int, int]:
+    """The largest legal canvas (multiples of 32, width*height <= 768*1344) whose aspect is
+    within ASPECT_TOLERANCE of width:height; when none is, the legal canvas of the closest aspect."""
+    target = math.log(width / height)
+    tolerance = math.log1p(ASPECT_TOLERANCE)
+    best: tuple[tuple[float, ...], tuple[int, int]] | None = None
+    for h in range(CANVAS_MULTIPLE, MAX_PIXELS // CANVAS_MULTIPLE + 1, CANVAS_MULTIPLE):
+        widest = (MAX_PIXELS // h) // CANVAS_MULTIPLE * CANVAS_MULTIPLE
+        ideal = h * width / height
+        for w in {int(ideal // CANVAS_MULTIPLE) * CANVAS_MULTIPLE, -int(-ideal // CANVAS_MULTIPLE) * CANVAS_MULTIPLE}:
+            w = min(widest, max(CANVAS_MULTIPLE, w))
+            off = abs(math.log(w / h) - target)
+            key = (0.0, -w * h, off) if off <= tolerance else (1.0, off, -w * h)
+            if best is None or key < best[0]:
+                best = (key, (w, h))
+    assert best is not None
+    return best[1]
+
+
+def _round_to_canvas(value: float) -> int:
+    """nearbyint(value / 32) * 32, at least 32 (nearbyint rounds half to even, like round())."""
+    return max(CANVAS_MULTIPLE, round(value / CANVAS_MULTIPLE) * CANVAS_MULTIPLE)
+
+
+def adapt_canvas(width: int, height: int) -> tuple[int, int]:
+    """h3_host.c h3_adapt_canvas: 768 on the short side, then scaled under H3_MAX_PIXELS."""
+    ratio = width / height
+    nominal_w, nominal_h = (768.0 * ratio, 768.0) if ratio >= 1.0 else (768.0, 768.0 / ratio)
+    if nominal_w * nominal_h > MAX_PIXELS:
+        scale = math.sqrt(MAX_PIXELS / (nominal_w * nominal_h))
+        nominal_w, nominal_h = nominal_w * scale, nominal_h * scale
+    return _round_to_canvas(nominal_w), _round_to_canvas(nominal_h)
+
+
+def reference_image_canvas(width: int, height: int, target_width: int, target_height: int,
+                           max_short_edge: int = 0) -> tuple[int, int]:
+    """h3_host.c h3_reference_image_canvas: the source scaled down (never up) to the render canvas's
+    area, or with `--ref-image-size max` (h3.c passes 2048) to a 2048-pixel short edge."""
+    if max_short_edge:
+        scale = min(1.0, max_short_edge / min(width, height))
+    else:
+        scale = min(1.0, math.sqrt((target_width * target_height) / (width * height)))
+    return _round_to_canvas(width * scale), _round_to_canvas(height * scale)
+
+
+def reference_video_canvas(width: int, height: int) -> tuple[int, int]:
+    """h3_host.c h3_reference_video_canvas: the adapted canvas (up to 768x1344), or the source
+    rounded to multiples of 32 when it is smaller. The output/render canvas plays no part."""
+    adapted_w, adapted_h = adapt_canvas(width, height)
+    if width * height < adapted_w * adapted_h:
+        return _round_to_canvas(width), _round_to_canvas(height)
+    return adapted_w, adapted_h
+
+
+def video_encoder_latent_t(frames: int) -> int:
+    """h3_host.c h3_video_encoder_latent_t: ceil(frames / 4)."""
+    return (frames + 3) // 4 if frames > 0 else 0
+
+
+def video_latent_t(frames: int) -> int:
+    """h3_host.c h3_video_latent_t: ((F - 5) / 17) * 5 + 2."""
+    return ((frames - 5) // 17) * 5 + 2
