@@ -43,10 +43,10 @@ from dataclasses import dataclass, field, replace
 
 from . import engine as core
 from . import terminal
-from .cli import CliState as ProgressPrinter
-from .cli import terminal_protocol
+from .cli_state import CliState as ProgressPrinter
+from .cli_state import terminal_protocol
 from .ffmpeg import MediaFailure, probe_visual_size
-from .libc import strerror, strtod
+from .libc import c_stdio_stdout, strerror, strtod
 from .params import FPS, MAX_STEPS, MIN_DIT_LAYERS, DEFAULT_DIT_LAYERS, ReferenceKind, SimParams, \
     SimReference, align_frame_count, c_llround
 
@@ -766,29 +766,9 @@ def _make_session_directory() -> str:
     raise FileExistsError(errno.EEXIST, strerror(errno.EEXIST))
 
 
-def _c_stdio_stdout() -> object | None:
-    """Give fd 1 C stdio's buffering: line-buffered on a TTY, fully buffered otherwise.
-
-    Python's own choice depends on PYTHONUNBUFFERED/-u (then every write goes straight out),
-    which would hide exactly the behaviour a driver of the real h3 has to cope with. Returns
-    the previous sys.stdout to restore, or None when stdout is not fd 1 (in-process capture).
-    """
-    try:
-        if sys.stdout.fileno() != 1:
-            return None
-    except (AttributeError, OSError, ValueError):
-        return None
-    previous = sys.stdout
-    previous.flush()
-    buffered = io.BufferedWriter(io.FileIO(1, "w", closefd=False), buffer_size=io.DEFAULT_BUFFER_SIZE)
-    sys.stdout = io.TextIOWrapper(buffered, encoding="utf-8", errors="surrogateescape",
-                                  line_buffering=os.isatty(1), write_through=False)
-    return previous
-
-
 def run(ctx: core.SimContext, model_dir: str, initial: SimParams, show: bool, seed_given: bool) -> int:
     """h3_cli.c:691 `h3_cli_run`. Returns the process exit status (0, or 1 on setup failure)."""
-    previous_stdout = _c_stdio_stdout()
+    previous_stdout = c_stdio_stdout()
     try:
         return _run(ctx, model_dir, initial, show, seed_given)
     finally:

@@ -13,6 +13,7 @@ hexadecimal, inf/infinity, nan(...)), with macOS's ERANGE rules.
 from __future__ import annotations
 
 import errno
+import io
 import math
 import os
 import re
@@ -122,3 +123,23 @@ def strtof(text: str) -> tuple[float | None, str, bool]:
     elif value != 0.0 and abs(single) < _FLT_MIN:
         erange = True
     return single, rest, erange
+
+
+def c_stdio_stdout() -> object | None:
+    """Give fd 1 C stdio's buffering: line-buffered on a TTY, fully buffered otherwise.
+
+    Python's own choice depends on PYTHONUNBUFFERED/-u (then every write goes straight out),
+    which would hide exactly the behaviour a driver of the real h3 has to cope with. Returns
+    the previous sys.stdout to restore, or None when stdout is not fd 1 (in-process capture).
+    """
+    try:
+        if sys.stdout.fileno() != 1:
+            return None
+    except (AttributeError, OSError, ValueError):
+        return None
+    previous = sys.stdout
+    previous.flush()
+    buffered = io.BufferedWriter(io.FileIO(1, "w", closefd=False), buffer_size=io.DEFAULT_BUFFER_SIZE)
+    sys.stdout = io.TextIOWrapper(buffered, encoding="utf-8", errors="surrogateescape",
+                                  line_buffering=os.isatty(1), write_through=False)
+    return previous
