@@ -3,25 +3,16 @@ frame rate, sample rate, legal lengths (5 + 17n), canvas limits, and h3_host.c's
 for anchors and references.
 """
 from __future__ import annotations
+
 import math
 
 
 # h3.h / h3_host.h constants.
 FPS = 24
-
-
 SAMPLE_RATE = 32000
-
-
 CANVAS_MULTIPLE = 32
-
-
 MAX_PIXELS = 768 * 1344
-
-
 MIN_FRAMES = 22          # h3.c: "generation requires at least one trained 22-frame decoder chunk"
-
-
 MAX_FRAMES = 362         # h3.c: "frames must align within the released 5..362 range"
 
 
@@ -78,7 +69,7 @@ def largest_canvas_like(width: int, height: int) -> tuple[int, int]:
     return best[1]
 
 
-def _round_to_canvas(value: float) -> int:
+def round_to_canvas(value: float) -> int:
     """nearbyint(value / 32) * 32, at least 32 (nearbyint rounds half to even, like round())."""
     return max(CANVAS_MULTIPLE, round(value / CANVAS_MULTIPLE) * CANVAS_MULTIPLE)
 
@@ -90,7 +81,7 @@ def adapt_canvas(width: int, height: int) -> tuple[int, int]:
     if nominal_w * nominal_h > MAX_PIXELS:
         scale = math.sqrt(MAX_PIXELS / (nominal_w * nominal_h))
         nominal_w, nominal_h = nominal_w * scale, nominal_h * scale
-    return _round_to_canvas(nominal_w), _round_to_canvas(nominal_h)
+    return round_to_canvas(nominal_w), round_to_canvas(nominal_h)
 
 
 def reference_image_canvas(width: int, height: int, target_width: int, target_height: int,
@@ -101,7 +92,7 @@ def reference_image_canvas(width: int, height: int, target_width: int, target_he
         scale = min(1.0, max_short_edge / min(width, height))
     else:
         scale = min(1.0, math.sqrt((target_width * target_height) / (width * height)))
-    return _round_to_canvas(width * scale), _round_to_canvas(height * scale)
+    return round_to_canvas(width * scale), round_to_canvas(height * scale)
 
 
 def reference_video_canvas(width: int, height: int) -> tuple[int, int]:
@@ -109,7 +100,7 @@ def reference_video_canvas(width: int, height: int) -> tuple[int, int]:
     rounded to multiples of 32 when it is smaller. The output/render canvas plays no part."""
     adapted_w, adapted_h = adapt_canvas(width, height)
     if width * height < adapted_w * adapted_h:
-        return _round_to_canvas(width), _round_to_canvas(height)
+        return round_to_canvas(width), round_to_canvas(height)
     return adapted_w, adapted_h
 
 

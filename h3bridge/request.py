@@ -12,7 +12,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import RequestError
-from .geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES, SAMPLE_RATE, align_frame_count, frames_from_seconds, largest_canvas_like, legal_frame_counts, reference_video_frames
+from .geometry import (
+    CANVAS_MULTIPLE,
+    FPS,
+    MAX_FRAMES,
+    MAX_PIXELS,
+    MIN_FRAMES,
+    SAMPLE_RATE,
+    align_frame_count,
+    frames_from_seconds,
+    largest_canvas_like,
+    legal_frame_counts,
+    reference_video_frames,
+)
 
 MAX_STEPS = 1000
 MIN_LAYERS, MAX_LAYERS = 35, 50

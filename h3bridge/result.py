@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .request import FPS, SAMPLE_RATE, GenerationRequest
+from .request import GenerationRequest
+from .geometry import FPS, SAMPLE_RATE
 
 
 @dataclass

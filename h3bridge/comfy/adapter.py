@@ -40,16 +40,12 @@ from ..request import (
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
     DEFAULT_WIDTH,
-    FPS,
     PRESETS,
-    SAMPLE_RATE,
     GenerationRequest,
     Reference,
     ReferenceKind,
-    align_frame_count,
-    frames_from_seconds,
 )
-from ..geometry import MAX_FRAMES, MIN_FRAMES
+from ..geometry import FPS, MAX_FRAMES, MIN_FRAMES, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..result import GenerationResult
 from ..engines.session import SessionEngine, session_prompt, shared_session
 

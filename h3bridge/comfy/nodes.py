@@ -23,14 +23,11 @@ from ..cancel import CancelToken
 from ..errors import GenerationCancelled, H3BridgeError
 from ..media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource
 from ..request import (
-    CANVAS_MULTIPLE,
     DEFAULT_FRAMES,
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
     DEFAULT_WIDTH,
-    FPS,
     MAX_LAYERS,
-    MAX_PIXELS,
     MAX_REUSE,
     MAX_SEED,
     MAX_STEPS,
@@ -39,7 +36,7 @@ from ..request import (
     PRESETS,
     ReferenceKind,
 )
-from ..geometry import MAX_FRAMES, MIN_FRAMES
+from ..geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES
 from . import adapter
 
 CATEGORY = "MiniMax-H3 (h3.c)"

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Sequence
 from ..errors import DiskError
 from ..media.decode import remove_quietly
-from ..request import FPS, GenerationRequest
+from ..request import GenerationRequest
+from ..geometry import FPS
 
 
-def _why_not_writable(existing: Path) -> str:
+def why_not_writable(existing: Path) -> str:
     if not existing.is_dir():
         return "it is a file"
     try:
@@ -140,7 +141,7 @@ def _probe_writable(need: DiskNeed) -> None:
     """Create one small file in `need.folder` with O_EXCL, write to it, remove it."""
     state = None
     if not os.access(need.folder, os.W_OK | os.X_OK):
-        state = _why_not_writable(need.folder)
+        state = why_not_writable(need.folder)
         state = "is on a read-only file system" if "read-only" in state else f"cannot be written ({state})"
     else:
         try:

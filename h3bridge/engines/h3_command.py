@@ -8,11 +8,12 @@ import sys
 from typing import Mapping, Sequence
 from ..errors import RequestError
 from ..progress import PHASE_ORDER
-from ..request import FPS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
+from ..request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
+from ..geometry import FPS
 from ..upstream_costs import JobShape
 
 
-def _abs(path: str | os.PathLike[str]) -> str:
+def absolute_path(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
@@ -29,10 +30,10 @@ def reference_arguments(references: Sequence[Reference]) -> list[str]:
     """The ordered `--ref-*` flags (main.c option table) for `references`, paths absolute."""
     args: list[str] = []
     for reference in references:
-        args += [_REFERENCE_FLAGS[reference.kind], _abs(reference.path)]
+        args += [_REFERENCE_FLAGS[reference.kind], absolute_path(reference.path)]
         if reference.kind is ReferenceKind.VIDEO_AUDIO:
             assert reference.audio_path is not None
-            args.append(_abs(reference.audio_path))
+            args.append(absolute_path(reference.audio_path))
     return args
 
 
@@ -61,9 +62,9 @@ def request_arguments(request: GenerationRequest) -> list[str]:
     for slower in sorted(request.slower_paths, key=lambda p: p.value):
         args.append(f"--use-slower-{slower.value}")
     if request.first_frame is not None:
-        args += ["--first-frame", _abs(request.first_frame)]
+        args += ["--first-frame", absolute_path(request.first_frame)]
     if request.last_frame is not None:
-        args += ["--last-frame", _abs(request.last_frame)]
+        args += ["--last-frame", absolute_path(request.last_frame)]
     args += reference_arguments(request.references)
     if request.reference_image_size is not ReferenceImageSize.MATCH:
         args += ["--ref-image-size", request.reference_image_size.value]
@@ -138,7 +139,7 @@ def _argument_limits() -> tuple[int | None, int]:
     return single, total
 
 
-def _argument_limit_error(argv: Sequence[str], env: Mapping[str, str], prompt: str) -> RequestError:
+def argument_limit_error(argv: Sequence[str], env: Mapping[str, str], prompt: str) -> RequestError:
     """The RequestError for a command line exec refuses (E2BIG), in the prompt's terms."""
     single, total_limit = _argument_limits()
     prompt_bytes = len(os.fsencode(prompt))
@@ -166,4 +167,4 @@ def check_argument_limits(argv: Sequence[str], env: Mapping[str, str], prompt: s
     single, total_limit = _argument_limits()
     too_long = single is not None and any(len(os.fsencode(arg)) + 1 > single for arg in argv)
     if too_long or _command_line_bytes(argv, env) > total_limit - 4096:
-        raise _argument_limit_error(argv, env, prompt)
+        raise argument_limit_error(argv, env, prompt)

@@ -34,9 +34,33 @@ from .lock import WORKDIR_PREFIX, EngineLock, engine_lock, remove_leftovers
 from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
 from ..request import GenerationRequest
 from ..result import GenerationResult
-from .disk import DiskNeed, check_disk_space, existing_folder, expected_clip_bytes, expected_frames_bytes, raise_for_disk_problem
-from .locate import ENGINE_BUILD_HINT, MediaTools, check_media_tools, engine_environment, engine_variables, engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
-from .h3_command import _argument_limit_error, check_argument_limits, engine_message_from, expected_phases, reference_arguments, request_arguments
+from .disk import (
+    DiskNeed,
+    check_disk_space,
+    existing_folder,
+    expected_clip_bytes,
+    expected_frames_bytes,
+    raise_for_disk_problem,
+)
+from .locate import (
+    ENGINE_BUILD_HINT,
+    MediaTools,
+    check_media_tools,
+    engine_environment,
+    engine_variables,
+    engine_working_directory,
+    locate_engine,
+    locate_media_tools,
+    locate_model_dir,
+)
+from .h3_command import (
+    argument_limit_error,
+    check_argument_limits,
+    engine_message_from,
+    expected_phases,
+    reference_arguments,
+    request_arguments,
+)
 from .hints import failure_hint, phase_words
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .lock import waiting_reporter
@@ -187,7 +211,7 @@ class OneShotEngine:
             process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env)
         except OSError as error:
             if error.errno == errno.E2BIG:    # the prompt is over the system's argument limit
-                raise _argument_limit_error(argv, env, request.prompt) from None
+                raise argument_limit_error(argv, env, request.prompt) from None
             raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
                                       hint=ENGINE_BUILD_HINT) from None
         lock.record_engine(process.pid, leftovers=leftovers)

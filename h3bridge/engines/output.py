@@ -13,7 +13,7 @@ from ..media.decode import decode_audio
 from .lock import STAGING_PREFIX, STAGING_SUFFIX
 from ..request import GenerationRequest
 from ..result import GenerationResult
-from .disk import DiskNeed, _why_not_writable, disk_error_from_os_error
+from .disk import DiskNeed, why_not_writable, disk_error_from_os_error
 
 
 def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
@@ -45,7 +45,7 @@ def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) ->
             existing = existing.parent
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise RequestError(f"the output {output_path} cannot be written: {existing} is not a writable folder "
-                               f"({_why_not_writable(existing)})",
+                               f"({why_not_writable(existing)})",
                                field="output", hint="choose an output in a folder you can write to")
     return output_path
 

@@ -97,7 +97,7 @@ from .disk import (
     expected_clip_bytes,
     raise_for_disk_problem,
 )
-from .h3_command import _abs, engine_error_text, engine_message_from, expected_phases, reference_arguments
+from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
 from .output import finish_result, raise_if_cancelled, resolve_output, staging_path
 from .lock import waiting_reporter
@@ -205,7 +205,7 @@ class SessionSettings:
             first_frame=_sendable_path(request.first_frame, "first frame"),
             last_frame=_sendable_path(request.last_frame, "last frame"),
             references=tuple(replace(ref, path=Path(_sendable_path(ref.path, "reference") or ref.path),
-                                     audio_path=Path(_abs(ref.audio_path)) if ref.audio_path else None)
+                                     audio_path=Path(absolute_path(ref.audio_path)) if ref.audio_path else None)
                              for ref in request.references),
         )
 
@@ -336,7 +336,7 @@ def _sendable_path(path: Path | None, what: str) -> str | None:
     """An absolute path that survives the line protocol (one line, ends not trimmed)."""
     if path is None:
         return None
-    text = _abs(path)
+    text = absolute_path(path)
     if "\n" in text or "\r" in text or text != text.strip():
         raise SessionUnsupportedError(
             f"the {what} path {text!r} has a line break or surrounding whitespace, which h3's "

@@ -16,8 +16,7 @@ import av
 import numpy as np
 
 from ..errors import MediaError
-from ..request import FPS, SAMPLE_RATE
-from ..geometry import MAX_FRAMES
+from ..geometry import FPS, MAX_FRAMES, SAMPLE_RATE
 
 PPM_NAME = "frame-{index:04d}.ppm"   # main.c cli_frame: "%s/frame-%04d.ppm"
 

@@ -41,18 +41,25 @@ from typing import TYPE_CHECKING
 from ..errors import MediaError, MemoryPlanError, ModelError
 from .inventory import FL2VA, REF2VA, Component, ModelInventory, format_bytes
 from ..request import (
-    CANVAS_MULTIPLE,
-    FPS,
     MAX_AUDIO_SAMPLES,
     MIN_LAYERS,
-    SAMPLE_RATE,
     GenerationRequest,
     ReferenceImageSize,
     ReferenceKind,
     SlowerPath,
 )
-from ..geometry import legal_frame_counts, reference_video_frames
-from ..geometry import _round_to_canvas, reference_image_canvas, reference_video_canvas, video_encoder_latent_t, video_latent_t
+from ..geometry import (
+    CANVAS_MULTIPLE,
+    FPS,
+    SAMPLE_RATE,
+    round_to_canvas,
+    legal_frame_counts,
+    reference_image_canvas,
+    reference_video_canvas,
+    reference_video_frames,
+    video_encoder_latent_t,
+    video_latent_t,
+)
 
 if TYPE_CHECKING:
     from ..media.decode import MediaInfo
@@ -470,7 +477,7 @@ def _reference_visual(request: GenerationRequest, index: int, render: tuple[int,
         elif cap:
             # unknown size: a 2048-pixel short edge at the render canvas's aspect
             scale = cap / min(render)
-            width, height = _round_to_canvas(render[0] * scale), _round_to_canvas(render[1] * scale)
+            width, height = round_to_canvas(render[0] * scale), round_to_canvas(render[1] * scale)
         else:
             width, height = render       # "match": never more than the render canvas's area
         return VisualInput(what, width, height, 1, 1, assumed=not known)
