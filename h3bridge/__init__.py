@@ -1,13 +1,12 @@
 """h3bridge: MiniMax-H3 on Apple Silicon through antirez's native h3.c engine.
 
-The public API is what this module exports; everything else is internal.
+The public API is what this module exports; everything else is internal. The README's
+"Architecture" section says which package owns what.
 """
 from __future__ import annotations
 
+# the vocabulary: requests, results, progress, cancellation, errors
 from .cancel import CancelToken
-from .engines.oneshot import OneShotEngine
-from .engines.locate import locate_engine
-from .engines.process import EngineProcess
 from .errors import (
     EngineCrashedError,
     EngineError,
@@ -24,40 +23,41 @@ from .errors import (
     SessionCommandError,
     SessionError,
     SessionUnsupportedError,
+    UnsupportedRequestError,
 )
-from .engines.lock import engine_lock
-from .model.memory import MachineFacts, MemoryPlan, plan_memory, preflight
-from .model.inventory import ModelInventory, inspect_model
-from .progress import ProgressEvent
+from .geometry import align_frame_count
+from .progress import PreviewFrame, ProgressEvent
 from .prompt import StructuredPrompt, clean_prompt_text
-from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
-from .request import (
-    PRESETS,
-    GenerationRequest,
-    Reference,
-    ReferenceImageSize,
-    ReferenceKind,
-    SlowerPath,
-    align_frame_count,
-)
+from .request import PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
 from .result import GenerationResult
+# the engines (engines/)
+from .engines.lock import engine_lock
+from .engines.locate import locate_engine
+from .engines.oneshot import OneShotEngine
+from .engines.process import EngineProcess
+from .engines.protocol import Engine, EngineCapabilities
 from .engines.session import SessionEngine, shared_session
+# the model directory (model/) and media (media/)
+from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
+from .model.inventory import ModelInventory, inspect_model
+from .model.memory import MachineFacts, MemoryPlan, plan_memory, preflight
 from .model.verify import VerifyReport, verify_model
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CancelToken", "EngineProcess", "OneShotEngine", "locate_engine", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
+    "CancelToken", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
     "GenerationCancelled", "GenerationRequest", "GenerationResult", "H3BridgeError", "IntegrityError",
-    "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "ProgressEvent",
+    "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "PreviewFrame", "ProgressEvent",
     "Reference", "ReferenceImageSize", "ReferenceKind", "RequestError", "SessionError", "SlowerPath",
-    "align_frame_count",
-    # warm session and the machine-wide engine lock (session.py, lock.py)
+    "UnsupportedRequestError", "align_frame_count",
+    # the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
+    "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
     "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
-    # model inventory, verification and memory plan (model.py, verify.py, memory.py)
+    # model inventory, verification and memory plan (model/)
     "ModelInventory", "inspect_model", "VerifyReport", "verify_model", "MachineFacts", "MemoryPlan",
     "plan_memory", "preflight",
-    # prompt building and in-memory media -> reference files (prompt.py, reference_files.py)
+    # prompt building and in-memory media -> reference files (prompt.py, media/references.py)
     "StructuredPrompt", "clean_prompt_text", "AudioClip", "ReferenceItem", "ReferenceList", "VideoSource",
     "materialise_references",
 ]

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .cancel import CancelToken
-from .errors import GenerationCancelled, H3BridgeError
+from .engines.protocol import Engine
+from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
 from .progress import ProgressEvent
 from .request import (
     DEFAULT_HEIGHT,
@@ -262,21 +263,20 @@ def summary_line(result) -> str:
 
 def run_generate(args: argparse.Namespace) -> int:
     from .engines.oneshot import OneShotEngine
-    from .errors import SessionUnsupportedError
-    from .engines.session import SessionEngine, session_prompt
+    from .engines.session import SessionEngine
     request = request_from_args(args).validate()
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    wants_session = getattr(args, "session", False)
-    if wants_session:
+    session: Engine | None = None
+    if getattr(args, "session", False):
+        session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
         try:
-            session_prompt(request.prompt)
-        except SessionUnsupportedError as error:
+            session.check_supported(request)
+        except UnsupportedRequestError as error:
             print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-            wants_session = False
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False), session=wants_session)
-    session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout) \
-        if wants_session else None
+            session = None
+    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
+                       session=session is not None and session.capabilities.warm_model)
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
 
@@ -297,7 +297,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if session is not None:
             try:
                 result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-            except SessionUnsupportedError as error:
+            except UnsupportedRequestError as error:
                 print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
                 session.close()
                 session = None

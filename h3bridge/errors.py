@@ -134,7 +134,14 @@ class SessionCommandError(SessionError):
     """h3 refused a session `!` command (its reply is `engine_message`) and kept the old value."""
 
 
-class SessionUnsupportedError(SessionError):
+class UnsupportedRequestError(EngineError):
+    """This engine cannot run this request as given, though another can (the one-shot engine runs
+    every valid request); `Engine.check_supported` raises it before anything starts."""
+
+    before_start = True
+
+
+class SessionUnsupportedError(SessionError, UnsupportedRequestError):
     """The warm session cannot run this request as given (e.g. a multi-line prompt: h3's
     interactive mode reads one line per prompt); run it one-shot. Raised before anything starts."""
 

@@ -1,9 +1,12 @@
-"""Typed progress events, shared by every engine and the CLI/ComfyUI progress bars."""
+"""Typed progress events and denoise previews, shared by every engine and the CLI/ComfyUI progress bars."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Shown while a job waits for the machine-wide engine lock.
 WAITING_PHASE = "waiting for the engine"
@@ -19,6 +22,20 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class PreviewFrame:
+    """One representative frame of the denoised estimate after an Euler step (h3.h `h3_frame`
+    with `denoise_step` >= 0), at the output canvas."""
+
+    step: int               # 0-based Euler step just finished
+    total_steps: int
+    frame_index: int        # which frame of the clip the preview shows
+    image: "np.ndarray"     # uint8 [H, W, 3], RGB
+
+
+PreviewCallback = Callable[[PreviewFrame], None]
 
 
 # ----------------------------------------------------------------------------- parsing h3's stderr

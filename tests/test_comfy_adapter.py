@@ -9,6 +9,7 @@ import av
 import numpy as np
 import pytest
 
+from h3bridge import OneShotEngine
 from h3bridge.cancel import CancelToken
 from h3bridge.comfy import adapter
 from h3bridge.errors import EngineNotFoundError, ModelError, RequestError
@@ -239,6 +240,13 @@ class RecordingEngine:
     frames: np.ndarray | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
     seen_files: list[Path] = field(default_factory=list)
+    capabilities = OneShotEngine.capabilities
+
+    def check_supported(self, request) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     def generate(self, request, output, *, overwrite, want_frames, want_audio, on_progress, cancel):
         self.calls.append(dict(request=request, output=output, overwrite=overwrite, want_frames=want_frames,

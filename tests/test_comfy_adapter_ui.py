@@ -213,6 +213,9 @@ TERMINATED_HOST = textwrap.dedent('''
     assert adapter.install_termination_cleanup()
 
     class Rendering:       # an engine mid-render: holds the job until the host goes
+        def check_supported(self, request):
+            pass
+
         def generate(self, request, output, **options):
             print("RUNNING", request.first_frame, flush=True)
             threading.Event().wait()

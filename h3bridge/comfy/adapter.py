@@ -22,7 +22,9 @@ from ..cancel import CancelToken
 from ..engines.oneshot import OneShotEngine
 from ..engines.locate import locate_engine
 from ..engines.process import stop_live_engines
-from ..errors import H3BridgeError, ModelError, RequestError, SessionUnsupportedError
+from ..engines.protocol import Engine
+from ..errors import (H3BridgeError, ModelError, RequestError, SessionUnsupportedError,
+                      UnsupportedRequestError)
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model.inventory import inspect_model
 from ..progress import ProgressEvent
@@ -47,7 +49,7 @@ from ..request import (
 )
 from ..geometry import FPS, MAX_FRAMES, MIN_FRAMES, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..result import GenerationResult
-from ..engines.session import SessionEngine, session_prompt, shared_session
+from ..engines.session import session_prompt, shared_session
 
 # ----------------------------------------------------------------------------- choices
 
@@ -146,8 +148,8 @@ def check_model_layout(model_dir: Path) -> None:
     inspect_model(model_dir, read_headers=False).raise_for_problems()
 
 
-def open_engine(handle: EngineHandle) -> OneShotEngine | SessionEngine:
-    """An engine object with `.generate(request, output, ...)` for this handle.
+def open_engine(handle: EngineHandle) -> Engine:
+    """The engine for this handle (the `Engine` protocol).
 
     Warm session: the process-wide `shared_session` for (engine, model), so the model stays
     resident across queue runs and graphs (until its idle timeout)."""
@@ -494,7 +496,7 @@ def describe_job(request: GenerationRequest, mode: str) -> str:
             f"SSD streaming {'on' if request.ssd_streaming else 'off'}, seed {request.seed}")
 
 
-def cannot_go_warm_notice(request: GenerationRequest, unsupported: SessionUnsupportedError) -> str:
+def cannot_go_warm_notice(request: GenerationRequest, unsupported: UnsupportedRequestError) -> str:
     """The node's warning when a warm-session job runs one-shot, with the fix in node words."""
     text = f"WARNING: not run in the warm session: {unsupported.message}; ran one-shot instead"
     if "\n" in request.prompt or "\r" in request.prompt:
@@ -597,7 +599,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  on_progress: Callable[[ProgressEvent], None] | None = None,
                  on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
-                 engine_factory: Callable[[EngineHandle], Any] = open_engine) -> GenerateOutputs:
+                 engine_factory: Callable[[EngineHandle], Engine] = open_engine) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
 
     Input files live in a private directory under `scratch_parent`, removed when this
@@ -635,8 +637,10 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.
             notify("".join(f"WARNING: {warning}\n" for warning in model_warnings) + describe_job(request, handle.mode))
             try:
-                result = engine_factory(handle).generate(request, output, **options)
-            except SessionUnsupportedError as unsupported:
+                engine = engine_factory(handle)
+                engine.check_supported(request)
+                result = engine.generate(request, output, **options)
+            except UnsupportedRequestError as unsupported:
                 # Raised before anything starts (e.g. a multi-line prompt: h3's interactive mode reads
                 # one line per prompt). The clip must be the prompt as written, so run it one-shot,
                 # and say so on the node: the user chose the warm session.

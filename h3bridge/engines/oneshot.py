@@ -64,6 +64,8 @@ from .h3_command import (
 from .hints import failure_hint, phase_words
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .lock import waiting_reporter
+from .protocol import EngineCapabilities
+from ..progress import PreviewCallback
 
 POLL_SECONDS = 0.05
 
@@ -133,11 +135,29 @@ class OneShotEngine:
     def environment(self, tools: MediaTools) -> dict[str, str]:
         return engine_environment(tools)
 
+    # The `Engine` protocol (protocol.py): nothing stays loaded between jobs, frames come from
+    # h3's own `--frames-dir` PPMs (exact RGB), every valid request runs, there is nothing to close.
+    capabilities = EngineCapabilities(warm_model=False, previews=False, exact_frames=True, remote=False,
+                                      multiline_prompts=True)
+
+    def check_supported(self, request: GenerationRequest) -> None:
+        """Every valid request runs one-shot (a prompt over the OS argument limit is a
+        RequestError from `generate`, before anything starts)."""
+
+    def close(self) -> None:
+        """Nothing to release: each job's engine is gone when `generate` returns."""
+
+    def __enter__(self) -> "OneShotEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
-                 on_progress: ProgressCallback | None = None,
+                 on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
                  cancel: CancelToken | None = None) -> GenerationResult:
-        """Render one clip and return its frames, audio and MP4.
+        """Render one clip and return its frames, audio and MP4 (the `Engine` protocol).
 
         output: where the MP4 goes (None: no MP4 is kept). It is written under a temporary
           name in the same directory and renamed into place only on success; an existing
@@ -145,6 +165,8 @@ class OneShotEngine:
         want_frames: read the frames into `result.frames` (uint8 [F, H, W, 3]).
         want_audio: decode the soundtrack into `result.audio` (float32 [channels, samples], 32 kHz).
         on_progress: called with ProgressEvents from the calling thread.
+        on_preview: accepted and never called: the h3 command line shows denoise previews only
+          on a terminal (`--show`).
         cancel: a CancelToken; cancelling (from any thread) stops the engine within a second
           and raises GenerationCancelled. No output or temporary file is left behind.
 

@@ -44,27 +44,19 @@ engine's `--frames-dir` PPMs are exact). Options with no `!` command (the `--use
 paths, `--ref-image-size`, and non-image references) are passed at launch; a job that needs
 different ones restarts the session.
 
-Lifecycle and the machine-wide lock (see lock.py): the session takes the engine lock
-before it starts its process and keeps it while the process lives, because the process
-holds the model in memory. It shuts down
+Lifecycle and the machine-wide lock: the warm-engine rules of warm.py (the lock is held while
+the process lives; idle timeout; stepping aside for a waiting job; host exit). Besides those the
+session's process goes
 
-* after `idle_timeout` seconds without a job (a background timer; memory goes back),
 * when a job is cancelled (upstream cannot stop a running denoise; the process group is
   killed) or the process crashes (that job raises; the next job starts a fresh process),
-* when the engine binary (path or mtime) changed, or the model directory differs,
-* when its host process exits (atexit), or, if the host dies without cleanup, by itself: an
-  idle h3 sees EOF on stdin and leaves its loop (linenoise returns NULL), a busy one dies at
-  its next progress write because its stderr pipe is broken (SIGPIPE), and
-* when another job needs the engine lock (a one-shot run or another session): an idle
-  session steps aside, a busy one right after its current job. In this process the lock's
-  yield hook makes that immediate, which is what keeps a process from deadlocking on its own
-  warm session; a waiter in another process is noticed within IDLE_POLL seconds through the
-  lock's "wanted" marker. Waiters see WAITING_PHASE meanwhile and stay cancellable. (Two
-  hosts that both keep warm sessions therefore take turns, each reloading the model.)
+* when the engine binary (path or mtime) changed, or the model directory differs, and
+* if the host dies without cleanup, by itself: an idle h3 sees EOF on stdin and leaves its
+  loop (linenoise returns NULL), a busy one dies at its next progress write because its
+  stderr pipe is broken (SIGPIPE).
 """
 from __future__ import annotations
 
-import atexit
 import os
 import pty
 import queue
@@ -74,7 +66,6 @@ import subprocess
 import threading
 import time
 import tty
-import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
@@ -100,7 +91,6 @@ from .disk import (
 from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
 from .output import finish_result, raise_if_cancelled, resolve_output, staging_path
-from .lock import waiting_reporter
 from .process import EngineProcess, signal_name
 from ..errors import (
     EngineCrashedError,
@@ -114,14 +104,7 @@ from ..errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import (
-    SESSION_CLIP_PATTERN,
-    EngineLock,
-    has_in_process_waiters,
-    register_yield_hook,
-    remove_leftovers,
-    unregister_yield_hook,
-)
+from .lock import SESSION_CLIP_PATTERN, remove_leftovers
 from ..media.decode import decode_video_frames, remove_quietly
 from ..userdirs import cache_dir
 from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
@@ -137,17 +120,14 @@ from ..request import (
     ReferenceKind,
 )
 from ..result import GenerationResult
+from .warm import DEFAULT_IDLE_TIMEOUT, WarmEngine
+from .protocol import EngineCapabilities
+from ..progress import PreviewCallback
 
-DEFAULT_IDLE_TIMEOUT = 300.0
-# How often an idle session looks at its idle time and at waiters in other processes.
-IDLE_POLL = 0.5
 # How long a graceful `!quit` may take before the process group is killed.
 QUIT_GRACE = 3.0
 # Once one of h3's streams ends, how long the other may take to deliver what it still holds.
 EOF_DRAIN_SECONDS = 5.0
-# At interpreter exit, how long to wait for a job running in another thread before the
-# engine is killed under it (daemon threads are frozen at exit; the job could never end).
-EXIT_JOB_WAIT = 0.5
 # h3_cli.c `process_command`: the reply to any unknown `!` command, on stderr.
 UNKNOWN_COMMAND_REPLY = "h3: unknown command; type !help"
 SYNC_COMMAND = "!h3bridge-sync"
@@ -508,15 +488,6 @@ class _SessionProcess:
 
 # ============================================================================ the engine
 
-_live_sessions: "weakref.WeakSet[SessionEngine]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_live_sessions() -> None:
-    for session in list(_live_sessions):
-        session._close_at_exit()
-
-
 def _outputs_leftovers(outputs: Path) -> list[str]:
     """What is ours to remove from h3's session directory, whoever removes it (this session, or
     the next lock holder after this process died): the partial `video-NNNN.mp4` clips, then the
@@ -580,7 +551,7 @@ class _Job:
         return phase_words(self.last_event, before=self.before_progress)
 
 
-class SessionEngine:
+class SessionEngine(WarmEngine):
     """A warm h3: one interactive `h3` process reused across jobs while its inputs stay the same.
 
     Use it as a context manager, or keep one for a host's lifetime through
@@ -608,23 +579,17 @@ class SessionEngine:
         # Located exactly as the one-shot engine does (H3_BIN / PATH, H3_MODEL_DIR).
         self.engine_path = locate_engine(engine_path)
         self.model_dir = locate_model_dir(model_dir)
-        self.idle_timeout = idle_timeout
+        super().__init__(idle_timeout=idle_timeout, lock_path=lock_path)
         self.join_prompt_lines = join_prompt_lines
         self.stall_timeout = stall_timeout
         self.env = env
         self.cwd = cwd
-        self._lock = EngineLock(lock_path)
-        self._guard = threading.Lock()          # one job (or start/stop) at a time
         self._process: _SessionProcess | None = None
         self._identity: _EngineIdentity | None = None
         self._settings: SessionSettings | None = None
         self._outputs_dir: Path | None = None
-        self._hook_id: int | None = None
-        self._idle_timer: threading.Timer | None = None
-        self._last_used = time.monotonic()
         self.starts = 0            # processes started so far (tests and benchmarks read it)
         self.jobs = 0
-        _live_sessions.add(self)
 
     # ------------------------------------------------------------------ public surface
 
@@ -648,44 +613,24 @@ class SessionEngine:
         """What the running h3 currently holds, as far as the session knows."""
         return self._settings
 
-    def __enter__(self) -> "SessionEngine":
-        return self
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(warm_model=True, previews=False, exact_frames=False, remote=False,
+                                  multiline_prompts=self.join_prompt_lines)
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the process (graceful `!quit`), release the engine lock. The session stays usable."""
-        self._shutdown_when_free(wait=None)
-
-    def _shutdown_when_free(self, *, wait: float | None) -> bool:
-        """Once no job runs (waiting for a running one at most `wait` seconds; None: as long as
-        it takes), stop the process gracefully and release the lock. False if a job still runs."""
-        if not self._guard.acquire(timeout=-1 if wait is None else wait):
-            return False
-        try:
-            self._cancel_idle_timer()
-            self._shutdown(graceful=True)
-        finally:
-            self._guard.release()
-        return True
-
-    def _close_at_exit(self) -> None:
-        """atexit: like close(), but never waits for a job running in another thread (a ComfyUI
-        worker, a daemon thread): its engine is killed instead, so the host exits and no
-        orphaned h3 keeps the model in memory. The kernel frees the engine lock with us."""
-        if self._shutdown_when_free(wait=EXIT_JOB_WAIT):
-            return
-        process = self._process
-        if process is not None:
-            process.engine.stop()    # the job's thread sees the streams end and raises, if it still runs
-            self._remove_outputs_dir()
+    def check_supported(self, request: GenerationRequest) -> None:
+        """SessionUnsupportedError when the prompt or a file path cannot go through h3's line
+        protocol (several lines, surrounding whitespace, a leading '!'); see `session_prompt`."""
+        session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
+        SessionSettings.for_request(request)
 
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
-                 on_progress: ProgressCallback | None = None,
+                 on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
                  cancel: CancelToken | None = None) -> GenerationResult:
-        """Run one job in the warm process; same contract and result as OneShotEngine.generate.
+        """Run one job in the warm process; same contract and result as OneShotEngine.generate
+        (the `Engine` protocol). `on_preview` is accepted and never called: interactive h3 shows
+        denoise previews only on a terminal (`!show`).
 
         Before each job only the `!` commands for values that changed are sent, then the
         prompt. `result.command` lists exactly what was sent for this job. Frames, when
@@ -715,38 +660,27 @@ class SessionEngine:
         flags = _launch_flags(request)
         job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
                    on_progress=on_progress, cancel=cancel, stall_timeout=self.stall_timeout)
-        self._acquire_guard(job)
-        try:
-            self._cancel_idle_timer()
+        with self._job(on_progress=on_progress, cancel=cancel):
             try:
-                try:
-                    self._ensure_process(flags, job, references=_launch_references(request),
-                                         env=session_environment(self.env if self.env is not None
-                                                                 else engine_environment(tools)))
-                    assert self._settings is not None
-                    for command in commands_for_change(self._settings, target):
-                        self._command(command, job)
-                    produced, seed = self._run_prompt(line, job)
-                except BaseException:
-                    if not (job.in_sync and self._process is not None and self._process.alive()):
-                        # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
-                        # interrupted mid-exchange: the process state is unknown, so it goes.
-                        self._shutdown(graceful=False)
-                    # Otherwise h3 answered in full (a refused command, a failed generation) and
-                    # waits for the next line, as upstream's loop does: keep it.
-                    raise
-                self.jobs += 1
-                timings = job.tracker.finish(time.monotonic())
-                return self._finish(request, produced, destination, overwrite=overwrite, seed=seed,
-                                    want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
-            finally:
-                self._last_used = time.monotonic()
-                if self._process is not None and (has_in_process_waiters() or self._lock.others_waiting()):
-                    # Someone waits for the engine (policy in the module docstring).
-                    self._shutdown(graceful=True)
-                self._arm_idle_timer()
-        finally:
-            self._guard.release()
+                self._ensure_process(flags, job, references=_launch_references(request),
+                                     env=session_environment(self.env if self.env is not None
+                                                             else engine_environment(tools)))
+                assert self._settings is not None
+                for command in commands_for_change(self._settings, target):
+                    self._command(command, job)
+                produced, seed = self._run_prompt(line, job)
+            except BaseException:
+                if not (job.in_sync and self._process is not None and self._process.alive()):
+                    # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
+                    # interrupted mid-exchange: the process state is unknown, so it goes.
+                    self._shutdown(graceful=False)
+                # Otherwise h3 answered in full (a refused command, a failed generation) and
+                # waits for the next line, as upstream's loop does: keep it.
+                raise
+            self.jobs += 1
+            timings = job.tracker.finish(time.monotonic())
+            return self._finish(request, produced, destination, overwrite=overwrite, seed=seed,
+                                want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
 
     def _disk_needs(self, request: GenerationRequest, destination: Path | None) -> list[DiskNeed]:
         """Where a session job writes its clip: h3's own session folder (it ignores -o), then the
@@ -758,17 +692,6 @@ class SessionEngine:
         if destination is not None:
             needs.append(DiskNeed(existing_folder(destination.parent), "the output folder", clip))
         return needs
-
-    def _acquire_guard(self, job: _Job) -> None:
-        """Wait for this session's previous job (another thread's) to end: reported as
-        WAITING_PHASE and cancellable, like waiting for the machine-wide lock."""
-        report = waiting_reporter(job.on_progress)
-        started = time.monotonic()
-        while not self._guard.acquire(timeout=0.1):
-            if job.cancel is not None and job.cancel.cancelled:
-                raise GenerationCancelled("cancelled while waiting for the engine")
-            if report is not None:
-                report(time.monotonic() - started)
 
     def _finish(self, request: GenerationRequest, produced: Path, destination: Path | None, *, overwrite: bool,
                 seed: int, want_frames: bool, want_audio: bool, job: _Job,
@@ -823,7 +746,7 @@ class SessionEngine:
             self._shutdown(graceful=self._process.alive())
         if self._process is not None:
             return
-        self._lock.acquire(cancel=job.cancel, on_wait=waiting_reporter(job.on_progress))
+        self._take_engine_lock(on_progress=job.on_progress, cancel=job.cancel)
         try:
             home = Path(env["HOME"])
             try:
@@ -842,7 +765,6 @@ class SessionEngine:
             self._lock.record_engine(self._process.pid)
             self._identity = identity
             self.starts += 1
-            self._hook_id = register_yield_hook(self._yield_if_idle)
             job.before_progress = SESSION_STARTING
             self._read_banner(references, job)
             job.before_progress = SESSION_BEFORE_PROGRESS
@@ -867,12 +789,13 @@ class SessionEngine:
                 break
         self._settings = SessionSettings.from_status(status, references)
 
-    def _shutdown(self, *, graceful: bool) -> None:
-        """Stop the process (if any) and give the engine lock back. Caller holds the guard or owns the session."""
+    # WarmEngine's hooks: what the warm child is, and how it goes.
+
+    def _engine_running(self) -> bool:
+        return self._process is not None
+
+    def _stop_engine(self, *, graceful: bool) -> None:
         process, self._process = self._process, None
-        if self._hook_id is not None:
-            unregister_yield_hook(self._hook_id)
-            self._hook_id = None
         if process is not None:
             if graceful and process.alive():
                 process.quit()
@@ -881,9 +804,12 @@ class SessionEngine:
         self._settings = None
         self._identity = None
         self._remove_outputs_dir()
+
+    def _kill_engine_now(self) -> None:
+        process = self._process
         if process is not None:
-            self._lock.clear_engine()
-        self._lock.release()
+            process.engine.stop()    # the job's thread sees the streams end and raises, if it still runs
+            self._remove_outputs_dir()
 
     def _remove_outputs_dir(self) -> None:
         """h3 leaves its mkdtemp session directory (/tmp/h3-XXXXXX) behind. Every finished MP4 was
@@ -893,42 +819,6 @@ class SessionEngine:
         outputs, self._outputs_dir = self._outputs_dir, None
         if outputs is not None:
             remove_leftovers(_outputs_leftovers(outputs))
-
-    def _yield_if_idle(self) -> None:
-        """Lock yield hook: another job in this process waits for the engine."""
-        self._shutdown_when_free(wait=0)
-        # Busy: generate() sees has_in_process_waiters() when the job ends and steps aside then.
-
-    def _arm_idle_timer(self) -> None:
-        """While idle, check every IDLE_POLL seconds: idle timeout reached, or someone in another
-        process waiting for the engine (lock.py `others_waiting`) -> shut down."""
-        self._cancel_idle_timer()
-        if self._process is None:
-            return
-        timer = threading.Timer(min(self.idle_timeout, IDLE_POLL), self._idle_tick)
-        timer.daemon = True
-        timer.name = "h3-session-idle"
-        self._idle_timer = timer
-        timer.start()
-
-    def _cancel_idle_timer(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-
-    def _idle_tick(self) -> None:
-        if not self._guard.acquire(blocking=False):
-            return          # a job is running (or starting); it re-arms the timer when it ends
-        try:
-            if self._process is None:
-                return
-            idle_for = time.monotonic() - self._last_used
-            if idle_for >= self.idle_timeout * 0.99 or self._lock.others_waiting():
-                self._shutdown(graceful=True)
-            else:
-                self._arm_idle_timer()
-        finally:
-            self._guard.release()
 
     # ------------------------------------------------------------------ talking to h3
 
