@@ -470,7 +470,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- model: info, verify, plan
-# (MODEL helper: model.py, verify.py, memory.py)
+# (model/: inventory.py, verify.py, memory.py)
 
 def default_request_advice(model_dir: Path | None = None) -> str:
     """What the memory plan says about upstream's default request (864x480, 56 frames, 50 layers)

@@ -25,7 +25,7 @@ def platform_cache_dir() -> Path:
 
 
 def machine_dir() -> Path:
-    """The folder every account on this machine shares for the engine lock (lock.py): one pool
+    """The folder every account on this machine shares for the engine lock (engines/lock.py): one pool
     of unified memory means one engine per machine, not per user or per HOME.
 
     `/Users/Shared/h3bridge` on macOS (/Users/Shared is the system's folder for all accounts,

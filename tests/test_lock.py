@@ -310,7 +310,7 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _work_folder() -> Path:
-    """A work folder made exactly as the one-shot engine makes it (engine.py)."""
+    """A work folder made exactly as the one-shot engine makes it (engines/oneshot.py)."""
     import tempfile
     from h3bridge.engines.lock import WORKDIR_PREFIX
     return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))

@@ -1,4 +1,4 @@
-"""The engine lock as the one-shot engine uses it (engine.py holds it around each run)."""
+"""The engine lock as the one-shot engine uses it (engines/oneshot.py holds it around each run)."""
 from __future__ import annotations
 
 import threading

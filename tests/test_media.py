@@ -1,4 +1,4 @@
-"""media.py: PPM frames straight into one array, audio decode, input probing."""
+"""media/decode.py: PPM frames straight into one array, audio decode, input probing."""
 from __future__ import annotations
 
 from pathlib import Path

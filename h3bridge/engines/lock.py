@@ -512,7 +512,7 @@ def _own_folder(path: str, parent: str, name: re.Pattern[str]) -> bool:
 
 def own_leftover(entry: str) -> bool:
     """True when a leftover read from an engine record is h3bridge's own scratch, safe to remove:
-    - the one-shot engine's work folder, `<tempdir>/h3bridge-XXXXXXXX` (engine.py mkdtemp), or a
+    - the one-shot engine's work folder, `<tempdir>/h3bridge-XXXXXXXX` (oneshot.py mkdtemp), or a
       file directly in it;
     - a staging file `.h3bridge-<12 hex>.partial.mp4` (engine.staging_path), a regular file;
     - the warm session's `/tmp/h3-XXXXXX/` (interactive h3's mkdtemp), or the `video-[0-9]*.mp4`
