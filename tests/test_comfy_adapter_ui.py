@@ -202,7 +202,7 @@ def test_summary_names_reference_kinds_as_the_node_does(tmp_path: Path, fixture_
 # ----------------------------------------------------------------------------- termination
 
 TERMINATED_HOST = textwrap.dedent('''
-    import sys, threading
+    import signal, sys, threading
     from pathlib import Path
     import numpy as np
     from h3bridge.comfy import adapter
@@ -210,6 +210,10 @@ TERMINATED_HOST = textwrap.dedent('''
 
     base = Path(sys.argv[1])
     model = write_fixture_model(base / "model")
+    # A ComfyUI started from a terminal: the test runner itself may run under nohup or in the
+    # background, where SIGHUP/SIGTERM arrive ignored and the pack rightly leaves them so.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     assert adapter.install_termination_cleanup()
 
     class Rendering:       # an engine mid-render: holds the job until the host goes
@@ -254,13 +258,14 @@ def test_scratch_inputs_are_removed_when_the_host_is_terminated_mid_render(tmp_p
 
 
 TERMINATED_RENDER = textwrap.dedent('''
-    import sys, threading
+    import signal, sys, threading
     from pathlib import Path
     from h3bridge.comfy import adapter
     from h3bridge.sim.fixture import write_fixture_model
 
     base, engine = Path(sys.argv[1]), Path(sys.argv[2])
     model = write_fixture_model(base / "model")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)      # as started from a terminal (the runner may be nohup'ed)
     assert adapter.install_termination_cleanup()      # what loading the pack in ComfyUI does
 
     def job():      # a real one-shot h3-sim render, in a worker thread as ComfyUI runs it
