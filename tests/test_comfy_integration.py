@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import av
+import numpy as np
 import psutil
 import pytest
 
 from comfy_workflows import ui_to_api
 from core_helpers import assert_group_gone
+from h3bridge.comfy.adapter import frames_for, settings_from_node_values
+from h3bridge.hexgrid import chunk_for_cell, hex_grid
+from h3bridge.media.decode import decode_video_frames
 from h3bridge.request import PRESETS
 from h3bridge.sim.fixture import write_fixture_model
 
@@ -37,6 +41,7 @@ COMFYUI_PYTHON = os.environ.get("COMFYUI_PYTHON") or sys.executable
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "example_workflows"
 WORKFLOWS = ["h3_text_to_video_audio.json", "h3_first_last_frame.json", "h3_references.json"]
+HEX_EXAMPLE = "h3_hex_merge.json"     # two clips merged along hexagon edges: its own test
 
 if not COMFYUI_DIR:
     pytest.skip("set COMFYUI_DIR (and COMFYUI_PYTHON) to run the ComfyUI integration tests",
@@ -298,6 +303,111 @@ def test_example_workflow_runs_and_saves_an_mp4_with_audio(server: Server, name:
         assert "anchors: first=yes, last=yes" in summary
 
 
+def test_hex_nodes_are_listed_with_the_other_h3_nodes_and_every_input_has_a_tooltip(server: Server) -> None:
+    info = server.object_info
+    category = info["H3Generate"]["category"]
+    assert info["H3HexGrid"]["category"] == info["H3HexMerge"]["category"] == category
+    assert info["H3HexGrid"]["display_name"] == "H3 Hex Grid" and info["H3HexMerge"]["display_name"] == "H3 Hex Merge"
+    assert info["H3HexGrid"]["output"] == ["MASK", "IMAGE", "H3_CELLS"]
+    assert info["H3HexMerge"]["output"] == ["IMAGE", "AUDIO"]
+    assert info["H3HexMerge"]["input"]["required"]["cells"][0] == "H3_CELLS"
+    for node_id in ("H3HexGrid", "H3HexMerge"):
+        sections = info[node_id]["input"]
+        specs = {name: spec for section in ("required", "optional") for name, spec in sections.get(section, {}).items()}
+        assert specs, node_id
+        for name, spec in specs.items():
+            assert len(spec) > 1 and spec[1].get("tooltip"), (node_id, name, spec)
+
+
+def _hex_example_probes(prompt: dict) -> tuple[dict, list[str]]:
+    """The shipped hex example plus a Save Video of each H3 Generate's clip (streams copied, not
+    re-encoded): the clips the merge was given. Returns the prompt and the generate node ids in
+    the order their frames enter H3 Hex Merge (image_0, image_1, ...)."""
+    prompt = json.loads(json.dumps(prompt))
+    merge = next(node for node in prompt.values() if node["class_type"] == "H3HexMerge")
+    slots = sorted((name for name in merge["inputs"] if name.startswith("images.")),
+                   key=lambda name: int(name.rsplit("_", 1)[1]))
+    generate_ids = []
+    for slot in slots:
+        components_id = merge["inputs"][slot][0]           # GetVideoComponents <- H3 Generate's VIDEO
+        generate_id = prompt[components_id]["inputs"]["video"][0]
+        assert prompt[generate_id]["class_type"] == "H3Generate"
+        generate_ids.append(generate_id)
+    for number, generate_id in enumerate(generate_ids):
+        prompt[f"95{number}"] = {"class_type": "SaveVideo", "inputs": {
+            "video": [generate_id, 0], "filename_prefix": f"video/hex_clip_{number}", "format": "auto",
+            "codec": "auto"}}
+    return prompt, generate_ids
+
+
+def _deep_inside(weight: np.ndarray, margin: int) -> np.ndarray:
+    """bool [H, W]: pixels whose whole (2 margin + 1)^2 neighbourhood has weight 1, i.e. well away
+    from every overlap band (where H.264's blocks and chroma subsampling reach no other clip)."""
+    full = weight >= 1.0 - 1e-6
+    deep = full.copy()
+    height, width = full.shape
+    for dy in range(-margin, margin + 1):
+        for dx in range(-margin, margin + 1):
+            shifted = np.zeros_like(full)
+            shifted[max(-dy, 0):height - max(dy, 0), max(-dx, 0):width - max(dx, 0)] = \
+                full[max(dy, 0):height + min(dy, 0), max(dx, 0):width + min(dx, 0)]
+            deep &= shifted
+    return deep
+
+
+def test_hex_merge_example_blends_two_clips_along_hexagon_edges(server: Server) -> None:
+    """The shipped example as it is: two H3 clips, an H3 grid, the merge, Save Video. The saved MP4
+    has the clips' size and length, and deep inside every cell it shows the clip that cell takes
+    (hexgrid.chunk_for_cell over the library's own grid), not the other one."""
+    workflow = json.loads((EXAMPLES / HEX_EXAMPLE).read_text())
+    assert {"nodes", "links", "version"} <= set(workflow)
+    prompt, generate_ids = _hex_example_probes(ui_to_api(workflow, server.object_info))
+    assert len(generate_ids) == 2
+    entry = server.wait(server.queue(prompt), timeout=300)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
+    outputs = entry["outputs"]
+
+    settings = [settings_from_node_values(prompt[i]["inputs"]) for i in generate_ids]
+    width, height = settings[0].width, settings[0].height
+    frames = frames_for(settings[0])
+    assert all((s.width, s.height, frames_for(s)) == (width, height, frames) for s in settings)
+    grid_node = next(node["inputs"] for node in prompt.values() if node["class_type"] == "H3HexGrid")
+    assert (grid_node["width"], grid_node["height"]) == (width, height)
+
+    save_id = next(i for i, node in prompt.items() if node["class_type"] == "SaveVideo" and not i.startswith("95"))
+    saved = _output_file(server, outputs[save_id]["images"][0])
+    with av.open(str(saved)) as container:
+        video = container.streams.video[0]
+        assert (video.codec_context.width, video.codec_context.height) == (width, height)
+        assert sum(1 for _ in container.decode(video)) == frames
+        audio = container.streams.audio[0]          # the first clip's soundtrack, passed through
+        assert audio.codec_context.sample_rate == 32000 and audio.codec_context.channels == 2
+
+    merged = decode_video_frames(saved, frames, width, height).astype(np.int16)
+    clips = [decode_video_frames(_output_file(server, outputs[f"95{n}"]["images"][0]), frames, width, height)
+             .astype(np.int16) for n in range(len(generate_ids))]
+    assert np.abs(clips[0] - clips[1]).mean() > 20          # two different clips (prompts and seeds differ)
+
+    grid = hex_grid(width, height, grid_node["resolution"], grid_node["overlap"])
+    for number, clip in enumerate(clips):
+        other = clips[1 - number]
+        weight = np.zeros((height, width), np.float32)
+        for cell in range(len(grid)):
+            if chunk_for_cell(cell, len(clips)) == number:
+                weight += grid.weight_map(cell)
+        deep = _deep_inside(weight, margin=4)
+        assert deep.mean() > 0.2, f"clip {number} owns almost no pixels outright"
+        # Within H.264's error of its own clip ...
+        error = np.abs(merged[:, deep] - clip[:, deep])
+        assert error.mean() < 4 and np.percentile(error, 99) < 16, (number, error.mean())
+        # ... and nothing like the other clip there.
+        assert np.abs(merged[:, deep] - other[:, deep]).mean() > 20
+    # Every pixel is some blend of the two: the transition is inside the bands, not a third picture.
+    low, high = np.minimum(clips[0], clips[1]), np.maximum(clips[0], clips[1])
+    outside = np.maximum(low - merged, merged - high)
+    assert np.percentile(outside, 99) < 16
+
+
 def test_examples_are_templates_with_thumbnails(server: Server) -> None:
     """ComfyUI lists example_workflows/*.json as the pack's templates, and the template browser shows
     /api/workflow_templates/<pack>/<name>.jpg beside each (app/custom_node_manager.py, the frontend's
@@ -320,12 +430,13 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
     if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
         pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
     script = Path(__file__).with_name("comfy_frontend_load.py")
+    names = [*WORKFLOWS, HEX_EXAMPLE]
     run = subprocess.run([COMFYUI_PYTHON, str(script), server.url, "--screenshots", str(tmp_path),
-                          *(str(EXAMPLES / name) for name in WORKFLOWS)],
+                          *(str(EXAMPLES / name) for name in names)],
                          capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)
-    for name in WORKFLOWS:
+    for name in names:
         workflow = json.loads((EXAMPLES / name).read_text())
         loaded = report[name]
         assert loaded["missing"] == [] and loaded["count"] == len(workflow["nodes"])

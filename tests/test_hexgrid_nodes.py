@@ -1,5 +1,12 @@
-"""The H3 Hex Grid / H3 Hex Merge ComfyUI nodes, called in-process. Needs ComfyUI importable
-(COMFYUI_DIR on sys.path, with torch); skipped otherwise. The logic is tested in test_hexgrid.py."""
+"""The H3 Hex Grid / H3 Hex Merge ComfyUI nodes, called in-process. Needs ComfyUI importable, so
+it runs in ComfyUI's own python (torch, comfy_api) with the checkout on sys.path; skipped otherwise.
+The logic is tested in test_hexgrid.py, the nodes inside a running server in test_comfy_integration.py.
+
+    cd /work/main && COMFYUI_DIR=/tmp/comfy-bed/ComfyUI /tmp/comfy-bed/venv/bin/python -m pytest -q \
+        tests/test_hexgrid_nodes.py
+
+(`python -m pytest` from the checkout puts h3bridge on sys.path; that python needs pytest,
+hypothesis and pytest-timeout besides requirements.txt.)"""
 from __future__ import annotations
 
 import os
@@ -11,6 +18,11 @@ import pytest
 if os.environ.get("COMFYUI_DIR") and os.environ["COMFYUI_DIR"] not in sys.path:
     sys.path.insert(0, os.environ["COMFYUI_DIR"])
 torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
+cli_args = pytest.importorskip("comfy.cli_args", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
+# In-process ComfyUI parses no command line: without --cpu, importing comfy.model_management
+# (nodes.py does) asks CUDA for a device and fails on machines without a GPU driver. ComfyUI's own
+# unit tests set the flag the same way.
+cli_args.args.cpu = True
 pytest.importorskip("comfy_api.latest", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
 
 from h3bridge.comfy.hex_nodes import HEX_NODES, H3HexGridNode, H3HexMergeNode  # noqa: E402
