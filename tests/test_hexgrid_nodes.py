@@ -6,7 +6,8 @@ The logic is tested in test_hexgrid.py, the nodes inside a running server in tes
         tests/test_hexgrid_nodes.py
 
 (`python -m pytest` from the checkout puts h3bridge on sys.path; that python needs pytest,
-hypothesis and pytest-timeout besides requirements.txt.)"""
+hypothesis and pytest-timeout besides requirements.txt.) In the project's venv (no torch) this
+module skips, also when collected with test_comfy_integration.py, which runs there."""
 from __future__ import annotations
 
 import os
@@ -15,9 +16,12 @@ import sys
 import numpy as np
 import pytest
 
+torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
+# Only now: with ComfyUI on sys.path but no torch, the repository root's __init__.py (which pytest
+# imports as a package, and which loads the nodes when comfy_api is importable) would break every
+# other test module collected in the same run.
 if os.environ.get("COMFYUI_DIR") and os.environ["COMFYUI_DIR"] not in sys.path:
     sys.path.insert(0, os.environ["COMFYUI_DIR"])
-torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
 cli_args = pytest.importorskip("comfy.cli_args", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
 # In-process ComfyUI parses no command line: without --cpu, importing comfy.model_management
 # (nodes.py does) asks CUDA for a device and fails on machines without a GPU driver. ComfyUI's own
