@@ -10,17 +10,10 @@ import pytest
 
 from h3bridge.errors import IntegrityError, ModelError
 from h3bridge.model.inventory import inspect_model
+from model_helpers import model, template  # noqa: F401  (fixtures)
 from h3bridge.sim.fixture import TensorSpec, write_fixture_model, write_safetensors
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_fixture_model(tmp_path_factory.mktemp("template") / "MiniMax-H3")
-
-
-@pytest.fixture
-def model(template: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(template, tmp_path / "MiniMax-H3"))
 
 
 def kinds(root: Path) -> dict[str, str]:

@@ -19,6 +19,7 @@ from h3bridge.model.memory import check_model_for, preflight, MachineFacts
 from h3bridge.model.inventory import inspect_model
 from h3bridge.request import GenerationRequest, Reference, ReferenceKind
 from h3bridge.model.safetensors import read_header
+from model_helpers import model, template  # noqa: F401  (fixtures)
 from h3bridge.sim.fixture import write_fixture_model
 from h3bridge.model.verify import sha256_file, verify_model
 
@@ -34,14 +35,6 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_fixture_model(tmp_path_factory.mktemp("template") / "MiniMax-H3")
-
-
-@pytest.fixture
-def model(template: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(template, tmp_path / "MiniMax-H3"))
 
 
 def image_reference(tmp_path: Path) -> Reference:
