@@ -293,6 +293,10 @@ def test_watchdog_stops_a_hung_session_and_the_next_job_starts_afresh(model_dir:
         assert pids and live_group_members(pids[0]) == [] and wait_until(lambda: group_gone(pids[0]))
         assert not session.running and not (tmp_path / "a.mp4").exists()
         monkeypatch.delenv("H3_SIM_HANG_PHASE")
+        # The 1 s watchdog was for the hang; a fresh start on a loaded machine can be silent for
+        # longer than that (h3-sim's own start-up took 1.4 s at load 15), so the next job gets
+        # the usual allowance: what is tested is that it starts afresh, not how fast.
+        session.stall_timeout = 60.0
         assert session.generate(fast_request(), tmp_path / "a.mp4", want_frames=False).video_path.is_file()
         assert session.starts == 2
 
