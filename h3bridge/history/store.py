@@ -173,13 +173,12 @@ class HistoryStore:
     # ------------------------------------------------------------------ connections
 
     @contextmanager
-    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection]:
-        """A connection to a checked history file (created when `create` and missing)."""
+    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection | None]:
+        """A connection to a checked history file (created when `create` and missing); None
+        when reading a file that holds no history yet (another process is just creating it)."""
         if self.path is None:
             raise HistoryUnavailable("the job history is turned off", hint=f"unset {HISTORY_PATH_ENV}")
         path = self.path
-        if not create and not path.exists():
-            raise HistoryUnavailable(f"no job history yet at {path}", hint="render a clip first")
         try:
             if create:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,17 +188,18 @@ class HistoryStore:
         try:
             try:
                 connection.execute("PRAGMA foreign_keys = ON")
-                self._check_schema(connection, create=create)
+                ready = self._check_schema(connection, create=create)
             except sqlite3.Error as error:
                 raise self._unavailable(error) from None
-            yield connection
+            yield connection if ready else None
         finally:
             connection.close()
 
-    def _check_schema(self, connection: sqlite3.Connection, *, create: bool) -> None:
+    def _check_schema(self, connection: sqlite3.Connection, *, create: bool) -> bool:
+        """True when the file holds our tables (made now if `create` and it is empty)."""
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
-            return
+            return True
         tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         if version > SCHEMA_VERSION:
             raise HistoryUnavailable(f"the job history {self.path} was written by a newer h3bridge "
@@ -210,7 +210,7 @@ class HistoryStore:
                                      f"{', '.join(tables) or 'none'})",
                                      hint=f"move that file away, or set {HISTORY_PATH_ENV} to another file")
         if not create:
-            raise HistoryUnavailable(f"no job history yet at {self.path}", hint="render a clip first")
+            return False
         # An empty database: make it ours. WAL first (it cannot change inside a transaction;
         # it stays set in the file), then the tables, in one transaction that re-checks, so
         # two processes creating the file at once end with one schema.
@@ -226,6 +226,7 @@ class HistoryStore:
         except BaseException:
             connection.execute("ROLLBACK")
             raise
+        return True
 
     def _unavailable(self, error: BaseException) -> HistoryUnavailable:
         text = str(error) or type(error).__name__
@@ -245,6 +246,7 @@ class HistoryStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._connect(create=True) as connection:
+            assert connection is not None       # create=True makes the tables
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 try:
@@ -311,6 +313,8 @@ class HistoryStore:
         if self.path is not None and not self.path.exists():
             return []
         with self._connect(create=False) as connection:
+            if connection is None:
+                return []
             return self._rows(connection, "SELECT * FROM jobs ORDER BY started_at DESC, id DESC LIMIT ?", (limit,))
 
     def completed_jobs(self, *, device: Device | None = None, shape: str | None = None,
@@ -332,6 +336,8 @@ class HistoryStore:
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         with self._connect(create=False) as connection:
+            if connection is None:
+                return []
             return self._rows(connection, query, values)
 
     def _rows(self, connection: sqlite3.Connection, query: str, values: Sequence[Any]) -> list[JobRow]:
