@@ -15,7 +15,9 @@ The decorated `generate` (the `Engine` protocol's signature) then
   (`completed`, `failed` with the message, `cancelled`), the run and waiting times and each
   phase's seconds. Completed jobs keep the engine's own `result.timings` when it has them;
   otherwise (and for failed or cancelled jobs) the phases are timed from the ProgressEvents
-  as they arrive here. A request refused before anything ran (`before_start` errors: a bad
+  as they arrive here. A completed job also gets `finishing` (stats.FINISHING): from the last
+  progress record to `generate` returning (publishing, reading frames and audio back), which
+  the ETA counts too. A request refused before anything ran (`before_start` errors: a bad
   request, an existing output, a full disk, a request this engine cannot take) leaves no row.
 
 The engine's name is the decorator's argument. The device is this machine
