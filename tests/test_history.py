@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core_helpers import fast_request, model_dir, sim_engine_path  # noqa: F401  (fixture)
+from core_helpers import fast_request, sim_engine_path
+from h3bridge.sim.fixture import write_fixture_model
 from h3bridge import CancelToken, EngineError, GenerationCancelled, OneShotEngine, OutputExistsError, ProgressEvent
 from h3bridge.engines.session import SessionEngine
 from h3bridge.history import HistoryStore, local_device, shape_key
@@ -25,6 +26,12 @@ T2VA_PHASES = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "
                "denoise enqueue", "denoise", "audio VAE", "video VAE load", "FFmpeg"]
 
 
+@pytest.fixture(scope="module")
+def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny fixture model for h3-sim (h3bridge/sim/fixture.py)."""
+    return write_fixture_model(tmp_path_factory.mktemp("model") / "MiniMax-H3")
+
+
 @pytest.fixture(autouse=True)
 def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The session's h3 gets its HOME in the cache directory (session_home): a private one here.
@@ -33,11 +40,11 @@ def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(params=["one-shot", "session"])
-def engine(request: pytest.FixtureRequest, model_dir: Path):  # noqa: F811
+def engine(request: pytest.FixtureRequest, sim_model: Path):
     if request.param == "one-shot":
-        yield OneShotEngine(sim_engine_path(), model_dir)
+        yield OneShotEngine(sim_engine_path(), sim_model)
     else:
-        with SessionEngine(sim_engine_path(), model_dir) as session:
+        with SessionEngine(sim_engine_path(), sim_model) as session:
             yield session
 
 
@@ -117,8 +124,8 @@ def test_a_cancelled_job_is_recorded_as_cancelled(engine, tmp_path: Path, monkey
     assert FINISHING not in row.phases
 
 
-def test_a_refused_request_leaves_no_row(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
-    engine = OneShotEngine(sim_engine_path(), model_dir)
+def test_a_refused_request_leaves_no_row(tmp_path: Path, sim_model: Path) -> None:
+    engine = OneShotEngine(sim_engine_path(), sim_model)
     existing = tmp_path / "existing.mp4"
     existing.write_bytes(b"the user's clip")
     with pytest.raises(OutputExistsError):
@@ -129,9 +136,9 @@ def test_a_refused_request_leaves_no_row(tmp_path: Path, model_dir: Path) -> Non
     assert existing.read_bytes() == b"the user's clip"
 
 
-def test_waiting_for_the_engine_is_recorded_apart_from_the_phases(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
+def test_waiting_for_the_engine_is_recorded_apart_from_the_phases(tmp_path: Path, sim_model: Path) -> None:
     from h3bridge.engines.lock import engine_lock
-    engine = OneShotEngine(sim_engine_path(), model_dir)
+    engine = OneShotEngine(sim_engine_path(), sim_model)
     waiting = threading.Event()
     results: list[object] = []
 
@@ -163,12 +170,12 @@ def test_a_job_whose_process_died_shows_as_interrupted(tmp_path: Path) -> None:
     assert statuses == {job_id: INTERRUPTED, mine: RUNNING}
 
 
-def test_history_path_env_empty_turns_the_history_off(tmp_path: Path, model_dir: Path,  # noqa: F811
+def test_history_path_env_empty_turns_the_history_off(tmp_path: Path, sim_model: Path,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv(store_module.HISTORY_PATH_ENV, "")
     assert history_path() is None
-    OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), tmp_path / "off.mp4")
+    OneShotEngine(sim_engine_path(), sim_model).generate(fast_request(), tmp_path / "off.mp4")
     assert (tmp_path / "off.mp4").is_file() and history_warnings(caplog) == []
     assert not (tmp_path / "home" / "cache" / "history.sqlite").exists()
 
@@ -187,8 +194,8 @@ def _etas(engine, tmp_path: Path, name: str) -> list[tuple[str, float | None]]:
     return seen
 
 
-def test_progress_carries_an_eta_only_once_the_shape_has_run_here(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
-    engine = OneShotEngine(sim_engine_path(), model_dir)
+def test_progress_carries_an_eta_only_once_the_shape_has_run_here(tmp_path: Path, sim_model: Path) -> None:
+    engine = OneShotEngine(sim_engine_path(), sim_model)
     first = _etas(engine, tmp_path, "first.mp4")
     assert first and all(eta is None for _, eta in first)         # no past runs: no estimate
     second = _etas(engine, tmp_path, "second.mp4")                # the first run is a past run now
@@ -199,7 +206,7 @@ def test_progress_carries_an_eta_only_once_the_shape_has_run_here(tmp_path: Path
     assert other_shape and all(eta is None for eta in other_shape)
 
 
-def test_the_eta_is_the_past_runs_seconds_still_to_go(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
+def test_the_eta_is_the_past_runs_seconds_still_to_go(tmp_path: Path, sim_model: Path) -> None:
     """Past runs of 100 s of text encoder and 300 s of denoising (medians over three): when the
     denoise loop starts, the text encoder is behind and the loop and the rest are ahead."""
     store = HistoryStore()
@@ -213,7 +220,7 @@ def test_the_eta_is_the_past_runs_seconds_still_to_go(tmp_path: Path, model_dir:
 
     def on_progress(event: ProgressEvent) -> None:
         events.setdefault(event.phase, []).append(event.eta)
-    OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), tmp_path / "eta.mp4", on_progress=on_progress)
+    OneShotEngine(sim_engine_path(), sim_model).generate(fast_request(), tmp_path / "eta.mp4", on_progress=on_progress)
     # 2 steps: "denoise enqueue" 0/2 starts the loop: 300 s loop (enqueue + the final denoise
     # record, weighed as one) + audio VAE 5 + FFmpeg 4 + finishing 2 remain.
     assert events["denoise enqueue"][0] == pytest.approx(311.0)
@@ -224,25 +231,25 @@ def test_the_eta_is_the_past_runs_seconds_still_to_go(tmp_path: Path, model_dir:
 
 # ----------------------------------------------------------------------------- broken or locked files
 
-def _render_despite_history(tmp_path: Path, model_dir: Path, caplog: pytest.LogCaptureFixture) -> list[str]:  # noqa: F811
+def _render_despite_history(tmp_path: Path, sim_model: Path, caplog: pytest.LogCaptureFixture) -> list[str]:
     caplog.set_level(logging.WARNING, logger="h3bridge.history")
     output = tmp_path / "still-rendered.mp4"
-    result = OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), output)
+    result = OneShotEngine(sim_engine_path(), sim_model).generate(fast_request(), output)
     assert result.video_path == output and output.stat().st_size > 0
     return history_warnings(caplog)
 
 
-def test_corrupt_bytes_are_skipped_with_one_warning_and_kept(tmp_path: Path, model_dir: Path,  # noqa: F811
+def test_corrupt_bytes_are_skipped_with_one_warning_and_kept(tmp_path: Path, sim_model: Path,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     path = history_path()
     junk = b"these are not the bytes of an SQLite database\n" * 200
     path.write_bytes(junk)
-    [warning] = _render_despite_history(tmp_path, model_dir, caplog)
+    [warning] = _render_despite_history(tmp_path, sim_model, caplog)
     assert str(path) in warning and "damaged" in warning and "fix: move that file away" in warning
     assert path.read_bytes() == junk
 
 
-def test_another_programs_database_is_skipped_with_one_warning_and_untouched(tmp_path: Path, model_dir: Path,  # noqa: F811
+def test_another_programs_database_is_skipped_with_one_warning_and_untouched(tmp_path: Path, sim_model: Path,
                                                                              caplog: pytest.LogCaptureFixture) -> None:
     path = history_path()
     with sqlite3.connect(path) as theirs:
@@ -250,28 +257,28 @@ def test_another_programs_database_is_skipped_with_one_warning_and_untouched(tmp
         theirs.execute("INSERT INTO notes VALUES ('mine')")
     theirs.close()
     before = path.read_bytes()
-    [warning] = _render_despite_history(tmp_path, model_dir, caplog)
+    [warning] = _render_despite_history(tmp_path, sim_model, caplog)
     assert "is not an h3bridge job history" in warning and "notes" in warning
     assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
-def test_a_newer_schema_is_skipped_with_one_warning(tmp_path: Path, model_dir: Path,  # noqa: F811
+def test_a_newer_schema_is_skipped_with_one_warning(tmp_path: Path, sim_model: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     path = history_path()
     HistoryStore().forget_job(0)       # creates an empty history of ours
     with sqlite3.connect(path) as connection:
         connection.execute(f"PRAGMA user_version = {store_module.SCHEMA_VERSION + 1}")
     connection.close()
-    [warning] = _render_despite_history(tmp_path, model_dir, caplog)
+    [warning] = _render_despite_history(tmp_path, sim_model, caplog)
     assert "newer h3bridge" in warning
 
 
-def test_a_folder_in_its_place_is_skipped_with_one_warning(tmp_path: Path, model_dir: Path,  # noqa: F811
+def test_a_folder_in_its_place_is_skipped_with_one_warning(tmp_path: Path, sim_model: Path,
                                                            caplog: pytest.LogCaptureFixture) -> None:
     path = history_path()
     path.mkdir()
     (path / "keep.txt").write_text("mine")
-    [warning] = _render_despite_history(tmp_path, model_dir, caplog)
+    [warning] = _render_despite_history(tmp_path, sim_model, caplog)
     assert "is a folder" in warning
     assert [p.name for p in path.iterdir()] == ["keep.txt"]
 
@@ -291,7 +298,7 @@ connection.execute("ROLLBACK")
 
 
 @pytest.mark.parametrize("how", ["transaction", "exclusive-mode"])
-def test_a_locked_history_is_skipped_with_one_warning(tmp_path: Path, model_dir: Path,  # noqa: F811
+def test_a_locked_history_is_skipped_with_one_warning(tmp_path: Path, sim_model: Path,
                                                       caplog: pytest.LogCaptureFixture,
                                                       monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """Another process holds an exclusive lock on the history (a `sqlite3` shell left in a
@@ -303,7 +310,7 @@ def test_a_locked_history_is_skipped_with_one_warning(tmp_path: Path, model_dir:
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        [warning] = _render_despite_history(tmp_path, model_dir, caplog)
+        [warning] = _render_despite_history(tmp_path, sim_model, caplog)
         assert "locked by another program" in warning
     finally:
         holder.communicate("go\n", timeout=30)

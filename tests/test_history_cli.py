@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core_helpers import model_dir, sim_engine_path  # noqa: F401  (fixture)
+from core_helpers import sim_engine_path
+from h3bridge.sim.fixture import write_fixture_model
 from h3bridge.cli import PhaseProgressBars, main
 from h3bridge.comfy.adapter import NodeText, ProgressForwarder
 from h3bridge.history import HistoryStore
@@ -23,6 +24,12 @@ from h3bridge.progress import ProgressEvent
 FAST_FLAGS = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2"]
 STUDIO = Device("Apple M3 Ultra", 256 * 2**30)
 LAPTOP = Device("Apple M4 Pro", 48 * 2**30)
+
+
+@pytest.fixture(scope="module")
+def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny fixture model for h3-sim (h3bridge/sim/fixture.py)."""
+    return write_fixture_model(tmp_path_factory.mktemp("model") / "MiniMax-H3")
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -147,8 +154,8 @@ def test_history_refuses_a_non_positive_limit(capsys: pytest.CaptureFixture[str]
 
 # ----------------------------------------------------------------------------- the ETA, shown
 
-def test_generate_shows_an_eta_once_the_shape_has_run_on_this_machine(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    engine = ["--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
+def test_generate_shows_an_eta_once_the_shape_has_run_on_this_machine(sim_model: Path, tmp_path: Path) -> None:
+    engine = ["--engine-path", str(sim_engine_path()), "--model-dir", str(sim_model)]
     first = cli("generate", "-p", "a red fox", *FAST_FLAGS, "-o", str(tmp_path / "a.mp4"), *engine)
     assert first.returncode == 0, first.stderr
     assert "h3bridge: denoise (overall" in first.stderr and "ETA" not in first.stderr
@@ -167,10 +174,10 @@ def test_generate_shows_an_eta_once_the_shape_has_run_on_this_machine(model_dir:
     assert jobs[0]["program"] in ("cli.py", "__main__.py", "h3bridge") and jobs[0]["pid"] != os.getpid()
 
 
-def test_a_broken_history_warns_once_on_the_cli_and_the_clip_is_made(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_broken_history_warns_once_on_the_cli_and_the_clip_is_made(sim_model: Path, tmp_path: Path) -> None:
     history_path().write_bytes(b"\0garbage" * 500)
     done = cli("generate", "-p", "a red fox", *FAST_FLAGS, "-o", str(tmp_path / "a.mp4"),
-               "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir))
+               "--engine-path", str(sim_engine_path()), "--model-dir", str(sim_model))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "a.mp4").stat().st_size > 0
     assert done.stderr.count("job history skipped") == 1 and "the render goes on" in done.stderr

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core_helpers import model_dir, sim_engine_path  # noqa: F401  (fixture)
+import pytest
+
+from core_helpers import sim_engine_path
+from h3bridge.sim.fixture import write_fixture_model
 from h3bridge.history import HistoryStore
 from h3bridge.history.store import COMPLETED, FAILED
 
@@ -44,6 +47,12 @@ for index in range(jobs):
 print("\n".join(warnings), file=sys.stderr)
 sys.exit(1 if warnings else 0)
 """
+
+
+@pytest.fixture(scope="module")
+def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny fixture model for h3-sim (h3bridge/sim/fixture.py)."""
+    return write_fixture_model(tmp_path_factory.mktemp("model") / "MiniMax-H3")
 
 
 def test_two_processes_recording_at_once_lose_no_row() -> None:
@@ -83,9 +92,9 @@ def test_two_processes_recording_at_once_lose_no_row() -> None:
     assert sum(a != b for a, b in zip(order, order[1:])) > 1
 
 
-def test_two_cli_renders_at_once_are_both_recorded(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_two_cli_renders_at_once_are_both_recorded(sim_model: Path, tmp_path: Path) -> None:
     """Two `h3bridge generate` processes: one waits for the other's engine; both jobs are in the history."""
-    engine = ["--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)]
+    engine = ["--engine-path", str(sim_engine_path()), "--model-dir", str(sim_model)]
     flags = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2", "--quiet", "--json"]
     children = [subprocess.Popen([sys.executable, "-m", "h3bridge.cli", "generate", "-p", f"fox {n}", *flags,
                                   "-o", str(tmp_path / f"{n}.mp4"), *engine], text=True, env=dict(os.environ),

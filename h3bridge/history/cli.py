@@ -37,25 +37,24 @@ def add_stats_command(subparsers: argparse._SubParsersAction) -> None:
 
 def run_history(args: argparse.Namespace) -> int:
     rows = HistoryStore().recent_jobs(args.limit)
-    if args.json:
-        print(json.dumps([row.as_json() for row in rows], indent=2))
-        return 0
-    if not rows:
-        print(f"no jobs in {history_path()} yet", file=sys.stderr)
-        return 0
-    print("\n".join(history_lines(rows)))
-    return 0
+    return _print([row.as_json() for row in rows] if args.json else None,
+                  history_lines(rows) if rows else None, f"no jobs in {history_path()} yet")
 
 
 def run_stats(args: argparse.Namespace) -> int:
     stats = shape_stats(HistoryStore().completed_jobs())
-    if args.json:
-        print(json.dumps([item.as_json() for item in stats], indent=2))
-        return 0
-    if not stats:
-        print(f"no completed jobs in {history_path()} yet", file=sys.stderr)
-        return 0
-    print("\n".join(stats_lines(stats)))
+    return _print([item.as_json() for item in stats] if args.json else None,
+                  stats_lines(stats) if stats else None, f"no completed jobs in {history_path()} yet")
+
+
+def _print(as_json: list[dict[str, object]] | None, lines: list[str] | None, nothing: str) -> int:
+    """JSON on stdout when asked for; else the lines, or (stderr) that there is nothing yet."""
+    if as_json is not None:
+        print(json.dumps(as_json, indent=2))
+    elif lines:
+        print("\n".join(lines))
+    else:
+        print(nothing, file=sys.stderr)
     return 0
 
 
