@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 from .cancel import CancelToken
 from .engines.protocol import Engine
 from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
+from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from .progress import ProgressEvent
 from .request import (
     DEFAULT_HEIGHT,
@@ -182,7 +183,7 @@ class PhaseProgressBars:
         if not self.terminal:
             if event.phase != self._phase:
                 self._phase = event.phase
-                print(f"h3bridge: {event.phase} (overall {event.fraction:.0%}, {event.elapsed:.1f} s)",
+                print(f"h3bridge: {event.phase} (overall {event.fraction:.0%}, {event.elapsed:.1f} s{eta_suffix(event)})",
                       file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
@@ -194,7 +195,8 @@ class PhaseProgressBars:
                              bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
         self._bar.ncols = bar_columns()      # follows a resized terminal, like dynamic_ncols
         self._bar.n = event.done
-        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s", refresh=False)
+        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s{eta_suffix(event)}",
+                                  refresh=False)
         self._bar.refresh()
 
     def close(self) -> None:
@@ -641,7 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
-    for add_command in [*SUBCOMMANDS, add_hexgrid_command]:
+    from .history.cli import add_history_command, add_stats_command     # the job history, h3bridge/history
+    for add_command in [*SUBCOMMANDS, add_hexgrid_command, add_history_command, add_stats_command]:
         add_command(subparsers)
     return parser
 

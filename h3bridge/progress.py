@@ -19,6 +19,9 @@ class ProgressEvent:
     total: int
     fraction: float     # overall job fraction 0..1, phase-weighted
     elapsed: float      # seconds since the job started
+    # Seconds left, estimated from past runs of the same shape on this machine (history/eta.py);
+    # None when there are none (the upstream cost model's seconds are another machine's).
+    eta: float | None = None
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
@@ -140,6 +143,10 @@ class ProgressTracker:
         if record is None or not (complete or is_complete_progress(text)):
             return None
         return self.update(*record, now=now)
+
+    def remaining_weight(self) -> float:
+        """The weight (expected seconds, when the weights are seconds) not yet done."""
+        return max(0.0, self.total_weight * (1.0 - self._fraction))
 
     def finish(self, now: float) -> dict[str, float]:
         """Close the running phase; return seconds per phase plus "total"."""

@@ -27,6 +27,7 @@ from ..errors import (H3BridgeError, ModelError, RequestError, SessionUnsupporte
                       UnsupportedRequestError)
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model.inventory import inspect_model
+from ..history.eta import format_eta
 from ..progress import ProgressEvent
 from ..prompt import StructuredPrompt, clean_prompt_text
 from ..media.references import (
@@ -406,11 +407,15 @@ class ProgressForwarder:
     so the bar shows overall progress, not the current phase's.
     """
 
-    def __init__(self, update: Callable[[int, int], None], total: int = PROGRESS_STEPS) -> None:
+    def __init__(self, update: Callable[[int, int], None], total: int = PROGRESS_STEPS, *,
+                 on_eta: Callable[[str], None] | None = None) -> None:
         self._update = update
         self._total = total
         self._value = -1
         self.last_phase = ""
+        # The time left from past runs (ProgressEvent.eta, history/eta.py), as text, each change once.
+        self._on_eta = on_eta
+        self._eta_text: str | None = None
 
     def __call__(self, event: ProgressEvent) -> None:
         self.last_phase = event.phase
@@ -418,11 +423,38 @@ class ProgressForwarder:
         if value > self._value:
             self._value = value
             self._update(value, self._total)
+        if self._on_eta is not None and event.eta is not None:
+            text = format_eta(event.eta)
+            if text != self._eta_text:
+                self._eta_text = text
+                self._on_eta(text)
 
     def finish(self) -> None:
         if self._value < self._total:
             self._value = self._total
             self._update(self._total, self._total)
+
+
+class NodeText:
+    """The text shown under a node while it runs: the job's notice (`run_generate`'s
+    `on_notice`), then the ETA from past runs of the shape on this machine once there is one."""
+
+    def __init__(self, show: Callable[[str], None]) -> None:
+        self._show = show
+        self._notice = ""
+        self._eta = ""
+
+    def notice(self, text: str) -> None:
+        self._notice = text
+        self._refresh()
+
+    def eta(self, text: str) -> None:
+        self._eta = text
+        self._refresh()
+
+    def _refresh(self) -> None:
+        eta = f"{self._eta} (from past runs of this shape on this machine)" if self._eta else ""
+        self._show("\n".join(part for part in (self._notice, eta) if part))
 
 
 # ----------------------------------------------------------------------------- running
@@ -688,7 +720,7 @@ __all__ = [
     "ENGINE_MODES", "EngineHandle", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "PRESET_NAMES", "PROGRESS_STEPS",
-    "ProgressForwarder", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
+    "ProgressForwarder", "NodeText", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
     "decide_ssd_streaming", "describe_plan", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",

@@ -299,7 +299,9 @@ class H3GenerateNode(io.ComfyNode):
         comfy.model_management.unload_all_models()
         comfy.model_management.soft_empty_cache()
         bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
-        progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total))
+        node_text = adapter.NodeText(_notice_on_node(cls.hidden.unique_id))     # the notice, then the ETA
+        progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total),
+                                             on_eta=node_text.eta)
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         outputs = adapter.run_generate(
             engine, _settings(values, prompt),
@@ -308,7 +310,7 @@ class H3GenerateNode(io.ComfyNode):
                 last_frame=None if last_frame is None else _to_numpy(last_frame),
                 references=references),
             scratch_parent=_work_dir("inputs"), output_dir=_work_dir("outputs"), want_image=want_image,
-            on_progress=progress, on_notice=_notice_on_node(cls.hidden.unique_id), cancel=cancel)
+            on_progress=progress, on_notice=node_text.notice, cancel=cancel)
         progress.finish()
         return io.NodeOutput(
             InputImpl.VideoFromFile(str(outputs.video_path)),

@@ -29,6 +29,7 @@ from ..errors import (
     EngineStalledError,
     GenerationCancelled,
 )
+from ..history.recorder import recorded
 from ..media.decode import read_frames_dir, remove_quietly
 from .lock import WORKDIR_PREFIX, EngineLock, engine_lock, remove_leftovers
 from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
@@ -153,6 +154,7 @@ class OneShotEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @recorded("one-shot")     # the job history (history/recorder.py)
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,

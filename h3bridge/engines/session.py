@@ -105,6 +105,7 @@ from ..errors import (
     SessionUnsupportedError,
 )
 from .lock import SESSION_CLIP_PATTERN, remove_leftovers
+from ..history.recorder import recorded
 from ..media.decode import decode_video_frames, remove_quietly
 from ..userdirs import cache_dir
 from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
@@ -624,6 +625,7 @@ class SessionEngine(WarmEngine):
         session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
         SessionSettings.for_request(request)
 
+    @recorded("session")     # the job history (history/recorder.py)
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
