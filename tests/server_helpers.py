@@ -12,9 +12,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
+KEY = "test-key-0123456789abcdef"     # the servers' API key in the tests
 READY_TIMEOUT = 60.0      # a safety net on a loaded machine, not an expected time
 _LISTENING = re.compile(r"h3bridge serve: listening on (http://[0-9.]+:\d+)")
+
+
+def isolated_env(root: Path) -> dict[str, str]:
+    """A server's own engine lock, machine folder, cache and h3-sim log: nothing shared with other
+    tests (a module-scoped server outlives the per-test lock of conftest.py), and the API key."""
+    return {"H3BRIDGE_LOCK_PATH": str(root / "engine.lock"), "H3BRIDGE_MACHINE_DIR": str(root / "machine"),
+            "H3BRIDGE_CACHE_DIR": str(root / "cache"), "H3_SIM_LOG": str(root / "sim-log.jsonl"),
+            "H3BRIDGE_API_KEY": KEY}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny fixture model for the servers of one test module."""
+    from h3bridge.sim.fixture import write_fixture_model
+    return write_fixture_model(tmp_path_factory.mktemp("serve-model") / "MiniMax-H3")
 
 
 def h3bridge_program() -> str:

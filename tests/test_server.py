@@ -14,8 +14,11 @@ from h3bridge import GenerationRequest, Reference, ReferenceKind, RequestError
 from h3bridge.server.app import check_bind
 
 from core_helpers import assert_group_gone, make_image
-from server_helpers import (
+from server_helpers import (  # noqa: F401  (model: a fixture)
+    KEY,
     ServerProcess,
+    isolated_env,
+    model,
     first_frame_rgb,
     h3bridge_program,
     mp4_frame_count,
@@ -26,22 +29,8 @@ from server_helpers import (
 # openai marks its videos API deprecated (Sora's shutdown); the API shape is what is tested here.
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
 
-KEY = "test-key-0123456789abcdef"
 TINY = dict(size="96x64", extra_body={"frames": 22, "steps": 2})   # the cheapest legal clip
 UPLOAD_LIMIT_BYTES = 20_000                                            # --max-upload-mb below
-
-
-def isolated_env(root: Path) -> dict[str, str]:
-    """The server's own engine lock, machine folder and cache: nothing shared with other tests."""
-    return {"H3BRIDGE_LOCK_PATH": str(root / "engine.lock"), "H3BRIDGE_MACHINE_DIR": str(root / "machine"),
-            "H3BRIDGE_CACHE_DIR": str(root / "cache"), "H3_SIM_LOG": str(root / "sim-log.jsonl"),
-            "H3BRIDGE_API_KEY": KEY}
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from h3bridge.sim.fixture import write_fixture_model
-    return write_fixture_model(tmp_path_factory.mktemp("serve-model") / "MiniMax-H3")
 
 
 @pytest.fixture(scope="module")
