@@ -641,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
-    for add_command in [*SUBCOMMANDS, add_hexgrid_command]:
+    from .lora.cli import add_lora_command           # LoRAs folded into a copy of the model, h3bridge/lora
+    for add_command in [*SUBCOMMANDS, add_hexgrid_command, add_lora_command]:
         add_command(subparsers)
     return parser
 

@@ -148,3 +148,9 @@ class SessionUnsupportedError(SessionError, UnsupportedRequestError):
 
 class GenerationCancelled(H3BridgeError):
     """The caller cancelled the job; the engine is gone and no output was left behind."""
+
+
+class LoraError(ModelError):
+    """A LoRA cannot be folded into this model as asked (keys matching nothing, shapes that do not
+    fit, dtypes that cannot be folded, a fold that failed its parity probe). Refusals come
+    before a byte of the output is written."""
