@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from h3bridge.model.safetensors import read_header
+from h3bridge.model.safetensors import DTYPE_SIZES, read_header
 
 _STRUCT_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "F64": ("<f8", 8)}
 
@@ -30,7 +30,7 @@ def write_lora(path: Path, tensors: dict[str, np.ndarray], *, dtype: str = "F32"
         elif kind in _STRUCT_DTYPES:
             blob = np.asarray(array).astype(_STRUCT_DTYPES[kind][0]).tobytes()
         else:                              # a dtype the fold must refuse: bytes of the right size
-            blob = bytes(int(np.prod(np.shape(array), dtype=np.int64)))
+            blob = bytes(int(np.prod(np.shape(array), dtype=np.int64)) * DTYPE_SIZES.get(kind, 1))
         header[name] = {"dtype": kind, "shape": list(np.shape(array)), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
