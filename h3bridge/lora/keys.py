@@ -83,8 +83,18 @@ class TargetUpdate:
 
 
 def sha256_of(path: Path) -> str:
-    from ..model.verify import sha256_file       # the one file hasher (never a FIFO, clear errors)
-    return sha256_file(path)
+    """A file's SHA-256, cached by path, size and mtime in the cache `verify --checksums` uses."""
+    from ..model.verify import FileIdentity, HashCache, sha256_file   # the one hasher and its cache
+    cache = HashCache().load()
+    identity = FileIdentity.of(path)
+    known = cache.get(identity)
+    if known:
+        return known
+    digest = sha256_file(path)
+    if FileIdentity.of(path) == identity:
+        cache.put(identity, digest)
+        cache.save()
+    return digest
 
 
 def read_lora(path: str | Path, *, sha256: str | None = None) -> LoraFile:
