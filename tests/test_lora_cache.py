@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from lora_helpers import low_rank, tensor_shapes, write_lora
-from model_helpers import template  # noqa: F401  (fixture)
+import model_helpers
 from h3bridge.lora import LoraSpec, fold_model, read_provenance
 from h3bridge.lora import cache as cache_module
 from h3bridge.lora.cache import cached_fold
+
+template = model_helpers.template      # the module's fixture model (tests/model_helpers.py)
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +21,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def _lora(path: Path, template: Path, seed: int) -> Path:  # noqa: F811
+def _lora(path: Path, template: Path, seed: int) -> Path:
     shapes, rng, tensors = tensor_shapes(template), np.random.default_rng(seed), {}
     for i in range(0, 50, 7):
         out, inner = shapes[f"blocks.{i}.mlp.fc1.weight"][2]
@@ -28,7 +30,7 @@ def _lora(path: Path, template: Path, seed: int) -> Path:  # noqa: F811
     return write_lora(path, tensors)
 
 
-def test_the_same_fold_asked_again_folds_nothing(template: Path, tmp_path: Path,  # noqa: F811
+def test_the_same_fold_asked_again_folds_nothing(template: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     lora = _lora(tmp_path / "a.safetensors", template, 1)
     events = []
@@ -41,7 +43,7 @@ def test_the_same_fold_asked_again_folds_nothing(template: Path, tmp_path: Path,
     assert other != first and read_provenance(other).loras[0].strength == 0.6
 
 
-def test_a_chain_is_folded_in_one_pass_from_the_original_base(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_chain_is_folded_in_one_pass_from_the_original_base(template: Path, tmp_path: Path) -> None:
     a, b = _lora(tmp_path / "a.safetensors", template, 2), _lora(tmp_path / "b.safetensors", template, 3)
     step = cached_fold(template, [LoraSpec(a, 1.0)], cache_root=tmp_path / "folds")
     chained = cached_fold(step, [LoraSpec(b, -0.5)], cache_root=tmp_path / "folds")

@@ -12,7 +12,7 @@ import pytest
 
 from core_helpers import sim_engine_path
 from lora_helpers import low_rank, raw_header, reference_fold, tensor_shapes, write_lora
-from model_helpers import template  # noqa: F401  (fixture)
+import model_helpers
 from h3bridge import GenerationRequest, inspect_model, verify_model
 from h3bridge.cli import main
 from h3bridge.lora import LoraSpec, fold_model, plan_fold, read_provenance
@@ -20,6 +20,8 @@ from h3bridge.lora import fold as fold_module
 from h3bridge.lora.place import CLONE, COPY, HARDLINK
 from h3bridge.model.memory import check_model_for
 from h3bridge.model.safetensors import read_header
+
+template = model_helpers.template      # the module's fixture model (tests/model_helpers.py)
 
 QKV, FC1, FC2, OUT = "attn.qkv_proj.weight", "mlp.fc1.weight", "mlp.fc2.weight", "attn.out_proj.weight"
 
@@ -89,7 +91,7 @@ def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarr
     assert {name for name in applied} <= set(shapes)
 
 
-def test_peft_prefixed_lora_folds_to_the_float64_reference(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_peft_prefixed_lora_folds_to_the_float64_reference(template: Path, tmp_path: Path) -> None:
     shapes = tensor_shapes(template)
     targets = [f"blocks.{i}.{kind}" for i in (0, 7, 49) for kind in (QKV, FC1, FC2, OUT)]
     truth = _peft(tmp_path / "style.safetensors", shapes, targets, seed=1)
@@ -104,7 +106,7 @@ def test_peft_prefixed_lora_folds_to_the_float64_reference(template: Path, tmp_p
 
 
 @pytest.mark.parametrize("flat", [True, False], ids=["lora_unet_ names", "transformer. prefix"])
-def test_kohya_lora_with_alpha_scales_by_alpha_over_rank(template: Path, tmp_path: Path, flat: bool) -> None:  # noqa: F811
+def test_kohya_lora_with_alpha_scales_by_alpha_over_rank(template: Path, tmp_path: Path, flat: bool) -> None:
     shapes = tensor_shapes(template)
     targets = [f"blocks.{i}.{FC2}" for i in range(0, 50, 5)] + ["video_patch_proj.weight"]   # F32 too
     truth = _kohya(tmp_path / "k.safetensors", shapes, targets, seed=2, alpha=1.0, flat=flat)
@@ -115,7 +117,7 @@ def test_kohya_lora_with_alpha_scales_by_alpha_over_rank(template: Path, tmp_pat
     assert record is not None and record.loras[0].conventions == ["kohya (lora_down/lora_up + alpha)"]
 
 
-def test_stacked_loras_apply_in_order_with_their_strengths(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_stacked_loras_apply_in_order_with_their_strengths(template: Path, tmp_path: Path) -> None:
     shapes = tensor_shapes(template)
     first = _peft(tmp_path / "a.safetensors", shapes, [f"blocks.{i}.{QKV}" for i in range(10)], seed=3, prefix="")
     second = _kohya(tmp_path / "b.safetensors", shapes, [f"blocks.{i}.{QKV}" for i in range(5, 15)], seed=4,
@@ -133,7 +135,7 @@ def test_stacked_loras_apply_in_order_with_their_strengths(template: Path, tmp_p
     assert record.loras[1].sha256 == hashlib.sha256((tmp_path / "b.safetensors").read_bytes()).hexdigest()
 
 
-def test_row_blocks_do_not_change_the_result(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_row_blocks_do_not_change_the_result(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Memory is bounded by folding a block of rows at a time: a block of 8 elements (one row of
     the 8-wide tiny tensors) gives the same bytes as whole tensors."""
     shapes = tensor_shapes(template)
@@ -145,7 +147,7 @@ def test_row_blocks_do_not_change_the_result(template: Path, tmp_path: Path, mon
         assert shard.read_bytes() == (tmp_path / "rows/FL2VA/transformer" / shard.name).read_bytes()
 
 
-def test_folded_model_passes_verify_and_info_shows_its_record(template: Path, tmp_path: Path,  # noqa: F811
+def test_folded_model_passes_verify_and_info_shows_its_record(template: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     shapes = tensor_shapes(template)
     _peft(tmp_path / "minimax_h3_turbo_v4.safetensors", shapes, [f"blocks.{i}.{QKV}" for i in range(50)], seed=6,
@@ -166,7 +168,7 @@ def test_folded_model_passes_verify_and_info_shows_its_record(template: Path, tm
                                      capture_output=True, text=True, timeout=60).stdout)["provenance"]["loras"]
 
 
-def test_verify_catches_a_folded_shard_changed_after_the_fold(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_verify_catches_a_folded_shard_changed_after_the_fold(template: Path, tmp_path: Path) -> None:
     shapes = tensor_shapes(template)
     _peft(tmp_path / "l.safetensors", shapes, [f"blocks.{i}.{QKV}" for i in range(50)], seed=7)
     out = fold_model(template, [tmp_path / "l.safetensors"], tmp_path / "folded", progress=False).output
@@ -182,7 +184,7 @@ def test_verify_catches_a_folded_shard_changed_after_the_fold(template: Path, tm
     assert any(p.kind in ("fold-record", "integrity") for p in inspect_model(out).errors)
 
 
-def test_content_key_changes_with_strength_and_base(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_content_key_changes_with_strength_and_base(template: Path, tmp_path: Path) -> None:
     shapes = tensor_shapes(template)
     _peft(tmp_path / "l.safetensors", shapes, [f"blocks.0.{QKV}"], seed=8)
     one = plan_fold(template, [LoraSpec(tmp_path / "l.safetensors", 1.0)]).content_key()
@@ -192,7 +194,7 @@ def test_content_key_changes_with_strength_and_base(template: Path, tmp_path: Pa
     assert plan_fold(folded, [tmp_path / "l.safetensors"]).content_key() != one     # a folded base differs
 
 
-def test_folded_distillation_model_warns_about_reuse_and_steps(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_folded_distillation_model_warns_about_reuse_and_steps(template: Path, tmp_path: Path) -> None:
     shapes = tensor_shapes(template)
     _peft(tmp_path / "x.safetensors", shapes, [f"blocks.0.{QKV}"], seed=9)
     out = fold_model(template, [tmp_path / "x.safetensors"], tmp_path / "f", progress=False, distilled=True).output
@@ -205,7 +207,7 @@ def test_folded_distillation_model_warns_about_reuse_and_steps(template: Path, t
     assert check_model_for(GenerationRequest.from_preset("balanced", "a fox"), inspect_model(plain)) == []
 
 
-def test_folded_model_renders_through_h3_sim_with_the_turbo_preset(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_folded_model_renders_through_h3_sim_with_the_turbo_preset(template: Path, tmp_path: Path) -> None:
     shapes = tensor_shapes(template)
     _peft(tmp_path / "turbo.safetensors", shapes, [f"blocks.{i}.{QKV}" for i in range(50)], seed=10)
     out = fold_model(template, [tmp_path / "turbo.safetensors"], tmp_path / "turbo-model", progress=False).output

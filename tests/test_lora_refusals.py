@@ -12,19 +12,22 @@ import numpy as np
 import pytest
 
 from lora_helpers import low_rank, tensor_shapes, write_lora
-from model_helpers import copy_model, template  # noqa: F401  (fixture)
+import model_helpers
+from model_helpers import copy_model
 from h3bridge import inspect_model
 from h3bridge.cli import main
 from h3bridge.errors import DiskError, LoraError, OutputExistsError, RequestError
 from h3bridge.lora import LoraSpec, fold_model
 from h3bridge.lora import fold as fold_module
 
+template = model_helpers.template      # the module's fixture model (tests/model_helpers.py)
+
 QKV = "attn.qkv_proj.weight"
 
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path.with_name(tmp_path.name + "-cache")))
 
 
 def _pair(module: str, out: int, inner: int, rank: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
@@ -32,7 +35,7 @@ def _pair(module: str, out: int, inner: int, rank: int = 2, seed: int = 0) -> di
     return {module + ".lora_A.weight": down, module + ".lora_B.weight": up}
 
 
-def _good(template: Path) -> dict[str, np.ndarray]:  # noqa: F811
+def _good(template: Path) -> dict[str, np.ndarray]:
     shapes = tensor_shapes(template)
     tensors: dict[str, np.ndarray] = {}
     for i in range(3):
@@ -45,7 +48,7 @@ def _nothing_written(folder: Path, before: set[str]) -> None:
     assert {p.name for p in folder.iterdir()} == before, "a refusal wrote something"
 
 
-def _refused(template: Path, tmp_path: Path, tensors: dict[str, np.ndarray], *, dtypes=None,  # noqa: F811
+def _refused(template: Path, tmp_path: Path, tensors: dict[str, np.ndarray], *, dtypes=None,
              model: Path | None = None) -> LoraError:
     lora = write_lora(tmp_path / "bad.safetensors", tensors, dtypes=dtypes)
     before = {p.name for p in tmp_path.iterdir()}
@@ -56,19 +59,19 @@ def _refused(template: Path, tmp_path: Path, tensors: dict[str, np.ndarray], *, 
     return caught.value
 
 
-def test_keys_matching_nothing_are_refused_with_examples(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_keys_matching_nothing_are_refused_with_examples(template: Path, tmp_path: Path) -> None:
     tensors = {**_good(template), **_pair("blocks.0.attn.to_q", 8, 8), **_pair("diffusion_model.nope.layer", 8, 8)}
     error = _refused(template, tmp_path, tensors)
     assert "2 LoRA module(s) match no tensor" in error.message
     assert "blocks.0.attn.to_q" in error.message and "diffusion_model.nope.layer" in error.message
 
 
-def test_text_encoder_modules_are_named_as_such(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_text_encoder_modules_are_named_as_such(template: Path, tmp_path: Path) -> None:
     error = _refused(template, tmp_path, {**_good(template), **_pair("lora_te_text_model_layers_0_q", 8, 8)})
     assert "for the text encoder" in error.message
 
 
-def test_shapes_that_do_not_fit_are_refused(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_shapes_that_do_not_fit_are_refused(template: Path, tmp_path: Path) -> None:
     tensors = _good(template)
     tensors["blocks.1.attn.qkv_proj.lora_B.weight"] = np.zeros((25, 2), np.float32)   # out is 24
     tensors["blocks.2.attn.qkv_proj.lora_A.weight"] = np.zeros((3, 8), np.float32)    # rank 3 vs 2
@@ -76,7 +79,7 @@ def test_shapes_that_do_not_fit_are_refused(template: Path, tmp_path: Path) -> N
     assert "2 LoRA module(s) do not fit" in error.message and "[25, 2]" in error.message and "[24, 8]" in error.message
 
 
-def test_lora_dtypes_that_cannot_be_folded_are_refused(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_lora_dtypes_that_cannot_be_folded_are_refused(template: Path, tmp_path: Path) -> None:
     tensors = _good(template)
     error = _refused(template, tmp_path, tensors, dtypes={"blocks.0.attn.qkv_proj.lora_A.weight": "F8_E4M3"})
     assert "F8_E4M3" in error.message and "quantized" in error.message
@@ -84,7 +87,7 @@ def test_lora_dtypes_that_cannot_be_folded_are_refused(template: Path, tmp_path:
     assert "I32" in error.message and "cannot be folded" in error.message
 
 
-def test_targets_h3_reads_in_another_dtype_are_refused(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_targets_h3_reads_in_another_dtype_are_refused(template: Path, tmp_path: Path) -> None:
     """A model whose targeted tensor is F16 (same size as BF16: only the header's dtype changes)."""
     model = copy_model(template, tmp_path / "m")
     shard = next(s for s in sorted((model / "FL2VA/transformer").glob("*.safetensors"))
@@ -99,21 +102,21 @@ def test_targets_h3_reads_in_another_dtype_are_refused(template: Path, tmp_path:
     assert "blocks.0.attn.qkv_proj.weight is F16" in error.message
 
 
-def test_unpaired_and_full_diff_tensors_are_refused(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_unpaired_and_full_diff_tensors_are_refused(template: Path, tmp_path: Path) -> None:
     tensors = {**_good(template), "blocks.3.attn.qkv_proj.lora_A.weight": np.zeros((2, 8), np.float32),
                "blocks.4.norm1.diff_b": np.zeros((8,), np.float32)}
     error = _refused(template, tmp_path, tensors)
     assert "no part of a down/up pair" in error.message and "blocks.4.norm1.diff_b" in error.message
 
 
-def test_a_file_without_lora_pairs_and_a_missing_file_are_refused(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_file_without_lora_pairs_and_a_missing_file_are_refused(template: Path, tmp_path: Path) -> None:
     error = _refused(template, tmp_path, {"blocks.0.attn.qkv_proj.weight": np.zeros((24, 8), np.float32)})
     assert "holds no LoRA pairs" in error.message
     with pytest.raises(LoraError, match="does not exist"):
         fold_model(template, [tmp_path / "missing.safetensors"], tmp_path / "out", progress=False)
 
 
-def test_output_and_strength_refusals(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_output_and_strength_refusals(template: Path, tmp_path: Path) -> None:
     lora = write_lora(tmp_path / "l.safetensors", _good(template))
     (tmp_path / "exists").mkdir()
     with pytest.raises(OutputExistsError):
@@ -125,7 +128,7 @@ def test_output_and_strength_refusals(template: Path, tmp_path: Path) -> None:  
     assert not (tmp_path / "out").exists() and not (template / "folded").exists()
 
 
-def test_a_disk_without_room_is_refused_first(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_a_disk_without_room_is_refused_first(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
     from collections import namedtuple
     lora = write_lora(tmp_path / "l.safetensors", _good(template))
@@ -138,7 +141,7 @@ def test_a_disk_without_room_is_refused_first(template: Path, tmp_path: Path, mo
     _nothing_written(tmp_path, before)
 
 
-def test_cli_refusal_exits_2_naming_the_problem(template: Path, tmp_path: Path,  # noqa: F811
+def test_cli_refusal_exits_2_naming_the_problem(template: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     lora = write_lora(tmp_path / "l.safetensors", _pair("blocks.0.attn.to_q", 8, 8))
     assert main(["lora", "fold", str(template), "--lora", f"{lora}:0.5", "-o", str(tmp_path / "out")]) == 2
@@ -146,7 +149,7 @@ def test_cli_refusal_exits_2_naming_the_problem(template: Path, tmp_path: Path, 
     assert "match no tensor" in err and "fix:" in err and not (tmp_path / "out").exists()
 
 
-def test_an_error_midway_removes_everything(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_an_error_midway_removes_everything(template: Path, tmp_path: Path) -> None:
     lora = write_lora(tmp_path / "l.safetensors", _good(template))
     before = {p.name for p in tmp_path.iterdir()}
     calls = []
@@ -173,7 +176,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_fold_killed_midway_leaves_nothing_that_looks_like_a_model(template: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_fold_killed_midway_leaves_nothing_that_looks_like_a_model(template: Path, tmp_path: Path) -> None:
     lora = write_lora(tmp_path / "l.safetensors", _good(template))
     output = tmp_path / "out"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(template), str(lora), str(output)],
