@@ -22,12 +22,18 @@ def bf16_to_float64(bits: np.ndarray) -> np.ndarray:
 
 
 def _float32_round_to_odd(values: np.ndarray) -> np.ndarray:
-    nearest = values.astype(np.float32)                      # round to nearest even (may go away from 0)
-    back = nearest.astype(np.float64)
-    away = np.abs(back) > np.abs(values)
-    toward = np.where(away, np.nextafter(nearest, np.float32(0)), nearest)
-    inexact = toward.astype(np.float64) != values
-    bits = toward.view(np.uint32) | inexact.astype(np.uint32)
+    """float32 bit patterns of `values` rounded to odd. The nearest float32 is either the value
+    truncated toward zero or one step beyond it; stepping back is subtracting 1 from the bit
+    pattern (magnitude-ordered for either sign; from infinity it gives the largest float)."""
+    nearest = values.astype(np.float32)                      # round to nearest even
+    overshoot = nearest.astype(np.float64)
+    overshoot -= values                                      # rounding error of `nearest`
+    inexact = overshoot != 0
+    overshoot *= values
+    away = overshoot > 0                                     # error has the value's sign: away from 0
+    bits = nearest.view(np.uint32)
+    bits -= away.view(np.uint8)
+    bits |= inexact.view(np.uint8)
     return bits                                               # float32 bit patterns
 
 
