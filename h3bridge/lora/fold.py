@@ -210,6 +210,7 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
                 table[tensor.name] = (shard.path, tensor, shard.data_start)
         targets[partition] = table
     read = [keys.read_lora(spec.path) for spec in specs]
+    indexes = {partition: keys.target_index(table) for partition, table in targets.items()}
     shards: dict[Path, ShardJob] = {}
     unmatched: list[str] = []
     foreign: list[str] = []
@@ -219,10 +220,10 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
     unpaired: list[str] = []
     for index, (spec, lora) in enumerate(zip(specs, read)):
         unpaired += [f"{name} (in {lora.path.name})" for name in lora.unsupported]
-        seen: set[str] = set()
+        seen: set[tuple[str, str]] = set()
         for module in lora.modules:
             for partition, table in targets.items():
-                names, flat = keys.target_index(table)
+                names, flat = indexes[partition]
                 target = keys.map_module(module.module, names, flat)
                 if target is None:
                     part = keys.foreign_part(module.module)
@@ -232,7 +233,7 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
                 if (partition, target) in seen:
                     duplicates.append(f"{target} (twice in {lora.path.name})")
                     continue
-                seen.add((partition, target))                 # type: ignore[arg-type]
+                seen.add((partition, target))
                 path, tensor, data_start = table[target]
                 rank = module.rank
                 expected = f"[{tensor.shape[0] if tensor.shape else '?'}, {rank}] @ [{rank}, " \
@@ -328,7 +329,7 @@ def _source_files(root: Path) -> list[Path]:
     `--local-dir` download cache (its ETags describe the base's shards, not the folded ones) and
     a folded base's own record (the new record nests it)."""
     found = []
-    for directory, subdirs, files in os.walk(root, followlinks=False):
+    for directory, subdirs, files in os.walk(root, followlinks=True):     # a Ref2VA/ linked from another disk too
         subdirs[:] = sorted(d for d in subdirs if not (Path(directory) == root and d == ".cache"))
         for name in sorted(files):
             path = Path(directory) / name
@@ -433,8 +434,12 @@ def _fold_tensor(job: TensorJob, plan: FoldPlan, shard: ShardJob, source_fd: int
                 raise GenerationCancelled("fold cancelled; no output was left behind")
             block = range(start, min(rows, start + step))
             values = _decode_rows(np.asarray(source[block.start:block.stop]), tensor.dtype)
+            update = np.empty_like(values)                    # one working array beside `values`
             for down, up, factor in matrices:
-                values += factor * (up[block.start:block.stop] @ down)
+                np.matmul(up[block.start:block.stop], down, out=update)
+                update *= factor
+                values += update
+            del update
             if not np.isfinite(values).all():
                 raise LoraError(f"folding makes {tensor.name} non-finite (an overflow); nothing was published",
                                 hint="use a lower strength, or check the LoRA was trained for this model")
