@@ -219,3 +219,23 @@ def test_folded_model_renders_through_h3_sim_with_the_turbo_preset(template: Pat
     assert done.returncode == 0, done.stderr
     assert clip.stat().st_size > 0
     assert "step-distillation LoRA folded in" in done.stderr and "--reuse 1" in done.stderr
+
+
+def test_a_hugging_face_cache_snapshot_folds_with_blob_links_and_known_hashes(template: Path, tmp_path: Path) -> None:
+    """A HF cache snapshot (symlinks to blobs named by their SHA-256): untouched shards become links
+    to the blobs, their published hashes go into the record, and `verify --checksums` checks every
+    shard of the folded model against known hashes (no manifest needed)."""
+    from test_verify import make_hf_cache_snapshot
+    snapshot = make_hf_cache_snapshot(template, tmp_path / "hub")
+    shapes = tensor_shapes(snapshot)
+    _peft(tmp_path / "l.safetensors", shapes, [f"blocks.{i}.{FC1}" for i in range(50)], seed=11)
+    out = fold_model(snapshot, [tmp_path / "l.safetensors"], tmp_path / "folded", progress=False).output
+    encoder = "FL2VA/text_encoder/model-00001-of-00014.safetensors"
+    record = read_provenance(out)
+    how = next(f.how for f in record.files if f.relative == encoder)
+    assert how in (CLONE, HARDLINK) and not os.path.islink(out / encoder)      # a file, never a symlink
+    assert os.path.samefile(out / encoder, (snapshot / encoder).resolve()) == (how == HARDLINK)
+    assert record.expected_sha256(encoder) == (snapshot / encoder).resolve().name
+    report = verify_model(out, checksums=True, progress=False)
+    assert report.ok and not report.manifest_written
+    assert {r.expected_source for r in report.results} == {"fold record"}
