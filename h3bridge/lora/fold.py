@@ -354,8 +354,7 @@ def _disk_need(plan: FoldPlan, folder: Path, files: list[Path]) -> int:
     for path in files:
         if path in rewritten or clones:
             continue
-        weights = path.name.endswith(".safetensors") or path.resolve().parent.name == "blobs"
-        if not (links and weights):
+        if not (links and path.name.endswith(".safetensors")):
             need += path.stat().st_size
     return need + (1 << 20)
 

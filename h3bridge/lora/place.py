@@ -74,10 +74,11 @@ def clone_file(source: Path, target: Path) -> bool:
 
 def place_file(source: Path, target: Path, *, allow_hardlink: bool = True) -> str:
     """Put an unchanged copy of `source` at `target`; returns how (CLONE, HARDLINK or COPY)."""
+    weights = source.name.endswith(".safetensors")     # by the model's name for it, not a HF blob's hash name
     source = source.resolve()                 # a HF snapshot's symlink: the blob itself
     if clone_file(source, target):
         return CLONE
-    if allow_hardlink and (source.name.endswith(".safetensors") or _is_blob(source)):
+    if allow_hardlink and weights:
         try:
             os.link(source, target)
             return HARDLINK
@@ -86,11 +87,6 @@ def place_file(source: Path, target: Path, *, allow_hardlink: bool = True) -> st
                 raise
     shutil.copy2(source, target)
     return COPY
-
-
-def _is_blob(path: Path) -> bool:
-    """A Hugging Face cache blob (named by its hash): a weight file whose link target has no suffix."""
-    return path.parent.name == "blobs" and path.stat().st_size > 1 << 20
 
 
 def copy_range(source_fd: int, target_fd: int, offset: int, length: int) -> None:
