@@ -252,22 +252,17 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
                 shard = shards.setdefault(path, ShardJob(path, path.relative_to(inventory.root), data_start))
                 shard.tensors.setdefault(target, TensorJob(tensor)).updates.append(
                     Update(index, module, spec.strength * scale))
-    refusals: list[str] = []
-    if foreign:
-        refusals.append(f"{len(foreign)} LoRA module(s) are for another part of the model, which h3bridge does not "
-                        f"fold (it folds the transformer): {_examples(foreign)}")
-    if unmatched:
-        refusals.append(f"{len(unmatched)} LoRA module(s) match no tensor of the transformer: {_examples(unmatched)}")
-    if unpaired:
-        refusals.append(f"{len(unpaired)} LoRA tensor(s) are no part of a down/up pair (biases, full diffs or a "
-                        f"lone half): {_examples(unpaired)}")
-    if shapes:
-        refusals.append(f"{len(shapes)} LoRA module(s) do not fit their tensor's shape: {_examples(shapes)}")
-    if dtypes:
-        refusals.append(f"{len(dtypes)} targeted tensor(s) have dtypes h3bridge cannot rewrite for h3 "
-                        f"(it rewrites {'/'.join(sorted(keys.TARGET_DTYPES))}): {_examples(dtypes)}")
-    if duplicates:
-        refusals.append(f"{len(duplicates)} tensor(s) are updated twice by one LoRA file: {_examples(duplicates)}")
+    kinds = (
+        (foreign, "LoRA module(s) are for another part of the model, which h3bridge does not fold (it folds "
+                  "the transformer)"),
+        (unmatched, "LoRA module(s) match no tensor of the transformer"),
+        (unpaired, "LoRA tensor(s) are no part of a down/up pair (biases, full diffs or a lone half)"),
+        (shapes, "LoRA module(s) do not fit their tensor's shape"),
+        (dtypes, f"targeted tensor(s) have dtypes h3bridge cannot rewrite for h3 (it rewrites "
+                 f"{'/'.join(sorted(keys.TARGET_DTYPES))})"),
+        (duplicates, "tensor(s) are updated twice by one LoRA file"),
+    )
+    refusals = [f"{len(items)} {what}: {_examples(items)}" for items, what in kinds if items]
     if refusals:
         raise LoraError("cannot fold: " + "; ".join(refusals) + "; nothing was written",
                         hint="use a LoRA trained for MiniMax-H3's transformer (the checkpoint's own key names, "
