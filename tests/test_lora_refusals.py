@@ -199,3 +199,23 @@ def test_a_fold_killed_midway_leaves_nothing_that_looks_like_a_model(template: P
     # the next fold into the same place removes it and publishes a complete model
     fold_model(template, [lora], output, progress=False)
     assert not leftovers[0].exists() and not inspect_model(output).errors
+
+
+def test_the_parity_probe_stops_a_wrong_block_before_it_is_written(template: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose encoded values are one bf16 step off (a rounding or arithmetic bug) is caught by
+    the independent recomputation; the fold stops and leaves nothing."""
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    right = fold_module._encode_rows
+
+    def one_step_off(values: np.ndarray, dtype: str) -> np.ndarray:
+        encoded = right(values, dtype).copy()
+        encoded[0, 0] += 1           # the next bf16 value in magnitude
+        return encoded
+
+    monkeypatch.setattr(fold_module, "_encode_rows", one_step_off)
+    before = {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(LoraError, match="parity probe failed for blocks.0.attn.qkv_proj.weight row 0 column 0") as caught:
+        fold_model(template, [lora], tmp_path / "out", progress=False)
+    assert not caught.value.before_start          # a failure midway (exit 1), not a refusal
+    _nothing_written(tmp_path, before)

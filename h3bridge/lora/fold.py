@@ -404,7 +404,7 @@ def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, dat
             column = int(bad[0])
             raise LoraError(f"parity probe failed for {tensor.name} row {row} column {column}: about to write "
                             f"{value[column]!r}, an independent recomputation gives {exact[column]!r}; nothing was "
-                            "published", hint="report this as an h3bridge bug, with the LoRA and the model")
+                            "published", hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
 
 
 def _fold_tensor(job: TensorJob, plan: FoldPlan, shard: ShardJob, source_fd: int, target_fd: int,
@@ -436,7 +436,7 @@ def _fold_tensor(job: TensorJob, plan: FoldPlan, shard: ShardJob, source_fd: int
             del update
             if not np.isfinite(values).all():
                 raise LoraError(f"folding makes {tensor.name} non-finite (an overflow); nothing was published",
-                                hint="use a lower strength, or check the LoRA was trained for this model")
+                                hint="use a lower strength, or check the LoRA was trained for this model", before_start=False)
             encoded = _encode_rows(values, tensor.dtype)
             _probe(job, block, encoded, source_fd, shard.data_start, matrices)
             os.pwrite(target_fd, encoded.tobytes(), shard.data_start + tensor.begin + block.start * columns * item)
@@ -470,7 +470,7 @@ def _write_shard(plan: FoldPlan, shard: ShardJob, target: Path, advance: Callabl
             os.close(target_fd)
     if target.stat().st_size != shard.source.stat().st_size or header_sha256(target) != header_sha256(shard.source):
         raise LoraError(f"{target}: the rewritten shard's header or size differs from {shard.source}; nothing was "
-                        "published", hint="report this as an h3bridge bug")
+                        "published", hint="report this as an h3bridge bug", before_start=False)
     return CLONE if cloned else "write"
 
 
