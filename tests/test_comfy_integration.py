@@ -229,7 +229,7 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
     # only the chosen length unit's widget is shown.
     preset = generate["required"]["preset"]
     assert preset[0] == "COMFY_DYNAMICCOMBO_V3"
-    assert [option["key"] for option in preset[1]["options"]] == ["preview", "balanced", "quality", "reference"]
+    assert [option["key"] for option in preset[1]["options"]] == ["preview", "balanced", "quality", "reference", "turbo"]
     for option in preset[1]["options"]:
         widgets = option["inputs"]["required"]
         values = PRESETS[option["key"]]
@@ -775,3 +775,12 @@ def test_scratch_inputs_are_removed_when_the_server_is_terminated_mid_render(tmp
                 os.killpg(engine.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def test_the_lora_node_is_listed_with_the_other_h3_nodes_and_every_input_has_a_tooltip(server: Server) -> None:
+    info = server.object_info["H3Lora"]
+    assert info["display_name"] == "H3 LoRA" and info["category"] == server.object_info["H3Generate"]["category"]
+    assert info["output"] == ["STRING"]                   # the folded model's folder, for H3 Engine's model_dir
+    required = info["input"]["required"]
+    assert set(required) == {"model_dir", "lora", "strength"}
+    assert all(len(spec) > 1 and spec[1].get("tooltip") for spec in required.values())
