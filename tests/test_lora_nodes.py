@@ -10,19 +10,14 @@ __init__.py as a package, which fails for a folder such as wt-13.)
 """
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
-if os.environ.get("COMFYUI_DIR") and os.environ["COMFYUI_DIR"] not in sys.path:
-    sys.path.insert(0, os.environ["COMFYUI_DIR"])
-cli_args = pytest.importorskip("comfy.cli_args", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
-cli_args.args.cpu = True
-pytest.importorskip("comfy_api.latest", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
+from comfy_helpers import require_comfyui_in_process  # noqa: E402
+
+torch = require_comfyui_in_process()
 
 import folder_paths  # noqa: E402
 
