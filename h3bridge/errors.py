@@ -148,3 +148,14 @@ class SessionUnsupportedError(SessionError, UnsupportedRequestError):
 
 class GenerationCancelled(H3BridgeError):
     """The caller cancelled the job; the engine is gone and no output was left behind."""
+
+
+class LoraError(ModelError):
+    """A LoRA cannot be folded into this model as asked (keys matching nothing, shapes that do not
+    fit, dtypes that cannot be folded, a fold that failed its parity probe). Refusals come
+    before a byte of the output is written (`before_start`); a fold stopped midway (a failed
+    parity probe, an overflow) has `before_start` False and leaves no output either."""
+
+    def __init__(self, message: str, *, hint: str | None = None, before_start: bool = True) -> None:
+        super().__init__(message, hint=hint)
+        self.before_start = before_start

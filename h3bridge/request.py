@@ -91,6 +91,9 @@ PRESETS: dict[str, Preset] = {
     "balanced": Preset(steps=20, layers=45, reuse=2),
     "quality": Preset(steps=20, layers=50, reuse=1),
     "reference": Preset(steps=50, layers=50, reuse=1),
+    # A model with a step-distillation LoRA folded in (`h3bridge lora fold`, h3.c PR #14): 5-6 steps,
+    # no --reuse/--core-reuse (core_reuse stays at its default 1), every layer.
+    "turbo": Preset(steps=6, layers=50, reuse=1),
 }
 
 

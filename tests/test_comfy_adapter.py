@@ -88,7 +88,7 @@ def test_length_is_snapped_to_legal_h3_lengths(unit: str, seconds: float, frames
 
 
 def test_bad_choices_are_request_errors_naming_the_field() -> None:
-    for settings, name in ((adapter.GenerateSettings(prompt="x", preset="turbo"), "preset"),
+    for settings, name in ((adapter.GenerateSettings(prompt="x", preset="ultra"), "preset"),
                            (adapter.GenerateSettings(prompt="x", length_unit="minutes"), "length_unit"),
                            (adapter.GenerateSettings(prompt="x", seconds=0), "seconds")):
         with pytest.raises(RequestError) as info:

@@ -231,7 +231,7 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
     # only the chosen length unit's widget is shown.
     preset = generate["required"]["preset"]
     assert preset[0] == "COMFY_DYNAMICCOMBO_V3"
-    assert [option["key"] for option in preset[1]["options"]] == ["preview", "balanced", "quality", "reference"]
+    assert [option["key"] for option in preset[1]["options"]] == ["preview", "balanced", "quality", "reference", "turbo"]
     for option in preset[1]["options"]:
         widgets = option["inputs"]["required"]
         values = PRESETS[option["key"]]
@@ -784,3 +784,42 @@ def test_scratch_inputs_are_removed_when_the_server_is_terminated_mid_render(tmp
                 os.killpg(engine.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def test_the_lora_node_is_listed_with_the_other_h3_nodes_and_every_input_has_a_tooltip(server: Server) -> None:
+    info = server.object_info["H3Lora"]
+    assert info["display_name"] == "H3 LoRA" and info["category"] == server.object_info["H3Generate"]["category"]
+    assert info["output"] == ["STRING"]                   # the folded model's folder, for H3 Engine's model_dir
+    required = info["input"]["required"]
+    assert set(required) == {"model_dir", "lora", "strength"}
+    assert all(len(spec) > 1 and spec[1].get("tooltip") for spec in required.values())
+
+
+def test_h3_lora_feeds_h3_engine_a_folded_model_and_requeuing_folds_nothing(server: Server) -> None:
+    """H3 LoRA -> H3 Engine -> H3 Generate in the real server: the clip renders from the folded
+    model (kept beside the base, by content); queued again with another seed, nothing is folded."""
+    from lora_helpers import low_rank, tensor_shapes, write_lora
+    base = server.base / "models" / "h3" / "MiniMax-H3"
+    out, inner = tensor_shapes(base)["blocks.0.attn.qkv_proj.weight"][2]
+    up, down = low_rank(np.random.default_rng(0), out, inner, 2)
+    (server.base / "models" / "loras").mkdir(parents=True, exist_ok=True)
+    write_lora(server.base / "models" / "loras" / "h3-turbo.safetensors",
+               {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight": down,
+                "diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight": up})
+    prompt = ui_to_api(json.loads((EXAMPLES / "h3_text_to_video_audio.json").read_text()), server.object_info)
+    engine_id = next(node_id for node_id, node in prompt.items() if node["class_type"] == "H3Engine")
+    prompt["80"] = {"class_type": "H3Lora", "inputs": {"model_dir": prompt[engine_id]["inputs"]["model_dir"],
+                                                      "lora": "h3-turbo.safetensors", "strength": 1.0}}
+    prompt[engine_id]["inputs"]["model_dir"] = ["80", 0]
+    entry = server.wait(server.queue(prompt), timeout=300)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
+    [folded] = (base.parent / ".h3bridge-lora").iterdir()
+    record = json.loads((folded / "h3bridge-lora.json").read_text())
+    assert record["loras"][0]["name"] == "h3-turbo.safetensors" and Path(record["base_path"]) == base.resolve()
+    stamp = (folded / "h3bridge-lora.json").stat().st_mtime_ns
+    generate_id = _generate_id(prompt)
+    prompt[generate_id]["inputs"]["seed"] = prompt[generate_id]["inputs"].get("seed", 0) + 1
+    entry = server.wait(server.queue(prompt), timeout=300)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
+    assert [p.name for p in (base.parent / ".h3bridge-lora").iterdir()] == [folded.name]
+    assert (folded / "h3bridge-lora.json").stat().st_mtime_ns == stamp

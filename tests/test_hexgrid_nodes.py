@@ -10,24 +10,13 @@ hypothesis and pytest-timeout besides requirements.txt.) In the project's venv (
 module skips, also when collected with test_comfy_integration.py, which runs there."""
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
-# Only now: with ComfyUI on sys.path but no torch, the repository root's __init__.py (which pytest
-# imports as a package, and which loads the nodes when comfy_api is importable) would break every
-# other test module collected in the same run.
-if os.environ.get("COMFYUI_DIR") and os.environ["COMFYUI_DIR"] not in sys.path:
-    sys.path.insert(0, os.environ["COMFYUI_DIR"])
-cli_args = pytest.importorskip("comfy.cli_args", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
-# In-process ComfyUI parses no command line: without --cpu, importing comfy.model_management
-# (nodes.py does) asks CUDA for a device and fails on machines without a GPU driver. ComfyUI's own
-# unit tests set the flag the same way.
-cli_args.args.cpu = True
-pytest.importorskip("comfy_api.latest", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
+from comfy_helpers import require_comfyui_in_process  # noqa: E402
+
+torch = require_comfyui_in_process()
 
 from h3bridge.comfy.hex_nodes import HEX_NODES, H3HexGridNode, H3HexMergeNode  # noqa: E402
 from h3bridge.errors import RequestError  # noqa: E402

@@ -225,7 +225,10 @@ def test_video_audio_needs_its_soundtrack_path() -> None:
 
 
 def test_presets() -> None:
-    assert set(PRESETS) == {"preview", "balanced", "quality", "reference"}
+    assert set(PRESETS) == {"preview", "balanced", "quality", "reference", "turbo"}
+    # turbo (a folded step-distillation LoRA, h3.c PR #14): 6 steps, no reuse, no core reuse, every layer
+    turbo = GenerationRequest.from_preset("turbo", "a fox")
+    assert (turbo.steps, turbo.reuse, turbo.core_reuse, turbo.layers) == (6, 1, 1, 50)
     for name, preset in PRESETS.items():
         request = GenerationRequest.from_preset(name, "a fox", width=96, height=64, frames=22).validate()
         assert (request.steps, request.layers, request.reuse) == (preset.steps, preset.layers, preset.reuse)

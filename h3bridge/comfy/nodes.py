@@ -443,7 +443,8 @@ class H3BridgeExtension(ComfyExtension):
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         from .hex_nodes import HEX_NODES     # H3 hexagon tiling nodes; imported here: they import this module
-        return [*NODES, *HEX_NODES]
+        from .lora_nodes import LORA_NODES   # H3 LoRA (h3bridge/lora), likewise
+        return [*NODES, *HEX_NODES, *LORA_NODES]
 
 
 async def comfy_entrypoint() -> H3BridgeExtension:

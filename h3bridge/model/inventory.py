@@ -150,6 +150,7 @@ class ModelInventory:
     root: Path
     partitions: dict[str, Partition] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    provenance: object | None = None     # lora.provenance.Provenance: this is a folded model (h3bridge lora fold)
 
     @property
     def errors(self) -> list[Problem]:
@@ -240,6 +241,7 @@ class ModelInventory:
             "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix,
                           "references_only": p.references_only,
                           "path": None if p.path is None else str(p.path)} for p in self.problems],
+            "provenance": None if self.provenance is None else self.provenance.to_dict(),  # type: ignore[attr-defined]
         }
 
     def table(self) -> str:
@@ -261,6 +263,8 @@ class ModelInventory:
         if FL2VA in self.partitions and not self.has_ref2va:
             state = "incomplete" if REF2VA in self.partitions else "not installed"
             lines.append(f"Ref2VA: {state} (prompt-only and first/last-frame jobs work; references need it)")
+        if self.provenance is not None:
+            lines.append(self.provenance.summary())      # type: ignore[attr-defined]
         for problem in self.problems:
             lines.append(f"{problem.label}: {problem.message}")
             lines.append(f"  fix: {problem.fix}")
@@ -602,7 +606,23 @@ def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInvento
         if name == FL2VA or (root / name).is_dir():
             _inventory_partition(root, name, inventory, read_headers=read_headers)
     _scope_unfinished_blobs(root, inventory)
+    _read_fold_record(root, inventory)
     return inventory
+
+
+def _read_fold_record(root: Path, inventory: ModelInventory) -> None:
+    """A folded model's record (h3bridge/lora/provenance.py), and whether its shards still match it."""
+    from ..lora.provenance import PROVENANCE_FILE, check_provenance, read_provenance
+    try:
+        inventory.provenance = read_provenance(root)
+    except ValueError as error:
+        inventory.problems.append(Problem(
+            "warning", "fold-record", f"{error}: this may be a folded model (h3bridge lora fold) whose base and "
+            "LoRAs can no longer be told", f"fold it again, or remove {root / PROVENANCE_FILE} if it is the base",
+            root / PROVENANCE_FILE))
+        return
+    if inventory.provenance is not None:
+        inventory.problems.extend(check_provenance(root, inventory.provenance))   # type: ignore[arg-type]
 
 
 def _scope_unfinished_blobs(root: Path, inventory: ModelInventory) -> None:

@@ -1065,7 +1065,13 @@ def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> li
         raise ModelError("ordered references require the Ref2VA checkpoint, and "
                          f"{inventory.root} has no Ref2VA/transformer/model.safetensors.index.json",
                          hint="download the Ref2VA/ folder of MiniMaxAI/MiniMax-H3 next to FL2VA/")
-    return inventory.warnings_for(references=request.is_ref2va)
+    return inventory.warnings_for(references=request.is_ref2va) + fold_warnings(request, inventory)
+
+
+def fold_warnings(request: GenerationRequest, inventory: ModelInventory) -> list[str]:
+    """A folded step-distillation model sampled with --reuse/--core-reuse or many steps (lora/provenance.py)."""
+    from ..lora.provenance import request_warnings
+    return request_warnings(request, inventory.provenance)   # type: ignore[arg-type]
 
 
 def require_fit(plan: MemoryPlan) -> MemoryPlan:
@@ -1091,7 +1097,8 @@ def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: Mac
 
     if inventory is None:
         inventory = inspect_model(model_dir)
-    warnings = inventory.warnings_for(references=request.is_ref2va) if force else check_model_for(request, inventory)
+    warnings = (inventory.warnings_for(references=request.is_ref2va) + fold_warnings(request, inventory) if force
+                else check_model_for(request, inventory))
     plan = plan_memory(request, inventory, machine=machine, preview=preview, session=session)
     plan.model_warnings = warnings
     return plan if force else require_fit(plan)

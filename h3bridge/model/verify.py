@@ -335,6 +335,7 @@ def verify_model(model_dir: str | Path, *, checksums: bool = False, workers: int
             manifest_files = {}     # damaged: rewritten from this run's hashes
 
     to_hash: list[ShardResult] = []
+    folded = inventory.provenance       # a folded model's record: its shards' hashes
     for result in report.results:
         if result.header_error:
             continue
@@ -345,6 +346,9 @@ def verify_model(model_dir: str | Path, *, checksums: bool = False, workers: int
             published = _hf_local_dir_sha256(root, result.relative)
             if published:
                 result.expected_sha256, result.expected_source = published, "huggingface-download"
+            elif folded is not None and folded.expected_sha256(str(result.relative)):
+                result.expected_sha256 = folded.expected_sha256(str(result.relative))
+                result.expected_source = "fold record"     # h3bridge lora fold (lora/provenance.py)
             else:
                 recorded = manifest_files.get(str(result.relative), {}).get("sha256")
                 if isinstance(recorded, str):

@@ -1,0 +1,80 @@
+"""`h3bridge lora fold MODEL_DIR --lora FILE[:STRENGTH] [--lora ...] -o OUT_DIR`."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from ..model.inventory import FL2VA, PARTITIONS, format_bytes
+from .fold import LoraSpec, fold_model
+from .provenance import DISTILLED_STEPS
+
+
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP during a fold: unwinds like Ctrl-C, so the temporary folder is removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("lora", help="fold LoRAs into a copy of the model (h3 has no LoRA runtime)",
+                                   description="LoRAs for h3, which has no LoRA runtime: fold them into a copy "
+                                               "of the checkpoint.")
+    commands = parser.add_subparsers(dest="lora_command", required=True, metavar="COMMAND")
+    fold = commands.add_parser(
+        "fold", help="write MODEL_DIR with LoRAs folded into its transformer, as a new model folder",
+        description="Write a complete model folder at OUT_DIR: the transformer shards with the LoRAs folded in "
+                    "(W' = W + strength * scale * up @ down, in float64, rounded to nearest even), every other "
+                    "file cloned, hard-linked or copied, and a fold record that `h3bridge info` shows and "
+                    "`h3bridge verify` checks. Nothing appears at OUT_DIR until the fold is complete.")
+    fold.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the base MiniMax-H3 model folder")
+    fold.add_argument("--lora", dest="loras", action="append", required=True, metavar="FILE[:STRENGTH]",
+                      help="a LoRA .safetensors and its strength (default 1.0); repeat for several, applied in order")
+    fold.add_argument("-o", "--output", type=Path, required=True, metavar="OUT_DIR",
+                      help="the folded model's folder (must not exist)")
+    fold.add_argument("--partition", choices=[*PARTITIONS, "all"], default=FL2VA,
+                      help=f"which checkpoint's transformer to fold into (default {FL2VA}, the one prompt and "
+                           "first/last-frame jobs use; Ref2VA serves reference jobs)")
+    distilled = fold.add_mutually_exclusive_group()
+    distilled.add_argument("--distilled", dest="distilled", action="store_true", default=None,
+                           help="record the LoRAs as step-distillation LoRAs (default: guessed from the names, "
+                                "e.g. 'turbo'); requests on the folded model are then warned about --reuse and steps")
+    distilled.add_argument("--not-distilled", dest="distilled", action="store_false")
+    fold.add_argument("--quiet", action="store_true", help="no progress bar")
+    fold.add_argument("--json", action="store_true", help="print the fold record as JSON on stdout")
+    fold.set_defaults(handler=run_fold)
+
+
+def run_fold(args: argparse.Namespace) -> int:
+    partitions = list(PARTITIONS) if args.partition == "all" else [args.partition]
+    specs = [LoraSpec.parse(text) for text in args.loras]
+
+    def terminate(signum: int, frame: object) -> None:
+        raise _Terminated(signum)
+
+    previous = {signum: signal.signal(signum, terminate) for signum in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        result = fold_model(args.model_dir, specs, args.output, partitions=partitions, distilled=args.distilled,
+                            progress=False if args.quiet else None)
+    except _Terminated as stop:
+        print(f"h3bridge: fold stopped ({signal.Signals(stop.signum).name}); nothing was written", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    record = result.provenance
+    if args.json:
+        print(json.dumps(record.to_dict(), indent=1))
+    placed = ", ".join(f"{count} {how}" for how, count in sorted(result.placed.items())) or "none"
+    print(f"wrote {result.output}: {result.tensors} tensors ({format_bytes(result.targeted_bytes)}) folded in "
+          f"{len(record.folded_files)} shard(s), other files: {placed}; {result.seconds:.1f} s", file=sys.stderr)
+    print(record.summary(), file=sys.stderr)
+    if record.distilled:
+        print(f"h3bridge: sample it with `h3bridge generate -d {result.output} --preset turbo` (--steps "
+              f"{DISTILLED_STEPS[0]} or {DISTILLED_STEPS[1]}, no --reuse/--core-reuse)", file=sys.stderr)
+    return 0

@@ -1,0 +1,562 @@
+"""`h3bridge lora fold`: bake LoRAs into a copy of the checkpoint, W' = W + sum(strength * scale * up @ down).
+
+h3.c has no LoRA runtime (upstream issue 37); upstream PR #14 folds the Turbo LoRA offline. Here:
+
+- plan first (`plan_fold`): every LoRA module is mapped onto a transformer key (keys.py) and every
+  refusal (keys matching nothing, shapes that do not fit, dtypes that cannot be folded, tensors
+  that are no part of a pair) is raised, with examples, before a byte is written; then the disk
+  is checked for what the output will take (engines/disk.py);
+- the output is built under a hidden temporary name beside it and renamed into place at the end:
+  Ctrl-C, an error or a crash leaves no output folder. A rewritten shard is named `.partial` until
+  complete, so even a temporary folder left by SIGKILL is no model (its index lists shards that are
+  not there); the next fold into that folder removes it;
+- only the targeted tensors' bytes are rewritten: each rewritten shard keeps its source header,
+  tensor order and alignment byte for byte (checked before its rename); every other file is
+  cloned, hard-linked or copied (place.py says which and why);
+- the math is float64 (every bf16 and float32 weight is exact in it), rounded once to the target
+  dtype: bf16 to nearest even (bf16.py), float32 by numpy's round to nearest even. Several LoRAs
+  add up in the order given before that one rounding;
+- memory is bounded: tensors are read from memory-mapped shards a block of rows at a time
+  (CHUNK_ELEMENTS), so peak memory is a few such blocks plus the LoRA matrices of one tensor,
+  whatever the size of the model or of its largest tensor;
+- before each block is written, a parity probe recomputes a few of its rows independently (the
+  source row read again with pread, the update as a matrix-vector product) and checks that each
+  written value is the target dtype's nearest value to it;
+- the output carries a fold record (provenance.py) that `info` shows and `verify` checks.
+"""
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import shutil
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..cancel import CancelToken
+from ..errors import DiskError, GenerationCancelled, LoraError, OutputExistsError, RequestError
+from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
+from ..model.safetensors import DTYPE_SIZES, TensorInfo
+from ..progress import ProgressCallback, ProgressEvent
+from . import keys
+from .bf16 import bf16_spacing, bf16_to_float64, float64_to_bf16
+from .place import CLONE, clone_file, clone_supported, copy_range, place_file, same_file_system
+from .provenance import (
+    PROVENANCE_FILE,
+    FileRecord,
+    LoraRecord,
+    Provenance,
+    base_identity,
+    header_sha256,
+    read_provenance,
+    write_provenance,
+)
+
+CHUNK_ELEMENTS = 1 << 22          # rows per block: ~32 MiB of float64 per working array
+PROBE_ROWS = 3                    # rows per block the parity probe recomputes
+TEMP_MARK = ".h3bridge-fold-"     # in the temporary folder's name
+INCOMPLETE_FILE = "h3bridge-fold-incomplete"   # inside it: the folding process, until the rename
+PARTIAL_SUFFIX = ".partial"
+FOLD_PHASE = "fold"
+_NUMPY_DTYPES = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """One LoRA to fold and its strength (1.0: as trained)."""
+
+    path: Path
+    strength: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str) -> "LoraSpec":
+        """FILE or FILE:STRENGTH (a file name holding ':' still works when no number follows it)."""
+        head, colon, tail = text.rpartition(":")
+        if colon and head:
+            try:
+                return cls(Path(head).expanduser(), float(tail))
+            except ValueError:
+                pass
+        return cls(Path(text).expanduser(), 1.0)
+
+    @classmethod
+    def of(cls, value: "LoraSpec | str | os.PathLike[str] | tuple[object, float]") -> "LoraSpec":
+        if isinstance(value, LoraSpec):
+            return value
+        if isinstance(value, tuple):
+            return cls(Path(value[0]).expanduser(), float(value[1]))   # type: ignore[arg-type]
+        return cls.parse(os.fspath(value))
+
+
+@dataclass(frozen=True)
+class Update:
+    """One LoRA module applied to one tensor: factor * (up @ down)."""
+
+    lora_index: int
+    module: keys.LoraModule
+    factor: float             # strength * alpha / rank (or strength)
+
+
+@dataclass
+class TensorJob:
+    tensor: TensorInfo
+    updates: list[Update] = field(default_factory=list)
+
+
+@dataclass
+class ShardJob:
+    source: Path
+    relative: Path
+    data_start: int
+    tensors: dict[str, TensorJob] = field(default_factory=dict)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(job.tensor.nbytes for job in self.tensors.values())
+
+
+@dataclass
+class FoldPlan:
+    inventory: ModelInventory
+    specs: list[LoraSpec]
+    loras: list[keys.LoraFile]
+    partitions: list[str]
+    shards: dict[Path, ShardJob]            # by source path, in checkpoint order
+    distilled: list[bool]
+
+    @property
+    def targeted_bytes(self) -> int:
+        return sum(shard.tensor_bytes for shard in self.shards.values())
+
+    @property
+    def largest_tensor_bytes(self) -> int:
+        return max((job.tensor.nbytes for s in self.shards.values() for job in s.tensors.values()), default=0)
+
+    @property
+    def tensor_count(self) -> int:
+        return sum(len(shard.tensors) for shard in self.shards.values())
+
+    def content_key(self) -> str:
+        """Base identity + LoRAs (by content) + strengths + partitions: equal keys, equal folds."""
+        return keys.content_digest(["h3bridge lora fold 1", base_identity(self.inventory), *self.partitions,
+                                    *(f"{lora.sha256}:{spec.strength!r}" for lora, spec in zip(self.loras, self.specs))])
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    output: Path
+    provenance: Provenance
+    placed: dict[str, int]                  # clone / hardlink / copy -> files
+    tensors: int
+    targeted_bytes: int
+    seconds: float
+
+
+# ----------------------------------------------------------------------------- planning (refusals)
+
+
+def _examples(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:keys.EXAMPLES])
+    return shown + (f" (and {len(items) - keys.EXAMPLES} more)" if len(items) > keys.EXAMPLES else "")
+
+
+def _read_scalar(lora: keys.LoraFile, tensor: TensorInfo) -> float:
+    values = _load_matrix(lora.path, lora.header.data_start, tensor)
+    return float(values.reshape(-1)[0])
+
+
+def _load_matrix(path: Path, data_start: int, tensor: TensorInfo) -> np.ndarray:
+    """A (small) LoRA tensor as float64."""
+    dtype = _NUMPY_DTYPES[tensor.dtype]
+    with open(path, "rb") as handle:
+        handle.seek(data_start + tensor.begin)
+        raw = np.frombuffer(handle.read(tensor.nbytes), dtype=dtype).reshape(tensor.shape)
+    return bf16_to_float64(raw) if tensor.dtype == "BF16" else raw.astype(np.float64)
+
+
+def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[object, float]], *,
+              partitions: Sequence[str] = (FL2VA,), distilled: bool | None = None,
+              inventory: ModelInventory | None = None) -> FoldPlan:
+    """Map every LoRA onto the model's transformer(s); raise LoraError (with examples) for
+    anything that would not fold. Reads headers only (and each LoRA's bytes, for its SHA-256)."""
+    specs = [LoraSpec.of(value) for value in loras]
+    if not specs:
+        raise RequestError("no LoRA given", field="lora", hint="pass --lora FILE[:STRENGTH] at least once")
+    for spec in specs:
+        if not math.isfinite(spec.strength):
+            raise RequestError(f"LoRA strength {spec.strength} for {spec.path} is not a finite number",
+                               field="lora", hint="give a strength such as 1.0 or 0.8")
+    unknown = [p for p in partitions if p not in PARTITIONS]
+    if unknown or not partitions:
+        raise RequestError(f"unknown partition(s) {', '.join(unknown) or '(none)'}", field="partition",
+                           hint=f"use {' or '.join(PARTITIONS)}")
+    inventory = inventory or inspect_model(model_dir)
+    inventory.raise_for_problems()
+    targets: dict[str, dict[str, tuple[Path, TensorInfo, int]]] = {}
+    for partition in partitions:
+        component = inventory.component(partition, "transformer")
+        if component is None or not component.shards or not inventory.partitions[partition].enabled:
+            raise LoraError(f"{inventory.root} has no usable {partition}/transformer to fold into",
+                            hint=f"fold into {FL2VA} (the default), or download the {partition} checkpoint first")
+        table: dict[str, tuple[Path, TensorInfo, int]] = {}
+        for shard in component.shards:
+            for tensor in shard.tensors:
+                table[tensor.name] = (shard.path, tensor, shard.data_start)
+        targets[partition] = table
+    read = [keys.read_lora(spec.path) for spec in specs]
+    indexes = {partition: keys.target_index(table) for partition, table in targets.items()}
+    shards: dict[Path, ShardJob] = {}
+    unmatched: list[str] = []
+    foreign: list[str] = []
+    shapes: list[str] = []
+    dtypes: list[str] = []
+    duplicates: list[str] = []
+    unpaired: list[str] = []
+    for index, (spec, lora) in enumerate(zip(specs, read)):
+        unpaired += [f"{name} (in {lora.path.name})" for name in lora.unsupported]
+        seen: set[tuple[str, str]] = set()
+        for module in lora.modules:
+            for partition, table in targets.items():
+                names, flat = indexes[partition]
+                target = keys.map_module(module.module, names, flat)
+                if target is None:
+                    part = keys.foreign_part(module.module)
+                    (foreign if part else unmatched).append(
+                        f"{module.module} (in {lora.path.name}{', for ' + part if part else ''})")
+                    break
+                if (partition, target) in seen:
+                    duplicates.append(f"{target} (twice in {lora.path.name})")
+                    continue
+                seen.add((partition, target))
+                path, tensor, data_start = table[target]
+                rank = module.rank
+                expected = f"[{tensor.shape[0] if tensor.shape else '?'}, {rank}] @ [{rank}, " \
+                           f"{tensor.shape[1] if len(tensor.shape) > 1 else '?'}]"
+                if (len(tensor.shape) != 2 or len(module.down.shape) != 2 or len(module.up.shape) != 2
+                        or module.up.shape[1] != rank or module.up.shape[0] != tensor.shape[0]
+                        or module.down.shape[1] != tensor.shape[1]
+                        or (module.alpha is not None and module.alpha.elements != 1)):
+                    shapes.append(f"{module.module}: up {list(module.up.shape)} @ down {list(module.down.shape)} "
+                                  f"for {target} {list(tensor.shape)} (needs {expected})")
+                    continue
+                if tensor.dtype not in keys.TARGET_DTYPES:
+                    dtypes.append(f"{target} is {tensor.dtype}")
+                    continue
+                scale = _read_scalar(lora, module.alpha) / rank if module.alpha is not None and rank else 1.0
+                shard = shards.setdefault(path, ShardJob(path, path.relative_to(inventory.root), data_start))
+                shard.tensors.setdefault(target, TensorJob(tensor)).updates.append(
+                    Update(index, module, spec.strength * scale))
+    kinds = (
+        (foreign, "LoRA module(s) are for another part of the model, which h3bridge does not fold (it folds "
+                  "the transformer)"),
+        (unmatched, "LoRA module(s) match no tensor of the transformer"),
+        (unpaired, "LoRA tensor(s) are no part of a down/up pair (biases, full diffs or a lone half)"),
+        (shapes, "LoRA module(s) do not fit their tensor's shape"),
+        (dtypes, f"targeted tensor(s) have dtypes h3bridge cannot rewrite for h3 (it rewrites "
+                 f"{'/'.join(sorted(keys.TARGET_DTYPES))})"),
+        (duplicates, "tensor(s) are updated twice by one LoRA file"),
+    )
+    refusals = [f"{len(items)} {what}: {_examples(items)}" for items, what in kinds if items]
+    if refusals:
+        raise LoraError("cannot fold: " + "; ".join(refusals) + "; nothing was written",
+                        hint="use a LoRA trained for MiniMax-H3's transformer (the checkpoint's own key names, "
+                             "optionally prefixed diffusion_model./transformer., or kohya's lora_unet_ names); "
+                             "`h3bridge info MODEL_DIR --json` lists the transformer's tensors")
+    ordered = dict(sorted(shards.items(), key=lambda item: str(item[1].relative)))
+    flags = [distilled if distilled is not None else keys.looks_distilled(lora.path, lora.header.metadata)
+             for lora in read]
+    return FoldPlan(inventory=inventory, specs=specs, loras=read, partitions=list(partitions), shards=ordered,
+                    distilled=flags)
+
+
+# ----------------------------------------------------------------------------- output folder
+
+
+def _temporary_folders(parent: Path, name: str) -> list[Path]:
+    try:
+        return [p for p in parent.iterdir() if p.name.startswith(f".{name}{TEMP_MARK}") and p.is_dir()]
+    except OSError:
+        return []
+
+
+def _owner_alive(folder: Path) -> bool:
+    """Is the process that made this temporary folder still folding into it?"""
+    import psutil
+    try:
+        pid_text, started_text = (folder / INCOMPLETE_FILE).read_text().split()
+        process = psutil.Process(int(pid_text))
+        return abs(process.create_time() - float(started_text)) < 1.0
+    except (OSError, ValueError, psutil.Error):
+        return False
+
+
+def remove_stale_folds(output: Path) -> list[Path]:
+    """Temporary folders that dead folds into `output` left (SIGKILL, power loss): removed."""
+    removed = []
+    for folder in _temporary_folders(output.parent, output.name):
+        if not _owner_alive(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _check_output(base: Path, output: Path) -> None:
+    if output.exists() or output.is_symlink():
+        raise OutputExistsError(f"the output folder {output} already exists; a fold never writes into or over one",
+                                hint="choose a new -o folder, or remove that one first")
+    base_resolved, output_resolved = base.resolve(), output.parent.resolve() / output.name
+    if output_resolved == base_resolved or base_resolved in output_resolved.parents:
+        raise RequestError(f"the output folder {output} is inside the model folder {base}", field="output",
+                           hint="put the folded model beside the base, e.g. -o ../MiniMax-H3-turbo")
+    if not output.parent.is_dir():
+        raise RequestError(f"the folder {output.parent} that should hold {output.name} does not exist",
+                           field="output", hint=f"create it first (mkdir -p {output.parent})")
+
+
+def _source_files(root: Path) -> list[Path]:
+    """Every file of the base model the folded one gets, in a stable order. Left out: the
+    `--local-dir` download cache (its ETags describe the base's shards, not the folded ones) and
+    a folded base's own record (the new record nests it)."""
+    found = []
+    for directory, subdirs, files in os.walk(root, followlinks=True):     # a Ref2VA/ linked from another disk too
+        subdirs[:] = sorted(d for d in subdirs if not (Path(directory) == root and d == ".cache"))
+        for name in sorted(files):
+            path = Path(directory) / name
+            if path.parent == root and name == PROVENANCE_FILE:
+                continue
+            found.append(path)
+    return found
+
+
+def _known_sha256(root: Path, path: Path) -> str | None:
+    """The base file's SHA-256 when it is known without reading it (HF names, ETags, the hash cache)."""
+    from ..model.verify import FileIdentity, HashCache, _hf_cache_sha256, _hf_local_dir_sha256
+    return (_hf_cache_sha256(path) or _hf_local_dir_sha256(root, path.relative_to(root))
+            or HashCache().load().get(FileIdentity.of(path)))
+
+
+def _disk_need(plan: FoldPlan, folder: Path, files: list[Path]) -> int:
+    clones = clone_supported(folder)
+    links = same_file_system(plan.inventory.root, folder)
+    rewritten = {shard.source for shard in plan.shards.values()}
+    need = plan.targeted_bytes if clones else sum(p.stat().st_size for p in rewritten)
+    for path in files:
+        if path in rewritten or clones:
+            continue
+        if not (links and path.name.endswith(".safetensors")):
+            need += path.stat().st_size
+    return need + (1 << 20)
+
+
+def _check_disk(plan: FoldPlan, folder: Path, files: list[Path]) -> None:
+    from ..engines.disk import DiskNeed, check_disk_space
+    need = _disk_need(plan, folder, files)
+    try:
+        check_disk_space([DiskNeed(folder, "the output folder", need)])
+    except DiskError as error:
+        raise DiskError(error.message + " for the folded model", folder=error.folder, free=error.free,
+                        needed=error.needed, before_start=True,
+                        hint=f"free at least {format_bytes(need)} on that disk, or choose -o on a disk with room "
+                             "(on the base's own APFS/Btrfs/XFS volume, untouched shards cost nothing)") from None
+
+
+# ----------------------------------------------------------------------------- the fold itself
+
+
+def _decode_rows(raw: np.ndarray, dtype: str) -> np.ndarray:
+    return bf16_to_float64(raw) if dtype == "BF16" else raw.astype(np.float64)
+
+
+def _encode_rows(values: np.ndarray, dtype: str) -> np.ndarray:
+    return float64_to_bf16(values) if dtype == "BF16" else values.astype("<f4")
+
+
+def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, data_start: int,
+           matrices: list[tuple[np.ndarray, np.ndarray, float]]) -> None:
+    """Recompute a few rows of a block independently and check each written value is the target
+    dtype's nearest value to W + sum(factor * up @ down). Raises LoraError."""
+    tensor = job.tensor
+    columns = tensor.shape[1]
+    item = DTYPE_SIZES[tensor.dtype]
+    picks = sorted({rows.start, rows.stop - 1, rows.start + (zlib.crc32(tensor.name.encode()) % len(rows))})[:PROBE_ROWS]
+    for row in picks:
+        raw = os.pread(source_fd, columns * item, data_start + tensor.begin + row * columns * item)
+        if tensor.dtype == "BF16":
+            exact = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
+        else:
+            exact = np.frombuffer(raw, "<f4").astype(np.float64)
+        for down, up, factor in matrices:
+            exact = exact + factor * (down.T @ up[row])
+        written = encoded[row - rows.start]
+        value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if tensor.dtype == "BF16" \
+            else written.astype(np.float64)
+        magnitude = np.maximum(np.abs(exact), np.abs(value))
+        spacing = bf16_spacing(magnitude) if tensor.dtype == "BF16" else np.spacing(magnitude.astype(np.float32))
+        error = np.abs(value - exact)
+        bad = np.flatnonzero(~(error <= spacing * 0.5 * (1 + 1e-9) + 1e-300))
+        if bad.size:
+            column = int(bad[0])
+            raise LoraError(f"parity probe failed for {tensor.name} row {row} column {column}: about to write "
+                            f"{value[column]!r}, an independent recomputation gives {exact[column]!r}; nothing was "
+                            "published", hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
+
+
+def _fold_tensor(job: TensorJob, plan: FoldPlan, shard: ShardJob, source_fd: int, target_fd: int,
+                 advance: Callable[[int], None], cancel: CancelToken | None) -> None:
+    tensor = job.tensor
+    rows, columns = tensor.shape
+    matrices = []
+    for update in job.updates:
+        lora = plan.loras[update.lora_index]
+        matrices.append((_load_matrix(lora.path, lora.header.data_start, update.module.down),
+                         _load_matrix(lora.path, lora.header.data_start, update.module.up), update.factor))
+    if rows == 0 or columns == 0:
+        return
+    source = np.memmap(shard.source, dtype=_NUMPY_DTYPES[tensor.dtype], mode="r",
+                       offset=shard.data_start + tensor.begin, shape=(rows, columns))
+    item = DTYPE_SIZES[tensor.dtype]
+    step = max(1, CHUNK_ELEMENTS // columns)
+    try:
+        for start in range(0, rows, step):
+            if cancel is not None and cancel.cancelled:
+                raise GenerationCancelled("fold cancelled; no output was left behind")
+            block = range(start, min(rows, start + step))
+            values = _decode_rows(np.asarray(source[block.start:block.stop]), tensor.dtype)
+            update = np.empty_like(values)                    # one working array beside `values`
+            for down, up, factor in matrices:
+                np.matmul(up[block.start:block.stop], down, out=update)
+                update *= factor
+                values += update
+            del update
+            if not np.isfinite(values).all():
+                raise LoraError(f"folding makes {tensor.name} non-finite (an overflow); nothing was published",
+                                hint="use a lower strength, or check the LoRA was trained for this model", before_start=False)
+            encoded = _encode_rows(values, tensor.dtype)
+            _probe(job, block, encoded, source_fd, shard.data_start, matrices)
+            os.pwrite(target_fd, encoded.tobytes(), shard.data_start + tensor.begin + block.start * columns * item)
+            advance(len(block) * columns * item)
+    finally:
+        del source
+
+
+def _write_shard(plan: FoldPlan, shard: ShardJob, target: Path, advance: Callable[[int], None],
+                 cancel: CancelToken | None) -> str:
+    """The rewritten shard at `target`: a clone patched in place, or written whole. Returns how."""
+    cloned = clone_file(shard.source, target)
+    with open(shard.source, "rb") as source:
+        flags = os.O_RDWR | os.O_CLOEXEC | (0 if cloned else os.O_CREAT | os.O_EXCL)
+        target_fd = os.open(target, flags, 0o644)
+        try:
+            if not cloned:
+                # the header, then every untouched tensor's bytes (in file order)
+                copy_range(source.fileno(), target_fd, 0, shard.data_start)
+                rewritten = {job.tensor.name for job in shard.tensors.values()}
+                header = next(s for c in plan.inventory.partitions.values() for comp in c.components.values()
+                              for s in comp.shards if s.path == shard.source)
+                for tensor in sorted(header.tensors, key=lambda t: t.begin):
+                    if tensor.name not in rewritten and tensor.nbytes:
+                        copy_range(source.fileno(), target_fd, shard.data_start + tensor.begin, tensor.nbytes)
+                os.ftruncate(target_fd, header.file_size)
+            for job in shard.tensors.values():
+                _fold_tensor(job, plan, shard, source.fileno(), target_fd, advance, cancel)
+            os.fsync(target_fd)
+        finally:
+            os.close(target_fd)
+    if target.stat().st_size != shard.source.stat().st_size or header_sha256(target) != header_sha256(shard.source):
+        raise LoraError(f"{target}: the rewritten shard's header or size differs from {shard.source}; nothing was "
+                        "published", hint="report this as an h3bridge bug", before_start=False)
+    return CLONE if cloned else "write"
+
+
+def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[object, float]], output: str | Path, *,
+               partitions: Sequence[str] = (FL2VA,), distilled: bool | None = None, progress: bool | None = None,
+               on_progress: ProgressCallback | None = None, cancel: CancelToken | None = None,
+               plan: FoldPlan | None = None) -> FoldResult:
+    """Fold `loras` (LoraSpec, "FILE[:STRENGTH]" or (path, strength)) into a copy of the model at
+    `model_dir`, published at `output` (which must not exist). `progress`: a tqdm bar (None: only
+    on a terminal). `distilled`: whether the LoRAs are step-distillation LoRAs (None: by name)."""
+    started = time.monotonic()
+    output = Path(output).expanduser()
+    base_root = Path(model_dir).expanduser()
+    _check_output(base_root, output)
+    plan = plan or plan_fold(model_dir, loras, partitions=partitions, distilled=distilled)
+    root = plan.inventory.root
+    _check_output(root, output)
+    remove_stale_folds(output)
+    files = _source_files(root)
+    _check_disk(plan, output.parent, files)
+    try:
+        base_record = read_provenance(root)
+    except ValueError as error:
+        raise LoraError(f"the base model's fold record cannot be read: {error}",
+                        hint=f"fold from the original model, or remove {root / PROVENANCE_FILE}") from None
+
+    import psutil
+    from tqdm import tqdm
+    temporary = output.parent / f".{output.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+    temporary.mkdir()
+    (temporary / INCOMPLETE_FILE).write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
+    placed: dict[str, int] = {}
+    records: list[FileRecord] = []
+    bar = tqdm(total=plan.targeted_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="fold",
+               disable=None if progress is None else not progress, leave=False)
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        bar.update(count)
+        if on_progress is not None:
+            total = max(plan.targeted_bytes, 1)
+            on_progress(ProgressEvent(FOLD_PHASE, done, total, done / total, time.monotonic() - started))
+
+    try:
+        rewritten = {shard.source: shard for shard in plan.shards.values()}
+        for path in files:                                       # untouched files first: cheap
+            if path in rewritten:
+                continue
+            target = temporary / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            how = place_file(path, target)
+            placed[how] = placed.get(how, 0) + 1
+            records.append(FileRecord(str(path.relative_to(root)), path.stat().st_size, how,
+                                      sha256=_known_sha256(root, path) if path.name.endswith(".safetensors") else None))
+        from ..model.verify import sha256_file
+        for shard in plan.shards.values():
+            final = temporary / shard.relative
+            partial = final.with_name(final.name + PARTIAL_SUFFIX)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            _write_shard(plan, shard, partial, advance, cancel)
+            records.append(FileRecord(str(shard.relative), partial.stat().st_size, "folded",
+                                      header_sha256=header_sha256(partial), sha256=sha256_file(partial),
+                                      tensors=len(shard.tensors)))
+            os.rename(partial, final)
+        provenance = Provenance(
+            base_path=str(root.resolve()), base_identity=base_identity(plan.inventory),
+            loras=[LoraRecord(name=lora.path.name, path=str(lora.path.resolve()), sha256=lora.sha256,
+                              strength=spec.strength, conventions=list(lora.conventions), modules=len(lora.modules),
+                              distilled=flag)
+                   for lora, spec, flag in zip(plan.loras, plan.specs, plan.distilled)],
+            partitions=plan.partitions, files=sorted(records, key=lambda r: r.relative),
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"), content_key=plan.content_key(),
+            base_provenance=None if base_record is None else base_record.to_dict())
+        write_provenance(temporary, provenance)
+        (temporary / INCOMPLETE_FILE).unlink()
+        try:
+            os.rename(temporary, output)          # refuses a non-empty folder that appeared meanwhile
+        except OSError:
+            raise OutputExistsError(f"{output} appeared while folding; it was left as it was",
+                                    hint="choose another -o folder", before_start=False) from None
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+    return FoldResult(output=output, provenance=provenance, placed=placed, tensors=plan.tensor_count,
+                      targeted_bytes=plan.targeted_bytes, seconds=time.monotonic() - started)

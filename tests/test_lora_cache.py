@@ -1,0 +1,55 @@
+"""Folds kept by content (lora/cache.py, what the H3 LoRA node calls): asked again, nothing is folded;
+a chain of folds is one pass from the original base."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lora_helpers import low_rank, tensor_shapes, write_lora
+import model_helpers
+from h3bridge.lora import LoraSpec, fold_model, read_provenance
+from h3bridge.lora import cache as cache_module
+from h3bridge.lora.cache import cached_fold
+
+template = model_helpers.template      # the module's fixture model (tests/model_helpers.py)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _lora(path: Path, template: Path, seed: int) -> Path:
+    shapes, rng, tensors = tensor_shapes(template), np.random.default_rng(seed), {}
+    for i in range(0, 50, 7):
+        out, inner = shapes[f"blocks.{i}.mlp.fc1.weight"][2]
+        up, down = low_rank(rng, out, inner, 2)
+        tensors[f"blocks.{i}.mlp.fc1.lora_A.weight"], tensors[f"blocks.{i}.mlp.fc1.lora_B.weight"] = down, up
+    return write_lora(path, tensors)
+
+
+def test_the_same_fold_asked_again_folds_nothing(template: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    lora = _lora(tmp_path / "a.safetensors", template, 1)
+    events = []
+    first = cached_fold(template, [LoraSpec(lora, 0.5)], cache_root=tmp_path / "folds", on_progress=events.append)
+    assert events and events[-1].fraction == 1.0
+    monkeypatch.setattr(cache_module, "fold_model", lambda *a, **k: pytest.fail("folded again"))
+    assert cached_fold(template, [LoraSpec(lora, 0.5)], cache_root=tmp_path / "folds") == first
+    monkeypatch.undo()
+    other = cached_fold(template, [LoraSpec(lora, 0.6)], cache_root=tmp_path / "folds")
+    assert other != first and read_provenance(other).loras[0].strength == 0.6
+
+
+def test_a_chain_is_folded_in_one_pass_from_the_original_base(template: Path, tmp_path: Path) -> None:
+    a, b = _lora(tmp_path / "a.safetensors", template, 2), _lora(tmp_path / "b.safetensors", template, 3)
+    step = cached_fold(template, [LoraSpec(a, 1.0)], cache_root=tmp_path / "folds")
+    chained = cached_fold(step, [LoraSpec(b, -0.5)], cache_root=tmp_path / "folds")
+    record = read_provenance(chained)
+    assert Path(record.base_path) == template.resolve() and record.base_provenance is None
+    assert [(lora.name, lora.strength) for lora in record.loras] == [("a.safetensors", 1.0), ("b.safetensors", -0.5)]
+    direct = fold_model(template, [LoraSpec(a, 1.0), LoraSpec(b, -0.5)], tmp_path / "direct", progress=False).output
+    for shard in sorted((direct / "FL2VA/transformer").glob("*.safetensors")):
+        assert shard.read_bytes() == (chained / "FL2VA/transformer" / shard.name).read_bytes()

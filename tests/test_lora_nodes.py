@@ -1,0 +1,67 @@
+"""The H3 LoRA ComfyUI node, called in-process. Needs ComfyUI importable, so it runs in ComfyUI's
+own python with the checkout on sys.path; skipped otherwise (the fold and its cache are tested in
+test_lora_fold.py and test_lora_cache.py):
+
+    cd /work/main && COMFYUI_DIR=/tmp/comfy-bed/ComfyUI /tmp/comfy-bed/venv/bin/python -m pytest -q \
+        tests/test_lora_nodes.py
+
+(from a checkout whose folder name is a Python identifier: pytest imports the repository root's
+__init__.py as a package, which fails for a folder such as wt-13.)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from comfy_helpers import require_comfyui_in_process  # noqa: E402
+
+torch = require_comfyui_in_process()
+
+import folder_paths  # noqa: E402
+
+from lora_helpers import low_rank, tensor_shapes, write_lora  # noqa: E402
+from h3bridge.comfy.lora_nodes import LORA_NODES, H3LoraNode  # noqa: E402
+from h3bridge.errors import LoraError  # noqa: E402
+from h3bridge.lora import read_provenance  # noqa: E402
+from h3bridge.sim.fixture import write_fixture_model  # noqa: E402
+
+
+@pytest.fixture
+def loras(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "loras"
+    folder.mkdir()
+    monkeypatch.setitem(folder_paths.folder_names_and_paths, "loras", ([str(folder)], {".safetensors"}))
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    return folder
+
+
+def test_the_node_is_registered_with_a_tooltip_on_every_input() -> None:
+    import asyncio
+
+    from h3bridge.comfy.nodes import comfy_entrypoint
+    listed = asyncio.run(asyncio.run(comfy_entrypoint()).get_node_list())
+    assert all(node in listed for node in LORA_NODES)
+    schema = H3LoraNode.define_schema()
+    assert schema.display_name == "H3 LoRA" and all(item.tooltip for item in schema.inputs)
+
+
+def test_chained_nodes_fold_once_and_feed_the_engine_a_model_dir(tmp_path: Path, loras: Path) -> None:
+    model = write_fixture_model(tmp_path / "models" / "MiniMax-H3", ref2va=False)
+    shapes, rng = tensor_shapes(model), np.random.default_rng(0)
+    for name in ("turbo.safetensors", "style.safetensors"):
+        out, inner = shapes["blocks.0.attn.qkv_proj.weight"][2]
+        up, down = low_rank(rng, out, inner, 2)
+        write_lora(loras / name, {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight": down,
+                                  "diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight": up})
+    first = H3LoraNode.execute(model_dir=str(model), lora="turbo.safetensors", strength=1.0).result[0]
+    second = H3LoraNode.execute(model_dir=first, lora="style.safetensors", strength=0.5).result[0]
+    record = read_provenance(Path(second))
+    assert [(r.name, r.strength) for r in record.loras] == [("turbo.safetensors", 1.0), ("style.safetensors", 0.5)]
+    assert H3LoraNode.execute(model_dir=first, lora="style.safetensors", strength=0.5).result[0] == second
+    from h3bridge.comfy import adapter
+    assert adapter.check_model_setting(second, []) == Path(second)        # what H3 Engine accepts
+    (loras / "bad.safetensors").write_bytes((loras / "turbo.safetensors").read_bytes().replace(b"blocks.0", b"blocks.X"))
+    with pytest.raises(LoraError, match="match no tensor"):
+        H3LoraNode.execute(model_dir=str(model), lora="bad.safetensors", strength=1.0)

@@ -1,0 +1,221 @@
+"""Every fold refusal comes before a byte is written; a fold interrupted or killed leaves no model."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lora_helpers import low_rank, tensor_shapes, write_lora
+import model_helpers
+from model_helpers import copy_model
+from h3bridge import inspect_model
+from h3bridge.cli import main
+from h3bridge.errors import DiskError, LoraError, OutputExistsError, RequestError
+from h3bridge.lora import LoraSpec, fold_model
+from h3bridge.lora import fold as fold_module
+
+template = model_helpers.template      # the module's fixture model (tests/model_helpers.py)
+
+QKV = "attn.qkv_proj.weight"
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path.with_name(tmp_path.name + "-cache")))
+
+
+def _pair(module: str, out: int, inner: int, rank: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    up, down = low_rank(np.random.default_rng(seed), out, inner, rank)
+    return {module + ".lora_A.weight": down, module + ".lora_B.weight": up}
+
+
+def _good(template: Path) -> dict[str, np.ndarray]:
+    shapes = tensor_shapes(template)
+    tensors: dict[str, np.ndarray] = {}
+    for i in range(3):
+        out, inner = shapes[f"blocks.{i}.{QKV}"][2]
+        tensors.update(_pair(f"blocks.{i}.attn.qkv_proj", out, inner, seed=i))
+    return tensors
+
+
+def _nothing_written(folder: Path, before: set[str]) -> None:
+    assert {p.name for p in folder.iterdir()} == before, "a refusal wrote something"
+
+
+def _refused(template: Path, tmp_path: Path, tensors: dict[str, np.ndarray], *, dtypes=None,
+             model: Path | None = None) -> LoraError:
+    lora = write_lora(tmp_path / "bad.safetensors", tensors, dtypes=dtypes)
+    before = {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(LoraError) as caught:
+        fold_model(model or template, [LoraSpec(lora)], tmp_path / "out", progress=False)
+    _nothing_written(tmp_path, before)
+    assert caught.value.before_start and caught.value.hint
+    return caught.value
+
+
+def test_keys_matching_nothing_are_refused_with_examples(template: Path, tmp_path: Path) -> None:
+    tensors = {**_good(template), **_pair("blocks.0.attn.to_q", 8, 8), **_pair("diffusion_model.nope.layer", 8, 8)}
+    error = _refused(template, tmp_path, tensors)
+    assert "2 LoRA module(s) match no tensor" in error.message
+    assert "blocks.0.attn.to_q" in error.message and "diffusion_model.nope.layer" in error.message
+
+
+def test_text_encoder_modules_are_named_as_such(template: Path, tmp_path: Path) -> None:
+    error = _refused(template, tmp_path, {**_good(template), **_pair("lora_te_text_model_layers_0_q", 8, 8)})
+    assert "for the text encoder" in error.message
+
+
+def test_shapes_that_do_not_fit_are_refused(template: Path, tmp_path: Path) -> None:
+    tensors = _good(template)
+    tensors["blocks.1.attn.qkv_proj.lora_B.weight"] = np.zeros((25, 2), np.float32)   # out is 24
+    tensors["blocks.2.attn.qkv_proj.lora_A.weight"] = np.zeros((3, 8), np.float32)    # rank 3 vs 2
+    error = _refused(template, tmp_path, tensors)
+    assert "2 LoRA module(s) do not fit" in error.message and "[25, 2]" in error.message and "[24, 8]" in error.message
+
+
+def test_lora_dtypes_that_cannot_be_folded_are_refused(template: Path, tmp_path: Path) -> None:
+    tensors = _good(template)
+    error = _refused(template, tmp_path, tensors, dtypes={"blocks.0.attn.qkv_proj.lora_A.weight": "F8_E4M3"})
+    assert "F8_E4M3" in error.message and "quantized" in error.message
+    error = _refused(template, tmp_path, tensors, dtypes={"blocks.0.attn.qkv_proj.lora_A.weight": "I32"})
+    assert "I32" in error.message and "cannot be folded" in error.message
+
+
+def test_targets_h3_reads_in_another_dtype_are_refused(template: Path, tmp_path: Path) -> None:
+    """A model whose targeted tensor is F16 (same size as BF16: only the header's dtype changes)."""
+    model = copy_model(template, tmp_path / "m")
+    shard = next(s for s in sorted((model / "FL2VA/transformer").glob("*.safetensors"))
+                 if b'"blocks.0.attn.qkv_proj.weight":{"dtype":"BF16"' in s.read_bytes()[:200_000])
+    data = shard.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = data[8:8 + size].replace(b'"blocks.0.attn.qkv_proj.weight":{"dtype":"BF16"',
+                                      b'"blocks.0.attn.qkv_proj.weight":{"dtype":"F16"', 1) + b" "
+    shard.write_bytes(data[:8] + header + data[8 + size:])
+    assert not inspect_model(model).errors
+    error = _refused(template, tmp_path, _good(template), model=model)
+    assert "blocks.0.attn.qkv_proj.weight is F16" in error.message
+
+
+def test_unpaired_and_full_diff_tensors_are_refused(template: Path, tmp_path: Path) -> None:
+    tensors = {**_good(template), "blocks.3.attn.qkv_proj.lora_A.weight": np.zeros((2, 8), np.float32),
+               "blocks.4.norm1.diff_b": np.zeros((8,), np.float32)}
+    error = _refused(template, tmp_path, tensors)
+    assert "no part of a down/up pair" in error.message and "blocks.4.norm1.diff_b" in error.message
+
+
+def test_a_file_without_lora_pairs_and_a_missing_file_are_refused(template: Path, tmp_path: Path) -> None:
+    error = _refused(template, tmp_path, {"blocks.0.attn.qkv_proj.weight": np.zeros((24, 8), np.float32)})
+    assert "holds no LoRA pairs" in error.message
+    with pytest.raises(LoraError, match="does not exist"):
+        fold_model(template, [tmp_path / "missing.safetensors"], tmp_path / "out", progress=False)
+
+
+def test_output_and_strength_refusals(template: Path, tmp_path: Path) -> None:
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(OutputExistsError):
+        fold_model(template, [lora], tmp_path / "exists", progress=False)
+    with pytest.raises(RequestError, match="inside the model folder"):
+        fold_model(template, [lora], template / "folded", progress=False)
+    with pytest.raises(RequestError, match="not a finite number"):
+        fold_model(template, [LoraSpec(lora, float("nan"))], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and not (template / "folded").exists()
+
+
+def test_a_disk_without_room_is_refused_first(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    from collections import namedtuple
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 100, 100))
+    before = {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(DiskError) as caught:
+        fold_model(template, [lora], tmp_path / "out", progress=False)
+    assert caught.value.before_start and "for the folded model" in caught.value.message
+    _nothing_written(tmp_path, before)
+
+
+def test_cli_refusal_exits_2_naming_the_problem(template: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    lora = write_lora(tmp_path / "l.safetensors", _pair("blocks.0.attn.to_q", 8, 8))
+    assert main(["lora", "fold", str(template), "--lora", f"{lora}:0.5", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "match no tensor" in err and "fix:" in err and not (tmp_path / "out").exists()
+
+
+def test_an_error_midway_removes_everything(template: Path, tmp_path: Path) -> None:
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    before = {p.name for p in tmp_path.iterdir()}
+    calls = []
+
+    def interrupt(event) -> None:
+        calls.append(event)
+        raise KeyboardInterrupt        # what Ctrl-C raises
+
+    with pytest.raises(KeyboardInterrupt):
+        fold_model(template, [lora], tmp_path / "out", progress=False, on_progress=interrupt)
+    assert calls and calls[0].phase == "fold"
+    _nothing_written(tmp_path, before)
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from h3bridge.lora import fold_model
+
+    def reached(event):
+        print("reached", event.done, flush=True)     # the parent kills us once it reads this
+        sys.stdin.read()                              # blocks until killed
+
+    fold_model(sys.argv[1], [sys.argv[2]], sys.argv[3], progress=False, on_progress=reached)
+""")
+
+
+def test_a_fold_killed_midway_leaves_nothing_that_looks_like_a_model(template: Path, tmp_path: Path) -> None:
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    output = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(template), str(lora), str(output)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()                # the first tensor block is written: mid-fold
+        assert line.startswith("reached"), line
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.stdin.close()
+        child.stdout.close()
+    assert not output.exists()
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out" + fold_module.TEMP_MARK)]
+    assert len(leftovers) == 1                          # hidden, and no model:
+    assert inspect_model(leftovers[0]).errors, "a killed fold's folder passes as a model"
+    assert list(leftovers[0].rglob("*" + fold_module.PARTIAL_SUFFIX))     # the shard it was writing
+    # the next fold into the same place removes it and publishes a complete model
+    fold_model(template, [lora], output, progress=False)
+    assert not leftovers[0].exists() and not inspect_model(output).errors
+
+
+def test_the_parity_probe_stops_a_wrong_block_before_it_is_written(template: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose encoded values are one bf16 step off (a rounding or arithmetic bug) is caught by
+    the independent recomputation; the fold stops and leaves nothing."""
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    right = fold_module._encode_rows
+
+    def one_step_off(values: np.ndarray, dtype: str) -> np.ndarray:
+        encoded = right(values, dtype).copy()
+        encoded[0, 0] += 1           # the next bf16 value in magnitude
+        return encoded
+
+    monkeypatch.setattr(fold_module, "_encode_rows", one_step_off)
+    before = {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(LoraError, match="parity probe failed for blocks.0.attn.qkv_proj.weight row 0 column 0") as caught:
+        fold_model(template, [lora], tmp_path / "out", progress=False)
+    assert not caught.value.before_start          # a failure midway (exit 1), not a refusal
+    _nothing_written(tmp_path, before)
