@@ -19,6 +19,9 @@ from .errors import (
     MemoryPlanError,
     ModelError,
     OutputExistsError,
+    RemoteAuthError,
+    RemoteError,
+    RemoteUnreachableError,
     RequestError,
     SessionCommandError,
     SessionError,
@@ -36,6 +39,7 @@ from .engines.locate import locate_engine
 from .engines.oneshot import OneShotEngine
 from .engines.process import EngineProcess
 from .engines.protocol import Engine, EngineCapabilities
+from .engines.remote import RemoteEngine
 from .engines.session import SessionEngine, shared_session
 # the model directory (model/) and media (media/)
 from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
@@ -54,6 +58,8 @@ __all__ = [
     # the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
     "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
     "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
+    # a Videos API server (h3bridge serve, SGLang Diffusion, vLLM-Omni) as an engine (engines/remote.py)
+    "RemoteEngine", "RemoteError", "RemoteAuthError", "RemoteUnreachableError",
     # model inventory, verification and memory plan (model/)
     "ModelInventory", "inspect_model", "VerifyReport", "verify_model", "MachineFacts", "MemoryPlan",
     "plan_memory", "preflight",
