@@ -231,6 +231,8 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
                         help="render through h3's interactive mode (the warm SessionEngine the library and "
                              "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
                              "session cannot take (several lines) runs one-shot instead")
+    from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
+    add_remote_option(parser)
     parser.set_defaults(handler=run_generate)
 
 
@@ -264,19 +266,25 @@ def summary_line(result) -> str:
 def run_generate(args: argparse.Namespace) -> int:
     from .engines.oneshot import OneShotEngine
     from .engines.session import SessionEngine
-    request = request_from_args(args).validate()
-    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
     session: Engine | None = None
-    if getattr(args, "session", False):
-        session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
-        try:
-            session.check_supported(request)
-        except UnsupportedRequestError as error:
-            print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-            session = None
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
-                       session=session is not None and session.capabilities.warm_model)
+    if getattr(args, "remote", None):
+        from .remote_cli import remote_engine_from_args      # the server checks the model and plans memory
+        one_shot: Engine = remote_engine_from_args(args)
+        request = request_from_args(args).validate()
+    else:
+        request = request_from_args(args).validate()
+        stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+        local = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+        one_shot = local
+        if getattr(args, "session", False):
+            session = SessionEngine(local.engine_path, local.model_dir, stall_timeout=stall_timeout)
+            try:
+                session.check_supported(request)
+            except UnsupportedRequestError as error:
+                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+                session = None
+        preflight_generate(request, local.model_dir, force=getattr(args, "force", False),
+                           session=session is not None and session.capabilities.warm_model)
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
 
@@ -314,6 +322,7 @@ def run_generate(args: argparse.Namespace) -> int:
         bars.close()
         if session is not None:
             session.close()
+        one_shot.close()
     if args.json:
         print(json.dumps(result_summary(result), indent=2))
     else:
