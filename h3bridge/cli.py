@@ -18,10 +18,9 @@ import platform
 import signal
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .cancel import CancelToken
-from .engines.protocol import Engine
 from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
 from .progress import ProgressEvent
 from .request import (
@@ -37,6 +36,11 @@ from .request import (
     ReferenceKind,
     SlowerPath,
 )
+
+if TYPE_CHECKING:
+    from .engines.protocol import Engine
+    from .engines.oneshot import OneShotEngine
+    from .engines.session import SessionEngine
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 EXIT_STATUS_HELP = ("exit status: 0 ok, 1 failed, 2 bad arguments or refused before anything ran, "
@@ -223,10 +227,7 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     output.add_argument("--quiet", action="store_true", help="no progress bars")
     add_engine_options(parser)
-    parser.add_argument("--force", action="store_true",
-                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
-    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="stop the engine after this long without progress (default 600; 0 disables)")
+    add_engine_run_options(parser)
     parser.add_argument("--session", action="store_true",
                         help="render through h3's interactive mode (the warm SessionEngine the library and "
                              "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
@@ -263,9 +264,28 @@ def summary_line(result) -> str:
             f"rendered in {result.timings.get('total', 0.0):.1f} s wall time")
 
 
-def run_generate(args: argparse.Namespace) -> int:
+def add_engine_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a subcommand that runs the engine (generate, serve) besides
+    add_engine_options: the pre-flight override and the stall watchdog."""
+    parser.add_argument("--force", action="store_true",
+                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
+    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="stop the engine after this long without progress (default 600; 0 disables)")
+
+
+def engines_from_args(args: argparse.Namespace, *, session: bool) -> tuple[OneShotEngine, SessionEngine | None]:
+    """The engines the engine options name: the one-shot engine, and (with `session`) the warm
+    SessionEngine on the same binary and model, which hands what it cannot run to the first."""
     from .engines.oneshot import OneShotEngine
     from .engines.session import SessionEngine
+    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    if not session:
+        return one_shot, None
+    return one_shot, SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
+
+
+def run_generate(args: argparse.Namespace) -> int:
     session: Engine | None = None
     if getattr(args, "remote", None):
         from .remote_cli import remote_engine_from_args      # the server checks the model and plans memory
@@ -273,11 +293,9 @@ def run_generate(args: argparse.Namespace) -> int:
         request = request_from_args(args).validate()
     else:
         request = request_from_args(args).validate()
-        stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-        local = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+        local, session = engines_from_args(args, session=getattr(args, "session", False))
         one_shot = local
-        if getattr(args, "session", False):
-            session = SessionEngine(local.engine_path, local.model_dir, stall_timeout=stall_timeout)
+        if session is not None:
             try:
                 session.check_supported(request)
             except UnsupportedRequestError as error:
@@ -650,7 +668,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
-    for add_command in [*SUBCOMMANDS, add_hexgrid_command]:
+    from .server.command import add_serve_command    # the OpenAI Videos API server, h3bridge/server
+    for add_command in [*SUBCOMMANDS, add_hexgrid_command, add_serve_command]:
         add_command(subparsers)
     return parser
 

@@ -1,0 +1,219 @@
+"""The HTTP surface of `h3bridge serve` (FastAPI): the OpenAI Videos API subset SGLang Diffusion and
+vLLM-Omni implement, over the durable queue (jobs.py) and the worker (worker.py).
+
+    POST   /v1/videos               submit (JSON, or multipart with files) -> the job, queued
+    GET    /v1/videos               list jobs (after, limit, order)
+    GET    /v1/videos/{id}          the job: status, progress 0-100, error
+    GET    /v1/videos/{id}/content  the MP4, once completed
+    DELETE /v1/videos/{id}          cancel (a running job's engine is stopped) and delete its files
+    GET    /health                  readiness (no key needed; says nothing about jobs)
+
+A submission is validated exactly as `h3bridge generate` validates its flags (the same
+GenerationRequest.validate, and the same model check and memory plan) and refused with HTTP 400
+and the library's message before it is queued. With an API key every route but /health needs
+`Authorization: Bearer <key>`, compared in constant time.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import H3BridgeError, RequestError
+from ..request import GenerationRequest
+from .jobs import JobStore, is_job_id, new_job_id
+from .uploads import ReceivedBody, UploadLimits, receive_body
+from .wire import (
+    DEFAULT_MODEL,
+    HEALTH_PATH,
+    VIDEOS_PATH,
+    ErrorBody,
+    ErrorCode,
+    JobStatus,
+    VideoDeleted,
+    VideoError,
+    VideoList,
+    clip_shape,
+    refusal_body,
+    request_from_wire,
+    request_to_wire,
+)
+from .worker import Worker
+
+_log = logging.getLogger("h3bridge.serve")
+# After a refusal mid-upload, read (and drop) at most this much more of the body, so the client
+# gets the 400 rather than a connection reset while it is still sending.
+DRAIN_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass
+class ServeSettings:
+    data_dir: Path
+    api_key: str | None = None
+    limits: UploadLimits = field(default_factory=UploadLimits)
+    cors_origins: tuple[str, ...] = ()
+    engine_name: str = "session"
+    # The checks `generate` makes before it starts an engine, beyond the request's own rules
+    # (cli.preflight_generate: the model check and the memory plan); raises H3BridgeError.
+    preflight: Callable[[GenerationRequest], None] | None = None
+
+
+def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
+                   hint: str | None = None, kind: str = "invalid_request_error",
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorBody(error=VideoError(code=code.value, message=message, param=param, hint=hint, type=kind))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> FastAPI:
+    app = FastAPI(title="h3bridge serve", description="MiniMax-H3 on this Mac over the OpenAI Videos API",
+                  version="1", docs_url=None, redoc_url=None, openapi_url=None)
+    if settings.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+    key = settings.api_key.encode("utf-8") if settings.api_key else None
+
+    @app.middleware("http")
+    async def require_key(request: Request, call_next):
+        if key is not None and request.url.path != HEALTH_PATH and request.method != "OPTIONS":
+            header = request.headers.get("authorization", "")
+            scheme, _, given = header.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8"), key):
+                return error_response(401, ErrorCode.UNAUTHORIZED,
+                                      "missing API key" if not header else "wrong API key",
+                                      hint="send Authorization: Bearer <key> (the server's --api-key or "
+                                           "$H3BRIDGE_API_KEY)", kind="authentication_error",
+                                      headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        code = ErrorCode.NOT_FOUND if error.status_code == 404 else ErrorCode.INVALID_REQUEST
+        return error_response(error.status_code, code, str(error.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("query", "path"))
+        return error_response(400, ErrorCode.INVALID_REQUEST, f"{where}: {first.get('msg', 'invalid')}",
+                              param=where or None)
+
+    def not_found(job_id: str) -> JSONResponse:
+        return error_response(404, ErrorCode.NOT_FOUND, f"no video {job_id!r} on this server",
+                              param="video_id", kind="not_found_error",
+                              hint="list the server's videos with GET /v1/videos")
+
+    @app.get(HEALTH_PATH)
+    def health() -> dict[str, object]:
+        return {"status": "ok", "engine": settings.engine_name}
+
+    @app.post(VIDEOS_PATH)
+    async def create_video(request: Request) -> JSONResponse:
+        job_id = new_job_id()
+        inputs = store.inputs_dir(job_id)
+        stream = request.stream()
+        received: ReceivedBody | None = None
+        try:
+            received = await receive_body(request.headers.get("content-type", ""),
+                                          request.headers.get("content-length"), stream, inputs, settings.limits)
+            job = await run_in_threadpool(_accept, job_id, received)
+        except RequestError as error:
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            await _drain(stream)
+            uploads = received.uploads if received is not None else ()
+            return JSONResponse(refusal_body(error, uploads).model_dump(mode="json"), status_code=400)
+        except H3BridgeError as error:     # the model check or the memory plan refused it
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            return error_response(400, ErrorCode.INVALID_REQUEST, error.message, hint=error.hint)
+        except BaseException:
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            raise
+        worker.notify()
+        return JSONResponse(job.video_job().model_dump(mode="json"))
+
+    def _accept(job_id: str, received: ReceivedBody):
+        request, model = request_from_wire(received.pairs, received.uploads)
+        request.validate()
+        if settings.preflight is not None:
+            settings.preflight(request)
+        fields = request_to_wire(request).fields     # canonical names: what the job re-reads after a restart
+        return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=received.uploads,
+                         shape=clip_shape(request))
+
+    @app.get(VIDEOS_PATH)
+    def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:
+        if not 1 <= limit <= 100:
+            return error_response(400, ErrorCode.INVALID_REQUEST, f"limit={limit} must be in [1, 100]", param="limit")
+        if order not in ("asc", "desc"):
+            return error_response(400, ErrorCode.INVALID_REQUEST, f"order={order!r} must be asc or desc",
+                                  param="order")
+        jobs, more = store.list(after=after, limit=limit, newest_first=order == "desc")
+        data = [job.video_job() for job in jobs]
+        page = VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                         has_more=more)
+        return JSONResponse(page.model_dump(mode="json"))
+
+    @app.get(VIDEOS_PATH + "/{video_id}")
+    def retrieve_video(video_id: str) -> JSONResponse:
+        job = store.get(video_id) if is_job_id(video_id) else None
+        if job is None:
+            return not_found(video_id)
+        return JSONResponse(job.video_job().model_dump(mode="json"))
+
+    @app.get(VIDEOS_PATH + "/{video_id}/content")
+    def download_video(video_id: str, variant: str = "video"):
+        job = store.get(video_id) if is_job_id(video_id) else None
+        if job is None:
+            return not_found(video_id)
+        if variant != "video":
+            return error_response(400, ErrorCode.INVALID_REQUEST,
+                                  f"variant={variant!r}: this server has only the video (an MP4 with its audio)",
+                                  param="variant", hint="ask for variant=video")
+        path = store.video_path(video_id)
+        if job.status is not JobStatus.COMPLETED or not path.is_file():
+            return error_response(409, ErrorCode.NOT_READY, f"video {video_id} is {job.status.value}; its content "
+                                  "is there once it is completed", param="video_id",
+                                  hint="poll GET /v1/videos/{id} until status is completed")
+        return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+
+    @app.delete(VIDEOS_PATH + "/{video_id}")
+    def delete_video(video_id: str) -> JSONResponse:
+        if not is_job_id(video_id) or not store.remove(video_id):
+            return not_found(video_id)
+        worker.cancel(video_id)          # stops its engine if it is running, and waits for that
+        store.remove_files(video_id)
+        return JSONResponse(VideoDeleted(id=video_id).model_dump(mode="json"))
+
+    return app
+
+
+async def _drain(stream) -> None:
+    read = 0
+    try:
+        async for chunk in stream:
+            read += len(chunk)
+            if read > DRAIN_LIMIT:
+                return
+    except Exception:        # the client went away, or the stream was already consumed
+        return
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Any bind but the loopback interface needs an API key (RequestError naming the flag)."""
+    if api_key:
+        return
+    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+        return
+    raise RequestError(f"--host {host} would serve this Mac's engine to the network without an API key",
+                       field="api_key", hint="set H3BRIDGE_API_KEY (or --api-key) to a long random key, "
+                                             "or serve on 127.0.0.1 only")

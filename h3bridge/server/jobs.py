@@ -1,0 +1,267 @@
+"""The server's durable job queue: one SQLite database (WAL) and one folder per job, both in the
+server's data directory, so a server killed at any moment and restarted loses no accepted job.
+
+A job is accepted when its row is committed (after its uploads are all on disk, before the HTTP
+answer); until then its folder is scratch that `recover` removes. The row keeps the request as
+its wire body (wire.py: the same mapping the HTTP body went through) and the uploads by their
+names inside the job's folder, so a restarted server rebuilds exactly the request it accepted.
+
+Layout of the data directory:
+    jobs.sqlite3          the queue (WAL: readers never block the worker)
+    jobs/<id>/inputs/     the uploads, named by position (never by the client's file name)
+    jobs/<id>/video.mp4   the clip, published by the engine only when complete
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .wire import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
+
+DATABASE_NAME = "jobs.sqlite3"
+JOBS_FOLDER = "jobs"
+INPUTS_FOLDER = "inputs"
+VIDEO_NAME = "video.mp4"
+ID_PREFIX = "video_"
+# A job the server was running when it stopped is run again this many times in all, then failed.
+MAX_ATTEMPTS = 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT NOT NULL UNIQUE,
+    created_at   INTEGER NOT NULL,
+    status       TEXT NOT NULL,
+    progress     INTEGER NOT NULL DEFAULT 0,
+    phase        TEXT,
+    model        TEXT NOT NULL,
+    fields       TEXT NOT NULL,   -- the wire body's fields, JSON (wire.request_to_wire)
+    uploads      TEXT NOT NULL,   -- [[field, name in inputs/, client's file name], ...], JSON
+    shape        TEXT NOT NULL,   -- wire.clip_shape, JSON
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,            -- wire.VideoError, JSON
+    completed_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, seq);
+"""
+
+
+def new_job_id() -> str:
+    return f"{ID_PREFIX}{uuid.uuid4().hex}"
+
+
+def is_job_id(text: str) -> bool:
+    """Only ids this server makes name a folder: `video_` + 32 hex digits."""
+    rest = text[len(ID_PREFIX):]
+    return text.startswith(ID_PREFIX) and len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    id: str
+    created_at: int
+    status: JobStatus
+    progress: int
+    phase: str | None
+    model: str
+    fields: dict[str, object]
+    uploads: tuple[tuple[str, str, str | None], ...]
+    shape: dict[str, object]
+    attempts: int
+    error: VideoError | None
+    completed_at: int | None
+
+    def video_job(self) -> VideoJob:
+        return VideoJob(id=self.id, created_at=self.created_at, completed_at=self.completed_at,
+                        model=self.model, status=self.status, progress=self.progress, error=self.error,
+                        phase=self.phase if self.status is JobStatus.IN_PROGRESS else None, **self.shape)
+
+
+class JobStore:
+    """The queue. Thread-safe (one connection behind a lock; HTTP handlers and the worker share it)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        (self.data_dir / JOBS_FOLDER).mkdir(parents=True, exist_ok=True)
+        self._guard = threading.Lock()
+        self._db = sqlite3.connect(self.data_dir / DATABASE_NAME, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")     # an accepted job survives a power cut too
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._guard:
+            self._db.close()
+
+    # ------------------------------------------------------------------ folders
+
+    def job_dir(self, job_id: str) -> Path:
+        if not is_job_id(job_id):
+            raise ValueError(f"not a job id: {job_id!r}")
+        return self.data_dir / JOBS_FOLDER / job_id
+
+    def inputs_dir(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / INPUTS_FOLDER
+
+    def video_path(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / VIDEO_NAME
+
+    def uploads_of(self, job: StoredJob) -> list[UploadedFile]:
+        inputs = self.inputs_dir(job.id)
+        return [UploadedFile(field, inputs / name, filename) for field, name, filename in job.uploads]
+
+    def request_of(self, job: StoredJob):
+        """The GenerationRequest the job was accepted with (validated again by the engine)."""
+        pairs = [(name, item) for name, value in job.fields.items()
+                 for item in (value if isinstance(value, list) else [value])]
+        request, _ = request_from_wire(pairs, self.uploads_of(job))
+        return request
+
+    # ------------------------------------------------------------------ the queue
+
+    def add(self, job_id: str, *, model: str, fields: dict[str, object], uploads: Sequence[UploadedFile],
+            shape: dict[str, object]) -> StoredJob:
+        """Accept a job: its uploads are already in its inputs folder. Committed when this returns."""
+        inputs = self.inputs_dir(job_id)
+        stored = [[u.field, u.path.relative_to(inputs).as_posix(), u.filename] for u in uploads]
+        with self._guard:
+            self._db.execute(
+                "INSERT INTO jobs (id, created_at, status, model, fields, uploads, shape) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job_id, int(time.time()), JobStatus.QUEUED.value, model, json.dumps(fields), json.dumps(stored),
+                 json.dumps(shape)))
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def get(self, job_id: str) -> StoredJob | None:
+        with self._guard:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _job(row)
+
+    def list(self, *, after: str | None = None, limit: int = 20, newest_first: bool = True) -> tuple[list[StoredJob], bool]:
+        """A page of jobs (and whether more follow), in creation order."""
+        order = "DESC" if newest_first else "ASC"
+        with self._guard:
+            start = None
+            if after is not None:
+                found = self._db.execute("SELECT seq FROM jobs WHERE id = ?", (after,)).fetchone()
+                if found is None:
+                    return [], False
+                start = found["seq"]
+            where = "" if start is None else ("WHERE seq < ?" if newest_first else "WHERE seq > ?")
+            rows = self._db.execute(f"SELECT * FROM jobs {where} ORDER BY seq {order} LIMIT ?",
+                                    ((start,) if start is not None else ()) + (limit + 1,)).fetchall()
+        return [_job(row) for row in rows[:limit]], len(rows) > limit
+
+    def next_queued(self) -> StoredJob | None:
+        with self._guard:
+            row = self._db.execute("SELECT * FROM jobs WHERE status = ? ORDER BY seq LIMIT 1",
+                                   (JobStatus.QUEUED.value,)).fetchone()
+        return None if row is None else _job(row)
+
+    def count(self, status: JobStatus) -> int:
+        with self._guard:
+            return self._db.execute("SELECT COUNT(*) FROM jobs WHERE status = ?", (status.value,)).fetchone()[0]
+
+    def start(self, job_id: str) -> bool:
+        """Queued -> in progress, counting the attempt, before the engine starts; False if the job
+        is gone (deleted) or no longer queued."""
+        with self._guard:
+            cursor = self._db.execute(
+                "UPDATE jobs SET status = ?, progress = 0, phase = NULL, attempts = attempts + 1 "
+                "WHERE id = ? AND status = ?", (JobStatus.IN_PROGRESS.value, job_id, JobStatus.QUEUED.value))
+        return cursor.rowcount == 1
+
+    def report(self, job_id: str, progress: int, phase: str | None) -> None:
+        with self._guard:
+            self._db.execute("UPDATE jobs SET progress = ?, phase = ? WHERE id = ? AND status = ?",
+                             (progress, phase, job_id, JobStatus.IN_PROGRESS.value))
+
+    def complete(self, job_id: str) -> None:
+        with self._guard:
+            self._db.execute("UPDATE jobs SET status = ?, progress = 100, phase = NULL, completed_at = ? "
+                             "WHERE id = ?", (JobStatus.COMPLETED.value, int(time.time()), job_id))
+
+    def fail(self, job_id: str, error: VideoError) -> None:
+        with self._guard:
+            self._db.execute("UPDATE jobs SET status = ?, phase = NULL, error = ?, completed_at = ? WHERE id = ?",
+                             (JobStatus.FAILED.value, error.model_dump_json(), int(time.time()), job_id))
+
+    def requeue(self, job_id: str) -> None:
+        """Back in the queue (the server is stopping with the job unfinished: it runs after the restart)."""
+        with self._guard:
+            self._db.execute("UPDATE jobs SET status = ?, progress = 0, phase = NULL, attempts = MAX(attempts - 1, 0) "
+                             "WHERE id = ? AND status = ?",
+                             (JobStatus.QUEUED.value, job_id, JobStatus.IN_PROGRESS.value))
+
+    def remove(self, job_id: str) -> bool:
+        """Forget the job (committed first, so a crash before its folder is gone leaves only scratch
+        that `recover` removes); False if there was none."""
+        with self._guard:
+            cursor = self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        return cursor.rowcount == 1
+
+    def remove_files(self, job_id: str) -> None:
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    # ------------------------------------------------------------------ after a restart
+
+    def recover(self) -> list[str]:
+        """Put the queue back in order after a stop or a crash; call with the engine lock held (so
+        an engine the dead server left running has been stopped and cannot publish any more).
+
+        * a job that was running: completed if its clip was published (the engine publishes only
+          complete clips), else queued to run again, or failed with the reason after MAX_ATTEMPTS;
+        * job folders without a row (a submission or a deletion the crash cut short) are removed.
+        Returns what was done, one line per job, for the log."""
+        notes: list[str] = []
+        with self._guard:
+            running = [_job(row) for row in self._db.execute("SELECT * FROM jobs WHERE status = ?",
+                                                             (JobStatus.IN_PROGRESS.value,))]
+            known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
+        for job in running:
+            if self.video_path(job.id).is_file():
+                self.complete(job.id)
+                notes.append(f"{job.id}: its clip was published before the server stopped: completed")
+            elif job.attempts < MAX_ATTEMPTS:
+                with self._guard:
+                    self._db.execute("UPDATE jobs SET status = ?, progress = 0, phase = NULL WHERE id = ?",
+                                     (JobStatus.QUEUED.value, job.id))
+                notes.append(f"{job.id}: interrupted by the server's stop: queued to run again")
+            else:
+                self.fail(job.id, interrupted_error(job.attempts))
+                notes.append(f"{job.id}: interrupted {job.attempts} times: failed")
+        for folder in (self.data_dir / JOBS_FOLDER).iterdir():
+            if folder.name not in known:
+                shutil.rmtree(folder, ignore_errors=True)
+        return notes
+
+    def ids(self) -> Iterator[str]:
+        with self._guard:
+            rows = self._db.execute("SELECT id FROM jobs ORDER BY seq").fetchall()
+        return iter([row[0] for row in rows])
+
+
+def interrupted_error(attempts: int) -> VideoError:
+    return VideoError(code=ErrorCode.INTERRUPTED.value, type="server_error",
+                      message=f"the server stopped while this job ran, {attempts} times; it is not run again",
+                      hint="submit it again; if the server keeps stopping on it, see the server's log")
+
+
+def _job(row: sqlite3.Row) -> StoredJob:
+    return StoredJob(id=row["id"], created_at=row["created_at"], status=JobStatus(row["status"]),
+                     progress=row["progress"], phase=row["phase"], model=row["model"],
+                     fields=json.loads(row["fields"]),
+                     uploads=tuple((f, n, c) for f, n, c in json.loads(row["uploads"])),
+                     shape=json.loads(row["shape"]), attempts=row["attempts"],
+                     error=None if row["error"] is None else VideoError.model_validate_json(row["error"]),
+                     completed_at=row["completed_at"])

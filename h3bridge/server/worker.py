@@ -1,0 +1,153 @@
+"""The server's one worker: takes queued jobs in order and runs each on the warm engine, one at a
+time. The engines take the machine-wide engine lock themselves (engines/lock.py), so a ComfyUI
+on the same Mac and the server never load two models.
+
+The worker owns the running job's CancelToken: `cancel(job_id)` (a DELETE, or the server
+stopping) stops the engine's process group within the engine loop's poll (50 ms) and no clip
+is published. A job's state changes are committed before anything depends on them: `start`
+before the engine starts, `complete` after the engine published the clip.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from ..cancel import CancelToken
+from ..engines.protocol import Engine
+from ..errors import GenerationCancelled, H3BridgeError, RequestError, UnsupportedRequestError
+from ..progress import ProgressEvent
+from .jobs import JobStore
+from .wire import ErrorCode, VideoError, progress_percent
+
+_log = logging.getLogger("h3bridge.serve")
+
+
+@dataclass
+class _Running:
+    job_id: str
+    cancel: CancelToken
+    done: threading.Event
+
+
+class Worker:
+    """Runs the queue on `engine`; `fallback` takes what `engine` cannot run (the one-shot
+    engine behind a warm session, as `generate --session` does)."""
+
+    def __init__(self, store: JobStore, engine: Engine, fallback: Engine | None = None) -> None:
+        self.store = store
+        self.engine = engine
+        self.fallback = fallback
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._running: _Running | None = None
+        self._thread = threading.Thread(target=self._loop, name="h3bridge-serve-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self) -> None:
+        """A job was queued."""
+        with self._wake:
+            self._wake.notify_all()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking jobs; cancel the running one (it is queued again, to run after a restart)."""
+        with self._wake:
+            self._stopping = True
+            running = self._running
+            self._wake.notify_all()
+        if running is not None:
+            running.cancel.cancel()
+        self._thread.join(timeout)
+        for engine in (self.engine, self.fallback):
+            if engine is not None:
+                engine.close()
+
+    def cancel(self, job_id: str, timeout: float = 30.0) -> bool:
+        """If `job_id` is running, stop its engine and wait until the worker has let go of it;
+        True if it was running."""
+        with self._wake:
+            running = self._running if self._running is not None and self._running.job_id == job_id else None
+        if running is None:
+            return False
+        running.cancel.cancel()
+        running.done.wait(timeout)
+        return True
+
+    # ------------------------------------------------------------------ the loop
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._stopping and (job := self.store.next_queued()) is None:
+                    self._wake.wait(timeout=1.0)
+                if self._stopping:
+                    return
+                running = _Running(job.id, CancelToken(), threading.Event())
+                self._running = running
+            try:
+                if self.store.start(job.id):
+                    self._run(job.id, running.cancel)
+            except Exception:       # a bug here must not stop the queue
+                _log.exception("h3bridge serve: job %s", job.id)
+            finally:
+                with self._wake:
+                    self._running = None
+                running.done.set()
+
+    def _run(self, job_id: str, cancel: CancelToken) -> None:
+        job = self.store.get(job_id)
+        if job is None:
+            return
+        last: list[tuple[int, str]] = [(-1, "")]
+
+        def on_progress(event: ProgressEvent) -> None:
+            report = (progress_percent(event.fraction), event.phase)
+            if report != last[0]:
+                last[0] = report
+                self.store.report(job_id, *report)
+
+        try:
+            request = self.store.request_of(job).validate()
+            engine = self.engine
+            try:
+                engine.check_supported(request)
+            except UnsupportedRequestError:
+                if self.fallback is None:
+                    raise
+                engine = self.fallback
+            try:
+                engine.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
+                                want_audio=False, on_progress=on_progress, cancel=cancel)
+            except UnsupportedRequestError:
+                if self.fallback is None or engine is self.fallback:
+                    raise
+                self.engine.close()
+                self.fallback.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
+                                       want_audio=False, on_progress=on_progress, cancel=cancel)
+        except GenerationCancelled:
+            if self.store.get(job_id) is not None:      # not deleted: the server is stopping
+                self.store.requeue(job_id)
+            return
+        except H3BridgeError as error:
+            self.store.fail(job_id, failure(error))
+            _log.warning("h3bridge serve: job %s failed: %s", job_id, error.message)
+            return
+        except Exception as error:  # an unforeseen failure fails the job, with its words, not the server
+            self.store.fail(job_id, VideoError(code=ErrorCode.ENGINE_FAILED.value, type="server_error",
+                                               message=f"{type(error).__name__}: {error}"))
+            _log.exception("h3bridge serve: job %s", job_id)
+            return
+        self.store.complete(job_id)
+
+
+def failure(error: H3BridgeError) -> VideoError:
+    """A failed job's error object: the library's message, h3's own words when it said any, the fix."""
+    message = error.message
+    engine_message = getattr(error, "engine_message", None)
+    if engine_message and engine_message not in message:
+        message = f"{message} (h3 said: {engine_message})"
+    code = ErrorCode.REFUSED if error.before_start else ErrorCode.ENGINE_FAILED
+    return VideoError(code=code.value, type="invalid_request_error" if isinstance(error, RequestError) else "server_error",
+                      message=message, hint=error.hint, param=getattr(error, "field", None))
