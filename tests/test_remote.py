@@ -209,6 +209,33 @@ def test_a_failed_job_carries_the_servers_message(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
+def test_a_form_only_server_gets_the_same_body_as_a_form(tmp_path: Path, clip: bytes) -> None:
+    """vLLM-Omni reads /v1/videos as multipart/form-data: a JSON body is answered 422 before
+    anything is queued, and the same fields go again as a form."""
+    server = completed_server(clip)
+
+    def form_only(request: httpx.Request) -> httpx.Response:
+        if not request.headers["content-type"].startswith("multipart/form-data"):
+            return httpx.Response(422, json={"detail": [{"loc": ["body", "prompt"], "msg": "Field required"}]})
+        return httpx.Response(200, json=job())
+
+    server.answers[("POST", "/v1/videos")] = form_only
+    server.engine().generate(fast_request(), tmp_path / "a.mp4", want_frames=False, want_audio=False)
+    json_post, form_post = server.sent("POST")
+    assert json_post.headers["content-type"] == "application/json"
+    assert b'name="prompt"\r\n\r\na red fox runs through snow\r\n' in form_post.content
+    assert b'name="num_inference_steps"\r\n\r\n2\r\n' in form_post.content
+
+
+def test_an_sglang_failed_job_without_an_error_code_is_read() -> None:
+    failed = job("failed", 0, error={"message": "CUDA out of memory"})
+    server = FakeServer({("POST", "/v1/videos"): httpx.Response(200, json=job()),
+                         ("GET", "/v1/videos/video_1"): httpx.Response(200, json=failed)})
+    with pytest.raises(RemoteError) as caught:
+        server.engine().generate(fast_request(), None)
+    assert caught.value.engine_message == "CUDA out of memory"
+
+
 def test_something_that_is_not_a_job_is_refused_by_name() -> None:
     server = FakeServer({("POST", "/v1/videos"): httpx.Response(200, text="<html>router login</html>")})
     with pytest.raises(RemoteError, match="not a Videos API job"):

@@ -37,7 +37,7 @@ from ..media.decode import decode_video_frames, remove_quietly
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
-from ..server.wire import API_KEY_ENV, VIDEOS_PATH, JobStatus, VideoJob, error_from_body, request_to_wire
+from ..server.wire import API_KEY_ENV, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
 from .lock import WORKDIR_PREFIX, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
@@ -271,7 +271,12 @@ class RemoteEngine:
 
     def _job(self, response: httpx.Response, what: str) -> VideoJob:
         try:
-            return VideoJob.model_validate(response.json())
+            body = response.json()
+            error = body.get("error") if isinstance(body, dict) else None
+            if isinstance(error, dict) and "code" not in error:
+                # SGLang Diffusion's failed jobs carry {"message": ...} alone.
+                body["error"] = {"code": "error", **error}
+            return VideoJob.model_validate(body)
         except ValueError:           # not JSON, or not a job (pydantic's ValidationError is a ValueError)
             raise RemoteError(f"the server at {self.base_url} answered {what} with something that is not a "
                               f"Videos API job: {response.text[:200]!r}", url=self.base_url,
@@ -281,22 +286,32 @@ class RemoteEngine:
     # ------------------------------------------------------------------ a job
 
     def _submit(self, request: GenerationRequest) -> VideoJob:
-        """POST the request (the wire module's body): JSON, or multipart when it carries files."""
+        """POST the request (the wire module's body): JSON, or multipart when it carries files.
+
+        A server that reads only forms (vLLM-Omni's `/v1/videos` takes multipart/form-data, as the
+        official openai client sends it) answers a JSON body 415 or 422 before queueing anything:
+        the same body is then sent once more as a form."""
         body = request_to_wire(request, model=self.model)
-        with ExitStack() as stack:
-            if body.files:
-                form: dict[str, list[str]] = {}
-                for name, value in body.form_fields():
-                    form.setdefault(name, []).append(value)
-                files = [(name, (path.name, stack.enter_context(open(path, "rb")),
-                                 mimetypes.guess_type(path.name)[0] or "application/octet-stream"))
-                         for name, path in body.files]
-                options: dict[str, Any] = {"data": form, "files": files}
-            else:
-                options = {"json": body.fields}
-            response = self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
+        response = self._post(body, multipart=bool(body.files))
+        if not body.files and response.status_code in (415, 422):
+            response = self._post(body, multipart=True)
         self._raise_for_status(response, what="submitting the job")
         return self._job(response, "the submission")
+
+    def _post(self, body: WireBody, *, multipart: bool) -> httpx.Response:
+        with ExitStack() as stack:
+            if multipart:
+                # One ordered list of parts: the text fields (no file name), then the files in the
+                # wire module's order (Ref2VA references are ordered). httpx would send a form with
+                # no file urlencoded; this stays multipart.
+                parts: list[tuple[str, tuple[Any, ...]]] = [(name, (None, value)) for name, value in body.form_fields()]
+                parts += [(name, (path.name, stack.enter_context(open(path, "rb")),
+                                  mimetypes.guess_type(path.name)[0] or "application/octet-stream"))
+                          for name, path in body.files]
+                options: dict[str, Any] = {"files": parts}
+            else:
+                options = {"json": body.fields}
+            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
 
     def _follow(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,
                 cancel: CancelToken | None) -> VideoJob:
