@@ -1,0 +1,229 @@
+"""RemoteEngine end to end against a real `h3bridge serve` child process over h3-sim: the clip
+and its frames come back exactly as the local engine makes them, uploads go as multipart, the
+server's refusals and auth failures arrive typed with its words, a cancel deletes the server's
+job, and the CLI (`generate --remote`) and the ComfyUI adapter's remote mode render through it.
+
+Each server runs on a free loopback port in its own process group (killed at teardown) with its
+own data, cache and engine-lock folders; readiness is its "listening on" line, then /health."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from h3bridge import (
+    CancelToken,
+    GenerationCancelled,
+    OneShotEngine,
+    RemoteAuthError,
+    RemoteEngine,
+    RequestError,
+)
+from h3bridge.cli import main
+from h3bridge.comfy import adapter
+from h3bridge.media.decode import decode_audio, decode_video_frames
+
+from core_helpers import fast_request, make_image, model_dir, sim_engine_path  # noqa: F401  (fixture)
+
+KEY = "test-server-key-0123456789"
+STARTUP_TIMEOUT = 60.0      # a safety net only: readiness is the server's own line
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+    root: Path
+    stderr_lines: list[str]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(self.url + path, headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+
+
+def start_server(root: Path, model: Path, *, extra_env: dict[str, str] | None = None,
+                 extra_args: tuple[str, ...] = ()) -> Server:
+    root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({"H3BRIDGE_CACHE_DIR": str(root / "cache"), "H3BRIDGE_LOCK_PATH": str(root / "engine.lock"),
+                "H3BRIDGE_MACHINE_DIR": str(root / "machine"), "H3BRIDGE_API_KEY": KEY, **(extra_env or {})})
+    argv = [sys.executable, "-m", "h3bridge.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+            "--data-dir", str(root / "data"), "--engine", "oneshot", "--engine-path", str(sim_engine_path()),
+            "--model-dir", str(model), "--log-level", "warning", *extra_args]
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[str] = []
+    ready = threading.Event()
+    found: list[str] = []
+
+    def read() -> None:
+        for line in process.stderr:       # keeps draining, so the server never blocks on a full pipe
+            lines.append(line)
+            match = re.search(r"listening on (http://\S+)", line)
+            if match and not found:
+                found.append(match[1])
+                ready.set()
+        ready.set()                      # EOF: the server died
+
+    threading.Thread(target=read, daemon=True).start()
+    ready.wait(STARTUP_TIMEOUT)
+    server = Server(found[0] if found else "", process, root, lines)
+    if not found:
+        server.stop()
+        pytest.fail("h3bridge serve did not start:\n" + "".join(lines))
+    assert server.get("/health").status_code == 200
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Server:  # noqa: F811
+    running = start_server(tmp_path_factory.mktemp("serve"), model_dir, extra_args=("--max-upload-mb", "1"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def hanging_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Server:  # noqa: F811
+    """A server whose engine stops progressing in the denoise loop, so a job is running when cancelled."""
+    root = tmp_path_factory.mktemp("serve-hang")
+    running = start_server(root, model_dir, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
+                                                       "H3_SIM_HANG_NOTICE": str(root / "hung.pid")})
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("H3BRIDGE_API_KEY", KEY)
+    return KEY
+
+
+# ----------------------------------------------------------------------------- the engine
+
+def test_remote_and_local_engines_give_the_same_clip(server: Server, key: str, tmp_path: Path,
+                                                     model_dir: Path) -> None:  # noqa: F811
+    request = fast_request(seed=7)
+    events = []
+    with RemoteEngine(server.url) as remote:
+        result = remote.generate(request, tmp_path / "remote" / "fox.mp4", on_progress=events.append)
+    local = OneShotEngine(sim_engine_path(), model_dir).generate(request, tmp_path / "local.mp4", want_frames=False)
+    assert result.video_path.is_file() and sorted(p.name for p in result.video_path.parent.iterdir()) == ["fox.mp4"]
+    # h3-sim is deterministic: the same request renders the same frames and soundtrack on both paths.
+    local_frames = decode_video_frames(local.video_path, request.frame_count, request.width, request.height)
+    assert result.frames.shape == (22, 64, 96, 3)
+    assert np.array_equal(result.frames, local_frames)
+    assert np.array_equal(result.audio, decode_audio(local.video_path))
+    assert result.seed == 7
+    # Progress came from the server: its engine's phases, then the download.
+    phases = [event.phase for event in events]
+    assert phases[-1] == "download" and any(phase not in ("download", "queued on the server") for phase in phases)
+    fractions = [event.fraction for event in events]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+def test_a_first_frame_goes_up_as_an_upload(server: Server, key: str, tmp_path: Path) -> None:
+    first = make_image(tmp_path / "first.png", size="96x64", color="green")
+    result = RemoteEngine(server.url).generate(fast_request(first_frame=first), tmp_path / "anchored.mp4",
+                                               want_frames=False, want_audio=False)
+    assert result.video_path.stat().st_size > 0
+
+
+def test_an_upload_over_the_servers_limit_is_refused_with_its_message(server: Server, key: str,
+                                                                      tmp_path: Path) -> None:
+    noise = np.random.default_rng(1).integers(0, 256, (768, 1344, 3), dtype=np.uint8)
+    from h3bridge.media.references import write_png
+    big = write_png(noise, tmp_path / "big.png")
+    assert big.stat().st_size > 1024 * 1024
+    with pytest.raises(RequestError) as caught:
+        RemoteEngine(server.url).generate(fast_request(first_frame=big), tmp_path / "out" / "a.mp4")
+    # The server's words, verbatim (it names the upload as the client sent it, never its own path).
+    assert caught.value.message == "the input_reference upload ('big.png') is over this server's limit of 1 MiB"
+    assert caught.value.field == "input_reference" and caught.value.before_start
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_wrong_key_is_refused_and_named(server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3BRIDGE_API_KEY", "not-the-key")
+    with pytest.raises(RemoteAuthError) as caught:
+        RemoteEngine(server.url).generate(fast_request(), tmp_path / "a.mp4")
+    assert caught.value.status == 401 and "H3BRIDGE_API_KEY" in caught.value.hint
+    assert "not-the-key" not in str(caught.value) and not (tmp_path / "a.mp4").exists()
+
+
+def test_cancel_deletes_the_servers_job(hanging_server: Server, key: str, tmp_path: Path) -> None:
+    cancel = CancelToken()
+    seen_ids: list[str] = []
+
+    def on_progress(event) -> None:
+        if event.phase == "denoise enqueue":       # the server's engine is running the job
+            cancel.cancel()
+
+    engine = RemoteEngine(hanging_server.url, poll_interval=0.1)
+    original = engine._submit
+
+    def submit(request):
+        job = original(request)
+        seen_ids.append(job.id)
+        return job
+
+    engine._submit = submit   # only to learn the job's id
+    with pytest.raises(GenerationCancelled):
+        engine.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=cancel)
+    # By the time generate has raised, the server has deleted the job.
+    assert hanging_server.get(f"/v1/videos/{seen_ids[0]}").status_code == 404
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- the CLI and ComfyUI
+
+def test_generate_remote_end_to_end(server: Server, key: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "cli" / "fox.mp4"
+    capsys.readouterr()
+    status = main(["generate", "-p", "a red fox", "--width", "96", "--height", "64", "--frames", "22",
+                   "--steps", "2", "--quiet", "--json", "--remote", server.url, "-o", str(output)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["video_path"] == str(output) and summary["frame_count"] == 22 and output.stat().st_size > 0
+    assert KEY not in captured.out + captured.err
+
+
+def test_generate_remote_refusal_exits_2_with_the_servers_words(server: Server, key: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    noise = np.random.default_rng(2).integers(0, 256, (768, 1344, 3), dtype=np.uint8)
+    from h3bridge.media.references import write_png
+    big = write_png(noise, tmp_path / "big.png")
+    capsys.readouterr()
+    status = main(["generate", "-p", "a fox", "--width", "96", "--height", "64", "--frames", "22", "--quiet",
+                   "--first-frame", str(big), "--remote", server.url, "-o", str(tmp_path / "a.mp4")])
+    err = capsys.readouterr().err
+    assert status == 2 and "is over this server's limit of 1" in err and not (tmp_path / "a.mp4").exists()
+
+
+def test_the_comfy_remote_mode_renders_on_the_server(server: Server, key: str, tmp_path: Path) -> None:
+    handle = adapter.check_engine_settings("", "", adapter.REMOTE, [], remote_url=server.url)
+    settings = adapter.GenerateSettings(prompt="a red fox", preset="preview", width=96, height=64,
+                                        length_unit="frames", frames=22)
+    outputs = adapter.run_generate(handle, settings, adapter.GenerateInputs(), scratch_parent=tmp_path / "scratch",
+                                   output_dir=tmp_path / "out", want_image=True)
+    assert outputs.video_path.is_file() and outputs.image.shape == (22, 64, 96, 3)
+    assert KEY not in repr(handle) + outputs.summary
