@@ -39,7 +39,6 @@ from .engines.locate import locate_engine
 from .engines.oneshot import OneShotEngine
 from .engines.process import EngineProcess
 from .engines.protocol import Engine, EngineCapabilities
-from .engines.remote import RemoteEngine
 from .engines.session import SessionEngine, shared_session
 # the model directory (model/) and media (media/)
 from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
@@ -48,6 +47,15 @@ from .model.memory import MachineFacts, MemoryPlan, plan_memory, preflight
 from .model.verify import VerifyReport, verify_model
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # RemoteEngine needs httpx and pydantic, which nothing local does: a ComfyUI whose Python
+    # lacks them still loads the node pack, and only the remote mode says what is missing.
+    if name == "RemoteEngine":
+        from .engines.remote import RemoteEngine
+        return RemoteEngine
+    raise AttributeError(f"module 'h3bridge' has no attribute {name!r}")
 
 __all__ = [
     "CancelToken", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",

@@ -7,8 +7,12 @@ prompt JSON that users save and share, nor in the engine handle ComfyUI caches.
 """
 from __future__ import annotations
 
-from ..engines.remote import RemoteEngine, normalise_base_url
-from ..errors import RequestError
+from typing import TYPE_CHECKING
+
+from ..errors import EngineNotFoundError, RequestError
+
+if TYPE_CHECKING:
+    from ..engines.remote import RemoteEngine
 
 REMOTE = "remote"
 
@@ -26,15 +30,27 @@ def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> 
         raise RequestError("remote mode needs the server's URL in remote_url", field="remote_url",
                            hint="give the server's address, e.g. http://studio-mac.local:8000")
     try:
-        return normalise_base_url(remote_url)
+        return _remote_module().normalise_base_url(remote_url)
     except RequestError as error:
         error.field = "remote_url"
         raise
 
 
-def open_remote_engine(remote_url: str) -> RemoteEngine:
+def open_remote_engine(remote_url: str) -> "RemoteEngine":
     """The engine for a remote handle; it reads the key from the environment at each job."""
-    return RemoteEngine(remote_url)
+    return _remote_module().RemoteEngine(remote_url)
+
+
+def _remote_module():
+    """engines/remote.py, imported when remote mode is used: it needs httpx and pydantic, which
+    the node pack's local modes do not."""
+    try:
+        from ..engines import remote
+    except ImportError as error:
+        raise EngineNotFoundError(f"remote mode needs the Python package {error.name}, which ComfyUI's Python lacks",
+                                  hint="install h3bridge's requirements into ComfyUI's Python: "
+                                       "python -m pip install -r custom_nodes/h3bridge/requirements.txt") from None
+    return remote
 
 
 __all__ = ["REMOTE", "check_remote_settings", "open_remote_engine"]
