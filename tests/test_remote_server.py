@@ -24,22 +24,28 @@ from h3bridge import (
 from h3bridge.cli import main
 from h3bridge.comfy import adapter
 from h3bridge.media.decode import decode_audio, decode_video_frames
+from h3bridge.sim.fixture import write_fixture_model
 
-from core_helpers import fast_request, make_image, model_dir, sim_engine_path  # noqa: F401  (fixture)
+from core_helpers import fast_request, make_image, sim_engine_path
 from remote_helpers import KEY, Server, start_server
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Server:  # noqa: F811
-    running = start_server(tmp_path_factory.mktemp("serve"), model_dir, extra_args=("--max-upload-mb", "1"))
+def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fixture_model(tmp_path_factory.mktemp("remote-model") / "MiniMax-H3")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> Server:
+    running = start_server(tmp_path_factory.mktemp("serve"), sim_model, extra_args=("--max-upload-mb", "1"))
     yield running
     running.stop()
 
 
 @pytest.fixture(scope="module")
-def hanging_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Server:  # noqa: F811
+def hanging_server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> Server:
     """A server whose engine stops progressing in the denoise loop, so a job is running when cancelled."""
     root = tmp_path_factory.mktemp("serve-hang")
-    running = start_server(root, model_dir, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
+    running = start_server(root, sim_model, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
                                                        "H3_SIM_HANG_NOTICE": str(root / "hung.pid")})
     yield running
     running.stop()
@@ -54,12 +60,12 @@ def key(monkeypatch: pytest.MonkeyPatch) -> str:
 # ----------------------------------------------------------------------------- the engine
 
 def test_remote_and_local_engines_give_the_same_clip(server: Server, key: str, tmp_path: Path,
-                                                     model_dir: Path) -> None:  # noqa: F811
+                                                     sim_model: Path) -> None:
     request = fast_request(seed=7)
     events = []
     with RemoteEngine(server.url) as remote:
         result = remote.generate(request, tmp_path / "remote" / "fox.mp4", on_progress=events.append)
-    local = OneShotEngine(sim_engine_path(), model_dir).generate(request, tmp_path / "local.mp4", want_frames=False)
+    local = OneShotEngine(sim_engine_path(), sim_model).generate(request, tmp_path / "local.mp4", want_frames=False)
     assert result.video_path.is_file() and sorted(p.name for p in result.video_path.parent.iterdir()) == ["fox.mp4"]
     # h3-sim is deterministic: the same request renders the same frames and soundtrack on both paths.
     local_frames = decode_video_frames(local.video_path, request.frame_count, request.width, request.height)
