@@ -28,7 +28,7 @@ def add_remote_option(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(local_flag_defaults={dest: parser.get_default(dest) for dest in LOCAL_ONLY_FLAGS})
     parser.add_argument("--remote", metavar="URL",
                         help="render on a video server instead of this machine: `h3bridge serve` on another Mac, "
-                             "or an SGLang Diffusion / vLLM-Omni server (e.g. http://studio-mac.local:8000). "
+                             "or an SGLang Diffusion / vLLM-Omni server (e.g. http://studio-mac.local:8765). "
                              f"The API key, if the server needs one, is read from ${API_KEY_ENV}")
 
 

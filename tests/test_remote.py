@@ -292,6 +292,16 @@ def test_an_existing_output_is_kept_when_the_job_fails(tmp_path: Path) -> None:
     assert output.read_bytes() == b"the user's clip" and leftovers(tmp_path) == ["a.mp4"]
 
 
+def test_an_existing_output_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    from h3bridge import OutputExistsError
+    output = tmp_path / "a.mp4"
+    output.write_bytes(b"the user's clip")
+    server = FakeServer({})
+    with pytest.raises(OutputExistsError):
+        server.engine().generate(fast_request(), output)
+    assert server.requests == [] and output.read_bytes() == b"the user's clip"
+
+
 def test_a_bad_request_is_refused_here_before_anything_is_sent() -> None:
     server = FakeServer({})
     with pytest.raises(RequestError, match="frames=23 is not a legal H3 length"):

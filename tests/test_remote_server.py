@@ -8,6 +8,10 @@ own data, cache and engine-lock folders; readiness is its "listening on" line, t
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +30,7 @@ from h3bridge.comfy import adapter
 from h3bridge.media.decode import decode_audio, decode_video_frames
 from h3bridge.sim.fixture import write_fixture_model
 
-from core_helpers import fast_request, make_image, sim_engine_path
+from core_helpers import fast_request, make_image, sim_engine_path, wait_until
 from remote_helpers import KEY, Server, start_server
 
 @pytest.fixture(scope="module")
@@ -146,6 +150,30 @@ def test_generate_remote_end_to_end(server: Server, key: str, tmp_path: Path,
     summary = json.loads(captured.out)
     assert summary["video_path"] == str(output) and summary["frame_count"] == 22 and output.stat().st_size > 0
     assert KEY not in captured.out + captured.err
+
+
+def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: Server, tmp_path: Path) -> None:
+    env = dict(os.environ, H3BRIDGE_API_KEY=KEY, H3BRIDGE_CACHE_DIR=str(tmp_path / "cache"))
+    before = {job["id"] for job in hanging_server.get("/v1/videos").json()["data"]}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "a red fox", "--width", "96", "--height", "64",
+         "--frames", "22", "--steps", "2", "--remote", hanging_server.url, "-o", str(tmp_path / "out" / "a.mp4")],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # Wait (on the server's own report, not a clock) until the job is in the engine's denoise loop.
+        def running() -> list[dict]:
+            return [job for job in hanging_server.get("/v1/videos").json()["data"]
+                    if job["id"] not in before and job["status"] == "in_progress" and job.get("phase") == "denoise enqueue"]
+        assert wait_until(lambda: running(), timeout=60)
+        [job] = running()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "cancelled" in process.stderr.read()
+    assert hanging_server.get(f"/v1/videos/{job['id']}").status_code == 404
+    assert not (tmp_path / "out").exists()
 
 
 def test_generate_remote_refusal_exits_2_with_the_servers_words(server: Server, key: str, tmp_path: Path,

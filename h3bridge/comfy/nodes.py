@@ -219,7 +219,7 @@ class H3EngineNode(io.ComfyNode):
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
                 # Last: saved workflows list widget values in input order (older ones then still load).
                 io.String.Input("remote_url", default="",
-                                tooltip="remote mode: the server, e.g. http://studio-mac.local:8000 (`h3bridge serve` "
+                                tooltip="remote mode: the server, e.g. http://studio-mac.local:8765 (`h3bridge serve` "
                                         "on another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is "
                                         "read from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the "
                                         "workflow."),

@@ -28,7 +28,7 @@ def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> 
                            hint=f"leave {names} empty in remote mode, or choose one-shot / warm session")
     if not remote_url.strip():
         raise RequestError("remote mode needs the server's URL in remote_url", field="remote_url",
-                           hint="give the server's address, e.g. http://studio-mac.local:8000")
+                           hint="give the server's address, e.g. http://studio-mac.local:8765")
     try:
         return _remote_module().normalise_base_url(remote_url)
     except RequestError as error:

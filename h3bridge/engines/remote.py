@@ -2,7 +2,7 @@
 Mac, or an SGLang Diffusion / vLLM-Omni server (README "Remote engines" says what those take).
 
     from h3bridge import GenerationRequest, RemoteEngine
-    with RemoteEngine("http://studio-mac.local:8000") as engine:     # key: $H3BRIDGE_API_KEY
+    with RemoteEngine("http://studio-mac.local:8765") as engine:     # key: $H3BRIDGE_API_KEY
         result = engine.generate(GenerationRequest("A red fox runs through snow"), "fox.mp4")
 
 One job is `POST /v1/videos` (JSON, or multipart when the request carries files), polling
@@ -61,10 +61,10 @@ def normalise_base_url(base_url: str) -> str:
         url = httpx.URL(text)
     except (httpx.InvalidURL, TypeError, ValueError) as error:
         raise RequestError(f"the server URL {text!r} is not a URL ({error})", field="base_url",
-                           hint="give the server's address, e.g. http://studio-mac.local:8000") from None
+                           hint="give the server's address, e.g. http://studio-mac.local:8765") from None
     if url.scheme not in ("http", "https") or not url.host:
         raise RequestError(f"the server URL {text!r} is not an http:// or https:// address with a host",
-                           field="base_url", hint="give the server's address, e.g. http://studio-mac.local:8000")
+                           field="base_url", hint="give the server's address, e.g. http://studio-mac.local:8765")
     root = text.rstrip("/")
     if root.endswith("/v1"):
         root = root[:-3]
@@ -96,7 +96,7 @@ def _error_field(response: httpx.Response) -> tuple[str | None, str | None]:
 class RemoteEngine:
     """An engine on another machine, behind the OpenAI Videos API (the `Engine` protocol).
 
-    base_url: the server, e.g. `http://studio-mac.local:8000` (a trailing `/v1` is fine).
+    base_url: the server, e.g. `http://studio-mac.local:8765` (a trailing `/v1` is fine).
     api_key: sent as `Authorization: Bearer`; default `$H3BRIDGE_API_KEY`, read at every job
       (so a key set later applies). None and no variable: no header (a loopback server needs none).
     model: the `model` field of each job (servers that host several models pick by it); None
@@ -259,7 +259,7 @@ class RemoteEngine:
                               "Videos API server", url=self.base_url, status=status, engine_message=message,
                               before_start=True,
                               hint="give the server's base URL (scheme, host and port, e.g. "
-                                   "http://studio-mac.local:8000), without /v1/videos")
+                                   "http://studio-mac.local:8765), without /v1/videos")
         if status == 404:
             raise RemoteError(f"the server at {self.base_url} no longer has job {job_id} ({what}; HTTP 404: "
                               f"{message})", url=self.base_url, status=status, engine_message=message,
