@@ -217,8 +217,9 @@ class H3EngineNode(io.ComfyNode):
                                        "on the video server at remote_url (leave engine_path and model_dir empty)."),
                 io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
-                # Last: saved workflows list widget values in input order (older ones then still load).
-                io.String.Input("remote_url", default="",
+                # Last and optional: saved workflows list widget values in input order, and API-format
+                # prompts name their inputs; ones saved before remote mode existed still load and run.
+                io.String.Input("remote_url", default="", optional=True,
                                 tooltip="remote mode: the server, e.g. http://studio-mac.local:8765 (`h3bridge serve` "
                                         "on another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is "
                                         "read from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the "
