@@ -1079,14 +1079,18 @@ def require_fit(plan: MemoryPlan) -> MemoryPlan:
 
 
 def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: MachineFacts | None = None,
-              preview: bool = False, force: bool = False, session: bool = False) -> MemoryPlan:
+              preview: bool = False, force: bool = False, session: bool = False,
+              inventory: ModelInventory | None = None) -> MemoryPlan:
     """Before starting an engine: layout + every shard header (fast; no tensor data read), then the
     memory plan. Raises ModelError / IntegrityError for a model h3 cannot use, and MemoryPlanError
     (carrying the plan and its suggestion) when the request will not fit, unless `force`.
-    `session`: the request will run on a warm engine (see `plan_memory`)."""
+    `session`: the request will run on a warm engine (see `plan_memory`). `inventory`: the
+    model's inventory when the caller already holds it (a server checking every submission
+    against one model), instead of reading the headers again."""
     from .inventory import inspect_model
 
-    inventory = inspect_model(model_dir)
+    if inventory is None:
+        inventory = inspect_model(model_dir)
     warnings = inventory.warnings_for(references=request.is_ref2va) if force else check_model_for(request, inventory)
     plan = plan_memory(request, inventory, machine=machine, preview=preview, session=session)
     plan.model_warnings = warnings

@@ -64,6 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
                                   hint="pip install 'h3bridge[serve]'") from None
     from ..cli import engines_from_args
     from ..engines.lock import engine_lock
+    from ..model.inventory import inspect_model
     from ..model.memory import preflight
     from .jobs import JobStore
     from .worker import Worker
@@ -80,8 +81,11 @@ def run_serve(args: argparse.Namespace) -> int:
         for note in store.recover():
             logging.getLogger("h3bridge.serve").info("h3bridge serve: %s", note)
 
+    # The model folder is the server's for its life: its headers are read once, not per submission.
+    inventory = inspect_model(one_shot.model_dir)
+
     def check_like_generate(request) -> None:
-        preflight(request, one_shot.model_dir, force=args.force, session=session is not None)
+        preflight(request, one_shot.model_dir, force=args.force, session=session is not None, inventory=inventory)
 
     limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,

@@ -7,7 +7,8 @@ with macOS libc's EINVAL on an empty number), the 12-reference limit (:106-115),
 frames-dir mkdir (1) -> h3_load_dir (1) -> --info -> h3_generate (1 on failure) -> "h3: wrote".
 
 Simulation-only environment: everything in engine.py / device.py, plus
-  H3_SIM_LOG=path   append one JSON line per invocation: {"argv": [...], "cwd": "...", "pid": N}
+  H3_SIM_LOG=path   append one JSON line per invocation: {"argv": [...], "cwd": "...", "pid": N, "time": T}
+                    (T: the start, seconds since the epoch)
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 from . import terminal
 from .device import DeviceConfigError
@@ -206,7 +208,7 @@ def _log_invocation(argv: list[str]) -> None:
     path = os.environ.get("H3_SIM_LOG")
     if not path:
         return
-    line = json.dumps({"argv": argv, "cwd": os.getcwd(), "pid": os.getpid()}) + "\n"
+    line = json.dumps({"argv": argv, "cwd": os.getcwd(), "pid": os.getpid(), "time": time.time()}) + "\n"
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(descriptor, line.encode("utf-8", "surrogateescape"))

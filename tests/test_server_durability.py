@@ -1,0 +1,113 @@
+"""The durable queue: `h3bridge serve` SIGKILLed at random (seeded) moments with 10 jobs submitted,
+and restarted, in 10 trials. Every accepted job ends completed or failed with a reason; none is
+lost; none is run again once its clip was finished; a download is always the whole clip.
+
+The one-shot engine runs each job in its own h3-sim process, so H3_SIM_LOG (one line per engine
+run, with its start time and the job's output folder in its argv) counts engine runs per job.
+The kill moments are random on purpose: the properties hold whichever moment it is."""
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from h3bridge.server.jobs import MAX_ATTEMPTS
+
+from core_helpers import sim_invocations, wait_until
+from server_helpers import KEY, ServerProcess, isolated_env, model, mp4_frame_count  # noqa: F401  (model: a fixture)
+
+JOBS = 10
+FRAMES = 22
+BODY = {"prompt": "a red fox runs through snow", "size": "96x64", "num_frames": FRAMES, "steps": 2}
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+
+
+class ContentWatcher(threading.Thread):
+    """Downloads every accepted job's content over and over while the trial runs: each answer
+    must be 409 (not ready) or the whole clip, never part of one."""
+
+    def __init__(self, server: ServerProcess, ids: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.server, self.ids = server, ids
+        self.stopping = threading.Event()
+        self.served: list[tuple[str, int]] = []      # (id, frames) of each 200
+        self.unexpected: list[str] = []
+
+    def run(self) -> None:
+        with httpx.Client(headers=HEADERS, timeout=30) as client:
+            while not self.stopping.is_set():
+                for video_id in list(self.ids):
+                    url = self.server.url
+                    if not url:
+                        continue
+                    try:
+                        response = client.get(f"{url}/v1/videos/{video_id}/content")
+                    except httpx.TransportError:
+                        continue         # killed under us
+                    if response.status_code == 200:
+                        self.served.append((video_id, mp4_frame_count(response.content)))
+                    elif response.status_code != 409:
+                        self.unexpected.append(f"{video_id}: {response.status_code} {response.text[:200]}")
+                self.stopping.wait(0.05)
+
+
+def statuses(server: ServerProcess) -> dict[str, dict]:
+    response = httpx.get(f"{server.api}/videos", params={"limit": 100}, headers=HEADERS, timeout=30)
+    response.raise_for_status()
+    return {video["id"]: video for video in response.json()["data"]}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_killed_server_loses_no_job_and_reruns_none_that_finished(seed: int, tmp_path: Path, model: Path) -> None:  # noqa: F811
+    rng = random.Random(seed)
+    env = isolated_env(tmp_path)
+    log = Path(env["H3_SIM_LOG"])
+    server = ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="oneshot", env=env).start()
+    accepted: list[str] = []
+    watcher = ContentWatcher(server, accepted)
+    watcher.start()
+    try:
+        with httpx.Client(headers=HEADERS, timeout=30) as client:
+            for index in range(JOBS):
+                response = client.post(f"{server.api}/videos", json=BODY | {"seed": index})
+                assert response.status_code == 200, response.text
+                accepted.append(response.json()["id"])
+        kills = 1 + (seed % 2)             # odd seeds: killed twice
+        for _ in range(kills):
+            # A random moment while the queue runs: some jobs done, one maybe mid-render.
+            done_before = rng.randint(0, JOBS - 1)
+            wait_until(lambda: sum(v["status"] == "completed" for v in statuses(server).values()) >= done_before,
+                       timeout=60)
+            threading.Event().wait(rng.uniform(0.0, 0.6))
+            server.kill()
+            server.start()
+        assert wait_until(lambda: all(v["status"] in ("completed", "failed") for v in statuses(server).values()),
+                          timeout=120), statuses(server)
+        final = statuses(server)
+    finally:
+        watcher.stopping.set()
+        watcher.join(30)
+        server.stop()
+
+    # None lost: every accepted job is there, finished.
+    assert set(accepted) <= set(final)
+    runs = {video_id: [record for record in sim_invocations(log) if video_id in " ".join(record["argv"])]
+            for video_id in accepted}
+    for video_id in accepted:
+        video = final[video_id]
+        if video["status"] == "failed":
+            assert video["error"]["code"] == "interrupted" and video["error"]["message"], video
+            continue
+        assert video["status"] == "completed", video
+        clip = tmp_path / "data" / "jobs" / video_id / "video.mp4"
+        assert mp4_frame_count(clip.read_bytes()) == FRAMES
+        # Run at most MAX_ATTEMPTS times, and never again once the clip was finished.
+        assert 1 <= len(runs[video_id]) <= MAX_ATTEMPTS, runs[video_id]
+        finished_at = clip.stat().st_mtime
+        assert all(run["time"] <= finished_at for run in runs[video_id]), (video_id, runs[video_id], finished_at)
+    # Nothing partial was ever served, and every answer was a designed one.
+    assert watcher.unexpected == []
+    assert all(frames == FRAMES for _, frames in watcher.served)
