@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from comfy_workflows import ui_to_api
-from remote_helpers import KEY, start_server
+from remote_helpers import KEY, get, start_server
 from test_comfy_integration import COMFYUI_PYTHON, EXAMPLES, WORKFLOWS, Server, _output_file, _start_server
 
 pytestmark = pytest.mark.comfyui
@@ -72,7 +72,7 @@ def test_remote_mode_renders_on_the_server_and_never_stores_the_key(comfy: Serve
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
 
     # The server rendered it; ComfyUI ran no engine of its own.
-    jobs = h3_server.get("/v1/videos").json()["data"]
+    jobs = get(h3_server, "/v1/videos").json()["data"]
     assert [job["status"] for job in jobs] == ["completed"]
     assert comfy.engine_processes() == []
     save_id = next(i for i, node in prompt.items() if node["class_type"] == "SaveVideo")

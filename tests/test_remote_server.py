@@ -31,7 +31,7 @@ from h3bridge.media.decode import decode_audio, decode_video_frames
 from h3bridge.sim.fixture import write_fixture_model
 
 from core_helpers import fast_request, make_image, sim_engine_path, wait_until
-from remote_helpers import KEY, Server, start_server
+from remote_helpers import KEY, ServerProcess, get, start_server
 
 @pytest.fixture(scope="module")
 def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -39,14 +39,14 @@ def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> Server:
+def server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> ServerProcess:
     running = start_server(tmp_path_factory.mktemp("serve"), sim_model, extra_args=("--max-upload-mb", "1"))
     yield running
     running.stop()
 
 
 @pytest.fixture(scope="module")
-def hanging_server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> Server:
+def hanging_server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> ServerProcess:
     """A server whose engine stops progressing in the denoise loop, so a job is running when cancelled."""
     root = tmp_path_factory.mktemp("serve-hang")
     running = start_server(root, sim_model, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
@@ -63,7 +63,7 @@ def key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 # ----------------------------------------------------------------------------- the engine
 
-def test_remote_and_local_engines_give_the_same_clip(server: Server, key: str, tmp_path: Path,
+def test_remote_and_local_engines_give_the_same_clip(server: ServerProcess, key: str, tmp_path: Path,
                                                      sim_model: Path) -> None:
     request = fast_request(seed=7)
     events = []
@@ -84,14 +84,14 @@ def test_remote_and_local_engines_give_the_same_clip(server: Server, key: str, t
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
 
 
-def test_a_first_frame_goes_up_as_an_upload(server: Server, key: str, tmp_path: Path) -> None:
+def test_a_first_frame_goes_up_as_an_upload(server: ServerProcess, key: str, tmp_path: Path) -> None:
     first = make_image(tmp_path / "first.png", size="96x64", color="green")
     result = RemoteEngine(server.url).generate(fast_request(first_frame=first), tmp_path / "anchored.mp4",
                                                want_frames=False, want_audio=False)
     assert result.video_path.stat().st_size > 0
 
 
-def test_an_upload_over_the_servers_limit_is_refused_with_its_message(server: Server, key: str,
+def test_an_upload_over_the_servers_limit_is_refused_with_its_message(server: ServerProcess, key: str,
                                                                       tmp_path: Path) -> None:
     noise = np.random.default_rng(1).integers(0, 256, (768, 1344, 3), dtype=np.uint8)
     from h3bridge.media.references import write_png
@@ -105,7 +105,7 @@ def test_an_upload_over_the_servers_limit_is_refused_with_its_message(server: Se
     assert not (tmp_path / "out").exists()
 
 
-def test_a_wrong_key_is_refused_and_named(server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_key_is_refused_and_named(server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H3BRIDGE_API_KEY", "not-the-key")
     with pytest.raises(RemoteAuthError) as caught:
         RemoteEngine(server.url).generate(fast_request(), tmp_path / "a.mp4")
@@ -113,7 +113,7 @@ def test_a_wrong_key_is_refused_and_named(server: Server, tmp_path: Path, monkey
     assert "not-the-key" not in str(caught.value) and not (tmp_path / "a.mp4").exists()
 
 
-def test_cancel_deletes_the_servers_job(hanging_server: Server, key: str, tmp_path: Path) -> None:
+def test_cancel_deletes_the_servers_job(hanging_server: ServerProcess, key: str, tmp_path: Path) -> None:
     cancel = CancelToken()
     seen_ids: list[str] = []
 
@@ -133,13 +133,13 @@ def test_cancel_deletes_the_servers_job(hanging_server: Server, key: str, tmp_pa
     with pytest.raises(GenerationCancelled):
         engine.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=cancel)
     # By the time generate has raised, the server has deleted the job.
-    assert hanging_server.get(f"/v1/videos/{seen_ids[0]}").status_code == 404
+    assert get(hanging_server, f"/v1/videos/{seen_ids[0]}").status_code == 404
     assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------- the CLI and ComfyUI
 
-def test_generate_remote_end_to_end(server: Server, key: str, tmp_path: Path,
+def test_generate_remote_end_to_end(server: ServerProcess, key: str, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "cli" / "fox.mp4"
     capsys.readouterr()
@@ -152,9 +152,9 @@ def test_generate_remote_end_to_end(server: Server, key: str, tmp_path: Path,
     assert KEY not in captured.out + captured.err
 
 
-def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: Server, tmp_path: Path) -> None:
+def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: ServerProcess, tmp_path: Path) -> None:
     env = dict(os.environ, H3BRIDGE_API_KEY=KEY, H3BRIDGE_CACHE_DIR=str(tmp_path / "cache"))
-    before = {job["id"] for job in hanging_server.get("/v1/videos").json()["data"]}
+    before = {job["id"] for job in get(hanging_server, "/v1/videos").json()["data"]}
     process = subprocess.Popen(
         [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "a red fox", "--width", "96", "--height", "64",
          "--frames", "22", "--steps", "2", "--remote", hanging_server.url, "-o", str(tmp_path / "out" / "a.mp4")],
@@ -162,7 +162,7 @@ def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: Serve
     try:
         # Wait (on the server's own report, not a clock) until the job is in the engine's denoise loop.
         def running() -> list[dict]:
-            return [job for job in hanging_server.get("/v1/videos").json()["data"]
+            return [job for job in get(hanging_server, "/v1/videos").json()["data"]
                     if job["id"] not in before and job["status"] == "in_progress" and job.get("phase") == "denoise enqueue"]
         assert wait_until(lambda: running(), timeout=60)
         [job] = running()
@@ -172,11 +172,11 @@ def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: Serve
         if process.poll() is None:
             process.kill()
     assert "cancelled" in process.stderr.read()
-    assert hanging_server.get(f"/v1/videos/{job['id']}").status_code == 404
+    assert get(hanging_server, f"/v1/videos/{job['id']}").status_code == 404
     assert not (tmp_path / "out").exists()
 
 
-def test_generate_remote_refusal_exits_2_with_the_servers_words(server: Server, key: str, tmp_path: Path,
+def test_generate_remote_refusal_exits_2_with_the_servers_words(server: ServerProcess, key: str, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     noise = np.random.default_rng(2).integers(0, 256, (768, 1344, 3), dtype=np.uint8)
     from h3bridge.media.references import write_png
@@ -188,7 +188,7 @@ def test_generate_remote_refusal_exits_2_with_the_servers_words(server: Server, 
     assert status == 2 and "is over this server's limit of 1" in err and not (tmp_path / "a.mp4").exists()
 
 
-def test_the_comfy_remote_mode_renders_on_the_server(server: Server, key: str, tmp_path: Path) -> None:
+def test_the_comfy_remote_mode_renders_on_the_server(server: ServerProcess, key: str, tmp_path: Path) -> None:
     handle = adapter.check_engine_settings("", "", adapter.REMOTE, [], remote_url=server.url)
     settings = adapter.GenerateSettings(prompt="a red fox", preset="preview", width=96, height=64,
                                         length_unit="frames", frames=22)
