@@ -353,6 +353,16 @@ def test_cancel_during_the_download_deletes_the_job_and_the_partial_file(tmp_pat
     assert len(server.sent("DELETE")) == 1 and leftovers(tmp_path) == []
 
 
+def test_a_cancel_the_server_does_not_confirm_says_the_job_may_still_run(tmp_path: Path) -> None:
+    server = FakeServer({("POST", "/v1/videos"): httpx.Response(200, json=job("in_progress", 5)),
+                         ("DELETE", "/v1/videos/video_1"): httpx.Response(503, text="overloaded")})
+    cancel = CancelToken()
+    with pytest.raises(GenerationCancelled, match="did not confirm deleting job video_1, which may still be running"):
+        server.engine().generate(fast_request(), tmp_path / "a.mp4", on_progress=lambda event: cancel.cancel(),
+                                 cancel=cancel)
+    assert leftovers(tmp_path) == []
+
+
 def test_frames_only_uses_a_temporary_mp4_that_is_removed(tmp_path: Path, clip: bytes,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))

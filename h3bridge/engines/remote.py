@@ -192,9 +192,10 @@ class RemoteEngine:
                                    seed=job.seed)
             published = True
             return result
-        except GenerationCancelled:
-            if job_id is not None:
-                self._delete_quietly(job_id)
+        except (GenerationCancelled, KeyboardInterrupt):
+            if job_id is not None and not self._delete(job_id):
+                raise GenerationCancelled(f"generation cancelled; the server at {self.base_url} did not confirm "
+                                          f"deleting job {job_id}, which may still be running there") from None
             raise
         finally:
             if mp4 is not None and (workdir is None or mp4.parent != workdir):
@@ -376,13 +377,15 @@ class RemoteEngine:
                                          f"{received} of {total} bytes", url=self.base_url,
                                          hint="check the server and the network, then run the job again")
 
-    def _delete_quietly(self, job_id: str) -> None:
-        """Cancel the server's job. Best effort: the caller is already reporting the cancel."""
+    def _delete(self, job_id: str) -> bool:
+        """Cancel and delete the server's job; True once the server confirms it (or has no such
+        job any more). Never raises: the caller is already reporting the cancel."""
         try:
-            self._http().request("DELETE", f"{VIDEOS_PATH}/{job_id}", headers=self._headers(),
-                                 timeout=min(self.timeout, 10.0))
+            response = self._http().request("DELETE", f"{VIDEOS_PATH}/{job_id}", headers=self._headers(),
+                                            timeout=min(self.timeout, 10.0))
         except httpx.HTTPError:
-            pass
+            return False
+        return response.status_code < 300 or response.status_code == 404
 
 
 def _transport_words(error: httpx.TransportError) -> str:
