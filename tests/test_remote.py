@@ -105,6 +105,18 @@ def test_a_completed_job_is_downloaded_atomically_and_decoded(tmp_path: Path, cl
     assert [e.fraction for e in events if e.phase == "denoise"] == [0.4]
 
 
+def test_no_local_engine_lock_is_taken(tmp_path: Path, clip: bytes) -> None:
+    """The engine is the server's, which holds its own lock: a remote job runs while this
+    machine's engine lock is held (by a local render, say) without waiting for it."""
+    from h3bridge import engine_lock
+    events = []
+    with engine_lock():
+        completed_server(clip).engine().generate(fast_request(), tmp_path / "a.mp4", want_frames=False,
+                                                 on_progress=events.append)
+    assert (tmp_path / "a.mp4").is_file()
+    assert not any(event.phase == "waiting for the engine" for event in events)
+
+
 def test_files_go_as_multipart_parts_named_by_the_wire_module(tmp_path: Path, clip: bytes) -> None:
     first = make_image(tmp_path / "first frame.png", size="96x64")
     last = make_image(tmp_path / "last.png", size="96x64", color="blue")
