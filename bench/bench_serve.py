@@ -176,6 +176,24 @@ def run_load(server: ServerProcess, *, clients: int, seconds: float, submitters:
     return report
 
 
+def measure_cancel(server: ServerProcess, trials: int) -> list[float]:
+    """Seconds each DELETE of a running job takes to answer; it answers once the engine's process
+    group is stopped. Jobs are upstream's default shape, which the server's slow H3_SIM_TIME_SCALE
+    makes last seconds, so each is caught while denoising."""
+    seconds = []
+    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as http:
+        for trial in range(trials):
+            video_id = http.post("/videos", json={"prompt": "cancel me", "seed": trial}).raise_for_status().json()["id"]
+            while (job := http.get(f"/videos/{video_id}").json())["phase"] not in ("denoise", "denoise enqueue"):
+                if job["status"] in ("completed", "failed"):
+                    raise SystemExit(f"{video_id} finished before it could be cancelled: raise H3_SIM_TIME_SCALE")
+                time.sleep(0.01)
+            started = time.perf_counter()
+            http.delete(f"/videos/{video_id}").raise_for_status()
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
 def summary(report: LoadReport, clients: int, seconds: float) -> str:
     latencies = report.poll_latencies
     lines = [f"{clients} clients for {seconds:g} s: {len(latencies)} polls, {report.completed} clips downloaded, "
@@ -196,6 +214,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--submitters", type=int, help="clients that submit jobs (default: all)")
     parser.add_argument("--engine", choices=["session", "oneshot"], default="session")
+    parser.add_argument("--cancel-trials", type=int, default=5,
+                        help="then time this many DELETEs of a running job (0: none)")
     args = parser.parse_args()
     from h3bridge.sim.fixture import write_fixture_model
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as scratch:
@@ -204,6 +224,12 @@ def main() -> int:
         with ServerProcess(root / "data", model, root / "logs", engine=args.engine, env=isolated_env(root)) as server:
             report = run_load(server, clients=args.clients, seconds=args.seconds, submitters=args.submitters)
         print(summary(report, args.clients, args.seconds))
+        if args.cancel_trials:
+            slow = isolated_env(root / "cancel") | {"H3_SIM_TIME_SCALE": "0.05"}    # ~6 s jobs
+            with ServerProcess(root / "cancel-data", model, root / "logs", engine=args.engine, env=slow) as server:
+                cancels = measure_cancel(server, args.cancel_trials)
+            print(f"DELETE of a running job answered (engine stopped) in: median {statistics.median(cancels):.3f} s, "
+                  f"max {max(cancels):.3f} s over {len(cancels)}")
     ok = not report.undesigned and report.max_in_progress <= 1 and report.max_engine_processes <= 1
     return 0 if ok else 1
 

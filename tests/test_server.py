@@ -77,6 +77,22 @@ def test_a_first_frame_uploads_as_multipart_and_reaches_the_engine(server: Serve
     assert red > 180 and green < 70 and blue < 70, (red, green, blue)
 
 
+def test_a_json_body_carries_files_as_data_urls(server: ServerProcess, client, image: Path) -> None:
+    import base64
+    data_url = "data:image/png;base64," + base64.b64encode(image.read_bytes()).decode()
+    body = {"prompt": "the red frame, from JSON", "size": "96x64", "num_frames": 22, "num_inference_steps": 2,
+            "input_reference": {"image_url": data_url}}
+    response = httpx.post(f"{server.api}/videos", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert response.status_code == 200, response.text
+    video_id = response.json()["id"]
+    assert wait_finished(client, video_id).status == "completed"
+    assert (server.data_dir / "jobs" / video_id / "inputs" / "00.upload").read_bytes() == image.read_bytes()
+    for bad in ("https://example.com/frame.png", "/etc/passwd"):
+        response = httpx.post(f"{server.api}/videos", json=body | {"input_reference": {"image_url": bad}},
+                              headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "input_reference"
+
+
 def refusal(call) -> dict:
     with pytest.raises(openai.BadRequestError) as caught:
         call()

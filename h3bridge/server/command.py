@@ -79,7 +79,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # what it published is final and nothing more appears.
     with engine_lock():
         for note in store.recover():
-            logging.getLogger("h3bridge.serve").info("h3bridge serve: %s", note)
+            logging.getLogger("h3bridge.serve").warning("h3bridge serve: %s", note)
 
     # The model folder is the server's for its life: its headers are read once, not per submission.
     inventory = inspect_model(one_shot.model_dir)
