@@ -19,6 +19,9 @@ from .errors import (
     MemoryPlanError,
     ModelError,
     OutputExistsError,
+    RemoteAuthError,
+    RemoteError,
+    RemoteUnreachableError,
     RequestError,
     SessionCommandError,
     SessionError,
@@ -45,6 +48,15 @@ from .model.verify import VerifyReport, verify_model
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # RemoteEngine needs httpx and pydantic, which nothing local does: a ComfyUI whose Python
+    # lacks them still loads the node pack, and only the remote mode says what is missing.
+    if name == "RemoteEngine":
+        from .engines.remote import RemoteEngine
+        return RemoteEngine
+    raise AttributeError(f"module 'h3bridge' has no attribute {name!r}")
+
 __all__ = [
     "CancelToken", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
     "GenerationCancelled", "GenerationRequest", "GenerationResult", "H3BridgeError", "IntegrityError",
@@ -54,6 +66,8 @@ __all__ = [
     # the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
     "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
     "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
+    # a Videos API server (h3bridge serve, SGLang Diffusion, vLLM-Omni) as an engine (engines/remote.py)
+    "RemoteEngine", "RemoteError", "RemoteAuthError", "RemoteUnreachableError",
     # model inventory, verification and memory plan (model/)
     "ModelInventory", "inspect_model", "VerifyReport", "verify_model", "MachineFacts", "MemoryPlan",
     "plan_memory", "preflight",

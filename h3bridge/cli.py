@@ -39,6 +39,7 @@ from .request import (
 )
 
 if TYPE_CHECKING:
+    from .engines.protocol import Engine
     from .engines.oneshot import OneShotEngine
     from .engines.session import SessionEngine
 
@@ -233,6 +234,8 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
                         help="render through h3's interactive mode (the warm SessionEngine the library and "
                              "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
                              "session cannot take (several lines) runs one-shot instead")
+    from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
+    add_remote_option(parser)
     parser.set_defaults(handler=run_generate)
 
 
@@ -285,16 +288,23 @@ def engines_from_args(args: argparse.Namespace, *, session: bool) -> tuple[OneSh
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    request = request_from_args(args).validate()
-    one_shot, session = engines_from_args(args, session=getattr(args, "session", False))
-    if session is not None:
-        try:
-            session.check_supported(request)
-        except UnsupportedRequestError as error:
-            print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-            session = None
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
-                       session=session is not None and session.capabilities.warm_model)
+    session: Engine | None = None
+    if getattr(args, "remote", None):
+        from .remote_cli import remote_engine_from_args      # the server checks the model and plans memory
+        one_shot: Engine = remote_engine_from_args(args)
+        request = request_from_args(args).validate()
+    else:
+        request = request_from_args(args).validate()
+        local, session = engines_from_args(args, session=getattr(args, "session", False))
+        one_shot = local
+        if session is not None:
+            try:
+                session.check_supported(request)
+            except UnsupportedRequestError as error:
+                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+                session = None
+        preflight_generate(request, local.model_dir, force=getattr(args, "force", False),
+                           session=session is not None and session.capabilities.warm_model)
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
 
@@ -332,6 +342,7 @@ def run_generate(args: argparse.Namespace) -> int:
         bars.close()
         if session is not None:
             session.close()
+        one_shot.close()
     if args.json:
         print(json.dumps(result_summary(result), indent=2))
     else:

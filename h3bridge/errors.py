@@ -159,3 +159,27 @@ class LoraError(ModelError):
     def __init__(self, message: str, *, hint: str | None = None, before_start: bool = True) -> None:
         super().__init__(message, hint=hint)
         self.before_start = before_start
+
+
+class RemoteError(EngineError):
+    """A video server driven as an engine (`RemoteEngine`) failed the job or could not be used.
+    `url` is the server's base URL, `status` the HTTP status when there was a response;
+    `engine_message` keeps the server's own words verbatim."""
+
+    def __init__(self, message: str, *, url: str, status: int | None = None, engine_message: str | None = None,
+                 hint: str | None = None, before_start: bool | None = None) -> None:
+        super().__init__(message, engine_message=engine_message, hint=hint)
+        self.url = url
+        self.status = status
+        if before_start is not None:     # else the class's: an auth refusal comes before anything ran
+            self.before_start = before_start
+
+
+class RemoteAuthError(RemoteError):
+    """The server refused the API key (HTTP 401/403), or wanted one and got none."""
+
+    before_start = True
+
+
+class RemoteUnreachableError(RemoteError):
+    """The server could not be reached (refused, unknown host, timed out) or the connection broke."""

@@ -56,7 +56,8 @@ from ..engines.session import session_prompt, shared_session
 
 ONE_SHOT = "one-shot"
 WARM_SESSION = "warm session"
-ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION)
+from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
+ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, REMOTE)
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
@@ -81,12 +82,15 @@ class EngineHandle:
     when a Generate node runs.
     """
 
-    engine_path: Path
-    model_dir: Path
+    engine_path: Path | None         # None in remote mode (the server's engine)
+    model_dir: Path | None
     mode: str = ONE_SHOT
     stall_timeout: float | None = None
+    remote_url: str | None = None    # remote mode: the server (its API key is never held here)
 
     def describe(self) -> str:
+        if self.mode == REMOTE:
+            return f"remote engine at {self.remote_url}"
         return f"{self.mode} engine {self.engine_path} with model {self.model_dir}"
 
 
@@ -121,11 +125,14 @@ def resolve_engine_path(value: str) -> Path:
 
 
 def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path],
-                          *, stall_timeout: float | None = None) -> EngineHandle:
+                          *, stall_timeout: float | None = None, remote_url: str = "") -> EngineHandle:
     """Validate the H3 Engine node's values cheaply (no engine run, no weights read)."""
     if mode not in ENGINE_MODES:
         raise RequestError(f"unknown engine mode {mode!r}", field="mode",
                            hint=f"use one of: {', '.join(ENGINE_MODES)}")
+    if mode == REMOTE:
+        return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE,
+                            remote_url=check_remote_settings(remote_url, engine_path, model_dir))
     engine = resolve_engine_path(engine_path)
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
@@ -154,6 +161,8 @@ def open_engine(handle: EngineHandle) -> Engine:
 
     Warm session: the process-wide `shared_session` for (engine, model), so the model stays
     resident across queue runs and graphs (until its idle timeout)."""
+    if handle.mode == REMOTE:
+        return open_remote_engine(handle.remote_url or "")
     if handle.mode == WARM_SESSION:
         session = shared_session(handle.engine_path, handle.model_dir)
         # shared_session applies options only when it creates the session: this job's engine node
@@ -655,8 +664,12 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                     references = materialise_references(inputs.references, scratch)
                 request = build_request(settings, first_frame=first, last_frame=last, references=references)
                 model_warnings: list[str] = []
-                ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
-                                                 session=handle.mode == WARM_SESSION, model_warnings=model_warnings)
+                if handle.mode == REMOTE:     # the server checks its model and plans for its own memory
+                    ssd, plan = settings.ssd_streaming == "on", None
+                else:
+                    ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
+                                                     session=handle.mode == WARM_SESSION,
+                                                     model_warnings=model_warnings)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
             except H3BridgeError as error:
@@ -700,6 +713,10 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
     """The H3 Memory Plan node's text: the plan for these settings, nothing run. A plan that
     does not fit is shown (with the setting that would fit), not raised."""
     request = build_request(settings)
+    if handle.mode == REMOTE:
+        raise RequestError(f"the memory plan of a remote engine is made by the server at {handle.remote_url}, "
+                           "for its own machine, when a job is sent", field="engine",
+                           hint="connect an H3 Engine in one-shot or warm-session mode to plan for this machine")
     if settings.ssd_streaming not in SSD_MODES:
         raise RequestError(f"unknown SSD streaming choice {settings.ssd_streaming!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
@@ -719,7 +736,7 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
 __all__ = [
     "ENGINE_MODES", "EngineHandle", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
-    "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "PRESET_NAMES", "PROGRESS_STEPS",
+    "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
     "decide_ssd_streaming", "describe_plan", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",

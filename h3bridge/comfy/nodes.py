@@ -203,8 +203,8 @@ class H3EngineNode(io.ComfyNode):
             node_id="H3Engine",
             display_name="H3 Engine",
             category=CATEGORY,
-            description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are. Nothing is loaded here; "
-                        "the engine runs when H3 Generate runs.",
+            description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are, or (remote mode) the video "
+                        "server that renders. Nothing is loaded here; the engine runs when H3 Generate runs.",
             inputs=[
                 io.String.Input("engine_path", default="",
                                 tooltip="Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on PATH."),
@@ -213,9 +213,17 @@ class H3EngineNode(io.ComfyNode):
                                         "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/)."),
                 io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.ONE_SHOT,
                                tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded "
-                                       "between clips (faster repeats, holds the memory until idle)."),
+                                       "between clips (faster repeats, holds the memory until idle). remote: render "
+                                       "on the video server at remote_url (leave engine_path and model_dir empty)."),
                 io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
+                # Last and optional: saved workflows list widget values in input order, and API-format
+                # prompts name their inputs; ones saved before remote mode existed still load and run.
+                io.String.Input("remote_url", default="", optional=True,
+                                tooltip="remote mode: the server, e.g. http://studio-mac.local:8765 (`h3bridge serve` "
+                                        "on another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is "
+                                        "read from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the "
+                                        "workflow."),
             ],
             outputs=[H3Engine.Output(display_name="engine")],
         )
@@ -225,19 +233,22 @@ class H3EngineNode(io.ComfyNode):
         # ComfyUI repeats this message once per input the function takes (execution.py
         # validate_inputs), and skips its own checks for those: one input, one report. The engine
         # path is checked when the node runs, before any engine starts.
-        if model_dir is None:
-            return True     # a linked value is checked when the node runs
+        if model_dir is None or not model_dir.strip():
+            # a linked value, or none (remote mode): checked when the node runs, knowing the mode
+            return True
         try:
             adapter.check_model_setting(model_dir, _model_roots())
         except H3BridgeError as error:
-            return str(error)
+            return f"{error}\n  (remote mode: leave model_dir empty)"
         return True
 
     @classmethod
     @_user_facing_errors
-    def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600) -> io.NodeOutput:
+    def execute(cls, engine_path: str, model_dir: str, mode: str, remote_url: str = "",
+                stall_timeout: int = 600) -> io.NodeOutput:
         handle = adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots(),
-                                               stall_timeout=float(stall_timeout) if stall_timeout else None)
+                                               stall_timeout=float(stall_timeout) if stall_timeout else None,
+                                               remote_url=remote_url)
         return io.NodeOutput(handle)
 
 

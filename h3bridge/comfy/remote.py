@@ -1,0 +1,56 @@
+"""The H3 Engine node's remote mode: a Videos API server (`h3bridge serve` on another Mac, or an
+SGLang Diffusion / vLLM-Omni server) as the engine, through RemoteEngine.
+
+The node holds only the URL. The API key is read from $H3BRIDGE_API_KEY in ComfyUI's environment
+by the engine, when a job is sent: it is never a node input, so it never lands in a workflow or
+prompt JSON that users save and share, nor in the engine handle ComfyUI caches.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import EngineNotFoundError, RequestError
+
+if TYPE_CHECKING:
+    from ..engines.remote import RemoteEngine
+
+REMOTE = "remote"
+
+
+def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> str:
+    """The server's base URL from the node's values; refuses an empty or malformed URL, and the
+    local engine's inputs (the server runs its own engine and model), before anything is sent."""
+    given = [name for name, value in (("engine_path", engine_path), ("model_dir", model_dir)) if value.strip()]
+    if given:
+        names = " and ".join(given)
+        raise RequestError(f"{names} {'is' if len(given) == 1 else 'are'} for a local engine; in remote mode the "
+                           "server uses its own engine and model", field=given[0],
+                           hint=f"leave {names} empty in remote mode, or choose one-shot / warm session")
+    if not remote_url.strip():
+        raise RequestError("remote mode needs the server's URL in remote_url", field="remote_url",
+                           hint="give the server's address, e.g. http://studio-mac.local:8765")
+    try:
+        return _remote_module().normalise_base_url(remote_url)
+    except RequestError as error:
+        error.field = "remote_url"
+        raise
+
+
+def open_remote_engine(remote_url: str) -> "RemoteEngine":
+    """The engine for a remote handle; it reads the key from the environment at each job."""
+    return _remote_module().RemoteEngine(remote_url)
+
+
+def _remote_module():
+    """engines/remote.py, imported when remote mode is used: it needs httpx and pydantic, which
+    the node pack's local modes do not."""
+    try:
+        from ..engines import remote
+    except ImportError as error:
+        raise EngineNotFoundError(f"remote mode needs the Python package {error.name}, which ComfyUI's Python lacks",
+                                  hint="install h3bridge's requirements into ComfyUI's Python: "
+                                       "python -m pip install -r custom_nodes/h3bridge/requirements.txt") from None
+    return remote
+
+
+__all__ = ["REMOTE", "check_remote_settings", "open_remote_engine"]

@@ -1,0 +1,407 @@
+"""A video server of the OpenAI Videos API shape, driven as an engine: `h3bridge serve` on another
+Mac, or an SGLang Diffusion / vLLM-Omni server (README "Remote engines" says what those take).
+
+    from h3bridge import GenerationRequest, RemoteEngine
+    with RemoteEngine("http://studio-mac.local:8765") as engine:     # key: $H3BRIDGE_API_KEY
+        result = engine.generate(GenerationRequest("A red fox runs through snow"), "fox.mp4")
+
+One job is `POST /v1/videos` (JSON, or multipart when the request carries files), polling
+`GET /v1/videos/{id}` into ProgressEvents, and `GET /v1/videos/{id}/content` streamed under a
+staging name beside the output and renamed into place when complete; a cancel sends
+`DELETE /v1/videos/{id}`. The request body is the wire module's (one mapping for the server and
+this client). No machine-wide engine lock is taken here: the engine is on the server, which
+holds its own.
+"""
+from __future__ import annotations
+
+import mimetypes
+import os
+import shutil
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..cancel import CancelToken
+from ..errors import (
+    GenerationCancelled,
+    RemoteAuthError,
+    RemoteError,
+    RemoteUnreachableError,
+    RequestError,
+)
+from ..media.decode import decode_video_frames, remove_quietly
+from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
+from ..request import GenerationRequest
+from ..result import GenerationResult
+from ..server.wire import API_KEY_ENV, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
+from .lock import WORKDIR_PREFIX, remove_leftovers
+from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
+from .protocol import EngineCapabilities
+
+POLL_SECONDS = 0.25           # between status polls; a cancel interrupts the wait at once
+DOWNLOAD_CHUNK = 1 << 20
+# Phase names of the ProgressEvents a remote job reports (the server's own phases when it sends them).
+QUEUED_PHASE = "queued on the server"
+RUNNING_PHASE = "rendering on the server"
+DOWNLOAD_PHASE = "download"
+
+_KEY_HINT = (f"set {API_KEY_ENV} in the environment to the server's key (the one `h3bridge serve` was "
+             "given with --api-key or its environment); it is never taken as a flag")
+
+
+def normalise_base_url(base_url: str) -> str:
+    """`http://host:port` (a trailing `/` or `/v1` dropped): the root the Videos API paths hang off.
+    Refuses what is not an http(s) URL with a host, before anything is sent."""
+    text = str(base_url).strip()
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError, ValueError) as error:
+        raise RequestError(f"the server URL {text!r} is not a URL ({error})", field="base_url",
+                           hint="give the server's address, e.g. http://studio-mac.local:8765") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise RequestError(f"the server URL {text!r} is not an http:// or https:// address with a host",
+                           field="base_url", hint="give the server's address, e.g. http://studio-mac.local:8765")
+    root = text.rstrip("/")
+    if root.endswith("/v1"):
+        root = root[:-3]
+    return root
+
+
+def server_message(response: httpx.Response) -> str:
+    """The server's own words for a refusal or failure, verbatim: the error object's message
+    (OpenAI's shape, or FastAPI's `detail`, read by the wire module), else the body's text."""
+    try:
+        error = error_from_body(response.json())
+    except ValueError:
+        error = None
+    if error is not None:
+        return error.message
+    text = response.text.strip()
+    return text[:4000] or f"HTTP {response.status_code} {response.reason_phrase}"
+
+
+def _error_field(response: httpx.Response) -> tuple[str | None, str | None]:
+    """(field, hint) a server sends beside its message (`error.param`, `error.hint`)."""
+    try:
+        error = error_from_body(response.json())
+    except ValueError:
+        error = None
+    return (None, None) if error is None else (error.param, error.hint)
+
+
+class RemoteEngine:
+    """An engine on another machine, behind the OpenAI Videos API (the `Engine` protocol).
+
+    base_url: the server, e.g. `http://studio-mac.local:8765` (a trailing `/v1` is fine).
+    api_key: sent as `Authorization: Bearer`; default `$H3BRIDGE_API_KEY`, read at every job
+      (so a key set later applies). None and no variable: no header (a loopback server needs none).
+    model: the `model` field of each job (servers that host several models pick by it); None
+      sends none and the server uses its own.
+    poll_interval: seconds between status polls.
+    timeout: seconds any one HTTP exchange may take (connect, a poll, one download chunk).
+    transport: an httpx transport (tests pass `httpx.MockTransport`).
+    """
+
+    # The clip is rendered elsewhere and its frames are decoded from the downloaded H.264 MP4;
+    # whether the server keeps its model warm is its business, not this client's promise.
+    capabilities = EngineCapabilities(warm_model=False, previews=False, exact_frames=False, remote=True,
+                                      multiline_prompts=True)
+
+    def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None, *,
+                 poll_interval: float = POLL_SECONDS, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = normalise_base_url(base_url)
+        self._api_key = api_key
+        self.model = model
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+        self._transport = transport
+        self._client: httpx.Client | None = None
+
+    def __repr__(self) -> str:       # never the key
+        return f"RemoteEngine({self.base_url!r}, model={self.model!r})"
+
+    # ------------------------------------------------------------------ the Engine protocol
+
+    def check_supported(self, request: GenerationRequest) -> None:
+        """Every request the wire format carries can be sent; the server refuses (HTTP 400, its
+        message verbatim) what its engine cannot take."""
+
+    def close(self) -> None:
+        """Close the HTTP connections; a later `generate` opens new ones."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> "RemoteEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
+                 overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
+                 on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
+                 cancel: CancelToken | None = None) -> GenerationResult:
+        """Render one clip on the server and return it as the local engines do (the `Engine` protocol).
+
+        The request is validated here first (every `generate` rule, the input files included),
+        then submitted; the MP4 is downloaded under a staging name beside `output` and renamed
+        into place when complete (a failed or cancelled download leaves nothing). `on_preview`
+        is accepted and never called (the Videos API has no previews). Cancelling deletes the
+        server's job (`DELETE`) and raises GenerationCancelled.
+
+        Raises RequestError (a bad request, refused here or by the server with its words),
+        OutputExistsError, RemoteAuthError (401/403), RemoteUnreachableError (no server at the
+        URL, or the connection broke), RemoteError (the server failed the job: its message is
+        `engine_message`), GenerationCancelled.
+        """
+        request.validate()
+        output_path = resolve_output(output, overwrite=overwrite)
+        started = time.monotonic()
+        made_folders = missing_folders(output_path) if output_path is not None else []
+        workdir: Path | None = None
+        mp4: Path | None = None
+        published = False
+        job_id: str | None = None
+        try:
+            if output_path is not None:
+                mp4 = staging_path(output_path)
+            elif want_audio or want_frames:
+                workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+                mp4 = workdir / "remote.mp4"
+            job = self._submit(request)
+            job_id = job.id
+            job = self._follow(job, started, on_progress, cancel)
+            if mp4 is not None:
+                self._download(job_id, mp4, started, on_progress, cancel)
+            raise_if_cancelled(cancel)
+            frames = None
+            if want_frames and mp4 is not None:
+                frames = decode_video_frames(mp4, request.frame_count, request.width, request.height)
+            raise_if_cancelled(cancel)
+            timings = {"total": time.monotonic() - started}
+            result = finish_result(request, mp4, output_path, overwrite=overwrite, frames=frames,
+                                   want_audio=want_audio, timings=timings,
+                                   command=[f"POST {self.base_url}{VIDEOS_PATH}", f"job {job_id}"],
+                                   engine_log="", engine_variables={},
+                                   seed=job.seed)
+            published = True
+            return result
+        except (GenerationCancelled, KeyboardInterrupt):
+            if job_id is not None and not self._delete(job_id):
+                raise GenerationCancelled(f"generation cancelled; the server at {self.base_url} did not confirm "
+                                          f"deleting job {job_id}, which may still be running there") from None
+            raise
+        finally:
+            if mp4 is not None and (workdir is None or mp4.parent != workdir):
+                remove_quietly(mp4)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if not published:
+                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
+
+    # ------------------------------------------------------------------ HTTP
+
+    @property
+    def api_key(self) -> str | None:
+        return self._api_key if self._api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.base_url, transport=self._transport,
+                                        timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 15.0)),
+                                        follow_redirects=False)
+        return self._client
+
+    def _headers(self) -> dict[str, str]:
+        key = self.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _exchange(self, method: str, path: str, *, what: str, before_start: bool = False,
+                  **options: Any) -> httpx.Response:
+        """One request; a transport failure becomes RemoteUnreachableError naming the URL and the fix."""
+        try:
+            return self._http().request(method, path, headers=self._headers(), **options)
+        except httpx.TimeoutException:
+            raise RemoteUnreachableError(
+                f"the server at {self.base_url} did not answer within {self.timeout:g} s ({what})",
+                url=self.base_url, before_start=before_start,
+                hint="check that the server is running and reachable from this machine; a busy server may "
+                     "need a longer timeout") from None
+        except httpx.TransportError as error:
+            raise RemoteUnreachableError(
+                f"cannot reach the server at {self.base_url} ({what}): {_transport_words(error)}",
+                url=self.base_url, before_start=before_start,
+                hint="check the URL and port, that the server is running there (`h3bridge serve` on that "
+                     "machine, or the SGLang / vLLM-Omni server), and that no firewall stands between") from None
+
+    def _raise_for_status(self, response: httpx.Response, *, what: str, job_id: str | None = None) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        message = server_message(response)
+        where = f"{self.base_url}{response.request.url.path}"
+        if status in (401, 403):
+            sent = bool(self._headers())
+            raise RemoteAuthError(
+                f"the server at {self.base_url} refused {'the API key' if sent else 'a request without an API key'} "
+                f"(HTTP {status}: {message})", url=self.base_url, status=status, engine_message=message,
+                hint=_KEY_HINT)
+        if status in (400, 413, 422) and job_id is None:
+            field, hint = _error_field(response)
+            raise RequestError(message, field=field, hint=hint)
+        if status == 404 and job_id is None:
+            raise RemoteError(f"{where} does not exist (HTTP 404: {message}): {self.base_url} is not an OpenAI "
+                              "Videos API server", url=self.base_url, status=status, engine_message=message,
+                              before_start=True,
+                              hint="give the server's base URL (scheme, host and port, e.g. "
+                                   "http://studio-mac.local:8765), without /v1/videos")
+        if status == 404:
+            raise RemoteError(f"the server at {self.base_url} no longer has job {job_id} ({what}; HTTP 404: "
+                              f"{message})", url=self.base_url, status=status, engine_message=message,
+                              hint="the job was deleted or the server lost it; run the job again")
+        raise RemoteError(f"the server at {self.base_url} failed ({what}; HTTP {status}): {message}",
+                          url=self.base_url, status=status, engine_message=message,
+                          before_start=job_id is None and status < 500,
+                          hint="see the server's log; the message above is the server's own")
+
+    def _job(self, response: httpx.Response, what: str) -> VideoJob:
+        try:
+            body = response.json()
+            error = body.get("error") if isinstance(body, dict) else None
+            if isinstance(error, dict) and "code" not in error:
+                # SGLang Diffusion's failed jobs carry {"message": ...} alone.
+                body["error"] = {"code": "error", **error}
+            return VideoJob.model_validate(body)
+        except ValueError:           # not JSON, or not a job (pydantic's ValidationError is a ValueError)
+            raise RemoteError(f"the server at {self.base_url} answered {what} with something that is not a "
+                              f"Videos API job: {response.text[:200]!r}", url=self.base_url,
+                              status=response.status_code,
+                              hint="check that the URL is an OpenAI Videos API server") from None
+
+    # ------------------------------------------------------------------ a job
+
+    def _submit(self, request: GenerationRequest) -> VideoJob:
+        """POST the request (the wire module's body): JSON, or multipart when it carries files.
+
+        A server that reads only forms (vLLM-Omni's `/v1/videos` takes multipart/form-data, as the
+        official openai client sends it) answers a JSON body 415 or 422 before queueing anything:
+        the same body is then sent once more as a form."""
+        body = request_to_wire(request, model=self.model)
+        response = self._post(body, multipart=bool(body.files))
+        if not body.files and response.status_code in (415, 422):
+            response = self._post(body, multipart=True)
+        self._raise_for_status(response, what="submitting the job")
+        return self._job(response, "the submission")
+
+    def _post(self, body: WireBody, *, multipart: bool) -> httpx.Response:
+        with ExitStack() as stack:
+            if multipart:
+                # One ordered list of parts: the text fields (no file name), then the files in the
+                # wire module's order (Ref2VA references are ordered). httpx would send a form with
+                # no file urlencoded; this stays multipart.
+                parts: list[tuple[str, tuple[Any, ...]]] = [(name, (None, value)) for name, value in body.form_fields()]
+                parts += [(name, (path.name, stack.enter_context(open(path, "rb")),
+                                  mimetypes.guess_type(path.name)[0] or "application/octet-stream"))
+                          for name, path in body.files]
+                options: dict[str, Any] = {"files": parts}
+            else:
+                options = {"json": body.fields}
+            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
+
+    def _follow(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,
+                cancel: CancelToken | None) -> VideoJob:
+        """Poll until the job is completed (returned) or failed (raised); report progress."""
+        last: ProgressEvent | None = None
+        while True:
+            if job.status is JobStatus.COMPLETED:
+                return job
+            if job.status is JobStatus.FAILED:
+                message = job.error.message if job.error is not None else "the server gave no reason"
+                raise RemoteError(f"the server at {self.base_url} failed job {job.id}: {message}",
+                                  url=self.base_url, engine_message=message,
+                                  hint=(job.error.hint if job.error is not None else None)
+                                  or "the message is the server's own; see its log")
+            event = _progress_event(job, started)
+            if on_progress is not None and event[:3] != (last[:3] if last else None):
+                on_progress(ProgressEvent(*event))
+            last = event
+            if cancel is not None and cancel.wait(self.poll_interval):
+                raise GenerationCancelled("generation cancelled; the server's job was deleted and no output was kept")
+            if cancel is None:
+                time.sleep(self.poll_interval)
+            response = self._exchange("GET", f"{VIDEOS_PATH}/{job.id}", what=f"polling job {job.id}")
+            self._raise_for_status(response, what=f"polling job {job.id}", job_id=job.id)
+            job = self._job(response, f"a poll of job {job.id}")
+
+    def _download(self, job_id: str, target: Path, started: float, on_progress: ProgressCallback | None,
+                  cancel: CancelToken | None) -> None:
+        """Stream the MP4 into `target` (a staging name); a broken or cut-short download raises and
+        the caller removes the file."""
+        what = f"downloading job {job_id}"
+        try:
+            with self._http().stream("GET", f"{VIDEOS_PATH}/{job_id}/content", headers=self._headers()) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._raise_for_status(response, what=what, job_id=job_id)
+                declared = response.headers.get("content-length")
+                total = int(declared) if declared and declared.isdigit() else 0
+                received = 0
+                with open(target, "wb") as handle:
+                    for chunk in response.iter_bytes(DOWNLOAD_CHUNK):
+                        if cancel is not None and cancel.cancelled:
+                            raise GenerationCancelled("generation cancelled during the download; the server's job "
+                                                      "was deleted and no output was kept")
+                        handle.write(chunk)
+                        received += len(chunk)
+                        if on_progress is not None:
+                            on_progress(ProgressEvent(DOWNLOAD_PHASE, received, max(total, received), 1.0,
+                                                      time.monotonic() - started))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except httpx.TimeoutException:
+            raise RemoteUnreachableError(f"the server at {self.base_url} stopped sending job {job_id}'s MP4 for "
+                                         f"{self.timeout:g} s", url=self.base_url,
+                                         hint="check the server and the network, then run the job again") from None
+        except httpx.TransportError as error:
+            raise RemoteUnreachableError(f"the download of job {job_id}'s MP4 from {self.base_url} broke off: "
+                                         f"{_transport_words(error)}", url=self.base_url,
+                                         hint="check the server and the network, then run the job again") from None
+        if total and received != total:
+            raise RemoteUnreachableError(f"the download of job {job_id}'s MP4 from {self.base_url} ended after "
+                                         f"{received} of {total} bytes", url=self.base_url,
+                                         hint="check the server and the network, then run the job again")
+
+    def _delete(self, job_id: str) -> bool:
+        """Cancel and delete the server's job; True once the server confirms it (or has no such
+        job any more). Never raises: the caller is already reporting the cancel."""
+        try:
+            response = self._http().request("DELETE", f"{VIDEOS_PATH}/{job_id}", headers=self._headers(),
+                                            timeout=min(self.timeout, 10.0))
+        except httpx.HTTPError:
+            return False
+        return response.status_code < 300 or response.status_code == 404
+
+
+def _transport_words(error: httpx.TransportError) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, httpx.ConnectError) and "refused" in text.lower():
+        return "connection refused (nothing listens on that port)"
+    return text
+
+
+def _progress_event(job: VideoJob, started: float) -> tuple[str, int, int, float, float]:
+    """The job's status as ProgressEvent fields: the server's own phase when it sends one
+    (`h3bridge serve` does), and the standard `progress` 0-100."""
+    elapsed = time.monotonic() - started
+    if job.status is JobStatus.QUEUED:
+        return (job.phase or QUEUED_PHASE, 0, 100, 0.0, elapsed)
+    return (job.phase or RUNNING_PHASE, job.progress, 100, job.fraction, elapsed)
+
+
+__all__ = ["RemoteEngine", "normalise_base_url", "server_message"]

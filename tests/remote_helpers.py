@@ -1,0 +1,24 @@
+"""The `h3bridge serve` children the remote tests and bench/bench_remote.py drive RemoteEngine
+against: server_helpers.ServerProcess (its own process group, a free loopback port, readiness from
+its listening line and /health) with the one-shot engine over h3-sim and isolated folders."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from server_helpers import KEY, ServerProcess, isolated_env
+
+__all__ = ["KEY", "ServerProcess", "get", "start_server"]
+
+
+def start_server(root: Path, model: Path, *, extra_env: dict[str, str] | None = None,
+                 extra_args: tuple[str, ...] = ()) -> ServerProcess:
+    """A started server (stop it with `.stop()`); `extra_env` reaches its engine (H3_SIM_* faults)."""
+    return ServerProcess(data_dir=root / "data", model_dir=model, log_dir=root / "logs", engine="oneshot",
+                         extra_args=list(extra_args), env={**isolated_env(root), **(extra_env or {})}).start()
+
+
+def get(server: ServerProcess, path: str) -> httpx.Response:
+    """GET a server path with the key, as the tests' client would."""
+    return httpx.get(server.url + path, headers={"Authorization": f"Bearer {KEY}"}, timeout=30)

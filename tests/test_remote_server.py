@@ -1,0 +1,198 @@
+"""RemoteEngine end to end against a real `h3bridge serve` child process over h3-sim: the clip
+and its frames come back exactly as the local engine makes them, uploads go as multipart, the
+server's refusals and auth failures arrive typed with its words, a cancel deletes the server's
+job, and the CLI (`generate --remote`) and the ComfyUI adapter's remote mode render through it.
+
+Each server runs on a free loopback port in its own process group (killed at teardown) with its
+own data, cache and engine-lock folders; readiness is its "listening on" line, then /health."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from h3bridge import (
+    CancelToken,
+    GenerationCancelled,
+    OneShotEngine,
+    RemoteAuthError,
+    RemoteEngine,
+    RequestError,
+)
+from h3bridge.cli import main
+from h3bridge.comfy import adapter
+from h3bridge.media.decode import decode_audio, decode_video_frames
+from h3bridge.sim.fixture import write_fixture_model
+
+from core_helpers import fast_request, make_image, sim_engine_path, wait_until
+from remote_helpers import KEY, ServerProcess, get, start_server
+
+@pytest.fixture(scope="module")
+def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fixture_model(tmp_path_factory.mktemp("remote-model") / "MiniMax-H3")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> ServerProcess:
+    running = start_server(tmp_path_factory.mktemp("serve"), sim_model, extra_args=("--max-upload-mb", "1"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def hanging_server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) -> ServerProcess:
+    """A server whose engine stops progressing in the denoise loop, so a job is running when cancelled."""
+    root = tmp_path_factory.mktemp("serve-hang")
+    running = start_server(root, sim_model, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
+                                                       "H3_SIM_HANG_NOTICE": str(root / "hung.pid")})
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("H3BRIDGE_API_KEY", KEY)
+    return KEY
+
+
+# ----------------------------------------------------------------------------- the engine
+
+def test_remote_and_local_engines_give_the_same_clip(server: ServerProcess, key: str, tmp_path: Path,
+                                                     sim_model: Path) -> None:
+    request = fast_request(seed=7)
+    events = []
+    with RemoteEngine(server.url) as remote:
+        result = remote.generate(request, tmp_path / "remote" / "fox.mp4", on_progress=events.append)
+    local = OneShotEngine(sim_engine_path(), sim_model).generate(request, tmp_path / "local.mp4", want_frames=False)
+    assert result.video_path.is_file() and sorted(p.name for p in result.video_path.parent.iterdir()) == ["fox.mp4"]
+    # h3-sim is deterministic: the same request renders the same frames and soundtrack on both paths.
+    local_frames = decode_video_frames(local.video_path, request.frame_count, request.width, request.height)
+    assert result.frames.shape == (22, 64, 96, 3)
+    assert np.array_equal(result.frames, local_frames)
+    assert np.array_equal(result.audio, decode_audio(local.video_path))
+    assert result.seed == 7
+    # Progress came from the server: its engine's phases, then the download.
+    phases = [event.phase for event in events]
+    assert phases[-1] == "download" and any(phase not in ("download", "queued on the server") for phase in phases)
+    fractions = [event.fraction for event in events]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+def test_a_first_frame_goes_up_as_an_upload(server: ServerProcess, key: str, tmp_path: Path) -> None:
+    first = make_image(tmp_path / "first.png", size="96x64", color="green")
+    result = RemoteEngine(server.url).generate(fast_request(first_frame=first), tmp_path / "anchored.mp4",
+                                               want_frames=False, want_audio=False)
+    assert result.video_path.stat().st_size > 0
+
+
+def test_an_upload_over_the_servers_limit_is_refused_with_its_message(server: ServerProcess, key: str,
+                                                                      tmp_path: Path) -> None:
+    noise = np.random.default_rng(1).integers(0, 256, (768, 1344, 3), dtype=np.uint8)
+    from h3bridge.media.references import write_png
+    big = write_png(noise, tmp_path / "big.png")
+    assert big.stat().st_size > 1024 * 1024
+    with pytest.raises(RequestError) as caught:
+        RemoteEngine(server.url).generate(fast_request(first_frame=big), tmp_path / "out" / "a.mp4")
+    # The server's words, verbatim (it names the upload as the client sent it, never its own path).
+    assert caught.value.message == "the input_reference upload ('big.png') is over this server's limit of 1 MiB"
+    assert caught.value.field == "input_reference" and caught.value.before_start
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_wrong_key_is_refused_and_named(server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H3BRIDGE_API_KEY", "not-the-key")
+    with pytest.raises(RemoteAuthError) as caught:
+        RemoteEngine(server.url).generate(fast_request(), tmp_path / "a.mp4")
+    assert caught.value.status == 401 and "H3BRIDGE_API_KEY" in caught.value.hint
+    assert "not-the-key" not in str(caught.value) and not (tmp_path / "a.mp4").exists()
+
+
+def test_cancel_deletes_the_servers_job(hanging_server: ServerProcess, key: str, tmp_path: Path) -> None:
+    cancel = CancelToken()
+    seen_ids: list[str] = []
+
+    def on_progress(event) -> None:
+        if event.phase == "denoise enqueue":       # the server's engine is running the job
+            cancel.cancel()
+
+    engine = RemoteEngine(hanging_server.url, poll_interval=0.1)
+    original = engine._submit
+
+    def submit(request):
+        job = original(request)
+        seen_ids.append(job.id)
+        return job
+
+    engine._submit = submit   # only to learn the job's id
+    with pytest.raises(GenerationCancelled):
+        engine.generate(fast_request(), tmp_path / "a.mp4", on_progress=on_progress, cancel=cancel)
+    # By the time generate has raised, the server has deleted the job.
+    assert get(hanging_server, f"/v1/videos/{seen_ids[0]}").status_code == 404
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- the CLI and ComfyUI
+
+def test_generate_remote_end_to_end(server: ServerProcess, key: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "cli" / "fox.mp4"
+    capsys.readouterr()
+    status = main(["generate", "-p", "a red fox", "--width", "96", "--height", "64", "--frames", "22",
+                   "--steps", "2", "--quiet", "--json", "--remote", server.url, "-o", str(output)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["video_path"] == str(output) and summary["frame_count"] == 22 and output.stat().st_size > 0
+    assert KEY not in captured.out + captured.err
+
+
+def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: ServerProcess, tmp_path: Path) -> None:
+    env = dict(os.environ, H3BRIDGE_API_KEY=KEY, H3BRIDGE_CACHE_DIR=str(tmp_path / "cache"))
+    before = {job["id"] for job in get(hanging_server, "/v1/videos").json()["data"]}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "a red fox", "--width", "96", "--height", "64",
+         "--frames", "22", "--steps", "2", "--remote", hanging_server.url, "-o", str(tmp_path / "out" / "a.mp4")],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # Wait (on the server's own report, not a clock) until the job is in the engine's denoise loop.
+        def running() -> list[dict]:
+            return [job for job in get(hanging_server, "/v1/videos").json()["data"]
+                    if job["id"] not in before and job["status"] == "in_progress" and job.get("phase") == "denoise enqueue"]
+        assert wait_until(lambda: running(), timeout=60)
+        [job] = running()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "cancelled" in process.stderr.read()
+    assert get(hanging_server, f"/v1/videos/{job['id']}").status_code == 404
+    assert not (tmp_path / "out").exists()
+
+
+def test_generate_remote_refusal_exits_2_with_the_servers_words(server: ServerProcess, key: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    noise = np.random.default_rng(2).integers(0, 256, (768, 1344, 3), dtype=np.uint8)
+    from h3bridge.media.references import write_png
+    big = write_png(noise, tmp_path / "big.png")
+    capsys.readouterr()
+    status = main(["generate", "-p", "a fox", "--width", "96", "--height", "64", "--frames", "22", "--quiet",
+                   "--first-frame", str(big), "--remote", server.url, "-o", str(tmp_path / "a.mp4")])
+    err = capsys.readouterr().err
+    assert status == 2 and "is over this server's limit of 1" in err and not (tmp_path / "a.mp4").exists()
+
+
+def test_the_comfy_remote_mode_renders_on_the_server(server: ServerProcess, key: str, tmp_path: Path) -> None:
+    handle = adapter.check_engine_settings("", "", adapter.REMOTE, [], remote_url=server.url)
+    settings = adapter.GenerateSettings(prompt="a red fox", preset="preview", width=96, height=64,
+                                        length_unit="frames", frames=22)
+    outputs = adapter.run_generate(handle, settings, adapter.GenerateInputs(), scratch_parent=tmp_path / "scratch",
+                                   output_dir=tmp_path / "out", want_image=True)
+    assert outputs.video_path.is_file() and outputs.image.shape == (22, 64, 96, 3)
+    assert KEY not in repr(handle) + outputs.summary
