@@ -17,8 +17,10 @@ import os
 import platform
 import signal
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from .cancel import CancelToken
 from .engines.protocol import Engine
@@ -222,16 +224,102 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument("--no-frames", action="store_true", help=argparse.SUPPRESS)   # the default; kept for scripts
     output.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     output.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_engine_run_options(parser)
+    parser.set_defaults(handler=run_generate)
+
+
+def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: bool = False) -> None:
+    """The options that choose and run an engine, shared by `generate` and `story` (an engine added
+    here, and in `engines_from_args`, reaches both). `warm_by_default`: the warm session unless
+    --one-shot (a story renders many clips), instead of one-shot unless --session."""
     add_engine_options(parser)
     parser.add_argument("--force", action="store_true",
                         help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
     parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="stop the engine after this long without progress (default 600; 0 disables)")
-    parser.add_argument("--session", action="store_true",
-                        help="render through h3's interactive mode (the warm SessionEngine the library and "
-                             "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
-                             "session cannot take (several lines) runs one-shot instead")
-    parser.set_defaults(handler=run_generate)
+    warm = parser.add_mutually_exclusive_group()
+    warm.add_argument("--session", action="store_true", default=warm_by_default,
+                      help="render through h3's interactive mode (the warm SessionEngine the library and "
+                           "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
+                           "session cannot take (several lines) runs one-shot instead"
+                           + (" (the default here)" if warm_by_default else ""))
+    if warm_by_default:
+        warm.add_argument("--one-shot", dest="session", action="store_false",
+                          help="start h3 afresh for every clip instead of keeping the model warm")
+
+
+@dataclass
+class EngineChoice:
+    """The engines the flags chose: one-shot always (it takes every valid request), and the warm
+    engine when asked for. `for_request` says which one runs a request."""
+
+    one_shot: Engine
+    warm: Engine | None = None
+
+    @property
+    def preferred(self) -> Engine:
+        return self.warm if self.warm is not None else self.one_shot
+
+    @property
+    def model_dir(self) -> Path:
+        return self.one_shot.model_dir      # type: ignore[attr-defined]
+
+    def for_request(self, request: GenerationRequest) -> Engine:
+        """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
+        if self.warm is not None:
+            try:
+                self.warm.check_supported(request)
+                return self.warm
+            except UnsupportedRequestError as error:
+                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+        return self.one_shot
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
+        self.one_shot.close()
+
+
+def engines_from_args(args: argparse.Namespace) -> EngineChoice:
+    """The engines `add_engine_run_options`' flags describe (nothing starts yet)."""
+    from .engines.oneshot import OneShotEngine
+    from .engines.session import SessionEngine
+    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    warm = None
+    if getattr(args, "session", False):
+        warm = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
+    return EngineChoice(one_shot, warm)
+
+
+@contextmanager
+def cancel_on_signals(cancel: CancelToken) -> Iterator[list[int]]:
+    """Ctrl-C, `kill`, a closed terminal cancel `cancel` (the list receives the signal numbers).
+
+    The engine runs in its own process group and would otherwise keep rendering (and holding
+    the model) after we are gone. A signal the caller chose to ignore (`nohup`, a background
+    job) stays ignored."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:
+    """The exit status for a cancelled job: 130 for Ctrl-C (main reports it), 128+N for a signal N."""
+    if received and received[0] != signal.SIGINT:
+        print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
+        return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
+    raise error
 
 
 def result_summary(result) -> dict[str, object]:
@@ -262,58 +350,33 @@ def summary_line(result) -> str:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from .engines.oneshot import OneShotEngine
-    from .engines.session import SessionEngine
     request = request_from_args(args).validate()
-    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    session: Engine | None = None
-    if getattr(args, "session", False):
-        session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
-        try:
-            session.check_supported(request)
-        except UnsupportedRequestError as error:
-            print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-            session = None
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
+    engines = engines_from_args(args)
+    chosen = engines.for_request(request)
+    session = chosen if chosen is engines.warm else None
+    preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
                        session=session is not None and session.capabilities.warm_model)
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
-
-    received: list[int] = []
-
-    def interrupt(signum: int, frame: object) -> None:
-        received.append(signum)
-        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
-
-    # Ctrl-C, `kill`, a closed terminal: the engine runs in its own process group and would
-    # otherwise keep rendering (and holding the model) after we are gone. A signal the caller
-    # chose to ignore (`nohup`, a background job) stays ignored.
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(signum) is not signal.SIG_IGN}
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, cancel=cancel)
-    try:
-        if session is not None:
-            try:
-                result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-            except UnsupportedRequestError as error:
-                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+    with cancel_on_signals(cancel) as received:
+        try:
+            if session is not None:
+                try:
+                    result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+                except UnsupportedRequestError as error:
+                    print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+                    session.close()
+                    session = None
+            if session is None:
+                result = engines.one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+        except GenerationCancelled as error:
+            return cancelled_status(error, received)
+        finally:
+            bars.close()
+            if session is not None:
                 session.close()
-                session = None
-        if session is None:
-            result = one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-    except GenerationCancelled as error:
-        if received and received[0] != signal.SIGINT:
-            print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
-            return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
-        raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        bars.close()
-        if session is not None:
-            session.close()
     if args.json:
         print(json.dumps(result_summary(result), indent=2))
     else:
