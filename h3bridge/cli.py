@@ -704,7 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
-    for add_command in [*SUBCOMMANDS, add_hexgrid_command]:
+    from .story.cli import add_story_command         # storyboards of chained shots, h3bridge/story
+    for add_command in [*SUBCOMMANDS, add_hexgrid_command, add_story_command]:
         add_command(subparsers)
     return parser
 
@@ -746,6 +747,7 @@ _FLAG_FOR_FIELD = {
     "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
     "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
     "engine_path": "--engine-path", "model_dir": "--model-dir",
+    "redo": "--redo", "only": "--only", "overwrite": "--overwrite",
 }
 
 
