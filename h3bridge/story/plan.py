@@ -110,7 +110,10 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
     with tempfile.TemporaryDirectory(prefix="h3bridge-story-plan-") as scratch:
         probes = [_probe_request(shot, plan, Path(scratch)) for shot in shots]
         for shot, probe in zip(shots, probes):
-            _shot_error(shot.index, lambda: probe.validate(check_files=check_files))
+            try:
+                probe.validate(check_files=check_files)
+            except RequestError as error:
+                raise _in_story_words(error, shot) from None
         if model_dir is not None:
             _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force)
     return plan
@@ -123,6 +126,23 @@ def _shot_error(index: int, action):
         return action()
     except RequestError as error:
         raise RequestError(f"shot {index}: {error.message}", field=error.field, hint=error.hint) from None
+
+
+def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
+    """A request's refusal as the storyboard says it: the shot's number, and for a `tail` the
+    previous shot's tail instead of "reference 1", the user's own references numbered as written."""
+    import re
+    message, hint = error.message, error.hint
+    if shot.continuation is Continuation.TAIL:
+        tail = f'the tail of shot {shot.index - 1} (continue = "tail")'
+        message = message.replace("reference 1 (video)", tail)
+
+        def renumber(match: re.Match[str]) -> str:
+            return f"reference {int(match.group(1)) - 1} ("
+        message = re.sub(r"reference (\d+) \(", renumber, message)
+        if hint and "silent_video" in hint:
+            hint = f'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
+    return RequestError(f"shot {shot.index}: {message}", field=error.field, hint=hint)
 
 
 def _check_continuation(index: int, continuation: Continuation, request: GenerationRequest,
