@@ -117,17 +117,27 @@ def test_tail_without_ref2va_is_refused_before_the_first_shot(tmp_path: Path, si
 # ----------------------------------------------------------------------------- end to end
 
 
-def test_four_shot_story_end_to_end(tmp_path: Path, model_dir: Path, sim_log: Path) -> None:
-    story = Storyboard.from_toml(write_story(tmp_path))
-    film_path = tmp_path / "film.mp4"
-    with Recording(OneShotEngine(sim_engine_path(), model_dir)) as engine:
-        result = run_story(story, film_path, engine=engine)
-    shots = engine.results
+@pytest.fixture(scope="module")
+def four_shots(tmp_path_factory: pytest.TempPathFactory, model_dir: Path):
+    """The 4-shot story rendered once for the module, one-shot (one h3-sim run per shot), with
+    the engine's own results kept: (folder, story, result, engine results, h3-sim log)."""
+    folder = tmp_path_factory.mktemp("four-shots")
+    story = Storyboard.from_toml(write_story(folder))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("H3_SIM_LOG", str(folder / "sim-log.jsonl"))
+        with Recording(OneShotEngine(sim_engine_path(), model_dir)) as engine:
+            result = run_story(story, folder / "film.mp4", engine=engine)
+    return folder, story, result, engine.results, folder / "sim-log.jsonl"
+
+
+def test_four_shot_story_end_to_end(four_shots) -> None:
+    folder, story, result, shots, log = four_shots
+    film_path = folder / "film.mp4"
     assert [r.frame_count for r in shots] == [56, 22, 56, 56] and result.rendered == 4
     # shot 2 anchors on shot 1: its first frame IS shot 1's last frame, before any encoding
     assert np.array_equal(shots[1].frames[0], shots[0].frames[-1])
     assert not np.array_equal(shots[2].frames[0], shots[1].frames[-1])       # a cut is independent
-    argv = [entry["argv"] for entry in sim_invocations(sim_log)]
+    argv = [entry["argv"] for entry in sim_invocations(log)]
     assert "--first-frame" in argv[1] and "--first-frame" not in argv[2]
     # shot 4 conditions on shot 3's last 56 frames (as its MP4 holds them) with their sound
     # (--ref-video, not --ref-silent-video)
@@ -170,7 +180,7 @@ def test_four_shot_story_end_to_end(tmp_path: Path, model_dir: Path, sim_log: Pa
     at_joins = step[near[:len(step)] & (np.arange(len(step)) > 2048)].max()
     assert at_joins <= inside * 1.25, (at_joins, inside)
 
-    manifest = Manifest.from_json((tmp_path / "film.h3story" / "manifest.json").read_text())
+    manifest = Manifest.from_json((folder / "film.h3story" / "manifest.json").read_text())
     import hashlib
     for index, shot in enumerate(shots, 1):
         record = manifest.shots[index]
@@ -212,14 +222,14 @@ def test_warm_session_is_used_and_a_second_run_renders_nothing(tmp_path: Path, m
 
 
 @pytest.fixture
-def rendered(tmp_path: Path, model_dir: Path, sim_log: Path):
-    """The 4-shot story rendered once one-shot (one h3-sim invocation per shot)."""
-    story_path = write_story(tmp_path)
-    film = tmp_path / "film.mp4"
-    with OneShotEngine(sim_engine_path(), model_dir) as engine:
-        run_story(Storyboard.from_toml(story_path), film, engine=engine)
-    sim_log.unlink()
-    return story_path, film
+def rendered(four_shots, tmp_path: Path, sim_log: Path):
+    """A private copy of the rendered 4-shot story (its storyboard, film and job directory)."""
+    import shutil
+    folder = four_shots[0]
+    for name in ("story.toml", "film.mp4"):
+        shutil.copy2(folder / name, tmp_path / name)
+    shutil.copytree(folder / "film.h3story", tmp_path / "film.h3story")
+    return tmp_path / "story.toml", tmp_path / "film.mp4"
 
 
 def _rerun(story_path: Path, film: Path, model_dir: Path, **options):

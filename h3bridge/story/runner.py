@@ -173,7 +173,7 @@ def _check_output(output: Path, manifest: Manifest, overwrite: bool) -> None:
     if overwrite or not os.path.lexists(output):
         return
     record = manifest.film
-    if record is not None and Path(record.path) == output.resolve():
+    if record is not None:     # the film this job wrote (wherever it was then), unchanged since
         try:
             if file_sha256(output) == record.sha256:
                 return
@@ -351,8 +351,8 @@ class _Runner:
     def assemble(self, output: Path, overwrite: bool) -> FilmResult | None:
         keys = [shot.key for shot in self.plan.shots]
         record = self.manifest.film
-        if (record is not None and record.shot_keys == keys and Path(record.path) == output.resolve()
-                and output.exists() and file_sha256(output) == record.sha256):
+        if (record is not None and record.shot_keys == keys and output.exists()
+                and file_sha256(output) == record.sha256):
             self.notice(f"{output} is up to date")
             return None
         self._report(len(self.plan.shots), "assembling", 0.0, None)
