@@ -322,3 +322,15 @@ def test_cli_refusals_name_flags_and_exit_2(tmp_path: Path, model_dir: Path, sim
     syntax = run_cli(story_argv(broken, tmp_path / "f.mp4", sim_engine_path(), model_dir))
     assert syntax.returncode == 2 and "not valid TOML" in syntax.stderr
     assert sim_invocations(sim_log) == []
+
+
+def test_readme_storyboard_example_is_a_valid_story() -> None:
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Longer films: storyboards", 1)[1].split("\n## ", 1)[0]
+    [toml] = re.findall(r"```toml\n(.*?)```", section, flags=re.S)
+    import tomllib
+    story = Storyboard.from_dict(tomllib.loads(toml))
+    plan = plan_story(story)
+    assert [s.continuation.value for s in plan.shots] == ["cut", "anchor", "tail", "cut"]
+    assert plan.shot(3).tail_frames == 56

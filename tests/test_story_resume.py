@@ -1,0 +1,119 @@
+"""Crash-resume: the `story` CLI SIGKILLed at random points, then run again.
+
+Kill points are chosen by a seeded RNG among the CLI's own progress lines (one per shot and
+engine phase, the shot's "done" right after its manifest write, the assembly), so the kills land
+in every phase of every shot and between them, never by timing. After each kill the run is
+repeated; every run may be killed again, the last of a cycle runs to the end. Checked: no shot
+the manifest recorded as finished is rendered again (h3-sim's own log of its invocations, one per
+shot with --one-shot), and the film's decoded frames and audio are identical to an
+uninterrupted run's."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core_helpers import model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixtures)
+from story_helpers import CANVAS, decode_film, run_cli, story_argv, write_story
+
+# The smallest story with all three joins' machinery: a cut start, an anchor, a tail (a tail needs
+# 56-frame shots on both sides).
+CRASH_STORY = CANVAS + '''
+[[shot]]
+prompt = "first shot"
+frames = 22
+
+[[shot]]
+prompt = "second shot"
+frames = 56
+continue = "anchor"
+
+[[shot]]
+prompt = "third shot"
+frames = 56
+continue = "tail"
+'''
+PROMPTS = ["first shot", "second shot", "third shot"]
+KILLS = 20
+KILLS_PER_CYCLE = 10
+
+
+def finished_prompts(job_dir: Path) -> set[str]:
+    manifest = job_dir / "manifest.json"
+    if not manifest.exists():
+        return set()
+    return {PROMPTS[shot["index"] - 1] for shot in json.loads(manifest.read_text())["shots"]}
+
+
+def rendered_prompts(log: Path, since: int) -> list[str]:
+    return [entry["argv"][entry["argv"].index("-p") + 1] for entry in sim_invocations(log)[since:]]
+
+
+def run_until_line(argv: list[str], kill_after: int | None) -> tuple[bool, str]:
+    """Run the CLI; SIGKILL it as its `kill_after`-th stderr line arrives. (killed, last line)."""
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    last = ""
+    killed = False
+    assert process.stderr is not None
+    for number, line in enumerate(process.stderr, 1):
+        last = line.strip()
+        if kill_after is not None and number == kill_after:
+            process.kill()
+            killed = True
+            break
+    process.stderr.close()
+    status = process.wait(timeout=120)
+    if not killed:
+        assert status == 0, f"the story failed: {last}"
+    return killed, last
+
+
+def test_sigkill_at_random_points_then_resume(tmp_path: Path, model_dir: Path, sim_log: Path,
+                                             monkeypatch) -> None:
+    started = time.monotonic()
+    monkeypatch.setenv("H3_SIM_TIME_SCALE", "0")      # no simulated phase durations: only the work
+    rng = random.Random(12)
+    engine = sim_engine_path()
+    story = write_story(tmp_path, CRASH_STORY)
+    reference_run = run_cli(story_argv(story, tmp_path / "reference.mp4", engine, model_dir, "--one-shot"))
+    assert reference_run.returncode == 0, reference_run.stderr
+    lines_per_shot = len(reference_run.stderr.splitlines()) / len(PROMPTS)
+    reference_frames, reference_audio, _ = decode_film(tmp_path / "reference.mp4")
+    assert rendered_prompts(sim_log, 0) == PROMPTS
+
+    kills: list[str] = []
+    cycle = 0
+    while len(kills) < KILLS:
+        cycle += 1
+        film, job_dir = tmp_path / f"film-{cycle}.mp4", tmp_path / f"film-{cycle}.h3story"
+        argv = story_argv(story, film, engine, model_dir, "--one-shot")
+        in_cycle = 0
+        while True:
+            finished = finished_prompts(job_dir)
+            before = len(sim_invocations(sim_log))
+            remaining = len(PROMPTS) - len(finished)
+            kill_after = None
+            if in_cycle < KILLS_PER_CYCLE and len(kills) < KILLS:
+                kill_after = rng.randint(1, max(1, round(lines_per_shot * remaining + 2)))
+            killed, last = run_until_line(argv, kill_after)
+            again = rendered_prompts(sim_log, before)
+            assert not set(again) & finished, f"finished shots rendered again: {set(again) & finished}"
+            assert len(again) == len(set(again)), f"a shot rendered twice in one run: {again}"
+            if film.exists():          # published only whole, never a partial film under its name
+                frames, audio, _ = decode_film(film)
+                assert np.array_equal(frames, reference_frames) and np.array_equal(audio, reference_audio)
+            if not killed:
+                break
+            kills.append(last)
+            in_cycle += 1
+        frames, audio, _ = decode_film(film)
+        assert np.array_equal(frames, reference_frames), f"cycle {cycle}: frames differ from the uninterrupted run"
+        assert np.array_equal(audio, reference_audio), f"cycle {cycle}: audio differs from the uninterrupted run"
+        assert finished_prompts(job_dir) == set(PROMPTS)
+    phases = sorted({line.split(": ")[-1].split(" (")[0] for line in kills})
+    print(f"{len(kills)} kills in {cycle} cycles, {time.monotonic() - started:.1f} s; phases hit: {phases}")
+    assert len(kills) >= KILLS
