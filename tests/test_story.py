@@ -334,3 +334,40 @@ def test_readme_storyboard_example_is_a_valid_story() -> None:
     plan = plan_story(story)
     assert [s.continuation.value for s in plan.shots] == ["cut", "anchor", "tail", "cut"]
     assert plan.shot(3).tail_frames == 56
+
+
+# ----------------------------------------------------------------------------- shots as text (the node's input)
+
+
+def test_shots_as_text_blocks() -> None:
+    from h3bridge.story.text import storyboard_from_text
+    story = storyboard_from_text("[22f]\nA lighthouse\nat dusk\n\n[56f anchor seed=3]\nstairs\n\n"
+                                 "[2.5s tail tail_seconds=2.5]\nsea\n\nno settings here",
+                                 {"width": 64, "height": 32})
+    assert [s.prompt for s in story.shots] == ["A lighthouse at dusk", "stairs", "sea", "no settings here"]
+    assert [s.continuation.value for s in story.shots] == ["cut", "anchor", "tail", "cut"]
+    assert story.seed_for(2) == 3 and story.base_request(3).frame_count == 73 and story.shots[2].tail_seconds == 2.5
+    with pytest.raises(RequestError, match="'slowly' in \\[5s slowly\\]"):
+        storyboard_from_text("[5s slowly]\nx")
+    with pytest.raises(RequestError, match="no prompt"):
+        storyboard_from_text("[5s]")
+
+
+def test_host_text_story_resumes_and_streams_arrays(tmp_path: Path, model_dir: Path, sim_log: Path) -> None:
+    from h3bridge.story.host import render_story_text
+    text = "[22f]\nfirst\n\n[22f anchor]\nsecond"
+    defaults = {"width": 64, "height": 32, "steps": 2}
+    with OneShotEngine(sim_engine_path(), model_dir) as engine:
+        first = render_story_text(text, defaults, engine=engine, fallback=None, jobs_root=tmp_path,
+                                  job_name="film-1", want_frames=True)
+        again = render_story_text(text, defaults, engine=engine, fallback=None, jobs_root=tmp_path,
+                                  job_name="film-1", want_frames=False)
+        with pytest.raises(RequestError, match="job name"):
+            render_story_text(text, defaults, engine=engine, fallback=None, jobs_root=tmp_path,
+                              job_name="../elsewhere", want_frames=False)
+    assert len(sim_invocations(sim_log)) == 2 and again.result.rendered == 0 and again.frames is None
+    assert first.frames.shape == (43, 32, 64, 3) and first.audio.shape == (2, 43 * SAMPLE_RATE // FPS)
+    frames, audio, _ = decode_film(first.video_path)
+    assert frames.shape == first.frames.shape
+    assert np.abs(frames.astype(int) - first.frames).mean() < 8          # the film is these frames, encoded once
+    assert np.array_equal(first.audio, again.audio)

@@ -137,6 +137,26 @@ def iter_film(pieces: list[FilmPiece], cancel: CancelToken | None = None) -> Ite
         start_frame += piece.kept
 
 
+def film_arrays(pieces: list[FilmPiece], width: int, height: int, *, want_frames: bool = True,
+                cancel: CancelToken | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+    """The film as arrays, streamed from the shots into one preallocated array each (no second
+    copy): frames uint8 [F, H, W, 3] (None unless `want_frames`), audio float32 [2, samples]."""
+    total = sum(piece.kept for piece in pieces)
+    frames = np.empty((total, height, width, 3), np.uint8) if want_frames else None
+    audio = np.empty((2, sample_at(total)), np.float32)
+    frame_at = sample = 0
+    for chunk in iter_film(pieces, cancel):
+        if chunk.audio is not None:
+            audio[:, sample:sample + chunk.audio.shape[1]] = chunk.audio
+            sample += chunk.audio.shape[1]
+        elif frames is not None and chunk.frame is not None:
+            frames[frame_at] = chunk.frame
+            frame_at += 1
+        elif chunk.frame is not None:
+            frame_at += 1
+    return frames, audio
+
+
 def film_chapters(pieces: list[FilmPiece]) -> list[tuple[int, int, str]]:
     chapters, start = [], 0
     for piece in pieces:
@@ -168,4 +188,4 @@ def chapter_title(index: int, prompt: str) -> str:
 
 
 __all__ = ["FilmChunk", "FilmPiece", "FilmResult", "assemble_film", "chapter_title", "crossfade_samples",
-           "film_chapters", "iter_film", "sample_at"]
+           "film_arrays", "film_chapters", "iter_film", "sample_at"]

@@ -77,6 +77,7 @@ class StoryResult:
     chapters: list[tuple[int, int, str]] = field(default_factory=list)
     assembled: bool = False           # False: the film on disk was already up to date
     wall_seconds: float = 0.0
+    pieces: list[FilmPiece] = field(default_factory=list)   # the shots as the film uses them (assemble.film_arrays)
 
     @property
     def rendered(self) -> int:
@@ -158,6 +159,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             assert record is not None
             result.film_frames, result.film_samples = record.frames, record.samples
             result.chapters = film.chapters if film is not None else _chapters_of(plan)
+        result.pieces = _pieces(plan, manifest.shots, folder)[:last]
         result.wall_seconds = time.monotonic() - started
         return result
 
