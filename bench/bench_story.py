@@ -8,9 +8,9 @@
    M1-Ultra seconds per phase times H3_SIM_TIME_SCALE (see h3bridge/sim/engine.py), so the
    ratio says how much of a story the warm engine saves under upstream's cost model.
 2. Assembly memory: the finished job assembled again into a new film in a child process (the
-   shots are reused, only the assembly runs); its peak RSS growth during the assembly
-   (ru_maxrss after, less before) against ONE shot's frame array (F x H x W x 3 bytes). A film
-   that held its frames would need about N shots' worth (N x the array).
+   shots are reused, only the assembly runs); its peak RSS growth during the assembly (RSS
+   sampled every 2 ms by psutil, the peak less the RSS just before) against ONE shot's frame
+   array (F x H x W x 3 bytes). A film that held its frames would need about N shots' worth.
 """
 from __future__ import annotations
 
@@ -29,19 +29,32 @@ from h3bridge.sim.fixture import write_fixture_model
 from h3bridge.story import Storyboard, run_story
 
 CHILD = r'''
-import resource, sys, time
+import sys, threading, time
 from pathlib import Path
+import psutil
 from h3bridge import OneShotEngine
 from h3bridge.story import Storyboard, run_story
 story, job, film, engine, model = sys.argv[1:6]
 board = Storyboard.from_toml(story)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+process = psutil.Process()
+baseline = process.memory_info().rss
+peak = [baseline]
+running = threading.Event()
+running.set()
+def sample():
+    while running.is_set():
+        peak[0] = max(peak[0], process.memory_info().rss)
+        time.sleep(0.002)
+sampler = threading.Thread(target=sample, daemon=True)
+sampler.start()
 started = time.monotonic()
 with OneShotEngine(engine, model) as one_shot:
     result = run_story(board, Path(film), engine=one_shot, job_dir=Path(job))
+seconds = time.monotonic() - started
+running.clear()
+sampler.join()
 assert result.rendered == 0 and result.assembled
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(before * 1024, after * 1024, time.monotonic() - started)
+print(baseline, peak[0], seconds)
 '''
 
 
@@ -92,7 +105,8 @@ def main() -> None:
         before, after, seconds = (float(x) for x in done.stdout.split())
         one_shot_array = args.frames * args.width * args.height * 3
         growth = after - before
-        print(f"assembly of {args.shots} shots in {seconds:.1f} s: peak RSS grew {growth / 2**20:.1f} MiB; one "
+        print(f"assembly of {args.shots} shots in {seconds:.1f} s: RSS {before / 2**20:.1f} MiB before, peak "
+              f"{after / 2**20:.1f} MiB (grew {growth / 2**20:.1f} MiB); one "
               f"shot's frame array is {one_shot_array / 2**20:.1f} MiB")
         print(f"  assembly peak growth / one shot's frames: {growth / one_shot_array:.2f} "
               f"(holding the film's frames would be ~{args.shots})")

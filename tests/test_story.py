@@ -371,3 +371,22 @@ def test_host_text_story_resumes_and_streams_arrays(tmp_path: Path, model_dir: P
     assert frames.shape == first.frames.shape
     assert np.abs(frames.astype(int) - first.frames).mean() < 8          # the film is these frames, encoded once
     assert np.array_equal(first.audio, again.audio)
+
+
+def test_default_engine_is_the_warm_shared_session(tmp_path: Path, model_dir: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge import shared_session
+    monkeypatch.setenv("H3_BIN", str(sim_engine_path()))
+    monkeypatch.setenv("H3_MODEL_DIR", str(model_dir))
+    story = Storyboard.from_dict({"width": 64, "height": 32, "steps": 2,
+                                  "shot": [{"prompt": "one line", "frames": 22},
+                                           {"prompt": "two\nlines", "frames": 22, "continue": "anchor"}]})
+    notices: list[str] = []
+    try:
+        result = run_story(story, tmp_path / "film.mp4", on_notice=notices.append)
+    finally:
+        shared_session().close()
+    manifest = Manifest.from_json((tmp_path / "film.h3story" / "manifest.json").read_text())
+    # the warm session by default; the multi-line prompt (h3's session reads one line) runs one-shot
+    assert [manifest.shots[i].engine["kind"] for i in (1, 2)] == ["SessionEngine", "OneShotEngine"]
+    assert any("one-shot instead" in n for n in notices) and result.rendered == 2

@@ -117,3 +117,34 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path, model_dir: Path, s
     phases = sorted({line.split(": ")[-1].split(" (")[0] for line in kills})
     print(f"{len(kills)} kills in {cycle} cycles, {time.monotonic() - started:.1f} s; phases hit: {phases}")
     assert len(kills) >= KILLS
+
+
+def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path: Path, model_dir: Path, sim_log: Path) -> None:
+    """SIGINT while shot 2 renders: exit 130 saying how to resume, shot 1 kept, no engine left
+    running, nothing posing as a shot or a film; the same command then renders shots 2-3 only."""
+    import signal
+
+    from h3bridge.engines.process import live_group_members
+    story = write_story(tmp_path, CRASH_STORY)
+    argv = story_argv(story, tmp_path / "film.mp4", sim_engine_path(), model_dir, "--one-shot")
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.startswith("h3bridge: shot 2/3: denoise"):
+            process.send_signal(signal.SIGINT)
+            break
+    rest = process.stderr.read()
+    status = process.wait(timeout=60)
+    assert status == 130, "".join(seen) + rest
+    assert "run the same command again to resume" in rest
+    engines = [entry["pid"] for entry in sim_invocations(sim_log)]
+    assert len(engines) == 2 and all(live_group_members(pid) == [] for pid in engines)
+    assert finished_prompts(tmp_path / "film.h3story") == {"first shot"}
+    assert not (tmp_path / "film.mp4").exists()
+    assert not list((tmp_path / "film.h3story").glob("shot-002-*.mp4"))
+    resumed = run_cli(argv)
+    assert resumed.returncode == 0, resumed.stderr
+    assert rendered_prompts(sim_log, 2) == ["second shot", "third shot"]

@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 
 from ..cancel import CancelToken
+from ..cli import (EXIT_OK, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
+                   cancelled_status, engines_from_args)
 from ..errors import GenerationCancelled, RequestError
 from .runner import StoryProgress, default_job_dir
 
 
 def add_story_command(subparsers: argparse._SubParsersAction) -> None:
-    from ..cli import add_engine_run_options
     parser = subparsers.add_parser(
         "story", help="render a storyboard of chained shots into one film (resumable)",
         description="Render a storyboard (a TOML file of [[shot]] tables) shot by shot into one MP4. Every shot "
@@ -38,38 +39,24 @@ def add_story_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_story_command)
 
 
-class StoryProgressDisplay:
-    """Shot k/N, the engine's phase, the overall fraction and the ETA: a tqdm bar on a terminal,
-    a line per shot and phase otherwise. Turns itself off if stderr breaks."""
+class StoryProgressDisplay(PhaseProgressBars):
+    """Shot k/N, the engine's phase, the overall fraction and the ETA: one tqdm bar on a
+    terminal, a line per shot and phase otherwise (PhaseProgressBars' rules: it turns itself
+    off if stderr breaks)."""
 
-    def __init__(self, enabled: bool = True, *, terminal: bool | None = None) -> None:
-        self.enabled = enabled
-        self.terminal = sys.stderr.isatty() if terminal is None else terminal
-        self._bar = None
-        self._last: tuple[int, str] | None = None
-
-    def __call__(self, progress: StoryProgress) -> None:
-        if not self.enabled:
-            return
-        try:
-            self._show(progress)
-        except (OSError, ValueError):
-            self.enabled = False
-
-    def _show(self, progress: StoryProgress) -> None:
+    def _show(self, progress: StoryProgress) -> None:   # type: ignore[override]
         eta = "" if progress.eta is None else f", ETA {_duration(progress.eta)}"
         where = f"shot {progress.shot}/{progress.shots}"
         if not self.terminal:
             if progress.phase == "reused":
-                return           # the notice above said so
-            if (progress.shot, progress.phase) != self._last:
-                self._last = (progress.shot, progress.phase)
+                return           # the notice said so
+            if f"{where} {progress.phase}" != self._phase:
+                self._phase = f"{where} {progress.phase}"
                 print(f"h3bridge: {where}: {progress.phase} (overall {progress.fraction:.0%}{eta})",
                       file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
 
-        from ..cli import bar_columns
         if self._bar is None:
             self._bar = tqdm(total=1000, file=sys.stderr, leave=True, ncols=bar_columns(),
                              bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}]{postfix}")
@@ -77,14 +64,6 @@ class StoryProgressDisplay:
         self._bar.n = int(progress.fraction * 1000)
         self._bar.set_postfix_str(f"shot {progress.shot_fraction:4.0%}{eta}", refresh=False)
         self._bar.refresh()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            try:
-                self._bar.close()
-            except (OSError, ValueError):
-                pass
-            self._bar = None
 
 
 def _duration(seconds: float) -> str:
@@ -94,7 +73,6 @@ def _duration(seconds: float) -> str:
 
 
 def run_story_command(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_OK, cancel_on_signals, cancelled_status, engines_from_args
     from .runner import run_story
     from .storyboard import Storyboard
     if args.seed is not None and args.redo is None:

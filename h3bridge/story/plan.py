@@ -141,7 +141,7 @@ def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
             return f"reference {int(match.group(1)) - 1} ("
         message = re.sub(r"reference (\d+) \(", renumber, message)
         if hint and "silent_video" in hint:
-            hint = f'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
+            hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
     return RequestError(f"shot {shot.index}: {message}", field=error.field, hint=hint)
 
 
