@@ -390,3 +390,18 @@ def test_default_engine_is_the_warm_shared_session(tmp_path: Path, model_dir: Pa
     # the warm session by default; the multi-line prompt (h3's session reads one line) runs one-shot
     assert [manifest.shots[i].engine["kind"] for i in (1, 2)] == ["SessionEngine", "OneShotEngine"]
     assert any("one-shot instead" in n for n in notices) and result.rendered == 2
+
+
+def test_memory_plan_of_the_most_demanding_shot_is_checked_first(model_dir: Path) -> None:
+    from h3bridge import MemoryPlanError
+    from h3bridge.model.memory import MachineFacts
+    story = Storyboard.from_dict({"width": 1344, "height": 768, "shot": [
+        {"prompt": "short", "frames": 22}, {"prompt": "long", "frames": 362}, {"prompt": "again", "frames": 22}]})
+    eight_gb = MachineFacts.mac(8)
+    with pytest.raises(MemoryPlanError) as caught:
+        plan_story(story, model_dir, machine=eight_gb)
+    assert caught.value.message.startswith("shot 2 (the story's most demanding)") and caught.value.hint
+    forced = plan_story(story, model_dir, machine=eight_gb, force=True)
+    assert forced.most_demanding == 2 and not forced.memory_plan.fits
+    short = Storyboard.from_dict({"width": 1344, "height": 768, "shot": [{"prompt": "short", "frames": 22}]})
+    assert plan_story(short, model_dir, machine=eight_gb).memory_plan.fits

@@ -81,13 +81,14 @@ def continued_request(shot: PlannedShot, anchor_image: Path | None, tail_video: 
 
 def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
                seed_overrides: Mapping[int, int] | None = None, session: bool = False,
-               force: bool = False, check_files: bool = True) -> StoryPlan:
+               force: bool = False, check_files: bool = True, machine: object | None = None) -> StoryPlan:
     """Validate every shot, check the model and the memory plan of the most demanding shot.
 
     Raises RequestError naming the shot (`shot 3: ...`) with the request's own fix, ModelError
     when a `tail` (or any reference) needs the Ref2VA checkpoint that `model_dir` lacks, and
     MemoryPlanError when the most demanding shot will not fit (unless `force`). `model_dir`
-    None skips the model and memory checks (for callers that only want the keys)."""
+    None skips the model and memory checks (for callers that only want the keys). `machine`: a
+    model.memory.MachineFacts to plan for (default: this machine)."""
     storyboard.check_story_settings()
     overrides = dict(seed_overrides or {})
     shots: list[PlannedShot] = []
@@ -115,7 +116,7 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
             except RequestError as error:
                 raise _in_story_words(error, shot) from None
         if model_dir is not None:
-            _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force)
+            _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force, machine=machine)
     return plan
 
 
@@ -193,7 +194,7 @@ def _probe_request(shot: PlannedShot, plan: StoryPlan, scratch: Path) -> Generat
 
 
 def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], model_dir: Path, *,
-                            session: bool, force: bool) -> None:
+                            session: bool, force: bool, machine: object | None) -> None:
     from ..model.inventory import inspect_model
     from ..model.memory import check_model_for, plan_memory, preflight
     inventory = inspect_model(model_dir)
@@ -206,11 +207,11 @@ def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], mo
                                  f'seconds as a Ref2VA reference video, and {error.message}',
                                  hint=f'{error.hint}; or use continue = "anchor" for shot {shot.index}') from None
             raise ModelError(f"shot {shot.index}: {error.message}", hint=error.hint) from None
-    peaks = [plan_memory(probe, inventory, session=session).peak for probe in probes]
+    peaks = [plan_memory(probe, inventory, session=session, machine=machine).peak for probe in probes]  # type: ignore[arg-type]
     demanding = max(range(len(probes)), key=lambda i: peaks[i])
     plan.most_demanding = demanding + 1
     try:
-        memory = preflight(probes[demanding], model_dir, force=force, session=session)
+        memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
     except H3BridgeError as error:
         error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
         raise
