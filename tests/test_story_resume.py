@@ -114,6 +114,9 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path, model_dir: Path, s
         assert np.array_equal(frames, reference_frames), f"cycle {cycle}: frames differ from the uninterrupted run"
         assert np.array_equal(audio, reference_audio), f"cycle {cycle}: audio differs from the uninterrupted run"
         assert finished_prompts(job_dir) == set(PROMPTS)
+        # nothing half-written stays behind: the runs after a kill cleared what it left
+        assert not [p.name for p in job_dir.iterdir() if p.name.startswith(".") and p.name != ".lock"]
+        assert not list(tmp_path.glob(f".{film.stem}.partial-*"))
     phases = sorted({line.split(": ")[-1].split(" (")[0] for line in kills})
     print(f"{len(kills)} kills in {cycle} cycles, {time.monotonic() - started:.1f} s; phases hit: {phases}")
     assert len(kills) >= KILLS
