@@ -405,3 +405,12 @@ def test_memory_plan_of_the_most_demanding_shot_is_checked_first(model_dir: Path
     assert forced.most_demanding == 2 and not forced.memory_plan.fits
     short = Storyboard.from_dict({"width": 1344, "height": 768, "shot": [{"prompt": "short", "frames": 22}]})
     assert plan_story(short, model_dir, machine=eight_gb).memory_plan.fits
+
+
+def test_changing_only_the_joins_reassembles_without_rendering(rendered, model_dir: Path, sim_log: Path) -> None:
+    story_path, film = rendered
+    before = film.read_bytes()
+    story_path.write_text("crossfade_frames = 0\n" + story_path.read_text())
+    result, _ = _rerun(story_path, film, model_dir)
+    assert result.rendered == 0 and result.assembled and film.read_bytes() != before
+    assert sim_invocations(sim_log) == []

@@ -351,7 +351,9 @@ class _Runner:
     # ------------------------------------------------------------------ film
 
     def assemble(self, output: Path, overwrite: bool) -> FilmResult | None:
-        keys = [shot.key for shot in self.plan.shots]
+        story = self.plan.storyboard
+        # what the film is made of: its shots, and how they are joined
+        keys = [shot.key for shot in self.plan.shots] + [f"joins:{story.crossfade_frames}:{story.crossfade_cuts}"]
         record = self.manifest.film
         if (record is not None and record.shot_keys == keys and output.exists()
                 and file_sha256(output) == record.sha256):
