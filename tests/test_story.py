@@ -414,3 +414,20 @@ def test_changing_only_the_joins_reassembles_without_rendering(rendered, model_d
     result, _ = _rerun(story_path, film, model_dir)
     assert result.rendered == 0 and result.assembled and film.read_bytes() != before
     assert sim_invocations(sim_log) == []
+
+
+def test_chapters_file_for_a_pyav_without_chapter_writing(rendered, tmp_path: Path) -> None:
+    """The fallback file is FFmpeg's FFMETADATA: ffmpeg embeds it and the chapters read back."""
+    import subprocess
+
+    from h3bridge.story.assemble import write_chapters_file
+    _, film = rendered
+    chapters = [(0, 56, "Shot 1: a = b; #1"), (56, 189, "Shot 2: done")]
+    path = write_chapters_file(film, chapters)
+    assert path.name == "film.mp4.chapters.txt"
+    out = tmp_path / "embedded.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(film), "-i", str(path), "-map", "0", "-map_metadata", "1",
+                    "-map_chapters", "1", "-codec", "copy", str(out)], check=True)
+    read = decode_film(out)[2]
+    assert [c["metadata"]["title"] for c in read] == ["Shot 1: a = b; #1", "Shot 2: done"]
+    assert [round(float(c["start"] * c["time_base"]) * FPS) for c in read] == [0, 56]

@@ -179,7 +179,26 @@ def assemble_film(pieces: list[FilmPiece], output: Path, width: int, height: int
             writer.add_chapter(first, end, title)
         frames, samples = writer.frames_written, writer.samples_written
         writer.publish(replace=replace)
+        if not writer.chapters_embedded:
+            write_chapters_file(output, chapters)
     return FilmResult(output, frames, samples, chapters)
+
+
+def chapters_file(output: Path) -> Path:
+    return output.with_name(output.name + ".chapters.txt")
+
+
+def write_chapters_file(output: Path, chapters: list[tuple[int, int, str]]) -> Path:
+    """FILM.mp4.chapters.txt in FFmpeg's FFMETADATA form (`ffmpeg -i FILM.mp4 -i FILE -map_metadata 1
+    -codec copy OUT.mp4` embeds it), for a PyAV that cannot write chapters itself."""
+    from .jobdir import write_atomically
+    lines = [";FFMETADATA1"]
+    for first, end, title in chapters:
+        escaped = "".join("\\" + c if c in "=;#\\\n" else c for c in title)
+        lines += ["[CHAPTER]", f"TIMEBASE=1/{FPS}", f"START={first}", f"END={end}", f"title={escaped}"]
+    path = chapters_file(output)
+    write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return path
 
 
 def chapter_title(index: int, prompt: str) -> str:

@@ -88,8 +88,10 @@ class Mp4Writer:
         self._mux(self._video.encode(None))
         if self._audio is not None:
             self._mux(self._audio.encode(None))
-        if self._chapters:
+        self.chapters_embedded = False
+        if self._chapters and hasattr(self._container, "set_chapters"):     # PyAV >= 14
             self._container.set_chapters(self._chapters)
+            self.chapters_embedded = True
         self._container.close()
         self._closed = True
         if replace:
