@@ -6,7 +6,10 @@
    rendered on the warm session (one h3 for the whole story: model loads once) and one-shot (a
    fresh h3 per shot), each into a fresh job directory, through `run_story`. h3-sim charges
    M1-Ultra seconds per phase times H3_SIM_TIME_SCALE (see h3bridge/sim/engine.py), so the
-   ratio says how much of a story the warm engine saves under upstream's cost model.
+   ratio says how much of a story the warm engine saves under upstream's cost model. Every shot
+   has its own prompt, and h3 keys its conditioning and prepared-DiT caches on the prompt
+   (h3.c h3_conditioning_key / h3_prepared_key), so the saving is the process start and the
+   video VAE decoder, not the DiT preparation (see bench_session.py --vary-prompt).
 2. Assembly memory: the finished job assembled again into a new film in a child process (the
    shots are reused, only the assembly runs); its peak RSS growth during the assembly (RSS
    sampled every 2 ms by psutil, the peak less the RSS just before) against ONE shot's frame
