@@ -45,6 +45,8 @@ from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSour
 from .model.inventory import ModelInventory, inspect_model
 from .model.memory import MachineFacts, MemoryPlan, plan_memory, preflight
 from .model.verify import VerifyReport, verify_model
+# long-form: storyboards of chained shots (story/)
+from .story import Storyboard, StoryResult, run_story
 
 __version__ = "0.1.0"
 
@@ -74,4 +76,6 @@ __all__ = [
     # prompt building and in-memory media -> reference files (prompt.py, media/references.py)
     "StructuredPrompt", "clean_prompt_text", "AudioClip", "ReferenceItem", "ReferenceList", "VideoSource",
     "materialise_references",
+    # storyboards of chained shots, resumable, assembled into one film (story/)
+    "Storyboard", "StoryResult", "run_story",
 ]

@@ -17,8 +17,10 @@ import os
 import platform
 import signal
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from .cancel import CancelToken
 from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
@@ -40,8 +42,6 @@ from .request import (
 
 if TYPE_CHECKING:
     from .engines.protocol import Engine
-    from .engines.oneshot import OneShotEngine
-    from .engines.session import SessionEngine
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 EXIT_STATUS_HELP = ("exit status: 0 ok, 1 failed, 2 bad arguments or refused before anything ran, "
@@ -228,15 +228,117 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     output.add_argument("--no-frames", action="store_true", help=argparse.SUPPRESS)   # the default; kept for scripts
     output.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     output.add_argument("--quiet", action="store_true", help="no progress bars")
-    add_engine_options(parser)
     add_engine_run_options(parser)
-    parser.add_argument("--session", action="store_true",
-                        help="render through h3's interactive mode (the warm SessionEngine the library and "
-                             "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
-                             "session cannot take (several lines) runs one-shot instead")
+    parser.set_defaults(handler=run_generate)
+
+
+def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: bool = False) -> None:
+    """The options that choose and run an engine, shared by `generate` and `story` (an engine added
+    here, and in `engines_from_args`, reaches both). `warm_by_default`: the warm session unless
+    --one-shot (a story renders many clips), instead of one-shot unless --session."""
+    add_engine_options(parser)
+    add_engine_safety_options(parser)
+    warm = parser.add_mutually_exclusive_group()
+    warm.add_argument("--session", action="store_true", default=warm_by_default,
+                      help="render through h3's interactive mode (the warm SessionEngine the library and "
+                           "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
+                           "session cannot take (several lines) runs one-shot instead"
+                           + (" (the default here)" if warm_by_default else ""))
+    if warm_by_default:
+        warm.add_argument("--one-shot", dest="session", action="store_false",
+                          help="start h3 afresh for every clip instead of keeping the model warm")
     from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
     add_remote_option(parser)
-    parser.set_defaults(handler=run_generate)
+
+
+def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
+    """The pre-flight override and the stall watchdog, for every subcommand that runs a local
+    engine (generate and story through add_engine_run_options; serve, which picks its engine
+    with its own --engine)."""
+    parser.add_argument("--force", action="store_true",
+                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
+    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="stop the engine after this long without progress (default 600; 0 disables)")
+
+
+@dataclass
+class EngineChoice:
+    """The engines the flags chose: one-shot always (it takes every valid request), and the warm
+    engine when asked for; with --remote, the server alone (`one_shot` is the RemoteEngine).
+    `for_request` says which one runs a request."""
+
+    one_shot: Engine
+    warm: Engine | None = None
+
+    @property
+    def preferred(self) -> Engine:
+        return self.warm if self.warm is not None else self.one_shot
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The local model folder; None for a server, which checks its own model."""
+        return getattr(self.one_shot, "model_dir", None)
+
+    def for_request(self, request: GenerationRequest) -> Engine:
+        """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
+        if self.warm is not None:
+            try:
+                self.warm.check_supported(request)
+                return self.warm
+            except UnsupportedRequestError as error:
+                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+        return self.one_shot
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
+        self.one_shot.close()
+
+
+def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) -> EngineChoice:
+    """The engines `add_engine_run_options`' flags describe (nothing starts yet). `session`
+    overrides --session/--one-shot (serve's --engine)."""
+    if getattr(args, "remote", None):
+        from .remote_cli import remote_engine_from_args      # refuses the local-only flags first
+        return EngineChoice(remote_engine_from_args(args))
+    from .engines.oneshot import OneShotEngine
+    from .engines.session import SessionEngine
+    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    warm = None
+    if getattr(args, "session", False) if session is None else session:
+        warm = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
+    return EngineChoice(one_shot, warm)
+
+
+@contextmanager
+def cancel_on_signals(cancel: CancelToken) -> Iterator[list[int]]:
+    """Ctrl-C, `kill`, a closed terminal cancel `cancel` (the list receives the signal numbers).
+
+    The engine runs in its own process group and would otherwise keep rendering (and holding
+    the model) after we are gone. A signal the caller chose to ignore (`nohup`, a background
+    job) stays ignored."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:
+    """The exit status for a cancelled job: 130 for Ctrl-C (main reports it), 128+N for a signal N."""
+    if received and received[0] != signal.SIGINT:
+        print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
+        return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
+    raise error
 
 
 def result_summary(result) -> dict[str, object]:
@@ -266,83 +368,34 @@ def summary_line(result) -> str:
             f"rendered in {result.timings.get('total', 0.0):.1f} s wall time")
 
 
-def add_engine_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a subcommand that runs the engine (generate, serve) besides
-    add_engine_options: the pre-flight override and the stall watchdog."""
-    parser.add_argument("--force", action="store_true",
-                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
-    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="stop the engine after this long without progress (default 600; 0 disables)")
-
-
-def engines_from_args(args: argparse.Namespace, *, session: bool) -> tuple[OneShotEngine, SessionEngine | None]:
-    """The engines the engine options name: the one-shot engine, and (with `session`) the warm
-    SessionEngine on the same binary and model, which hands what it cannot run to the first."""
-    from .engines.oneshot import OneShotEngine
-    from .engines.session import SessionEngine
-    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    if not session:
-        return one_shot, None
-    return one_shot, SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
-
-
 def run_generate(args: argparse.Namespace) -> int:
-    session: Engine | None = None
-    if getattr(args, "remote", None):
-        from .remote_cli import remote_engine_from_args      # the server checks the model and plans memory
-        one_shot: Engine = remote_engine_from_args(args)
-        request = request_from_args(args).validate()
-    else:
-        request = request_from_args(args).validate()
-        local, session = engines_from_args(args, session=getattr(args, "session", False))
-        one_shot = local
-        if session is not None:
-            try:
-                session.check_supported(request)
-            except UnsupportedRequestError as error:
-                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-                session = None
-        preflight_generate(request, local.model_dir, force=getattr(args, "force", False),
+    request = request_from_args(args).validate()
+    engines = engines_from_args(args)
+    chosen = engines.for_request(request)
+    session = chosen if chosen is engines.warm else None
+    if engines.model_dir is not None:      # a server checks its own model and plans its own memory
+        preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
                            session=session is not None and session.capabilities.warm_model)
     cancel = CancelToken()
     bars = PhaseProgressBars(enabled=not args.quiet)
-
-    received: list[int] = []
-
-    def interrupt(signum: int, frame: object) -> None:
-        received.append(signum)
-        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
-
-    # Ctrl-C, `kill`, a closed terminal: the engine runs in its own process group and would
-    # otherwise keep rendering (and holding the model) after we are gone. A signal the caller
-    # chose to ignore (`nohup`, a background job) stays ignored.
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(signum) is not signal.SIG_IGN}
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, cancel=cancel)
-    try:
-        if session is not None:
-            try:
-                result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-            except UnsupportedRequestError as error:
-                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-                session.close()
-                session = None
-        if session is None:
-            result = one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-    except GenerationCancelled as error:
-        if received and received[0] != signal.SIGINT:
-            print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
-            return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
-        raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        bars.close()
-        if session is not None:
-            session.close()
-        one_shot.close()
+    with cancel_on_signals(cancel) as received:
+        try:
+            if session is not None:
+                try:
+                    result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+                except UnsupportedRequestError as error:
+                    print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+                    session.close()
+                    session = None
+            if session is None:
+                result = engines.one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+        except GenerationCancelled as error:
+            return cancelled_status(error, received)
+        finally:
+            bars.close()
+            engines.close()
     if args.json:
         print(json.dumps(result_summary(result), indent=2))
     else:
@@ -673,8 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .history.cli import add_history_command, add_stats_command     # the job history, h3bridge/history
     from .lora.cli import add_lora_command           # LoRAs folded into a copy of the model, h3bridge/lora
     from .server.command import add_serve_command    # the OpenAI Videos API server, h3bridge/server
+    from .story.cli import add_story_command         # storyboards of chained shots, h3bridge/story
     for add_command in [*SUBCOMMANDS, add_hexgrid_command, add_history_command, add_stats_command,
-                        add_lora_command, add_serve_command]:
+                        add_lora_command, add_serve_command, add_story_command]:
         add_command(subparsers)
     return parser
 
@@ -716,6 +770,7 @@ _FLAG_FOR_FIELD = {
     "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
     "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
     "engine_path": "--engine-path", "model_dir": "--model-dir",
+    "redo": "--redo", "only": "--only", "overwrite": "--overwrite",
 }
 
 

@@ -455,7 +455,8 @@ class H3BridgeExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         from .hex_nodes import HEX_NODES     # H3 hexagon tiling nodes; imported here: they import this module
         from .lora_nodes import LORA_NODES   # H3 LoRA (h3bridge/lora), likewise
-        return [*NODES, *HEX_NODES, *LORA_NODES]
+        from .story_nodes import STORY_NODES  # H3 Storyboard (h3bridge/story); likewise
+        return [*NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES]
 
 
 async def comfy_entrypoint() -> H3BridgeExtension:

@@ -22,7 +22,7 @@ def default_data_dir() -> Path:
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
-    from ..cli import add_engine_options, add_engine_run_options
+    from ..cli import add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
         "serve", help="serve this Mac's engine over the OpenAI Videos API (POST /v1/videos, poll, download)",
         description="Run an HTTP server speaking the OpenAI Videos API subset that SGLang Diffusion and "
@@ -50,7 +50,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                         help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(parser)
-    add_engine_run_options(parser)
+    add_engine_safety_options(parser)
     parser.set_defaults(handler=run_serve)
 
 
@@ -72,7 +72,8 @@ def run_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(args.host, api_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
-    one_shot, session = engines_from_args(args, session=args.engine == "session")
+    engines = engines_from_args(args, session=args.engine == "session")
+    one_shot, session = engines.one_shot, engines.warm
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
     store = JobStore(data_dir)
     # With the engine lock held, an engine a killed server left running has been stopped, so

@@ -1,0 +1,112 @@
+"""The H3 Storyboard ComfyUI node: shots as text, rendered by h3bridge.story (the logic is there).
+
+Translates only: node inputs to the story's defaults, the film to VIDEO / AUDIO / IMAGE.
+Registered by H3BridgeExtension in nodes.py.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from comfy_api.latest import InputImpl, io
+
+import comfy.model_management
+import comfy.utils
+import folder_paths
+
+from ..cancel import CancelToken
+from ..request import DEFAULT_HEIGHT, DEFAULT_SEED, DEFAULT_WIDTH, MAX_SEED, PRESETS
+from ..story.host import render_story_text
+from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
+from . import adapter
+from .nodes import CATEGORY, H3Engine, _notice_on_node, _running_prompt, _user_facing_errors
+
+IMAGE_OUTPUT_INDEX = 2
+EXAMPLE_SHOTS = ("[5s]\nA lighthouse on a cliff at dusk, waves breaking below\n\n"
+                 "[5s anchor]\nThe camera climbs the lighthouse's spiral stairs\n\n"
+                 "[8s tail]\nThe lamp turns, its beam sweeping over a stormy sea")
+
+
+def stories_folder() -> Path:
+    """In ComfyUI's output folder, not its temp folder (emptied at start): a story resumes after a restart."""
+    return Path(folder_paths.get_output_directory()) / "h3bridge" / "stories"
+
+
+class H3StoryboardNode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3Storyboard",
+            display_name="H3 Storyboard",
+            category=CATEGORY,
+            description="Render chained shots into one film longer than H3's 15 s. Queueing the same storyboard "
+                        "again resumes it: finished shots are kept; edited shots and the ones continuing from "
+                        "them are rendered again.",
+            inputs=[
+                H3Engine.Input("engine", tooltip="From H3 Engine; a warm session keeps the model loaded across shots."),
+                io.String.Input("shots", multiline=True, default=EXAMPLE_SHOTS,
+                                tooltip="One shot per block (blank lines between). A block may start with "
+                                        "[5s anchor]: its length (5s or 56f) and how it continues (anchor: the "
+                                        "last frame carries over; tail: the last 2 s with sound, needs Ref2VA; "
+                                        "cut), plus key=value such as seed=3."),
+                io.Combo.Input("preset", options=list(PRESETS), default="balanced",
+                               tooltip="Steps/layers/reuse for every shot (a shot may set steps=... itself)."),
+                io.Int.Input("width", default=DEFAULT_WIDTH, min=32, max=1344, step=32,
+                             tooltip="Film width (multiple of 32)."),
+                io.Int.Input("height", default=DEFAULT_HEIGHT, min=32, max=1344, step=32,
+                             tooltip="Film height (multiple of 32)."),
+                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED,
+                             tooltip="The story's seed: each shot's seed derives from it and the shot's position."),
+                io.Int.Input("crossfade_frames", default=DEFAULT_CROSSFADE_FRAMES, min=0, max=48, advanced=True,
+                             tooltip="Audio crossfade at each join, in frames' worth (0: hard joins)."),
+                io.String.Input("job_name", default="storyboard",
+                                tooltip="Names the job folder in ComfyUI's output/h3bridge/stories; the same name "
+                                        "resumes, another starts a new film."),
+            ],
+            outputs=[
+                io.Video.Output(display_name="video", tooltip="The film (MP4 with audio)."),
+                io.Audio.Output(display_name="audio", tooltip="The film's stereo 32 kHz soundtrack."),
+                io.Image.Output(display_name="frames",
+                                tooltip="Every frame of the film; only built when this output is connected."),
+                io.String.Output(display_name="summary", tooltip="Shots rendered and kept, the film and job folder."),
+            ],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
+        )
+
+    @classmethod
+    def fingerprint_inputs(cls, **values: Any) -> Any:
+        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+                                           IMAGE_OUTPUT_INDEX)
+
+    @classmethod
+    @_user_facing_errors
+    def execute(cls, engine: adapter.EngineHandle, shots: str, preset: str, width: int, height: int, seed: int,
+                crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard") -> io.NodeOutput:
+        hidden = cls.hidden
+        want_image = adapter.output_is_connected(hidden.prompt if hidden else None,
+                                                 hidden.unique_id if hidden else None, IMAGE_OUTPUT_INDEX)
+        comfy.model_management.unload_all_models()
+        bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=hidden.unique_id if hidden else None)
+        cancel = CancelToken(check=comfy.model_management.processing_interrupted)
+        defaults = {"preset": preset, "width": width, "height": height, "seed": seed,
+                    "crossfade_frames": crossfade_frames}
+        outputs = render_story_text(
+            shots, defaults, engine=adapter.open_engine(engine),
+            fallback=adapter.open_engine(adapter.one_shot_handle(engine)), jobs_root=stories_folder(),
+            job_name=job_name, want_frames=want_image,
+            on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS), adapter.PROGRESS_STEPS),
+            on_notice=_notice_on_node(hidden.unique_id if hidden else None), cancel=cancel)
+        image = (adapter.frames_to_image_batch(outputs.frames) if outputs.frames is not None
+                 else adapter.placeholder_image(width, height))
+        return io.NodeOutput(
+            InputImpl.VideoFromFile(str(outputs.video_path)),
+            {"waveform": torch.from_numpy(outputs.audio[None]), "sample_rate": 32000},
+            torch.from_numpy(image),
+            outputs.summary,
+        )
+
+
+STORY_NODES: list[type[io.ComfyNode]] = [H3StoryboardNode]
+
+__all__ = ["H3StoryboardNode", "STORY_NODES"]

@@ -1,0 +1,116 @@
+"""`h3bridge story STORY.toml -o FILM.mp4`: render a storyboard, resume it, review shots."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..cancel import CancelToken
+from ..cli import (EXIT_OK, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
+                   cancelled_status, engines_from_args)
+from ..errors import GenerationCancelled, RequestError
+from .runner import StoryProgress, default_job_dir
+
+
+def add_story_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "story", help="render a storyboard of chained shots into one film (resumable)",
+        description="Render a storyboard (a TOML file of [[shot]] tables) shot by shot into one MP4. Every shot "
+                    "is checked before the first starts; finished shots are kept in the job directory, so "
+                    "running the same command again resumes, and only edited shots (and the shots that "
+                    "continue from them) are rendered again.")
+    parser.add_argument("storyboard", type=Path, metavar="STORY.toml", help="the storyboard file")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILM.mp4",
+                        help="the film (default: the storyboard's name with .mp4, beside it)")
+    parser.add_argument("--job-dir", type=Path, metavar="DIR",
+                        help=f"where the shots and the manifest live (default: FILM{'.h3story'} beside the film)")
+    review = parser.add_argument_group("review")
+    review.add_argument("--redo", type=int, metavar="N",
+                        help="re-roll shot N with a new seed (and render again the shots continuing from it)")
+    review.add_argument("--seed", type=int, metavar="S", help="with --redo: the seed for shot N")
+    review.add_argument("--only", type=int, metavar="N",
+                        help="render shots 1..N and stop, for a look (their MP4s are in the job directory)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a film at -o that this story's job did not write")
+    parser.add_argument("--json", action="store_true", help="print a summary as JSON on stdout")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    add_engine_run_options(parser, warm_by_default=True)
+    parser.set_defaults(handler=run_story_command)
+
+
+class StoryProgressDisplay(PhaseProgressBars):
+    """Shot k/N, the engine's phase, the overall fraction and the ETA: one tqdm bar on a
+    terminal, a line per shot and phase otherwise (PhaseProgressBars' rules: it turns itself
+    off if stderr breaks)."""
+
+    def _show(self, progress: StoryProgress) -> None:   # type: ignore[override]
+        eta = "" if progress.eta is None else f", ETA {_duration(progress.eta)}"
+        where = f"shot {progress.shot}/{progress.shots}"
+        if not self.terminal:
+            if progress.phase == "reused":
+                return           # the notice said so
+            if f"{where} {progress.phase}" != self._phase:
+                self._phase = f"{where} {progress.phase}"
+                print(f"h3bridge: {where}: {progress.phase} (overall {progress.fraction:.0%}{eta})",
+                      file=sys.stderr, flush=True)
+            return
+        from tqdm import tqdm
+
+        if self._bar is None:
+            self._bar = tqdm(total=1000, file=sys.stderr, leave=True, ncols=bar_columns(),
+                             bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}]{postfix}")
+        self._bar.set_description_str(f"{where} {progress.phase:<18.18}", refresh=False)
+        self._bar.n = int(progress.fraction * 1000)
+        self._bar.set_postfix_str(f"shot {progress.shot_fraction:4.0%}{eta}", refresh=False)
+        self._bar.refresh()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def run_story_command(args: argparse.Namespace) -> int:
+    from .runner import run_story
+    from .storyboard import Storyboard
+    if args.seed is not None and args.redo is None:
+        raise RequestError("--seed is for a shot being re-rolled", field="seed", hint="add --redo N")
+    storyboard = Storyboard.from_toml(args.storyboard)
+    output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
+    job_dir = args.job_dir if args.job_dir is not None else default_job_dir(output)
+    engines = engines_from_args(args)
+    display = StoryProgressDisplay(enabled=not args.quiet)
+
+    def notice(text: str) -> None:
+        display.close()
+        try:
+            print(f"h3bridge: {text}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    cancel = CancelToken()
+    with cancel_on_signals(cancel) as received:
+        try:
+            result = run_story(storyboard, output, engine=engines.preferred, fallback=engines.one_shot,
+                               job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
+                               overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard),
+                               on_progress=display, on_notice=notice, cancel=cancel)
+        except GenerationCancelled as error:
+            display.close()
+            error.message = (f"{error.message}; finished shots are kept in {job_dir}: run the same command "
+                             "again to resume")
+            return cancelled_status(error, received)
+        finally:
+            display.close()
+            engines.close()
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    else:
+        film = f"wrote {result.output}" if result.assembled else \
+            (f"{result.output} is up to date" if result.output is not None else f"shots 1-{args.only} are ready")
+        print(f"h3bridge: {film}: {result.film_frames} frames ({result.film_frames / 24:.1f} s); "
+              f"{result.rendered} shot(s) rendered, {len(result.shots) - result.rendered} kept; "
+              f"shots in {result.job_dir}; {result.wall_seconds:.1f} s wall time", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,259 @@
+"""Checking a whole storyboard before its first shot starts.
+
+Every shot is validated as the request it will really be: an `anchor` shot with a first frame,
+a `tail` shot with a reference video carrying audio. Those inputs do not exist yet (the
+previous shot makes them), so stand-ins of the same shape are written to a temporary folder and
+the request's own validation (`GenerationRequest.validate`, which holds upstream's rules) checks
+them. Then the model is checked (a `tail` needs the Ref2VA checkpoint) and the memory plan of the
+most demanding shot must fit. Each shot also gets its key: what it is made of, including the
+shot it continues from, so an edit invalidates that shot and whatever continues from it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import H3BridgeError, ModelError, RequestError
+from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
+from ..request import GenerationRequest, Reference, ReferenceKind
+from .storyboard import Continuation, Storyboard
+
+
+def tail_frames(seconds: float) -> int:
+    """The frames of a `tail` reference: the last `seconds`, rounded up to a legal 5 + 17n length.
+
+    Upstream trims a reference video to 5 + 17n frames and needs at least 2 s of its soundtrack
+    (h3.c h3_generate), so a 48-frame (2 s) tail would be trimmed to 39 frames and refused;
+    2 s becomes 56 frames (2.33 s)."""
+    return align_frame_count(frames_from_seconds(seconds))
+
+
+@dataclass(frozen=True)
+class PlannedShot:
+    index: int                      # 1-based
+    continuation: Continuation
+    request: GenerationRequest      # without the previous shot's inputs (the runner adds them)
+    key: str                        # changes when this shot or the shot it continues from changes
+    tail_frames: int | None = None  # for `tail`: frames of the previous shot it conditions on
+
+    @property
+    def continues(self) -> bool:
+        return self.continuation is not Continuation.CUT
+
+    @property
+    def dropped_frames(self) -> int:
+        """Frames the assembly drops at the join: an anchor's first frame repeats the last one."""
+        return 1 if self.continuation is Continuation.ANCHOR else 0
+
+
+@dataclass
+class StoryPlan:
+    storyboard: Storyboard
+    shots: list[PlannedShot]
+    most_demanding: int = 0                     # index of the shot whose memory plan was checked
+    memory_plan: object | None = None           # model.memory.MemoryPlan (None when not checked)
+    model_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def film_frames(self) -> int:
+        return sum(shot.request.frame_count - shot.dropped_frames for shot in self.shots)
+
+    def shot(self, index: int) -> PlannedShot:
+        return self.shots[index - 1]
+
+
+def continued_request(shot: PlannedShot, anchor_image: Path | None, tail_video: Path | None) -> GenerationRequest:
+    """The shot's request with what the previous shot supplies: its last frame, or its tail."""
+    if shot.continuation is Continuation.ANCHOR:
+        assert anchor_image is not None
+        return replace(shot.request, first_frame=anchor_image)
+    if shot.continuation is Continuation.TAIL:
+        assert tail_video is not None
+        return replace(shot.request, references=(Reference(ReferenceKind.VIDEO, tail_video), *shot.request.references))
+    return shot.request
+
+
+def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
+               seed_overrides: Mapping[int, int] | None = None, session: bool = False,
+               force: bool = False, check_files: bool = True, machine: object | None = None) -> StoryPlan:
+    """Validate every shot, check the model and the memory plan of the most demanding shot.
+
+    Raises RequestError naming the shot (`shot 3: ...`) with the request's own fix, ModelError
+    when a `tail` (or any reference) needs the Ref2VA checkpoint that `model_dir` lacks, and
+    MemoryPlanError when the most demanding shot will not fit (unless `force`). `model_dir`
+    None skips the model and memory checks (for callers that only want the keys). `machine`: a
+    model.memory.MachineFacts to plan for (default: this machine)."""
+    storyboard.check_story_settings()
+    overrides = dict(seed_overrides or {})
+    shots: list[PlannedShot] = []
+    for index, shot in enumerate(storyboard.shots, 1):
+        request = _shot_error(index, lambda: storyboard.base_request(index, overrides.get(index)))
+        continuation = shot.continuation
+        tail = tail_frames(storyboard.tail_seconds_for(index)) if continuation is Continuation.TAIL else None
+        first = shots[0].request if shots else request
+        if (request.width, request.height) != (first.width, first.height):
+            raise RequestError(f"shot {index} is {request.width}x{request.height}, but the film is "
+                               f"{first.width}x{first.height} (shot 1's canvas): the shots of one film share a canvas",
+                               field="width", hint=f"give shot {index} width={first.width} and height={first.height}, "
+                                                   "or set width and height once at the storyboard's top level")
+        if continuation is not Continuation.CUT:
+            _check_continuation(index, continuation, request, shots[-1] if shots else None, tail)
+        key = _shot_key(request, continuation, tail, shots[-1].key if shots and continuation is not Continuation.CUT
+                        else None, check_files)
+        shots.append(PlannedShot(index, continuation, request, key, tail))
+    plan = StoryPlan(storyboard, shots)
+    with tempfile.TemporaryDirectory(prefix="h3bridge-story-plan-") as scratch:
+        probes = [_probe_request(shot, plan, Path(scratch)) for shot in shots]
+        for shot, probe in zip(shots, probes):
+            try:
+                probe.validate(check_files=check_files)
+            except RequestError as error:
+                raise _in_story_words(error, shot) from None
+        if model_dir is not None:
+            _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force, machine=machine)
+    return plan
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _shot_error(index: int, action):
+    try:
+        return action()
+    except RequestError as error:
+        raise RequestError(f"shot {index}: {error.message}", field=error.field, hint=error.hint) from None
+
+
+def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
+    """A request's refusal as the storyboard says it: the shot's number, and for a `tail` the
+    previous shot's tail instead of "reference 1", the user's own references numbered as written."""
+    import re
+    message, hint = error.message, error.hint
+    if shot.continuation is Continuation.TAIL:
+        tail = f'the tail of shot {shot.index - 1} (continue = "tail")'
+        message = message.replace("reference 1 (video)", tail)
+
+        def renumber(match: re.Match[str]) -> str:
+            return f"reference {int(match.group(1)) - 1} ("
+        message = re.sub(r"reference (\d+) \(", renumber, message)
+        if hint and "silent_video" in hint:
+            hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
+    return RequestError(f"shot {shot.index}: {message}", field=error.field, hint=hint)
+
+
+def _check_continuation(index: int, continuation: Continuation, request: GenerationRequest,
+                        previous: PlannedShot | None, tail: int | None) -> None:
+    how = f'continue = "{continuation.value}"'
+    if previous is None:
+        raise RequestError(f"shot {index}: {how}, but there is no shot before it to continue from",
+                           field="continue", hint='start the story with continue = "cut" (the default)')
+    if continuation is Continuation.ANCHOR:
+        if request.first_frame is not None:
+            raise RequestError(f"shot {index}: {how} makes the previous shot's last frame this shot's first frame, "
+                               f"and the shot also sets first_frame", field="first_frame",
+                               hint='drop first_frame, or use continue = "cut"')
+        if request.references:
+            raise RequestError(f"shot {index}: {how} anchors the first frame (FL2VA), which cannot be combined with "
+                               f"references (Ref2VA)", field="references",
+                               hint='drop the references, or use continue = "tail" or "cut"')
+    if continuation is Continuation.TAIL:
+        assert tail is not None
+        if request.first_frame is not None or request.last_frame is not None:
+            raise RequestError(f"shot {index}: {how} conditions on a reference video (Ref2VA), which cannot be "
+                               f"combined with first_frame/last_frame anchors", field="first_frame",
+                               hint='drop the anchors, or use continue = "anchor"')
+        before_frames = previous.request.frame_count
+        if before_frames < tail:
+            raise RequestError(f"shot {index}: {how} takes the last {tail} frames ({tail / FPS:.2f} s) of shot "
+                               f"{previous.index}, which has only {before_frames} frames",
+                               field="tail_seconds", hint=f"make shot {previous.index} at least {tail} frames "
+                                                          f"long, or shorten tail_seconds")
+
+
+def _probe_request(shot: PlannedShot, plan: StoryPlan, scratch: Path) -> GenerationRequest:
+    """The shot's request with stand-ins of what the previous shot will supply."""
+    from ..media.references import write_png
+    from .mp4 import write_clip
+    if not shot.continues:
+        return shot.request
+    before = plan.shot(shot.index - 1).request
+    if shot.continuation is Continuation.ANCHOR:
+        image = write_png(np.zeros((before.height, before.width, 3), np.uint8), scratch / f"anchor-{shot.index}.png")
+        return continued_request(shot, image, None)
+    assert shot.tail_frames is not None
+    samples = round(shot.tail_frames * SAMPLE_RATE / FPS)
+    blank = np.zeros((before.height, before.width, 3), np.uint8)
+    video = write_clip(scratch / f"tail-{shot.index}.mp4", (blank for _ in range(shot.tail_frames)),
+                       before.width, before.height, np.zeros((2, samples), np.float32), crf=30)
+    return continued_request(shot, None, video)
+
+
+def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], model_dir: Path, *,
+                            session: bool, force: bool, machine: object | None) -> None:
+    from ..model.inventory import inspect_model
+    from ..model.memory import check_model_for, plan_memory, preflight
+    inventory = inspect_model(model_dir)
+    for shot, probe in zip(plan.shots, probes):
+        try:
+            check_model_for(probe, inventory)
+        except ModelError as error:
+            if shot.continuation is Continuation.TAIL:
+                raise ModelError(f'shot {shot.index}: continue = "tail" conditions on the previous shot\'s last '
+                                 f'seconds as a Ref2VA reference video, and {error.message}',
+                                 hint=f'{error.hint}; or use continue = "anchor" for shot {shot.index}') from None
+            raise ModelError(f"shot {shot.index}: {error.message}", hint=error.hint) from None
+    peaks = [plan_memory(probe, inventory, session=session, machine=machine).peak for probe in probes]  # type: ignore[arg-type]
+    demanding = max(range(len(probes)), key=lambda i: peaks[i])
+    plan.most_demanding = demanding + 1
+    try:
+        memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
+    except H3BridgeError as error:
+        error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
+        raise
+    plan.memory_plan = memory
+    plan.model_warnings = list(memory.model_warnings)
+
+
+def _shot_key(request: GenerationRequest, continuation: Continuation, tail: int | None,
+              previous_key: str | None, check_files: bool) -> str:
+    """A digest of what the shot is made of: its request (and its input files' contents), how it
+    continues, and the key of the shot it continues from."""
+    def encode(value: object) -> object:
+        if isinstance(value, Path):
+            return {"path": str(value), "sha256": _file_digest(value) if check_files else None}
+        if isinstance(value, (set, frozenset)):
+            return sorted(encode(item) for item in value)    # type: ignore[type-var]
+        if isinstance(value, (list, tuple)):
+            return [encode(item) for item in value]
+        if isinstance(value, dict):
+            return {key: encode(item) for key, item in value.items()}
+        if hasattr(value, "value"):
+            return value.value          # enums
+        return value
+
+    fields = {name: value for name, value in asdict(request).items()}
+    fields["references"] = [{"kind": r.kind.value, "path": encode(r.path), "audio_path": encode(r.audio_path)}
+                            for r in request.references]
+    fields["frames"], fields["seconds"] = request.frame_count, None     # the same clip however it was said
+    description = {"request": encode(fields), "continue": continuation.value, "tail_frames": tail,
+                   "after": previous_key}
+    return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    except OSError:
+        return None      # validation says what is wrong with the file
+
+
+__all__ = ["PlannedShot", "StoryPlan", "continued_request", "plan_story", "tail_frames"]

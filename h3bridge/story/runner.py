@@ -1,0 +1,390 @@
+"""Rendering a storyboard shot by shot on any Engine, resuming from the job directory.
+
+    plan -> for each shot: reuse it (recorded, key unchanged, files intact) or render it
+         -> record it in the manifest -> assemble the film
+
+A shot renders on `engine` (by default the warm session, so the model stays loaded from shot to
+shot); one it cannot take (`check_supported`) runs on `fallback`. The manifest is saved after
+every shot, so a crash, a kill or Ctrl-C costs at most the shot that was running.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..cancel import CancelToken
+from ..engines.protocol import Engine
+from ..errors import GenerationCancelled, OutputExistsError, RequestError, UnsupportedRequestError
+from ..geometry import FPS, SAMPLE_RATE
+from ..media.decode import remove_quietly
+from ..progress import ProgressEvent
+from ..request import GenerationRequest
+from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
+from .jobdir import FilmRecord, JobDir, Manifest, ShotRecord, file_sha256
+from .plan import PlannedShot, StoryPlan, continued_request, plan_story
+from .storyboard import Continuation, Storyboard
+
+JOB_DIR_SUFFIX = ".h3story"
+
+
+def default_job_dir(output: Path) -> Path:
+    """Beside the film: FILM.mp4 -> FILM.h3story/."""
+    return output.with_name(output.stem + JOB_DIR_SUFFIX)
+
+
+@dataclass(frozen=True)
+class StoryProgress:
+    """Where a story is: shot `shot` of `shots`, the engine's phase, overall fraction and ETA."""
+
+    shot: int
+    shots: int
+    phase: str                   # the engine's phase, or "reused", "assembling"
+    shot_fraction: float
+    fraction: float              # of the work this run does (shots to render, then the assembly)
+    elapsed: float
+    eta: float | None            # seconds left, from the shots so far (None until it can be told)
+    event: ProgressEvent | None = None
+
+
+StoryProgressCallback = Callable[[StoryProgress], None]
+
+
+@dataclass
+class ShotOutcome:
+    index: int
+    video_path: Path
+    seed: int
+    frame_count: int
+    reused: bool
+    wall_seconds: float
+    redo_reason: str | None = None    # why a recorded shot was rendered again
+
+
+@dataclass
+class StoryResult:
+    output: Path | None               # the film (None with `only` short of the last shot)
+    job_dir: Path
+    shots: list[ShotOutcome]
+    film_frames: int
+    film_samples: int
+    chapters: list[tuple[int, int, str]] = field(default_factory=list)
+    assembled: bool = False           # False: the film on disk was already up to date
+    wall_seconds: float = 0.0
+    pieces: list[FilmPiece] = field(default_factory=list)   # the shots as the film uses them (assemble.film_arrays)
+
+    @property
+    def rendered(self) -> int:
+        return sum(not shot.reused for shot in self.shots)
+
+    def summary(self) -> dict[str, object]:
+        return {"output": None if self.output is None else str(self.output), "job_dir": str(self.job_dir),
+                "film_frames": self.film_frames, "film_seconds": self.film_frames / FPS,
+                "film_samples": self.film_samples, "assembled": self.assembled,
+                "rendered": self.rendered, "reused": len(self.shots) - self.rendered,
+                "wall_seconds": self.wall_seconds,
+                "chapters": [{"start_frame": a, "end_frame": b, "title": t} for a, b, t in self.chapters],
+                "shots": [{**asdict(shot), "video_path": str(shot.video_path)} for shot in self.shots]}
+
+
+def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, engine: Engine | None = None,
+              fallback: Engine | None = None, job_dir: str | os.PathLike[str] | None = None,
+              redo: int | None = None, redo_seed: int | None = None, only: int | None = None,
+              overwrite: bool = False, force: bool = False, storyboard_path: str | None = None,
+              on_progress: StoryProgressCallback | None = None, on_notice: Callable[[str], None] | None = None,
+              cancel: CancelToken | None = None) -> StoryResult:
+    """Render `storyboard` into `output` (an MP4), resuming what its job directory holds.
+
+    engine: any Engine; None means the warm session for $H3_BIN / $H3_MODEL_DIR (shared_session),
+      with a one-shot fallback for shots it cannot take.
+    redo: re-roll shot `redo` (with `redo_seed`, else a new random seed) and whatever continues from it.
+    only: render shots 1..only and stop (no film unless that is every shot).
+    overwrite: replace an `output` this job did not write (the film it wrote itself is replaced
+      when the story changed).
+    on_notice: one-line messages for the user (a shot reused, a damaged file redone, ...).
+    Everything the plan can refuse is refused before the first shot starts.
+    """
+    started = time.monotonic()
+    notice = on_notice or (lambda text: None)
+    if engine is None:
+        from ..engines.oneshot import OneShotEngine
+        from ..engines.session import shared_session
+        engine = shared_session()
+        fallback = fallback or OneShotEngine(engine.engine_path, engine.model_dir)   # type: ignore[attr-defined]
+    output_path = Path(output) if output is not None else None
+    if output_path is None and job_dir is None:
+        raise RequestError("a story needs an output file or a job directory", field="output",
+                           hint="give the film's path (-o FILM.mp4), or a job directory")
+    folder = Path(job_dir) if job_dir is not None else default_job_dir(output_path)  # type: ignore[arg-type]
+    count = len(storyboard.shots)
+    for name, value in (("redo", redo), ("only", only)):
+        if value is not None and not (isinstance(value, int) and 1 <= value <= count):
+            raise RequestError(f"{name}={value!r}: the story has shots 1 to {count}", field=name,
+                               hint=f"give a shot number from 1 to {count}")
+    if redo_seed is not None and redo is None:
+        raise RequestError("redo_seed is only for a shot being re-rolled", field="redo_seed",
+                           hint="give the shot too (redo=N)")
+    with JobDir(folder) as jobs:
+        manifest = jobs.load()
+        if jobs.damaged_manifest is not None:
+            notice(f"the job's manifest was unreadable and was kept as {jobs.damaged_manifest.name}; "
+                   "its shots are rendered again")
+        overrides = dict(manifest.seed_overrides)
+        if redo is not None:
+            overrides[redo] = redo_seed if redo_seed is not None else secrets.randbits(32)
+        model_dir = getattr(engine, "model_dir", None)
+        plan = plan_story(storyboard, model_dir, seed_overrides=overrides, force=force,
+                          session=engine.capabilities.warm_model)
+        for warning in plan.model_warnings:
+            notice(f"warning: {warning}")
+        last = only if only is not None else count
+        if output_path is not None and last == count:
+            _check_output(output_path, manifest, overwrite)
+        manifest.seed_overrides = overrides
+        manifest.storyboard = storyboard_path or manifest.storyboard
+        runner = _Runner(plan, jobs, manifest, engine, fallback, on_progress, notice, cancel, started, last)
+        outcomes = runner.render_shots()
+        result = StoryResult(None, folder, outcomes, sum(plan.shot(o.index).request.frame_count
+                                                          - plan.shot(o.index).dropped_frames for o in outcomes), 0)
+        if output_path is not None and last == count:
+            film = runner.assemble(output_path, overwrite)
+            result.output, result.assembled = output_path, film is not None
+            record = manifest.film
+            assert record is not None
+            result.film_frames, result.film_samples = record.frames, record.samples
+            result.chapters = film.chapters if film is not None else _chapters_of(plan)
+        result.pieces = _pieces(plan, manifest.shots, folder)[:last]
+        result.wall_seconds = time.monotonic() - started
+        return result
+
+
+def _chapters_of(plan: StoryPlan) -> list[tuple[int, int, str]]:
+    from .assemble import film_chapters
+    return film_chapters(_pieces(plan, {}))
+
+
+def _check_output(output: Path, manifest: Manifest, overwrite: bool) -> None:
+    """Before anything renders: an existing film is replaced only if this job wrote it (and it is
+    unchanged since), or with `overwrite`."""
+    if overwrite or not os.path.lexists(output):
+        return
+    record = manifest.film
+    if record is not None:     # the film this job wrote (wherever it was then), unchanged since
+        try:
+            if file_sha256(output) == record.sha256:
+                return
+        except OSError:
+            pass
+    raise OutputExistsError(f"{output} already exists and was not written by this story's job",
+                            hint="choose another output, or pass overwrite=True (CLI: --overwrite) to replace it")
+
+
+def _pieces(plan: StoryPlan, records: dict[int, ShotRecord], job_path: Path | None = None) -> list[FilmPiece]:
+    story = plan.storyboard
+    pieces = []
+    for shot in plan.shots:
+        fade = 0 if shot.index == 1 or (shot.continuation is Continuation.CUT and not story.crossfade_cuts) \
+            else crossfade_samples(story.crossfade_frames)
+        record = records.get(shot.index)
+        video = (job_path / record.video) if record is not None and job_path is not None else Path()
+        pieces.append(FilmPiece(shot.index, video, shot.request.frame_count, shot.dropped_frames, fade,
+                                chapter_title(shot.index, shot.request.prompt)))
+    return pieces
+
+
+def _digest(array: np.ndarray | None) -> str:
+    return "" if array is None else hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def _request_record(request: GenerationRequest) -> dict:
+    def plain(value: object) -> object:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, (set, frozenset, tuple, list)):
+            return [plain(item) for item in value]
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        return getattr(value, "value", value)
+    return {name: plain(value) for name, value in asdict(request).items()}
+
+
+class _Runner:
+    def __init__(self, plan: StoryPlan, jobs: JobDir, manifest: Manifest, engine: Engine,
+                 fallback: Engine | None, on_progress: StoryProgressCallback | None,
+                 notice: Callable[[str], None], cancel: CancelToken | None, started: float, last: int) -> None:
+        self.plan, self.jobs, self.manifest = plan, jobs, manifest
+        self.engine, self.fallback = engine, fallback
+        self.on_progress, self.notice, self.cancel = on_progress, notice, cancel
+        self.started, self.last = started, last
+        self.weights = {shot.index: shot.request.frame_count * shot.request.steps for shot in plan.shots}
+        self.to_render: list[int] = []
+        self.done_weight = 0.0
+        self.render_seconds = 0.0
+
+    # ------------------------------------------------------------------ shots
+
+    def _reusable(self, shot: PlannedShot) -> tuple[ShotRecord | None, str | None]:
+        """The shot's record if it can be kept, else (None, why not; None for a shot never rendered)."""
+        record = self.manifest.shots.get(shot.index)
+        if record is None:
+            return None, None
+        if record.key != shot.key:
+            return None, "it changed, or the shot it continues from did"
+        problem = self.jobs.problem_with(record)
+        if problem is not None:
+            return None, problem
+        if shot.continues and record.continued_from != self._continued_from(shot):
+            return None, f"shot {shot.index - 1}, which it continues from, was rendered again"
+        return record, None
+
+    def _continued_from(self, shot: PlannedShot) -> str:
+        previous = self.manifest.shots.get(shot.index - 1)
+        if previous is None:
+            return ""
+        return previous.last_frame_sha256 if shot.continuation is Continuation.ANCHOR else previous.video_sha256
+
+    def render_shots(self) -> list[ShotOutcome]:
+        # The work this run expects (for progress and the ETA); a shot found stale later is added.
+        self.to_render = [shot.index for shot in self.plan.shots[:self.last] if self._reusable(shot)[0] is None]
+        self.total_weight = sum(self.weights[i] for i in self.to_render) or 1.0
+        outcomes = []
+        for shot in self.plan.shots[:self.last]:
+            if self.cancel is not None and self.cancel.cancelled:
+                raise GenerationCancelled("the story was cancelled; run it again to resume")
+            record, reason = self._reusable(shot)
+            if record is not None:
+                self.notice(f"shot {shot.index}/{len(self.plan.shots)}: kept from the job directory "
+                            f"({record.video})")
+                self._report(shot.index, "reused", 1.0, None)
+                outcomes.append(ShotOutcome(shot.index, self.jobs.path / record.video, record.seed,
+                                            record.frame_count, True, record.wall_seconds))
+                continue
+            if shot.index not in self.to_render:
+                self.to_render.append(shot.index)
+                self.total_weight += self.weights[shot.index]
+            if reason is not None:
+                self.notice(f"shot {shot.index}: rendering it again: {reason}")
+            outcomes.append(self._render(shot, reason))
+        return outcomes
+
+    def _engine_for(self, request: GenerationRequest) -> Engine:
+        try:
+            self.engine.check_supported(request)
+            return self.engine
+        except UnsupportedRequestError as error:
+            if self.fallback is None:
+                raise
+            self.notice(f"{error.message}; this shot runs one-shot instead")
+            return self.fallback
+
+    def _render(self, shot: PlannedShot, reason: str | None) -> ShotOutcome:
+        jobs = self.jobs
+        video = jobs.shot_file(shot.index, shot.key, ".mp4")
+        last_frame = jobs.shot_file(shot.index, shot.key, ".last.png")
+        # Files of this very take left by a run that died before recording it: not finished, redone.
+        for leftover in (video, last_frame):
+            remove_quietly(leftover)
+        request = continued_request(shot, *self._continuity_inputs(shot))
+        engine = self._engine_for(request)
+        began = time.monotonic()
+
+        def progress(event: ProgressEvent) -> None:
+            self._report(shot.index, event.phase, event.fraction, event)
+
+        result = engine.generate(request, video, want_frames=True, want_audio=True, on_progress=progress,
+                                 cancel=self.cancel)
+        frames, audio = result.frames, result.audio
+        assert frames is not None and audio is not None
+        from ..media.references import write_png
+        write_png(frames[-1], last_frame)
+        seconds = time.monotonic() - began
+        record = ShotRecord(
+            index=shot.index, key=shot.key, seed=request.seed, video=video.name, video_sha256=file_sha256(video),
+            last_frame=last_frame.name, last_frame_sha256=file_sha256(last_frame),
+            frames_sha256=_digest(frames), audio_sha256=_digest(audio), frame_count=int(frames.shape[0]),
+            width=result.width, height=result.height, audio_samples=int(audio.shape[1]),
+            request=_request_record(request),
+            engine={"kind": type(engine).__name__, "engine_path": str(getattr(engine, "engine_path", "")),
+                    "model_dir": str(getattr(engine, "model_dir", "")), "warm": engine.capabilities.warm_model,
+                    "variables": dict(result.engine_variables)},
+            wall_seconds=seconds)
+        record.continued_from = self._continued_from(shot) if shot.continues else ""
+        self.manifest.shots[shot.index] = record
+        self.jobs.save(self.manifest)              # the shot is finished from here on
+        self.done_weight += self.weights[shot.index]
+        self.render_seconds += seconds
+        self._report(shot.index, "done", 1.0, None)
+        return ShotOutcome(shot.index, video, request.seed, record.frame_count, False, seconds, reason)
+
+    def _continuity_inputs(self, shot: PlannedShot) -> tuple[Path | None, Path | None]:
+        if not shot.continues:
+            return None, None
+        previous = self.manifest.shots[shot.index - 1]
+        if shot.continuation is Continuation.ANCHOR:
+            return self.jobs.path / previous.last_frame, None
+        assert shot.tail_frames is not None
+        return None, self._tail_file(previous, shot.tail_frames)
+
+    def _tail_file(self, previous: ShotRecord, frames: int) -> Path:
+        """The previous shot's last `frames` frames with their sound, as a reference video."""
+        from ..media.decode import decode_audio, decode_video_frames
+        from .mp4 import write_clip
+        path = self.jobs.path / f"{Path(previous.video).stem}.tail{frames}.mp4"
+        if path.exists():
+            remove_quietly(path)       # made for the same shot file and length; made again rather than trusted
+        source = self.jobs.path / previous.video
+        all_frames = decode_video_frames(source, previous.frame_count, previous.width, previous.height)
+        tail = all_frames[-frames:]
+        del all_frames
+        audio = decode_audio(source)
+        end = sample_at(previous.frame_count)
+        samples = round(frames * SAMPLE_RATE / FPS)
+        clip_audio = audio[:, max(0, end - samples):end]
+        return write_clip(path, iter(tail), previous.width, previous.height, clip_audio)
+
+    # ------------------------------------------------------------------ film
+
+    def assemble(self, output: Path, overwrite: bool) -> FilmResult | None:
+        story = self.plan.storyboard
+        # what the film is made of: its shots, and how they are joined
+        keys = [shot.key for shot in self.plan.shots] + [f"joins:{story.crossfade_frames}:{story.crossfade_cuts}"]
+        record = self.manifest.film
+        if (record is not None and record.shot_keys == keys and output.exists()
+                and file_sha256(output) == record.sha256):
+            self.notice(f"{output} is up to date")
+            return None
+        self._report(len(self.plan.shots), "assembling", 0.0, None)
+        pieces = _pieces(self.plan, self.manifest.shots, self.jobs.path)
+        first = self.plan.shot(1).request
+        film = assemble_film(pieces, output, first.width, first.height, replace=True, cancel=self.cancel)
+        self.manifest.film = FilmRecord(path=str(output.resolve()), sha256=file_sha256(output), shot_keys=keys,
+                                        frames=film.frames, samples=film.samples)
+        self.jobs.save(self.manifest)
+        self._report(len(self.plan.shots), "assembled", 1.0, None)
+        return film
+
+    # ------------------------------------------------------------------ progress
+
+    def _report(self, index: int, phase: str, shot_fraction: float, event: ProgressEvent | None) -> None:
+        if self.on_progress is None:
+            return
+        running = self.weights[index] * shot_fraction if index in self.to_render and phase != "done" else 0.0
+        fraction = min(1.0, (self.done_weight + running) / self.total_weight) if self.to_render else 1.0
+        elapsed = time.monotonic() - self.started
+        eta = None
+        if self.done_weight > 0:           # from the shots rendered so far: seconds per unit of work
+            rate = self.render_seconds / self.done_weight
+            eta = rate * (self.total_weight - self.done_weight - running)
+        elif fraction > 0.02:
+            eta = elapsed * (1.0 - fraction) / fraction
+        self.on_progress(StoryProgress(index, len(self.plan.shots), phase, shot_fraction, fraction, elapsed,
+                                       None if eta is None else max(0.0, eta), event))
+
+
+__all__ = ["ShotOutcome", "StoryProgress", "StoryResult", "default_job_dir", "run_story"]

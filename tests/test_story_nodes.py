@@ -1,0 +1,56 @@
+"""The H3 Storyboard ComfyUI node, called in-process. Needs ComfyUI importable, so it runs in
+ComfyUI's own python (torch, comfy_api) with the checkout on sys.path; skipped otherwise. The
+logic is tested in test_story.py.
+
+    cd /work/wt-12 && COMFYUI_DIR=/tmp/comfy-bed/ComfyUI /tmp/comfy-bed/venv/bin/python -m pytest -q \
+        tests/test_story_nodes.py
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
+if os.environ.get("COMFYUI_DIR") and os.environ["COMFYUI_DIR"] not in sys.path:
+    sys.path.insert(0, os.environ["COMFYUI_DIR"])
+cli_args = pytest.importorskip("comfy.cli_args", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
+cli_args.args.cpu = True
+pytest.importorskip("comfy_api.latest", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
+
+from h3bridge.comfy.adapter import EngineHandle, ONE_SHOT  # noqa: E402
+from h3bridge.comfy.story_nodes import STORY_NODES, H3StoryboardNode  # noqa: E402
+from h3bridge.sim.fixture import write_fixture_model  # noqa: E402
+
+
+def test_every_input_has_a_tooltip_and_the_node_is_registered() -> None:
+    import asyncio
+
+    from h3bridge.comfy.nodes import comfy_entrypoint
+    listed = asyncio.run(asyncio.run(comfy_entrypoint()).get_node_list())
+    assert H3StoryboardNode in listed
+    for node in STORY_NODES:
+        assert all(item.tooltip for item in node.define_schema().inputs), node
+
+
+def test_storyboard_node_renders_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import folder_paths
+    monkeypatch.setattr(folder_paths, "get_output_directory", lambda: str(tmp_path / "output"))
+    sim = shutil.which("h3-sim") or str(Path(sys.executable).with_name("h3-sim"))
+    if not Path(sim).exists():
+        pytest.skip("h3-sim is not installed in this python")
+    log = tmp_path / "sim.jsonl"
+    monkeypatch.setenv("H3_SIM_LOG", str(log))
+    handle = EngineHandle(Path(sim), write_fixture_model(tmp_path / "model"), ONE_SHOT, None)
+    shots = "[22f]\nfirst shot\n\n[22f anchor]\nsecond shot"
+    values = dict(engine=handle, shots=shots, preset="preview", width=64, height=32, seed=3, job_name="test-film")
+    video, audio, image, summary = H3StoryboardNode.execute(**values).result
+    assert tuple(image.shape) == (43, 32, 64, 3)          # outside the executor every output is built
+    assert audio["sample_rate"] == 32000 and tuple(audio["waveform"].shape) == (1, 2, 43 * 32000 // 24)
+    assert (tmp_path / "output" / "h3bridge" / "stories" / "test-film.mp4").is_file()
+    assert "rendered 2" in summary and len(log.read_text().splitlines()) == 2
+    again = H3StoryboardNode.execute(**values).result
+    assert "rendered 0, kept 2" in again[3] and len(log.read_text().splitlines()) == 2
