@@ -383,3 +383,19 @@ def test_frames_only_uses_a_temporary_mp4_that_is_removed(tmp_path: Path, clip: 
     result = completed_server(clip).engine().generate(fast_request(), None, want_audio=False)
     assert result.video_path is None and result.frames.dtype == np.uint8 and result.frames.shape[0] == 22
     assert leftovers(tmp_path) == []
+
+
+def test_remote_jobs_are_in_the_job_history_as_run_on_the_server(tmp_path: Path, clip: bytes) -> None:
+    """The history records a remote job too (engine "remote"), with the server as its device,
+    so its timings never pass for this machine's; a failed one keeps the server's words."""
+    from h3bridge.history.store import HistoryStore
+    completed_server(clip).engine().generate(fast_request(), tmp_path / "a.mp4", want_frames=False)
+    failed = job("failed", 30, error={"code": "engine_failed", "message": "h3 failed: out of memory"})
+    server = FakeServer({("POST", "/v1/videos"): httpx.Response(200, json=job()),
+                         ("GET", "/v1/videos/video_1"): httpx.Response(200, json=failed)})
+    with pytest.raises(RemoteError):
+        server.engine().generate(fast_request(), tmp_path / "b.mp4")
+    rows = HistoryStore().recent_jobs()
+    assert [(row.engine, row.outcome) for row in rows] == [("remote", "failed"), ("remote", "completed")]
+    assert {row.device.name for row in rows} == {f"server {server.engine().base_url}"}
+    assert rows[0].engine_message == "h3 failed: out of memory" and "denoise" in rows[1].phases

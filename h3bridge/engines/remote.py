@@ -33,6 +33,8 @@ from ..errors import (
     RemoteUnreachableError,
     RequestError,
 )
+from ..history.job import Device
+from ..history.recorder import recorded
 from ..media.decode import decode_video_frames, remove_quietly
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
@@ -143,6 +145,12 @@ class RemoteEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def history_device(self) -> Device:
+        """Where the job history says a remote job ran: the server (its own history, if it is an
+        h3bridge server, has the chip and memory)."""
+        return Device(f"server {self.base_url}")
+
+    @recorded("remote")      # the job history (history/recorder.py)
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
