@@ -196,3 +196,50 @@ def test_the_comfy_remote_mode_renders_on_the_server(server: ServerProcess, key:
                                    output_dir=tmp_path / "out", want_image=True)
     assert outputs.video_path.is_file() and outputs.image.shape == (22, 64, 96, 3)
     assert KEY not in repr(handle) + outputs.summary
+
+
+def test_story_remote_renders_every_shot_on_the_server(server: ServerProcess, key: str, tmp_path: Path,
+                                                       sim_model: Path) -> None:
+    """`story --remote URL`: the shots render on the server (the anchor's frame goes up as a
+    multipart first frame), the film is assembled here, and a second run keeps both shots without
+    asking the server again. Shot 1 is the clip this machine makes; the anchor is shot 1's last
+    frame as decoded from the server's MP4 (the Videos API carries no exact frames), so shot 2
+    starts from that frame."""
+    from story_helpers import CANVAS, decode_film, run_cli, story_argv, write_story
+    story = write_story(tmp_path, CANVAS + '[[shot]]\nprompt = "a"\nframes = 22\n'
+                                           '[[shot]]\nprompt = "b"\nframes = 22\ncontinue = "anchor"\n')
+    before = len(get(server, "/v1/videos").json()["data"])
+    remote_argv = [sys.executable, "-m", "h3bridge.cli", "story", str(story), "-o", str(tmp_path / "remote.mp4"),
+                   "--job-dir", str(tmp_path / "remote-job"), "--json", "--remote", server.url]
+    done = run_cli(remote_argv)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["rendered"] == 2 and summary["film_frames"] == 43
+    assert len(get(server, "/v1/videos").json()["data"]) == before + 2
+    local = run_cli(story_argv(story, tmp_path / "local.mp4", sim_engine_path(), sim_model, "--one-shot",
+                               "--job-dir", str(tmp_path / "local-job"), "--only", "1"))
+    assert local.returncode == 0, local.stderr
+    [remote_shot_1] = (tmp_path / "remote-job").glob("shot-001-*.mp4")
+    [local_shot_1] = (tmp_path / "local-job").glob("shot-001-*.mp4")
+    assert remote_shot_1.read_bytes() == local_shot_1.read_bytes()
+    film, _, chapters = decode_film(tmp_path / "remote.mp4")
+    shot_1 = decode_video_frames(remote_shot_1, 22, 64, 32)
+    assert len(film) == 43 and len(chapters) == 2
+    manifest = json.loads((tmp_path / "remote-job" / "manifest.json").read_text())
+    anchor = manifest["shots"][1]["request"]["first_frame"]
+    import av
+    with av.open(anchor) as image:
+        anchor_rgb = next(image.decode(video=0)).to_ndarray(format="rgb24")
+    assert np.array_equal(anchor_rgb, shot_1[-1])
+    again = run_cli(remote_argv)
+    assert again.returncode == 0 and json.loads(again.stdout)["rendered"] == 0
+    assert len(get(server, "/v1/videos").json()["data"]) == before + 2
+
+
+def test_story_remote_refuses_local_engine_flags(tmp_path: Path) -> None:
+    from story_helpers import CANVAS, run_cli, write_story
+    story = write_story(tmp_path, CANVAS + '[[shot]]\nprompt = "a"\nframes = 22\n')
+    done = run_cli([sys.executable, "-m", "h3bridge.cli", "story", str(story), "-o", str(tmp_path / "f.mp4"),
+                    "--model-dir", str(tmp_path), "--remote", "http://127.0.0.1:9"])
+    assert done.returncode == 2 and "--model-dir" in done.stderr and "--remote" in done.stderr
+    assert not (tmp_path / "f.mp4").exists()
