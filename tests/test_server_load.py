@@ -19,6 +19,9 @@ def test_fifty_clients_get_only_designed_answers_and_one_job_runs_at_a_time(tmp_
         report = run_load(server, clients=CLIENTS, seconds=SECONDS, submitters=SUBMITTERS)
     print(summary(report, CLIENTS, SECONDS))
     assert report.undesigned == []
-    assert report.max_in_progress == 1 and report.max_engine_processes == 1
+    # The monitor samples every 50 ms: it must never see two jobs (or two engines) at once. That
+    # it saw one at all depends on the machine's speed (a loaded runner finished every tiny job
+    # between two samples once), so only the upper bound is asserted.
+    assert report.max_in_progress <= 1 and report.max_engine_processes <= 1
     assert report.completed >= 1 and report.statuses[400] == report.refused
     assert report.poll_latencies, "the pollers polled"
