@@ -148,3 +148,12 @@ class SessionUnsupportedError(SessionError, UnsupportedRequestError):
 
 class GenerationCancelled(H3BridgeError):
     """The caller cancelled the job; the engine is gone and no output was left behind."""
+
+
+class LibraryLoadError(EngineNotFoundError):
+    """A libh3 shared library is missing, is not a library, or was built for another OS or CPU
+    (h3bridge.libh3.load_library). `path` is the file that was asked for; `hint` the fix."""
+
+    def __init__(self, message: str, *, path: Path | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
