@@ -157,3 +157,12 @@ class LibraryLoadError(EngineNotFoundError):
     def __init__(self, message: str, *, path: Path | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.path = path
+
+
+class LibraryBuildError(EngineNotFoundError):
+    """The libh3 test double (`h3-sim-lib`, h3bridge/sim/library.py) could not be compiled: no C
+    compiler, no Python headers, or the compiler failed (its output is in `compiler_output`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, compiler_output: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.compiler_output = compiler_output
