@@ -211,7 +211,7 @@ class Worker:
             result = self.lib.h3_generate(self.ctx, prompt, ctypes.byref(params))
         finally:
             written = frames.close() if frames is not None else 0
-        del keep     # C is done with them only now
+        keep.clear()     # C is done with them only now
         host_gone = any(isinstance(error, HostGone) for error in failures)
         if host_gone:
             if result:
