@@ -88,11 +88,12 @@ def source_hash(compiler: list[str], include: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_double() -> Path:
-    """The double's path in the cache, compiled first when it is not there yet."""
+def build_double(directory: Path | None = None) -> Path:
+    """The double's path in `directory` (default: `build_dir()` in the cache), compiled first
+    when it is not there yet."""
     compiler = find_compiler()
     include = _python_include()
-    folder = build_dir()
+    folder = Path(directory) if directory is not None else build_dir()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"libh3-double-{source_hash(compiler, include)}{library_suffix()}"
     if target.is_file():

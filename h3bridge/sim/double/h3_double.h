@@ -88,6 +88,17 @@ typedef struct {
     void *callback_opaque;
 } h3_params;
 
+/* Positional, in field order: the four sizes, seed 42, no paths or references, match sizing,
+ * denoise reuse 1, all 50 DiT layers, core reuse 1, every switch off, no callbacks. */
+#define H3_PARAMS_DEFAULT { \
+    H3_DEFAULT_WIDTH, H3_DEFAULT_HEIGHT, H3_DEFAULT_FRAMES, H3_DEFAULT_STEPS, \
+    UINT64_C(42), NULL, NULL, NULL, NULL, 0, H3_REFERENCE_IMAGE_MATCH, \
+    1, H3_DEFAULT_DIT_LAYERS, 1, \
+    0, 0, 0, 0, 0, 0, \
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+    0, NULL, NULL, NULL \
+}
+
 typedef struct {
     char name[128];
     char architecture[128];
