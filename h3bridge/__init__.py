@@ -37,6 +37,7 @@ from .engines.oneshot import OneShotEngine
 from .engines.process import EngineProcess
 from .engines.protocol import Engine, EngineCapabilities
 from .engines.session import SessionEngine, shared_session
+from .engines.library import LibraryEngine
 # the model directory (model/) and media (media/)
 from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
 from .model.inventory import ModelInventory, inspect_model
@@ -53,7 +54,7 @@ __all__ = [
     "UnsupportedRequestError", "align_frame_count",
     # the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
     "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
-    "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
+    "SessionEngine", "shared_session", "LibraryEngine", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
     # model inventory, verification and memory plan (model/)
     "ModelInventory", "inspect_model", "VerifyReport", "verify_model", "MachineFacts", "MemoryPlan",
     "plan_memory", "preflight",
