@@ -163,8 +163,10 @@ class PhaseProgressBars:
     written instead. Progress is a courtesy: if stderr breaks (a closed pipe), the display
     turns itself off and the render goes on."""
 
-    def __init__(self, enabled: bool = True, *, terminal: bool | None = None) -> None:
+    def __init__(self, enabled: bool = True, *, terminal: bool | None = None,
+                 note: Callable[[], str | None] | None = None) -> None:
         self.enabled = enabled
+        self.note = note      # more for the bar's postfix (the library engine's "previews N/M")
         self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self._bar = None
         self._phase: str | None = None
@@ -194,7 +196,9 @@ class PhaseProgressBars:
                              bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
         self._bar.ncols = bar_columns()      # follows a resized terminal, like dynamic_ncols
         self._bar.n = event.done
-        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s", refresh=False)
+        extra = self.note() if self.note is not None else None
+        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s"
+                                  + (f", {extra}" if extra else ""), refresh=False)
         self._bar.refresh()
 
     def close(self) -> None:
@@ -231,6 +235,8 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
                         help="render through h3's interactive mode (the warm SessionEngine the library and "
                              "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
                              "session cannot take (several lines) runs one-shot instead")
+    from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
+    add_library_options(parser)
     parser.set_defaults(handler=run_generate)
 
 
@@ -266,19 +272,27 @@ def run_generate(args: argparse.Namespace) -> int:
     from .engines.session import SessionEngine
     request = request_from_args(args).validate()
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    from .engines.library_cli import open_library_engine, refuse_preview_without_library
+    refuse_preview_without_library(args)
     session: Engine | None = None
-    if getattr(args, "session", False):
+    previews = None
+    library = getattr(args, "engine", "cli") == "library"
+    if library:     # model check and memory plan inside, with the library's h3_device facts
+        session, previews = open_library_engine(args, request, stall_timeout=stall_timeout)
+    else:
+        one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    if getattr(args, "session", False) and session is None:
         session = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
         try:
             session.check_supported(request)
         except UnsupportedRequestError as error:
             print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
             session = None
-    preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
-                       session=session is not None and session.capabilities.warm_model)
+    if not library:
+        preflight_generate(request, one_shot.model_dir, force=getattr(args, "force", False),
+                           session=session is not None and session.capabilities.warm_model)
     cancel = CancelToken()
-    bars = PhaseProgressBars(enabled=not args.quiet)
+    bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
 
     received: list[int] = []
 
@@ -292,7 +306,7 @@ def run_generate(args: argparse.Namespace) -> int:
     previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                 if signal.getsignal(signum) is not signal.SIG_IGN}
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
-                   on_progress=bars, cancel=cancel)
+                   on_progress=bars, on_preview=previews, cancel=cancel)
     try:
         if session is not None:
             try:
@@ -498,13 +512,14 @@ def default_request_advice(model_dir: Path | None = None) -> str:
     return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `h3bridge plan`)"
 
 
-def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False) -> None:
+def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False,
+                       machine: object = None, preview: bool = False) -> None:
     """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
     the DiT and the video decoder loaded); a refusal prints the plan."""
     from .errors import MemoryPlanError
     from .model.memory import preflight
     try:
-        plan = preflight(request, model_dir, force=force, session=session)
+        plan = preflight(request, model_dir, force=force, session=session, machine=machine, preview=preview)
     except MemoryPlanError as error:
         if error.plan is not None:
             print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
@@ -632,6 +647,8 @@ def _positive_gigabytes(text: str) -> float:
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
                                                                    add_info_command, add_verify_command,
                                                                    add_plan_command, add_demo_command]
+from .engines.library_build import add_build_library_command   # noqa: E402 (libh3.dylib from h3.c, macOS)
+SUBCOMMANDS.append(add_build_library_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

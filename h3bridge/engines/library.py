@@ -555,7 +555,7 @@ class LibraryEngine(WarmEngine):
                     # h3_load_dir's h3_last_error(NULL), verbatim
                     raise ModelError(f"h3 could not load the model directory {self.model_dir}: {text}",
                                      hint="check the model directory (h3bridge verify)")
-                raise LibraryLoadError(text, path=self.library_path)
+                raise LibraryLoadError(text, path=self.library_path, hint=message.get("hint"))
 
     def _ensure_worker(self, env: dict[str, str], job: _Job) -> None:
         """Reuse the running worker if it came from the same library, model, folder and H3_*

@@ -77,10 +77,11 @@ class Worker:
 
     def load(self) -> bool:
         from .. import libh3
+        from ..errors import LibraryLoadError
         try:
             self.lib = libh3.load_library(self.library_path)
-        except OSError as error:
-            self.send({"ev": "load_failed", "stage": "library", "message": str(error)})
+        except LibraryLoadError as error:     # dlopen's refusal, in one sentence with the fix
+            self.send({"ev": "load_failed", "stage": "library", "message": error.message, "hint": error.hint})
             return False
         self.ctx = self.lib.h3_load_dir(encode_text(self.model_dir))
         if not self.ctx:
