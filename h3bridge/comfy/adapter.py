@@ -27,7 +27,7 @@ from ..errors import (H3BridgeError, ModelError, RequestError, SessionUnsupporte
                       UnsupportedRequestError)
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model.inventory import inspect_model
-from ..progress import ProgressEvent
+from ..progress import PreviewFrame, ProgressEvent
 from ..prompt import StructuredPrompt, clean_prompt_text
 from ..media.references import (
     AudioClip,
@@ -55,7 +55,8 @@ from ..engines.session import session_prompt, shared_session
 
 ONE_SHOT = "one-shot"
 WARM_SESSION = "warm session"
-ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION)
+LIBRARY = "library"      # libh3 in a warm worker: previews while sampling, exact frames (engines/library.py)
+ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, LIBRARY)
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
@@ -80,12 +81,16 @@ class EngineHandle:
     when a Generate node runs.
     """
 
-    engine_path: Path
+    engine_path: Path | None      # None only in library mode without an h3 program
     model_dir: Path
     mode: str = ONE_SHOT
     stall_timeout: float | None = None
+    library_path: Path | None = None    # library mode: libh3's shared library
+    previews: bool = False              # library mode: denoise previews on the node (the preview VAE)
 
     def describe(self) -> str:
+        if self.mode == LIBRARY:
+            return f"{self.mode} engine {self.library_path} with model {self.model_dir}"
         return f"{self.mode} engine {self.engine_path} with model {self.model_dir}"
 
 
@@ -120,15 +125,29 @@ def resolve_engine_path(value: str) -> Path:
 
 
 def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path],
-                          *, stall_timeout: float | None = None) -> EngineHandle:
-    """Validate the H3 Engine node's values cheaply (no engine run, no weights read)."""
+                          *, stall_timeout: float | None = None, library_path: str = "",
+                          previews: bool = True) -> EngineHandle:
+    """Validate the H3 Engine node's values cheaply (no engine run, no weights read). Library
+    mode needs the library (library_path or $H3_LIBRARY), not the h3 program."""
     if mode not in ENGINE_MODES:
         raise RequestError(f"unknown engine mode {mode!r}", field="mode",
                            hint=f"use one of: {', '.join(ENGINE_MODES)}")
-    engine = resolve_engine_path(engine_path)
+    if mode == LIBRARY:
+        from ..engines.library import locate_library
+        library = locate_library(os.path.expanduser(library_path.strip()) or None)
+        engine = resolve_engine_path(engine_path) if engine_path.strip() else None
+    else:
+        library, engine = None, resolve_engine_path(engine_path)
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
-    return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout)
+    return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout,
+                        library_path=library, previews=previews and mode == LIBRARY)
+
+
+def default_engine_mode() -> str:
+    """The H3 Engine node's default mode: the library when one is configured ($H3_LIBRARY)."""
+    from ..engines.library import LIBRARY_ENV
+    return LIBRARY if os.environ.get(LIBRARY_ENV) else ONE_SHOT
 
 
 def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path:
@@ -153,6 +172,11 @@ def open_engine(handle: EngineHandle) -> Engine:
 
     Warm session: the process-wide `shared_session` for (engine, model), so the model stays
     resident across queue runs and graphs (until its idle timeout)."""
+    if handle.mode == LIBRARY:
+        from ..engines.library import shared_library_engine
+        library = shared_library_engine(handle.library_path, handle.model_dir)
+        library.stall_timeout = handle.stall_timeout      # as for the session: this job's node decides
+        return library
     if handle.mode == WARM_SESSION:
         session = shared_session(handle.engine_path, handle.model_dir)
         # shared_session applies options only when it creates the session: this job's engine node
@@ -300,7 +324,7 @@ def plan_text(plan: MemoryPlan) -> str:
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
                          machine: MachineFacts | None = None, session: bool = False,
-                         model_warnings: list[str] | None = None) -> tuple[bool, MemoryPlan]:
+                         model_warnings: list[str] | None = None, preview: bool = False) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
 
@@ -321,7 +345,8 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
         model_warnings.extend(warnings)
 
     def plan(ssd: bool) -> MemoryPlan:
-        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
+        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
+                           preview=preview)
 
     if choice != "auto":
         ssd = choice == "on"
@@ -418,6 +443,11 @@ class ProgressForwarder:
         if value > self._value:
             self._value = value
             self._update(value, self._total)
+
+    @property
+    def value(self) -> int:
+        """Where the bar is (0 before the first event): a preview is shown at the current value."""
+        return max(self._value, 0)
 
     def finish(self) -> None:
         if self._value < self._total:
@@ -599,6 +629,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  on_progress: Callable[[ProgressEvent], None] | None = None,
                  on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
+                 on_preview: Callable[[PreviewFrame], None] | None = None,
                  engine_factory: Callable[[EngineHandle], Engine] = open_engine) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
 
@@ -623,8 +654,11 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                     references = materialise_references(inputs.references, scratch)
                 request = build_request(settings, first_frame=first, last_frame=last, references=references)
                 model_warnings: list[str] = []
+                library = handle.mode == LIBRARY     # warm too; planned with the library's h3_device facts
                 ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
-                                                 session=handle.mode == WARM_SESSION, model_warnings=model_warnings)
+                                                 session=handle.mode in (WARM_SESSION, LIBRARY),
+                                                 model_warnings=model_warnings, preview=handle.previews,
+                                                 machine=engine_factory(handle).machine_facts() if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
             except H3BridgeError as error:
@@ -633,6 +667,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             output = new_output_path(output_dir)
             options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
                            cancel=cancel)
+            if handle.previews and on_preview is not None:     # library mode (the preview VAE's memory is planned)
+                options["on_preview"] = on_preview
             ran_on, notes = handle, [f"model warning: {warning}" for warning in model_warnings]
             # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.
             notify("".join(f"WARNING: {warning}\n" for warning in model_warnings) + describe_job(request, handle.mode))
@@ -672,12 +708,14 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
         raise RequestError(f"unknown SSD streaming choice {settings.ssd_streaming!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
     inventory = inspect_model(handle.model_dir)
-    session = handle.mode == WARM_SESSION      # the warm session keeps the DiT and video decoder loaded
+    # warm engines (the session, the library) keep the DiT and video decoder loaded
+    session = handle.mode in (WARM_SESSION, LIBRARY)
     ssd = settings.ssd_streaming == "on"
     if settings.ssd_streaming == "auto":
-        resident = plan_memory(request, inventory, machine=machine, session=session)
+        resident = plan_memory(request, inventory, machine=machine, session=session, preview=handle.previews)
         ssd = not resident.fits and resident.needs_ssd_streaming
-    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
+    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
+                       preview=handle.previews)
     frames = request.frame_count
     header = (f"{request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), preset {settings.preset}, "
               f"SSD streaming {'on' if ssd else 'off'} ({settings.ssd_streaming})")
@@ -685,7 +723,7 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
 
 
 __all__ = [
-    "ENGINE_MODES", "EngineHandle", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
+    "ENGINE_MODES", "EngineHandle", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",

@@ -596,4 +596,30 @@ class LibraryEngine(WarmEngine):
             worker.engine.stop()      # the job's thread sees the control stream end and raises
 
 
-__all__ = ["LibraryEngine", "LIBRARY_ENV", "locate_library", "machine_facts_from_device"]
+
+
+# ============================================================================ one per host process
+
+_shared: dict[tuple[str, str, str], LibraryEngine] = {}
+_shared_guard = threading.Lock()
+
+
+def shared_library_engine(library_path: str | os.PathLike[str] | None = None,
+                          model_dir: str | os.PathLike[str] | None = None, *,
+                          h3_dir: str | os.PathLike[str] | None = None, **options: Any) -> LibraryEngine:
+    """The process-wide LibraryEngine for this library, model and h3.c folder (ComfyUI's library
+    mode): every caller gets the same warm worker, which steps aside and times out as warm.py
+    says. `options` (LibraryEngine keywords) apply only when it is first created."""
+    library = locate_library(library_path)
+    model = locate_model_dir(model_dir)
+    folder = Path(h3_dir).expanduser().absolute() if h3_dir else library.resolve().parent
+    key = (os.path.realpath(library), os.path.realpath(model), str(folder))
+    with _shared_guard:
+        engine = _shared.get(key)
+        if engine is None:
+            engine = LibraryEngine(library, model, h3_dir=folder, **options)
+            _shared[key] = engine
+        return engine
+
+
+__all__ = ["LibraryEngine", "LIBRARY_ENV", "locate_library", "machine_facts_from_device", "shared_library_engine"]
