@@ -230,14 +230,15 @@ class H3EngineNode(io.ComfyNode):
                                        "between clips (faster repeats, holds the memory until idle). library: libh3 "
                                        "in a warm worker, with denoise previews on H3 Generate and exact frames "
                                        "(the default when H3_LIBRARY is set)."),
+                io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
+                             tooltip="Kill the engine after this many seconds without progress (0 = never)."),
+                # after the older inputs: workflows saved before them keep their widget values
                 io.String.Input("library_path", default="", optional=True,
                                 tooltip="library mode: libh3.dylib from `h3bridge build-library H3C_DIR` (empty: "
                                         "$H3_LIBRARY). Runs in the h3.c checkout it was built in."),
                 io.Boolean.Input("previews", default=True, optional=True,
                                  tooltip="library mode: show a denoise preview on H3 Generate after every step. "
                                          "Costs upstream's preview VAE (about 10 GiB more; the memory plan counts it)."),
-                io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
-                             tooltip="Kill the engine after this many seconds without progress (0 = never)."),
             ],
             outputs=[H3Engine.Output(display_name="engine")],
         )
