@@ -273,3 +273,15 @@ def test_fifty_warm_jobs_do_not_grow_the_worker(engine: LibraryEngine) -> None:
     assert engine.starts == 1 and worker.pid == engine.pid
     grown = worker.memory_info().rss - first
     assert grown < 8 << 20, f"the worker's RSS grew by {grown / 2**20:.1f} MiB over 50 jobs"
+
+
+def test_an_idle_library_worker_steps_aside_for_a_one_shot_job(engine: LibraryEngine, model_dir: Path,  # noqa: F811
+                                                               tmp_path: Path) -> None:
+    engine.generate(fast_request(), None, want_audio=False)
+    pid = engine.pid
+    assert pid is not None
+    OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), tmp_path / "one-shot.mp4")
+    assert engine.pid is None          # it gave the machine-wide lock back (warm.py's rules)
+    assert_group_gone(pid)
+    engine.generate(fast_request(), None, want_audio=False)
+    assert engine.starts == 2
