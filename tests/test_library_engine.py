@@ -285,3 +285,41 @@ def test_an_idle_library_worker_steps_aside_for_a_one_shot_job(engine: LibraryEn
     assert_group_gone(pid)
     engine.generate(fast_request(), None, want_audio=False)
     assert engine.starts == 2
+
+
+def test_an_exception_inside_a_worker_callback_never_unwinds_through_c(library: Path, model_dir: Path,  # noqa: F811
+                                                                       tmp_path: Path) -> None:
+    """The worker's own callbacks, run in this process on the double: a frame that does not fit
+    the host's frames file raises inside on_frame; the callback returns 1 (upstream cancels), and
+    the error is reported after h3_generate returned; the same context then runs the next job."""
+    import io
+
+    from h3bridge.engines.library_wire import receive
+    from h3bridge.engines.library_worker import Worker
+
+    control = io.BytesIO()
+    worker = Worker(control, str(library), str(model_dir))
+    assert worker.load()
+    request = fast_request()
+    frames = tmp_path / "frames.rgb"
+    frames.write_bytes(bytes(22 * 32 * 32 * 3))
+
+    def job(number: int, shape: list[int]) -> dict:
+        return {"job": number, "prompt": request.prompt, "references": [], "preview": False,
+                "fields": h3_params_fields(request, output_path=None, preview=False),
+                "frames_path": str(frames), "frame_shape": shape}
+
+    worker.run_job(job(1, [22, 32, 32]))            # the request is 96x64
+    frames.write_bytes(bytes(22 * 64 * 96 * 3))
+    worker.run_job(job(2, [22, 64, 96]))
+    worker.jobs.put(None)
+    assert worker.run() == 0                         # h3_free
+    stream = io.BytesIO(control.getvalue())
+    messages = []
+    while (item := receive(stream)) is not None:
+        messages.append(item[0])
+    ends = [m for m in messages if m["ev"] in ("done", "failed")]
+    assert ends[0]["ev"] == "failed" and ends[0]["job"] == 1
+    assert "ValueError" in ends[0]["callback_error"] and "expected 22 frames at 32x32" in ends[0]["callback_error"]
+    assert ends[0]["message"].startswith("generation cancelled while delivering frame")   # h3_last_error
+    assert ends[1]["ev"] == "done" and ends[1]["frames_written"] == 22

@@ -218,6 +218,10 @@ class Worker:
             if result:
                 self.lib.h3_result_free(result)
             raise HostGone("the host went away during the job")
+        if result and failures:
+            # A callback failed (it returned 1) but the run completed anyway: the job is not whole.
+            self.lib.h3_result_free(result)
+            result = None
         if result:
             info = result.contents
             summary = {"width": int(info.width), "height": int(info.height), "frames": int(info.frames),
