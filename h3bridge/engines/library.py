@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,7 +53,6 @@ from ..errors import (
     LibraryLoadError,
     ModelError,
 )
-from ..media.decode import remove_quietly
 from ..model.memory import MachineFacts
 from ..progress import PreviewCallback, PreviewFrame, ProgressCallback, ProgressEvent, ProgressTracker
 from ..request import GenerationRequest
@@ -66,9 +63,8 @@ from .h3_command import engine_message_from, expected_phases
 from .hints import failure_hint, phase_words
 from .library_wire import h3_params_fields, h3_references, receive, send
 from .locate import check_media_tools, engine_environment, engine_variables, locate_media_tools, locate_model_dir
-from .lock import WORKDIR_PREFIX, remove_leftovers
 from .oneshot import one_shot_disk_needs
-from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
+from .output import finish_result, job_files, raise_if_cancelled, resolve_output
 from .process import EngineProcess, signal_name
 from .protocol import EngineCapabilities
 from .warm import DEFAULT_IDLE_TIMEOUT, WarmEngine
@@ -320,16 +316,9 @@ class LibraryEngine(WarmEngine):
             phases["preview VAE load"] = REFERENCE_SECONDS["preview VAE load"]
         job = _Job(request=request, tracker=ProgressTracker(phases, time.monotonic()), on_progress=on_progress,
                    on_preview=on_preview, cancel=cancel)
-        made_folders = missing_folders(destination) if destination is not None else []
         self._worker_idle_after_failure = False
-        workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-        mp4_temp: Path | None = None
-        published = False
-        try:
-            if destination is not None:
-                mp4_temp = staging_path(destination)
-            elif want_audio:
-                mp4_temp = workdir / "audio.mp4"
+        with job_files(destination, want_audio=want_audio) as files:
+            workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_path = workdir / "frames.rgb" if want_frames else None
             shape = (request.frame_count, request.height, request.width)
             if frames_path is not None:
@@ -369,14 +358,8 @@ class LibraryEngine(WarmEngine):
                                    want_audio=want_audio, timings=timings, command=self._command(job),
                                    engine_log=engine_log, engine_variables=engine_variables(env),
                                    seed=int(summary["seed"]))
-            published = True
+            files.published = True
             return result
-        finally:
-            if mp4_temp is not None and mp4_temp.parent != workdir:
-                remove_quietly(mp4_temp)
-            shutil.rmtree(workdir, ignore_errors=True)
-            if not published:
-                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
 
     # ------------------------------------------------------------------ the job
 
