@@ -137,3 +137,29 @@ def test_the_macos_path_runs_make_links_and_checks_the_result(upstream_checkout:
 def test_build_library_refuses_a_folder_that_is_not_a_checkout(tmp_path: Path) -> None:
     with pytest.raises(EngineNotFoundError, match="not an h3.c checkout"):
         build_library(tmp_path, system="darwin")
+
+
+def test_the_progress_bar_counts_the_step_previews(capsys: pytest.CaptureFixture[str]) -> None:
+    from h3bridge.cli import PhaseProgressBars
+    from h3bridge.progress import ProgressEvent
+
+    notes = iter(["previews 1/3", "previews 2/3"])
+    bars = PhaseProgressBars(terminal=True, note=lambda: next(notes))
+    bars(ProgressEvent(phase="denoise", done=1, total=3, fraction=0.5, elapsed=1.0))
+    bars(ProgressEvent(phase="denoise", done=2, total=3, fraction=0.6, elapsed=2.0))
+    bars.close()
+    err = capsys.readouterr().err
+    assert "previews 1/3" in err and "previews 2/3" in err
+
+
+def test_the_memory_plan_uses_the_librarys_device(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """h3_device's recommended working set caps the plan's budget: a device that may hold 1 MiB
+    refuses the clip before anything renders, whatever this machine's RAM."""
+    monkeypatch.setenv("H3_SIM_RECOMMENDED_WORKING_SET", "1048576")
+    status = main(["generate", "--engine", "library", "--library-path", str(double_library_path()),
+                   "--model-dir", str(model_dir), "-p", "x", *TINY, "-o", str(tmp_path / "x.mp4")])
+    err = capsys.readouterr().err
+    assert status == 2 and not (tmp_path / "x.mp4").exists()
+    assert "Apple M5 Max" in err          # the device h3_device reported, in the printed plan
