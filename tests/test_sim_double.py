@@ -323,8 +323,16 @@ DRIVER = textwrap.dedent("""
     lib = libh3.load_library({library!r})
     ctx = lib.h3_load_dir({model!r})
     recorder = Recorder()
-    lib.h3_generate(ctx, b"x", ctypes.byref(recorder.attach(small_params())))
-    print("returned", lib.h3_last_error(ctx).decode())
+    params = recorder.attach(small_params())
+    run = lambda: lib.h3_generate(ctx, b"x", ctypes.byref(params))
+    if os.environ.get("DRIVER_THREAD"):
+        import threading
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+    else:
+        run()
+    print("returned", lib.h3_last_error(ctx).decode(), len(recorder.finals))
 """)
 
 
@@ -337,10 +345,17 @@ def _driver(tmp_path: Path, model: Path, env: dict[str, str]) -> subprocess.Pope
                             start_new_session=True)
 
 
-def test_crash_phase_kills_the_process_with_sigsegv(model: Path, tmp_path: Path) -> None:
-    process = _driver(tmp_path, model, {"H3_SIM_CRASH_PHASE": "denoise enqueue:1"})
-    out, _ = process.communicate(timeout=60)
-    assert process.returncode == -signal.SIGSEGV and "returned" not in out
+@pytest.mark.parametrize("thread", ["", "1"], ids=["main thread", "other thread"])
+def test_crash_phase_kills_the_process_with_sigsegv(model: Path, tmp_path: Path, thread: str) -> None:
+    process = _driver(tmp_path, model, {"H3_SIM_CRASH_PHASE": "denoise enqueue:1", "DRIVER_THREAD": thread})
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGSEGV and "returned" not in out, err
+
+
+def test_a_generation_on_another_thread(model: Path, tmp_path: Path) -> None:
+    process = _driver(tmp_path, model, {"DRIVER_THREAD": "1"})
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0 and out == "returned  22\n", err
 
 
 def test_hang_phase_goes_silent_after_writing_the_notice(model: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ Functions that can fail return None, or the error text (bytes, h3_last_error's c
 """
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
 from typing import Callable
@@ -144,6 +145,12 @@ def generate(sim: SimContext, prompt: bytes | None, params_address: int,
                                  on_progress=on_progress, on_frame=on_frame)
     except SimError as error:
         return _error(error.message)
+    except KeyboardInterrupt:
+        # SIGINT arrived while C was "inside" h3_generate. An exception cannot cross the C
+        # frame, so the call fails and the interrupt is raised again in the main thread as soon
+        # as the caller is back in Python.
+        _thread.interrupt_main()
+        return _error("generation interrupted (SIGINT)")
     target = libh3.h3_result.from_address(result_address)
     target.width, target.height, target.frames = result.width, result.height, result.frames
     target.fps, target.sample_rate, target.seed = result.fps, result.sample_rate, result.seed
