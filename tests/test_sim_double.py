@@ -20,7 +20,7 @@ from h3bridge import libh3
 from h3bridge.media.decode import decode_audio
 
 from double_helpers import Recorder, double_library_path, generate, small_params
-from sim_helpers import make_model, progress_records, read_ppm, run_sim
+from sim_helpers import make_audio, make_image, make_model, progress_records, read_ppm, run_sim
 
 METAL_FAILURE = "Metal command buffer failed: Internal Error (0000000e:Internal Error)"
 
@@ -190,6 +190,43 @@ def test_a_run_reports_h3_sims_phases_and_delivers_its_frames_and_audio(
     # The MP4 went through FFmpeg and carries the same audio.
     library_audio, cli_audio = decode_audio(library_mp4), decode_audio(cli_mp4)
     assert library_audio.size > 0 and np.array_equal(library_audio, cli_audio)
+
+
+def _frames_dir(directory: Path) -> list[np.ndarray]:
+    return [read_ppm(path)[1] for path in sorted(directory.glob("frame-*.ppm"))]
+
+
+def test_anchors_and_references_reach_the_engine_as_the_cli_passes_them(
+        lib: ctypes.CDLL, ctx, model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    red, blue = make_image(tmp_path / "red.png", "red"), make_image(tmp_path / "blü e.png", "blue")
+    audio = make_audio(tmp_path / "voice.wav", 2.5)
+    common = ["-d", str(model), "-p", "x", "--width", "64", "--height", "64", "--frames", "22",
+              "--steps", "2", "--seed", "7", "-o", ""]
+    anchored = Recorder()
+    params = anchored.attach(small_params(steps=2, first_frame=os.fsencode(red), last_frame=os.fsencode(blue)))
+    result, error = generate(lib, ctx, b"x", params)
+    assert result is not None, error
+    run = run_sim(capsys, *common, "--first-frame", str(red), "--last-frame", str(blue),
+                  "--frames-dir", str(tmp_path / "anchored"))
+    assert run.code == 0, run.err
+    cli_frames = _frames_dir(tmp_path / "anchored")
+    assert [f["rgb"].tobytes() for f in anchored.finals] == [f.tobytes() for f in cli_frames]
+
+    referenced = Recorder()
+    array = _references((libh3.H3_REFERENCE_IMAGE, os.fsencode(red), None, 0),
+                        (libh3.H3_REFERENCE_AUDIO, os.fsencode(audio), None, 0))
+    params = referenced.attach(small_params(steps=2, reference_count=2,
+                                            references=ctypes.cast(array, ctypes.POINTER(libh3.h3_reference))))
+    result, error = generate(lib, ctx, b"x", params)
+    assert result is not None, error
+    run = run_sim(capsys, *common, "--ref-image", str(red), "--ref-audio", str(audio),
+                  "--frames-dir", str(tmp_path / "referenced"))
+    assert run.code == 0, run.err
+    assert [f["rgb"].tobytes() for f in referenced.finals] == \
+        [f.tobytes() for f in _frames_dir(tmp_path / "referenced")]
+    phases = {phase for phase, _, _ in referenced.progress}
+    assert {"Qwen vision", "video VAE encoder", "audio VAE encoder"} <= phases
+    assert not np.array_equal(referenced.finals[0]["rgb"], anchored.finals[0]["rgb"])
 
 
 def test_a_different_seed_gives_different_frames(lib: ctypes.CDLL, ctx) -> None:
