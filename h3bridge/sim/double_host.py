@@ -24,6 +24,7 @@ from .st_header import ComponentInfo
 _STRING_FIELDS = ("output_path", "first_frame", "last_frame")
 _NOT_IN_SIM_PARAMS = {"references", "reference_count", "on_frame", "on_progress", "callback_opaque"}
 _KINDS = {int(kind) for kind in ReferenceKind}
+_RGB_POINTER = ctypes.POINTER(ctypes.c_uint8)
 
 
 def _error(text: str) -> bytes:
@@ -132,7 +133,7 @@ def generate(sim: SimContext, prompt: bytes | None, params_address: int,
         def call_frame(frame: SimFrame) -> bool:
             rgb = frame.rgb if frame.rgb.flags.c_contiguous else frame.rgb.copy()
             c_frame = libh3.h3_frame(frame.width, frame.height, frame.stride,
-                                     rgb.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                     ctypes.cast(rgb.ctypes.data, _RGB_POINTER),
                                      frame.frame_index, frame.frame_count,
                                      frame.denoise_step, frame.denoise_steps)
             # `rgb` stays referenced until the callback returns: the pointer is valid only then.
