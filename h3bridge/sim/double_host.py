@@ -10,6 +10,7 @@ Functions that can fail return None, or the error text (bytes, h3_last_error's c
 """
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
 from typing import Callable
@@ -23,6 +24,7 @@ from .st_header import ComponentInfo
 _STRING_FIELDS = ("output_path", "first_frame", "last_frame")
 _NOT_IN_SIM_PARAMS = {"references", "reference_count", "on_frame", "on_progress", "callback_opaque"}
 _KINDS = {int(kind) for kind in ReferenceKind}
+_RGB_POINTER = ctypes.POINTER(ctypes.c_uint8)
 
 
 def _error(text: str) -> bytes:
@@ -131,7 +133,7 @@ def generate(sim: SimContext, prompt: bytes | None, params_address: int,
         def call_frame(frame: SimFrame) -> bool:
             rgb = frame.rgb if frame.rgb.flags.c_contiguous else frame.rgb.copy()
             c_frame = libh3.h3_frame(frame.width, frame.height, frame.stride,
-                                     rgb.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                     ctypes.cast(rgb.ctypes.data, _RGB_POINTER),
                                      frame.frame_index, frame.frame_count,
                                      frame.denoise_step, frame.denoise_steps)
             # `rgb` stays referenced until the callback returns: the pointer is valid only then.
@@ -144,6 +146,12 @@ def generate(sim: SimContext, prompt: bytes | None, params_address: int,
                                  on_progress=on_progress, on_frame=on_frame)
     except SimError as error:
         return _error(error.message)
+    except KeyboardInterrupt:
+        # SIGINT arrived while C was "inside" h3_generate. An exception cannot cross the C
+        # frame, so the call fails and the interrupt is raised again in the main thread as soon
+        # as the caller is back in Python.
+        _thread.interrupt_main()
+        return _error("generation interrupted (SIGINT)")
     target = libh3.h3_result.from_address(result_address)
     target.width, target.height, target.frames = result.width, result.height, result.frames
     target.fps, target.sample_rate, target.seed = result.fps, result.sample_rate, result.seed

@@ -307,7 +307,12 @@ class _Progress:
         if self.crash and self.crash.matches(phase, done):
             # A C program killed by SIGSEGV loses what stdio still buffers: stdout is not flushed.
             _stderr("")
-            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            try:
+                signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            except ValueError:
+                # Not the main thread (the libh3 double can be called from any thread): Python
+                # installs no SIGSEGV handler of its own, so the default action still applies.
+                pass
             os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(5)   # the signal is delivered asynchronously on some platforms
         if self.hang and self.hang.matches(phase, done):

@@ -45,6 +45,13 @@ static unsigned long long address(const void *pointer) {
     return (unsigned long long)(uintptr_t)pointer;
 }
 
+/* Print and clear the pending Python exception. PyErr_Print would exit the process on a
+ * SystemExit, which a library call must never do: that one is only cleared. */
+static void log_python_error(void) {
+    if (PyErr_ExceptionMatches(PyExc_SystemExit)) PyErr_Clear();
+    else PyErr_Print();
+}
+
 /* A Python exception that escaped the host module is a bug in the double, not an engine
  * message: say so, and print the traceback to stderr for whoever reads the log. */
 static void set_python_error(h3_ctx *ctx, const char *function) {
@@ -58,7 +65,7 @@ static void set_python_error(h3_ctx *ctx, const char *function) {
              utf8 ? utf8 : "unknown error");
     Py_XDECREF(text);
     PyErr_Restore(type, value, traceback);
-    PyErr_Print();
+    log_python_error();
     set_error(ctx, message);
 }
 
@@ -85,7 +92,7 @@ static int accept_status(h3_ctx *ctx, PyObject *status, const char *function) {
 static void call_void(const char *function, const char *format, PyObject *sim, long long value) {
     PyObject *module = host();
     PyObject *answer = module ? PyObject_CallMethod(module, function, format, sim, value) : NULL;
-    if (!answer) PyErr_Print();
+    if (!answer) log_python_error();
     Py_XDECREF(answer);
     Py_XDECREF(module);
 }
