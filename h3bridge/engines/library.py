@@ -58,7 +58,7 @@ from ..progress import PreviewCallback, PreviewFrame, ProgressCallback, Progress
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..upstream_costs import REFERENCE_SECONDS
-from .disk import check_disk_space, raise_for_disk_problem
+from .disk import DiskNeed, check_disk_space, raise_for_disk_problem
 from .h3_command import engine_message_from, expected_phases
 from .hints import failure_hint, phase_words
 from .library_wire import h3_params_fields, h3_references, receive, send
@@ -204,6 +204,7 @@ class _Job:
     before_progress: str = WORKER_BEFORE_PROGRESS
     previews: int = 0
     fields: dict[str, Any] = field(default_factory=dict)
+    disk_needs: list[DiskNeed] = field(default_factory=list)     # where the job writes (disk-full errors)
 
     def where(self) -> str:
         return phase_words(self.last_event, before=self.before_progress)
@@ -308,14 +309,15 @@ class LibraryEngine(WarmEngine):
         destination = resolve_output(output, overwrite=overwrite)
         writes_mp4 = destination is not None or want_audio
         tools = check_media_tools(request, writes_mp4=writes_mp4)
-        check_disk_space(one_shot_disk_needs(request, destination, writes_mp4=writes_mp4, want_frames=want_frames))
+        disk_needs = one_shot_disk_needs(request, destination, writes_mp4=writes_mp4, want_frames=want_frames)
+        check_disk_space(disk_needs)
         env = self._environment(tools)
         preview = on_preview is not None
         phases = expected_phases(request, writes_mp4=writes_mp4)
         if preview:
             phases["preview VAE load"] = REFERENCE_SECONDS["preview VAE load"]
         job = _Job(request=request, tracker=ProgressTracker(phases, time.monotonic()), on_progress=on_progress,
-                   on_preview=on_preview, cancel=cancel)
+                   on_preview=on_preview, cancel=cancel, disk_needs=disk_needs)
         self._worker_idle_after_failure = False
         with job_files(destination, want_audio=want_audio) as files:
             workdir, mp4_temp = files.workdir, files.mp4_temp
@@ -455,8 +457,7 @@ class LibraryEngine(WarmEngine):
             raise EngineError(f"the library worker's callback failed: {message['callback_error']}",
                               engine_message=text, stderr=log, command=self._command(job))
         self._worker_idle_after_failure = True      # upstream's context is fine after a refused job
-        raise_for_disk_problem(log, one_shot_disk_needs(job.request, None, writes_mp4=False, want_frames=False),
-                               engine_message=text)
+        raise_for_disk_problem(log, job.disk_needs, engine_message=text)
         raise EngineError(f"h3 failed: {text}" if text else "h3_generate failed without a message",
                           engine_message=text, exit_code=None, stderr=log, command=self._command(job),
                           hint=failure_hint(job.request, text))
