@@ -323,3 +323,42 @@ def test_an_exception_inside_a_worker_callback_never_unwinds_through_c(library: 
     assert "ValueError" in ends[0]["callback_error"] and "expected 22 frames at 32x32" in ends[0]["callback_error"]
     assert ends[0]["message"].startswith("generation cancelled while delivering frame")   # h3_last_error
     assert ends[1]["ev"] == "done" and ends[1]["frames_written"] == 22
+
+
+def test_a_host_killed_mid_job_leaves_nothing_running_after_the_next_job(library: Path, model_dir: Path,  # noqa: F811
+                                                                          tmp_path: Path, _private_tmp: Path) -> None:
+    """The host dies (SIGKILL) while libh3 sits in a silent phase: the worker cannot notice, so
+    the next job's engine lock takeover stops it (its record names its group and its files)."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    notice = tmp_path / "silent"
+    script = textwrap.dedent(f"""
+        import os, tempfile
+        tempfile.tempdir = {str(_private_tmp)!r}
+        from h3bridge import GenerationRequest, LibraryEngine
+        env = dict(os.environ, H3_SIM_HANG_PHASE="video VAE load:36", H3_SIM_HANG_NOTICE={str(notice)!r})
+        engine = LibraryEngine({str(library)!r}, {str(model_dir)!r}, env=env)
+        engine.generate(GenerationRequest("a fox", width=96, height=64, frames=22, steps=2),
+                        {str(tmp_path / "host.mp4")!r})
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120     # a safety net: the loop waits for the notice file
+        while not notice.exists() and host.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert notice.exists(), "the host's worker never reached its silent phase"
+        worker_pid = int(notice.read_text().split()[0])
+        host.kill()
+        host.wait(timeout=30)
+    finally:
+        if host.poll() is None:
+            host.kill()
+    assert psutil.pid_exists(worker_pid)              # orphaned, still holding the model
+    with LibraryEngine(library, model_dir) as engine:
+        assert engine.generate(fast_request(), tmp_path / "next.mp4").video_path == tmp_path / "next.mp4"
+    assert_group_gone(worker_pid)
+    assert not (tmp_path / "host.mp4").exists() and list(tmp_path.glob(".h3bridge-*")) == []
+    assert list(_private_tmp.iterdir()) == []
