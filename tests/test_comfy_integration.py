@@ -805,3 +805,20 @@ def test_library_mode_shows_denoise_previews_over_the_websocket(server: Server, 
     summary = outputs["920"]["text"][0]
     assert summary.startswith("engine: library engine")
     assert [outputs[f"90{slot}"]["text"][0] for slot in (1, 2)] == ["96", "64"]
+
+
+def test_a_library_of_the_wrong_kind_is_one_sentence_on_the_node(server: Server, tmp_path: Path) -> None:
+    """A static libh3.a given as library_path: the H3 Engine node fails with one sentence and the
+    fix (link a shared library), before anything runs."""
+    archive = tmp_path / "libh3.a"
+    archive.write_bytes(b"!<arch>\n" + b"\0" * 60)
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[engine_id]["inputs"].update(mode="library", library_path=str(archive))
+    entry = server.wait(server.queue(prompt))
+    assert entry["status"]["status_str"] == "error"
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    assert error["node_type"] == "H3Engine" and error["exception_type"].endswith("LibraryLoadError")
+    first, *rest = error["exception_message"].split("\n")
+    assert "static archive" in first and str(archive) in first
+    assert rest and "build-library" in rest[0]
