@@ -40,6 +40,7 @@ from .engines.oneshot import OneShotEngine
 from .engines.process import EngineProcess
 from .engines.protocol import Engine, EngineCapabilities
 from .engines.session import SessionEngine, shared_session
+from .engines.library import LibraryEngine
 # the model directory (model/) and media (media/)
 from .media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource, materialise_references
 from .model.inventory import ModelInventory, inspect_model
@@ -67,7 +68,7 @@ __all__ = [
     "UnsupportedRequestError", "align_frame_count",
     # the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
     "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
-    "SessionEngine", "shared_session", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
+    "SessionEngine", "shared_session", "LibraryEngine", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
     # a Videos API server (h3bridge serve, SGLang Diffusion, vLLM-Omni) as an engine (engines/remote.py)
     "RemoteEngine", "RemoteError", "RemoteAuthError", "RemoteUnreachableError",
     # model inventory, verification and memory plan (model/)

@@ -42,6 +42,7 @@ from .request import (
 
 if TYPE_CHECKING:
     from .engines.protocol import Engine
+    from .model.memory import MachineFacts
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 EXIT_STATUS_HELP = ("exit status: 0 ok, 1 failed, 2 bad arguments or refused before anything ran, "
@@ -168,8 +169,10 @@ class PhaseProgressBars:
     written instead. Progress is a courtesy: if stderr breaks (a closed pipe), the display
     turns itself off and the render goes on."""
 
-    def __init__(self, enabled: bool = True, *, terminal: bool | None = None) -> None:
+    def __init__(self, enabled: bool = True, *, terminal: bool | None = None,
+                 note: Callable[[], str | None] | None = None) -> None:
         self.enabled = enabled
+        self.note = note      # more for the bar's postfix (the library engine's "previews N/M")
         self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self._bar = None
         self._phase: str | None = None
@@ -199,8 +202,9 @@ class PhaseProgressBars:
                              bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
         self._bar.ncols = bar_columns()      # follows a resized terminal, like dynamic_ncols
         self._bar.n = event.done
-        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s{eta_suffix(event)}",
-                                  refresh=False)
+        extra = self.note() if self.note is not None else None
+        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s"
+                                  + (f", {extra}" if extra else "") + eta_suffix(event), refresh=False)
         self._bar.refresh()
 
     def close(self) -> None:
@@ -247,6 +251,8 @@ def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: 
     if warm_by_default:
         warm.add_argument("--one-shot", dest="session", action="store_false",
                           help="start h3 afresh for every clip instead of keeping the model warm")
+    from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
+    add_library_options(parser)
     from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
     add_remote_option(parser)
 
@@ -264,8 +270,9 @@ def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
 @dataclass
 class EngineChoice:
     """The engines the flags chose: one-shot always (it takes every valid request), and the warm
-    engine when asked for; with --remote, the server alone (`one_shot` is the RemoteEngine).
-    `for_request` says which one runs a request."""
+    engine when asked for; with --remote the server alone, and with --engine library the
+    library's worker alone (`one_shot` is that engine). `for_request` says which one runs a
+    request."""
 
     one_shot: Engine
     warm: Engine | None = None
@@ -278,6 +285,12 @@ class EngineChoice:
     def model_dir(self) -> Path | None:
         """The local model folder; None for a server, which checks its own model."""
         return getattr(self.one_shot, "model_dir", None)
+
+    def machine_facts(self) -> MachineFacts | None:
+        """The facts to plan memory with when the engine knows better than psutil (the library's
+        h3_device: Metal's recommended working set); None: this machine as detected."""
+        facts = getattr(self.one_shot, "machine_facts", None)
+        return facts() if facts is not None else None
 
     def for_request(self, request: GenerationRequest) -> Engine:
         """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
@@ -304,6 +317,9 @@ def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) 
     from .engines.oneshot import OneShotEngine
     from .engines.session import SessionEngine
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+    if getattr(args, "engine", "cli") == "library":     # warm by nature: --session/--one-shot do not apply
+        from .engines.library_cli import library_engine_from_args
+        return EngineChoice(library_engine_from_args(args, stall_timeout=stall_timeout))
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
     warm = None
     if getattr(args, "session", False) if session is None else session:
@@ -370,16 +386,19 @@ def summary_line(result) -> str:
 
 def run_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args).validate()
+    from .engines.library_cli import preview_writer_from_args
+    previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
     engines = engines_from_args(args)
     chosen = engines.for_request(request)
     session = chosen if chosen is engines.warm else None
     if engines.model_dir is not None:      # a server checks its own model and plans its own memory
         preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
-                           session=session is not None and session.capabilities.warm_model)
+                           session=chosen.capabilities.warm_model, machine=engines.machine_facts(),
+                           preview=previews is not None)
     cancel = CancelToken()
-    bars = PhaseProgressBars(enabled=not args.quiet)
+    bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
-                   on_progress=bars, cancel=cancel)
+                   on_progress=bars, on_preview=previews, cancel=cancel)
     with cancel_on_signals(cancel) as received:
         try:
             if session is not None:
@@ -580,13 +599,14 @@ def default_request_advice(model_dir: Path | None = None) -> str:
     return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `h3bridge plan`)"
 
 
-def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False) -> None:
+def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False,
+                       machine: object = None, preview: bool = False) -> None:
     """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
     the DiT and the video decoder loaded); a refusal prints the plan."""
     from .errors import MemoryPlanError
     from .model.memory import preflight
     try:
-        plan = preflight(request, model_dir, force=force, session=session)
+        plan = preflight(request, model_dir, force=force, session=session, machine=machine, preview=preview)
     except MemoryPlanError as error:
         if error.plan is not None:
             print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
@@ -714,6 +734,8 @@ def _positive_gigabytes(text: str) -> float:
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
                                                                    add_info_command, add_verify_command,
                                                                    add_plan_command, add_demo_command]
+from .engines.library_build import add_build_library_command   # noqa: E402 (libh3.dylib from h3.c, macOS)
+SUBCOMMANDS.append(add_build_library_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -183,3 +183,21 @@ class RemoteAuthError(RemoteError):
 
 class RemoteUnreachableError(RemoteError):
     """The server could not be reached (refused, unknown host, timed out) or the connection broke."""
+
+
+class LibraryLoadError(EngineNotFoundError):
+    """A libh3 shared library is missing, is not a library, or was built for another OS or CPU
+    (h3bridge.libh3.load_library). `path` is the file that was asked for; `hint` the fix."""
+
+    def __init__(self, message: str, *, path: Path | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
+class LibraryBuildError(EngineNotFoundError):
+    """The libh3 test double (`h3-sim-lib`, h3bridge/sim/library.py) could not be compiled: no C
+    compiler, no Python headers, or the compiler failed (its output is in `compiler_output`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, compiler_output: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.compiler_output = compiler_output

@@ -823,3 +823,50 @@ def test_h3_lora_feeds_h3_engine_a_folded_model_and_requeuing_folds_nothing(serv
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
     assert [p.name for p in (base.parent / ".h3bridge-lora").iterdir()] == [folded.name]
     assert (folded / "h3bridge-lora.json").stat().st_mtime_ns == stamp
+
+
+# ----------------------------------------------------------------------------- library mode (libh3)
+
+def test_library_mode_shows_denoise_previews_over_the_websocket(server: Server, tmp_path: Path) -> None:
+    """H3 Engine in library mode (the libh3 double here; libh3.dylib on a Mac): H3 Generate's
+    previews reach the frontend while it samples, as KSampler's do, and the frames are exact."""
+    from double_helpers import double_library_path
+
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    generate_id = _generate_id(prompt)
+    prompt[engine_id]["inputs"].update(mode="library", library_path=str(double_library_path()), previews=True)
+    inputs = prompt[generate_id]["inputs"]
+    inputs.update(seed=4242, width=96, height=64)
+    steps = next(value for key, value in inputs.items() if key.endswith("steps") and isinstance(value, int))
+    path = tmp_path / "prompt.json"
+    path.write_text(json.dumps(_with_probes(prompt, generate_id)))
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_ws_progress.py")), server.url, str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    assert report["status"] == "execution_success", (server.base / "comfyui.log").read_text(errors="replace")[-3000:]
+    previews = [(value, size) for node, value, size in report["previews"] if node == generate_id]
+    assert len(previews) >= steps and all(size > 0 for _, size in previews)
+    assert all(value is not None and value < 1000 for value, _ in previews)     # while sampling, before the end
+    outputs = server.get(f"/history/{report['prompt_id']}")[report["prompt_id"]]["outputs"]
+    summary = outputs["920"]["text"][0]
+    assert summary.startswith("engine: library engine")
+    assert [outputs[f"90{slot}"]["text"][0] for slot in (1, 2)] == ["96", "64"]
+
+
+def test_a_library_of_the_wrong_kind_is_one_sentence_on_the_node(server: Server, tmp_path: Path) -> None:
+    """A static libh3.a given as library_path: the H3 Engine node fails with one sentence and the
+    fix (link a shared library), before anything runs."""
+    archive = tmp_path / "libh3.a"
+    archive.write_bytes(b"!<arch>\n" + b"\0" * 60)
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
+    prompt[engine_id]["inputs"].update(mode="library", library_path=str(archive))
+    entry = server.wait(server.queue(prompt))
+    assert entry["status"]["status_str"] == "error"
+    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
+    assert error["node_type"] == "H3Engine" and error["exception_type"].endswith("LibraryLoadError")
+    first, *rest = error["exception_message"].split("\n")
+    assert "static archive" in first and str(archive) in first
+    assert rest and "build-library" in rest[0]

@@ -28,7 +28,7 @@ from ..errors import (H3BridgeError, ModelError, RequestError, SessionUnsupporte
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
 from ..model.inventory import inspect_model
 from ..history.eta import format_eta
-from ..progress import ProgressEvent
+from ..progress import PreviewFrame, ProgressEvent
 from ..prompt import StructuredPrompt, clean_prompt_text
 from ..media.references import (
     AudioClip,
@@ -56,8 +56,9 @@ from ..engines.session import session_prompt, shared_session
 
 ONE_SHOT = "one-shot"
 WARM_SESSION = "warm session"
+LIBRARY = "library"      # libh3 in a warm worker: previews while sampling, exact frames (engines/library.py)
 from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
-ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, REMOTE)
+ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, LIBRARY, REMOTE)
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
@@ -82,15 +83,19 @@ class EngineHandle:
     when a Generate node runs.
     """
 
-    engine_path: Path | None         # None in remote mode (the server's engine)
-    model_dir: Path | None
+    engine_path: Path | None         # None in remote mode (the server's engine), or library mode without an h3 program
+    model_dir: Path | None           # None in remote mode
     mode: str = ONE_SHOT
     stall_timeout: float | None = None
     remote_url: str | None = None    # remote mode: the server (its API key is never held here)
+    library_path: Path | None = None    # library mode: libh3's shared library
+    previews: bool = False              # library mode: denoise previews on the node (the preview VAE)
 
     def describe(self) -> str:
         if self.mode == REMOTE:
             return f"remote engine at {self.remote_url}"
+        if self.mode == LIBRARY:
+            return f"{self.mode} engine {self.library_path} with model {self.model_dir}"
         return f"{self.mode} engine {self.engine_path} with model {self.model_dir}"
 
 
@@ -125,18 +130,33 @@ def resolve_engine_path(value: str) -> Path:
 
 
 def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path],
-                          *, stall_timeout: float | None = None, remote_url: str = "") -> EngineHandle:
-    """Validate the H3 Engine node's values cheaply (no engine run, no weights read)."""
+                          *, stall_timeout: float | None = None, remote_url: str = "", library_path: str = "",
+                          previews: bool = True) -> EngineHandle:
+    """Validate the H3 Engine node's values cheaply (no engine run, no weights read). Library
+    mode needs the library (library_path or $H3_LIBRARY), not the h3 program; remote mode only
+    the server's URL."""
     if mode not in ENGINE_MODES:
         raise RequestError(f"unknown engine mode {mode!r}", field="mode",
                            hint=f"use one of: {', '.join(ENGINE_MODES)}")
     if mode == REMOTE:
         return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE,
                             remote_url=check_remote_settings(remote_url, engine_path, model_dir))
-    engine = resolve_engine_path(engine_path)
+    if mode == LIBRARY:
+        from ..engines.library import locate_library
+        library = locate_library(os.path.expanduser(library_path.strip()) or None)
+        engine = resolve_engine_path(engine_path) if engine_path.strip() else None
+    else:
+        library, engine = None, resolve_engine_path(engine_path)
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
-    return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout)
+    return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout,
+                        library_path=library, previews=previews and mode == LIBRARY)
+
+
+def default_engine_mode() -> str:
+    """The H3 Engine node's default mode: the library when one is configured ($H3_LIBRARY)."""
+    from ..engines.library import LIBRARY_ENV
+    return LIBRARY if os.environ.get(LIBRARY_ENV) else ONE_SHOT
 
 
 def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path:
@@ -163,6 +183,11 @@ def open_engine(handle: EngineHandle) -> Engine:
     resident across queue runs and graphs (until its idle timeout)."""
     if handle.mode == REMOTE:
         return open_remote_engine(handle.remote_url or "")
+    if handle.mode == LIBRARY:
+        from ..engines.library import shared_library_engine
+        library = shared_library_engine(handle.library_path, handle.model_dir)
+        library.stall_timeout = handle.stall_timeout      # as for the session: this job's node decides
+        return library
     if handle.mode == WARM_SESSION:
         session = shared_session(handle.engine_path, handle.model_dir)
         # shared_session applies options only when it creates the session: this job's engine node
@@ -310,7 +335,7 @@ def plan_text(plan: MemoryPlan) -> str:
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
                          machine: MachineFacts | None = None, session: bool = False,
-                         model_warnings: list[str] | None = None) -> tuple[bool, MemoryPlan]:
+                         model_warnings: list[str] | None = None, preview: bool = False) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
 
@@ -331,7 +356,8 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
         model_warnings.extend(warnings)
 
     def plan(ssd: bool) -> MemoryPlan:
-        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
+        return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
+                           preview=preview)
 
     if choice != "auto":
         ssd = choice == "on"
@@ -437,6 +463,11 @@ class ProgressForwarder:
             if text != self._eta_text:
                 self._eta_text = text
                 self._on_eta(text)
+
+    @property
+    def value(self) -> int:
+        """Where the bar is (0 before the first event): a preview is shown at the current value."""
+        return max(self._value, 0)
 
     def finish(self) -> None:
         if self._value < self._total:
@@ -640,6 +671,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  on_progress: Callable[[ProgressEvent], None] | None = None,
                  on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
+                 on_preview: Callable[[PreviewFrame], None] | None = None,
                  engine_factory: Callable[[EngineHandle], Engine] = open_engine) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
 
@@ -667,9 +699,11 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 if handle.mode == REMOTE:     # the server checks its model and plans for its own memory
                     ssd, plan = settings.ssd_streaming == "on", None
                 else:
+                    library = handle.mode == LIBRARY     # warm too; planned with the library's h3_device facts
                     ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
-                                                     session=handle.mode == WARM_SESSION,
-                                                     model_warnings=model_warnings)
+                                                     session=handle.mode in (WARM_SESSION, LIBRARY),
+                                                     model_warnings=model_warnings, preview=handle.previews,
+                                                     machine=engine_factory(handle).machine_facts() if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
             except H3BridgeError as error:
@@ -678,6 +712,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             output = new_output_path(output_dir)
             options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
                            cancel=cancel)
+            if handle.previews and on_preview is not None:     # library mode (the preview VAE's memory is planned)
+                options["on_preview"] = on_preview
             ran_on, notes = handle, [f"model warning: {warning}" for warning in model_warnings]
             # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.
             notify("".join(f"WARNING: {warning}\n" for warning in model_warnings) + describe_job(request, handle.mode))
@@ -721,12 +757,14 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
         raise RequestError(f"unknown SSD streaming choice {settings.ssd_streaming!r}", field="ssd_streaming",
                            hint=f"use one of: {', '.join(SSD_MODES)}")
     inventory = inspect_model(handle.model_dir)
-    session = handle.mode == WARM_SESSION      # the warm session keeps the DiT and video decoder loaded
+    # warm engines (the session, the library) keep the DiT and video decoder loaded
+    session = handle.mode in (WARM_SESSION, LIBRARY)
     ssd = settings.ssd_streaming == "on"
     if settings.ssd_streaming == "auto":
-        resident = plan_memory(request, inventory, machine=machine, session=session)
+        resident = plan_memory(request, inventory, machine=machine, session=session, preview=handle.previews)
         ssd = not resident.fits and resident.needs_ssd_streaming
-    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session)
+    plan = plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
+                       preview=handle.previews)
     frames = request.frame_count
     header = (f"{request.width}x{request.height}, {frames} frames ({frames / FPS:.3f} s), preset {settings.preset}, "
               f"SSD streaming {'on' if ssd else 'off'} ({settings.ssd_streaming})")
@@ -734,7 +772,7 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
 
 
 __all__ = [
-    "ENGINE_MODES", "EngineHandle", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
+    "ENGINE_MODES", "EngineHandle", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",

@@ -194,6 +194,20 @@ def _notice_on_node(node_id: str | None) -> Callable[[str], None]:
     return show
 
 
+def _preview_on_node(bar: Any, progress: adapter.ProgressForwarder) -> Callable[[Any], None]:
+    """A library-mode denoise preview, shown on the node as KSampler shows its previews: the
+    progress bar's update with a ("JPEG", PIL image, size limit) preview (latent_preview.py)."""
+    def show(preview: Any) -> None:
+        from PIL import Image
+        try:
+            from latent_preview import MAX_PREVIEW_RESOLUTION
+        except ImportError:     # scripted use without ComfyUI's server modules
+            MAX_PREVIEW_RESOLUTION = 512
+        image = Image.fromarray(np.ascontiguousarray(preview.image))     # uint8 [H, W, 3]: RGB
+        bar.update_absolute(progress.value, adapter.PROGRESS_STEPS, ("JPEG", image, MAX_PREVIEW_RESOLUTION))
+    return show
+
+
 # ----------------------------------------------------------------------------- nodes
 
 class H3EngineNode(io.ComfyNode):
@@ -211,19 +225,27 @@ class H3EngineNode(io.ComfyNode):
                 io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
                                 tooltip=f"Folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path "
                                         "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/)."),
-                io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.ONE_SHOT,
+                io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.default_engine_mode(),
                                tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded "
-                                       "between clips (faster repeats, holds the memory until idle). remote: render "
-                                       "on the video server at remote_url (leave engine_path and model_dir empty)."),
+                                       "between clips (faster repeats, holds the memory until idle). library: libh3 "
+                                       "in a warm worker, with denoise previews on H3 Generate and exact frames "
+                                       "(the default when H3_LIBRARY is set). remote: render on the video server at "
+                                       "remote_url (leave engine_path and model_dir empty)."),
                 io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
                 # Last and optional: saved workflows list widget values in input order, and API-format
-                # prompts name their inputs; ones saved before remote mode existed still load and run.
+                # prompts name their inputs; ones saved before these modes existed still load and run.
                 io.String.Input("remote_url", default="", optional=True,
                                 tooltip="remote mode: the server, e.g. http://studio-mac.local:8765 (`h3bridge serve` "
                                         "on another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is "
                                         "read from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the "
                                         "workflow."),
+                io.String.Input("library_path", default="", optional=True,
+                                tooltip="library mode: libh3.dylib from `h3bridge build-library H3C_DIR` (empty: "
+                                        "$H3_LIBRARY). Runs in the h3.c checkout it was built in."),
+                io.Boolean.Input("previews", default=True, optional=True,
+                                 tooltip="library mode: show a denoise preview on H3 Generate after every step. "
+                                         "Costs upstream's preview VAE (about 10 GiB more; the memory plan counts it)."),
             ],
             outputs=[H3Engine.Output(display_name="engine")],
         )
@@ -244,11 +266,12 @@ class H3EngineNode(io.ComfyNode):
 
     @classmethod
     @_user_facing_errors
-    def execute(cls, engine_path: str, model_dir: str, mode: str, remote_url: str = "",
-                stall_timeout: int = 600) -> io.NodeOutput:
+    def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600, remote_url: str = "",
+                library_path: str = "", previews: bool = True) -> io.NodeOutput:
         handle = adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots(),
                                                stall_timeout=float(stall_timeout) if stall_timeout else None,
-                                               remote_url=remote_url)
+                                               remote_url=remote_url or "", library_path=library_path or "",
+                                               previews=previews)
         return io.NodeOutput(handle)
 
 
@@ -321,7 +344,8 @@ class H3GenerateNode(io.ComfyNode):
                 last_frame=None if last_frame is None else _to_numpy(last_frame),
                 references=references),
             scratch_parent=_work_dir("inputs"), output_dir=_work_dir("outputs"), want_image=want_image,
-            on_progress=progress, on_notice=node_text.notice, cancel=cancel)
+            on_progress=progress, on_notice=node_text.notice, cancel=cancel,
+            on_preview=_preview_on_node(bar, progress))
         progress.finish()
         return io.NodeOutput(
             InputImpl.VideoFromFile(str(outputs.video_path)),

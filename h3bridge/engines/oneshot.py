@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -30,8 +29,8 @@ from ..errors import (
     GenerationCancelled,
 )
 from ..history.recorder import recorded
-from ..media.decode import read_frames_dir, remove_quietly
-from .lock import WORKDIR_PREFIX, EngineLock, engine_lock, remove_leftovers
+from ..media.decode import read_frames_dir
+from .lock import EngineLock, engine_lock
 from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
 from ..request import GenerationRequest
 from ..result import GenerationResult
@@ -63,7 +62,7 @@ from .h3_command import (
     request_arguments,
 )
 from .hints import failure_hint, phase_words
-from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
+from .output import finish_result, job_files, raise_if_cancelled, resolve_output, staging_path
 from .lock import waiting_reporter
 from .protocol import EngineCapabilities
 from ..progress import PreviewCallback
@@ -183,15 +182,8 @@ class OneShotEngine:
         disk_needs = one_shot_disk_needs(request, output_path, writes_mp4=writes_mp4, want_frames=want_frames)
         check_disk_space(disk_needs)
 
-        workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-        mp4_temp: Path | None = None
-        made_folders = missing_folders(output_path) if output_path is not None else []
-        published = False
-        try:
-            if output_path is not None:
-                mp4_temp = staging_path(output_path)
-            elif want_audio:
-                mp4_temp = workdir / "audio.mp4"
+        with job_files(output_path, want_audio=want_audio) as files:
+            workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_dir = workdir / "frames" if want_frames else None
             argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
                                 None if frames_dir is None else str(frames_dir))
@@ -211,14 +203,8 @@ class OneShotEngine:
             result = finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
                                    want_audio=want_audio, timings=timings, command=argv, engine_log=stderr,
                                    engine_variables=engine_variables(env))
-            published = True
+            files.published = True
             return result
-        finally:
-            if mp4_temp is not None and mp4_temp.parent != workdir:
-                remove_quietly(mp4_temp)
-            shutil.rmtree(workdir, ignore_errors=True)
-            if not published:
-                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
 
     def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,

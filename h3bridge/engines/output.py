@@ -4,13 +4,18 @@ and turned into the GenerationResult.
 """
 from __future__ import annotations
 import os
+import shutil
+import tempfile
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 import numpy as np
 from ..cancel import CancelToken
 from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsError, RequestError
-from ..media.decode import decode_audio
-from .lock import STAGING_PREFIX, STAGING_SUFFIX
+from ..media.decode import decode_audio, remove_quietly
+from .lock import STAGING_PREFIX, STAGING_SUFFIX, WORKDIR_PREFIX, remove_leftovers
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from .disk import DiskNeed, why_not_writable, disk_error_from_os_error
@@ -83,6 +88,38 @@ def staging_path(output_path: Path) -> Path:
                          hint="choose an output in a folder you can write to") from None
     # Short whatever the output's name: a name near the file system's limit must still fit.
     return output_path.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}{STAGING_SUFFIX}"
+
+
+@dataclass
+class JobFiles:
+    """Where one job writes: a private temporary folder, and the MP4 under its staging name beside
+    the output (or in the folder when only the audio is wanted; None: no MP4). Set `published`
+    once the result is out, so the output's new folders stay."""
+
+    workdir: Path
+    mp4_temp: Path | None
+    published: bool = False
+
+
+@contextmanager
+def job_files(output_path: Path | None, *, want_audio: bool) -> Iterator[JobFiles]:
+    """The files of one job (JobFiles), all removed when it ends; the output folders it created
+    too, unless the result was published. Shared by every engine that writes an MP4 itself."""
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    made_folders = missing_folders(output_path) if output_path is not None else []
+    files = JobFiles(workdir=workdir, mp4_temp=None)
+    try:
+        if output_path is not None:
+            files.mp4_temp = staging_path(output_path)
+        elif want_audio:
+            files.mp4_temp = workdir / "audio.mp4"
+        yield files
+    finally:
+        if files.mp4_temp is not None and files.mp4_temp.parent != workdir:
+            remove_quietly(files.mp4_temp)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not files.published:
+            remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
 
 
 def raise_if_cancelled(cancel: CancelToken | None) -> None:

@@ -116,6 +116,9 @@ class MachineFacts:
     # H3_NAX=0 in the environment h3 inherits turns Metal TensorOps (and so the int8 DiT) off
     # (h3_gpu.m h3_gpu_create, l.363-368).
     tensor_ops_disabled: bool = False
+    # Metal's recommendedMaxWorkingSetSize (libh3's h3_device): what the GPU may hold, when known
+    # (the library engine asks the library); the budget never exceeds it.
+    gpu_working_set: int | None = None
 
     @classmethod
     def detect(cls) -> "MachineFacts":
@@ -165,7 +168,8 @@ class MachineFacts:
 
     @property
     def budget(self) -> int:
-        return self.total_memory - self.reserve
+        budget = self.total_memory - self.reserve
+        return budget if self.gpu_working_set is None else min(budget, self.gpu_working_set)
 
     def describe(self) -> str:
         return f"{self.chip or self.system}, {self.total_memory / GIB:.0f} GiB"

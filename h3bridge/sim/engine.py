@@ -307,7 +307,12 @@ class _Progress:
         if self.crash and self.crash.matches(phase, done):
             # A C program killed by SIGSEGV loses what stdio still buffers: stdout is not flushed.
             _stderr("")
-            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            try:
+                signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            except ValueError:
+                # Not the main thread (the libh3 double can be called from any thread): Python
+                # installs no SIGSEGV handler of its own, so the default action still applies.
+                pass
             os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(5)   # the signal is delivered asynchronously on some platforms
         if self.hang and self.hang.matches(phase, done):
@@ -564,13 +569,15 @@ def _use_gpu_sampler(device: SimDevice) -> bool:
     return device.is_m5
 
 
-def generate(ctx: SimContext, prompt: str | None, params: SimParams,
+def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
              on_progress: ProgressCallback | None = None,
              on_frame: FrameCallback | None = None) -> SimResult:
     """h3_generate (h3.c:848-1727). Raises SimError with h3_last_error's text."""
     p = params
     if not prompt:
         raise SimError("prompt must not be empty")
+    if p is None:   # h3_valid_params (h3.c:482-485); only a library caller can pass NULL
+        raise SimError("generation parameters are required")
     message = valid_params_error(p, ctx.device.metal4, on_frame is not None)
     if message:
         raise SimError(message)

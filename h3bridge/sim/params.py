@@ -98,6 +98,9 @@ class SimParams:
     use_slower_dynamic_fc1_k: int = 0
     use_slower_grouped_quantizer: int = 0
     preview_denoise: int = 0
+    # h3_params.references is NULL while reference_count is not: only a library caller (the
+    # libh3 double, h3bridge/sim/double_host.py) can say that; h3-sim's CLI never does.
+    references_null: bool = False
 
 
 def align_frame_count(requested: int) -> int:
@@ -247,6 +250,8 @@ def valid_params_error(params: SimParams, metal4: bool, has_frame_callback: bool
         return "denoising preview requires a frame callback"
     if p.core_reuse > 1 and p.denoise_reuse > 1:
         return "core reuse and denoiser reuse cannot be combined"
+    if p.references_null:
+        return "reference_count is nonzero but references is NULL"
     if len(p.references) > MAX_REFERENCES:
         return "Ref2VA supports at most 12 references"
     if p.reference_image_size not in (ReferenceImageSize.MATCH, ReferenceImageSize.MAX):

@@ -1,0 +1,100 @@
+"""The command line's side of the library engine: `h3bridge generate --engine library
+--library-path PATH [--h3-dir DIR] [--preview-dir DIR]` (cli.py registers the flags with the
+other engine options and calls `library_engine_from_args`), and the preview writer that saves one PNG per Euler step.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..errors import RequestError
+from ..progress import PreviewFrame
+from .library import LibraryEngine
+
+ENGINE_CHOICES = ("cli", "library")
+PREVIEW_PATTERN = "step-{step:04d}.png"
+
+
+def add_library_options(parser: argparse.ArgumentParser) -> None:
+    """After --session (and story's --one-shot): their default is kept to tell when one was given."""
+    parser.set_defaults(session_default=parser.get_default("session"))
+    group = parser.add_argument_group("library engine (libh3 in a worker process)")
+    group.add_argument("--engine", choices=ENGINE_CHOICES, default="cli",
+                       help="cli: the h3 program (one-shot, or --session); library: libh3 through ctypes in a "
+                            "worker (exact frames, denoise previews; needs --library-path or H3_LIBRARY)")
+    group.add_argument("--library-path", metavar="PATH",
+                       help="libh3.dylib from `h3bridge build-library` (or the test double from h3-sim-lib)")
+    group.add_argument("--h3-dir", metavar="DIR",
+                       help="the h3.c checkout the worker runs in (h3_shaders.metal); default the library's folder")
+    group.add_argument("--preview-dir", metavar="DIR",
+                       help="save the denoise preview after every step as DIR/step-0001.png, ... (library engine; "
+                            "costs upstream's preview VAE, about 10 GiB more)")
+
+
+class PreviewWriter:
+    """`on_preview` for the CLI: one PNG per step, written under a temporary name and renamed, so
+    a viewer never sees half a picture. `note()` is the progress bar's "previews N/M"."""
+
+    def __init__(self, folder: Path, *, overwrite: bool) -> None:
+        self.folder = folder.expanduser().absolute()
+        self.written = 0
+        self.total: int | None = None
+        self.last: Path | None = None
+        if self.folder.exists() and not self.folder.is_dir():
+            raise RequestError(f"the preview folder {self.folder} is a file", field="preview_dir",
+                               hint="give a folder for the step previews (--preview-dir)")
+        existing = sorted(self.folder.glob("step-*.png")) if self.folder.is_dir() else []
+        if existing and not overwrite:
+            raise RequestError(f"the preview folder {self.folder} already holds step previews ({existing[0].name}, ...)",
+                               field="preview_dir", hint="choose an empty folder, or allow overwriting (--overwrite)")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RequestError(f"cannot create the preview folder {self.folder}: {error.strerror}",
+                               field="preview_dir", hint="choose a folder you can write to") from None
+        if not os.access(self.folder, os.W_OK | os.X_OK):
+            raise RequestError(f"the preview folder {self.folder} is not writable", field="preview_dir",
+                               hint="choose a folder you can write to")
+
+    def __call__(self, preview: PreviewFrame) -> None:
+        from ..media.references import write_png
+        target = self.folder / PREVIEW_PATTERN.format(step=preview.step + 1)
+        temporary = self.folder / f".{target.stem}.{os.getpid()}.tmp.png"
+        try:
+            write_png(preview.image, temporary)
+            os.replace(temporary, target)
+        finally:
+            if temporary.exists():
+                temporary.unlink()
+        self.written += 1
+        self.total = preview.total_steps
+        self.last = target
+
+    def note(self) -> str | None:
+        return None if self.total is None else f"previews {self.written}/{self.total}"
+
+
+def library_engine_from_args(args: argparse.Namespace, *, stall_timeout: float | None) -> LibraryEngine:
+    """The engine `--engine library` names (nothing starts yet; cli.engines_from_args calls this).
+    The caller plans memory with its `machine_facts()`: the library's own h3_device facts."""
+    if getattr(args, "session", None) != getattr(args, "session_default", None):
+        raise RequestError("--session and --one-shot choose the h3 program's warm mode; the library engine keeps "
+                           "its own warm worker", field="session", hint="drop --session/--one-shot, or drop --engine library")
+    return LibraryEngine(args.library_path, args.model_dir, h3_dir=args.h3_dir, stall_timeout=stall_timeout)
+
+
+def preview_writer_from_args(args: argparse.Namespace) -> PreviewWriter | None:
+    """`--preview-dir`'s writer (checked before anything starts), or None; refused without the library."""
+    refuse_preview_without_library(args)
+    return PreviewWriter(Path(args.preview_dir), overwrite=args.overwrite) if args.preview_dir else None
+
+
+def refuse_preview_without_library(args: argparse.Namespace) -> None:
+    if getattr(args, "preview_dir", None) and getattr(args, "engine", "cli") != "library":
+        raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
+                           field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
+
+
+__all__ = ["ENGINE_CHOICES", "PreviewWriter", "add_library_options", "library_engine_from_args",
+           "preview_writer_from_args", "refuse_preview_without_library"]
