@@ -261,16 +261,6 @@ class LibraryEngine(WarmEngine):
     # ------------------------------------------------------------------ public surface
 
     @property
-    def pid(self) -> int | None:
-        """The running worker's pid (it leads its own process group), or None."""
-        worker = self._worker
-        return worker.pid if worker is not None and worker.alive() else None
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
-
-    @property
     def device(self) -> dict[str, Any] | None:
         """`h3_device()` as the last worker reported it (name, memory, GPU family, ...)."""
         return self._device
@@ -564,8 +554,8 @@ class LibraryEngine(WarmEngine):
 
     # WarmEngine's hooks
 
-    def _engine_running(self) -> bool:
-        return self._worker is not None
+    def _child(self) -> "_Worker | None":
+        return self._worker
 
     def _stop_engine(self, *, graceful: bool) -> None:
         worker, self._worker = self._worker, None

@@ -595,16 +595,6 @@ class SessionEngine(WarmEngine):
     # ------------------------------------------------------------------ public surface
 
     @property
-    def pid(self) -> int | None:
-        """The running h3's pid (it also leads its process group), or None."""
-        process = self._process
-        return process.pid if process is not None and process.alive() else None
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
-
-    @property
     def outputs_dir(self) -> Path | None:
         """The running h3's own output directory (`Outputs:` in its banner), or None."""
         return self._outputs_dir
@@ -793,8 +783,8 @@ class SessionEngine(WarmEngine):
 
     # WarmEngine's hooks: what the warm child is, and how it goes.
 
-    def _engine_running(self) -> bool:
-        return self._process is not None
+    def _child(self) -> "_SessionProcess | None":
+        return self._process
 
     def _stop_engine(self, *, graceful: bool) -> None:
         process, self._process = self._process, None

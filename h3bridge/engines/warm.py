@@ -23,7 +23,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..cancel import CancelToken
 from ..errors import GenerationCancelled
@@ -68,9 +68,24 @@ class WarmEngine:
 
     # ------------------------------------------------------------------ for subclasses
 
+    def _child(self) -> Any:
+        """The warm child (the session's h3, the library's worker: anything with `pid` and
+        `alive()`), or None when there is none."""
+        raise NotImplementedError
+
     def _engine_running(self) -> bool:
         """True while the warm child exists (alive or not yet stopped)."""
-        raise NotImplementedError
+        return self._child() is not None
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid (it leads its own process group), or None."""
+        child = self._child()
+        return child.pid if child is not None and child.alive() else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
 
     def _stop_engine(self, *, graceful: bool) -> None:
         """Stop the child (politely if `graceful` and it still answers) and forget its state.
