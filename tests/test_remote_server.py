@@ -158,7 +158,11 @@ def test_ctrl_c_on_generate_remote_deletes_the_servers_job(hanging_server: Serve
     process = subprocess.Popen(
         [sys.executable, "-m", "h3bridge.cli", "generate", "-p", "a red fox", "--width", "96", "--height", "64",
          "--frames", "22", "--steps", "2", "--remote", hanging_server.url, "-o", str(tmp_path / "out" / "a.mp4")],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # SIGINT as a terminal delivers it: a runner started in the background hands its children an
+        # ignored SIGINT, and the CLI rightly keeps a signal its caller ignores (the client then never
+        # stopped: a 60 s timeout in a backgrounded fresh-clone run).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Wait (on the server's own report, not a clock) until the job is in the engine's denoise loop.
         def running() -> list[dict]:
