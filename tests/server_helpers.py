@@ -107,6 +107,7 @@ class ServerProcess:
     def stop(self) -> int:
         """SIGTERM and wait (the server stops its engine and finishes its answers)."""
         if self.process is None or self.process.poll() is not None:
+            self._stop_engine_left_behind()
             return self.process.returncode if self.process else 0
         os.killpg(self.process.pid, signal.SIGTERM)
         try:
@@ -116,6 +117,18 @@ class ServerProcess:
             return self.process.wait(30)
         finally:
             self.url = ""
+            self._stop_engine_left_behind()
+
+    def _stop_engine_left_behind(self) -> None:
+        """Take the server's engine lock once: its orphan recovery stops an engine the server
+        left running (its own process group, recorded beside the lock), as the next h3bridge
+        on that machine would. A server SIGKILLed above never stopped its engine itself, and a
+        hung h3-sim outlived a loaded run's suite that way."""
+        lock_path = self.env.get("H3BRIDGE_LOCK_PATH")
+        if lock_path:
+            from h3bridge.engines.lock import engine_lock
+            with engine_lock(path=Path(lock_path)):
+                pass
 
     def __enter__(self) -> "ServerProcess":
         return self.start()

@@ -247,3 +247,28 @@ def test_story_remote_refuses_local_engine_flags(tmp_path: Path) -> None:
                     "--model-dir", str(tmp_path), "--remote", "http://127.0.0.1:9"])
     assert done.returncode == 2 and "--model-dir" in done.stderr and "--remote" in done.stderr
     assert not (tmp_path / "f.mp4").exists()
+
+
+def test_a_server_killed_mid_job_leaves_no_engine_once_stopped(tmp_path: Path, sim_model: Path) -> None:
+    """The test servers' teardown (server_helpers.ServerProcess.stop): a server SIGKILLed while its
+    engine hangs leaves that engine running, in its own process group; stopping the server takes its
+    engine lock once, whose orphan recovery stops the engine, so no test leaves one behind."""
+    import httpx
+    import psutil
+    from h3bridge.engines.process import live_group_members
+    notice = tmp_path / "hung.pid"
+    server = start_server(tmp_path, sim_model, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
+                                                          "H3_SIM_HANG_NOTICE": str(notice)})
+    try:
+        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as http:
+            http.post("/videos", json={"prompt": "a fox", "size": "96x64", "num_frames": 22,
+                                       "steps": 2}).raise_for_status()
+        assert wait_until(notice.exists, timeout=60)
+        engines = [child for child in psutil.Process(server.process.pid).children(recursive=True)
+                   if "h3-sim" in " ".join(child.cmdline()[:2])]
+        assert engines
+        server.kill()
+        assert all(child.is_running() for child in engines)      # the crash left the engine behind
+    finally:
+        server.stop()
+    assert all(wait_until(lambda pid=child.pid: live_group_members(pid) == []) for child in engines)
