@@ -272,3 +272,35 @@ def test_a_server_killed_mid_job_leaves_no_engine_once_stopped(tmp_path: Path, s
     finally:
         server.stop()
     assert all(wait_until(lambda pid=child.pid: live_group_members(pid) == []) for child in engines)
+
+
+def test_sigterm_mid_job_stops_the_servers_engine_and_requeues_the_job(tmp_path: Path, sim_model: Path) -> None:
+    """`h3bridge serve` stopped with SIGTERM (Ctrl-C, launchd, systemd) while its engine renders:
+    the server stops that engine's process group before it exits (uvicorn re-raises the signal
+    after its own shutdown, so this happens in the server's shutdown, not after it), and the job
+    is queued again for the next start."""
+    import httpx
+    import psutil
+    from h3bridge.engines.process import live_group_members
+    notice = tmp_path / "hung.pid"
+    server = start_server(tmp_path, sim_model, extra_env={"H3_SIM_HANG_PHASE": "denoise enqueue:1",
+                                                          "H3_SIM_HANG_NOTICE": str(notice)})
+    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as http:
+        job = http.post("/videos", json={"prompt": "a fox", "size": "96x64", "num_frames": 22,
+                                         "steps": 2}).raise_for_status().json()
+    assert wait_until(notice.exists, timeout=60)
+    engines = [child.pid for child in psutil.Process(server.process.pid).children(recursive=True)
+               if "h3-sim" in " ".join(child.cmdline()[:2])]
+    assert engines
+    os.killpg(server.process.pid, signal.SIGTERM)
+    server.process.wait(60)
+    # Looked at before server.stop(), whose engine-lock takeover would stop a leftover itself.
+    left_running = [pid for pid in engines if live_group_members(pid)]
+    server.stop()
+    assert left_running == []
+    restarted = start_server(tmp_path, sim_model)
+    try:
+        with httpx.Client(base_url=restarted.api, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as http:
+            assert http.get(f"/videos/{job['id']}").json()["status"] in ("queued", "in_progress", "completed")
+    finally:
+        restarted.stop()

@@ -105,6 +105,13 @@ def run_serve(args: argparse.Namespace) -> int:
                     print(f"h3bridge serve: listening on http://{host}:{port} (data {data_dir}, engine {args.engine})",
                           file=sys.stderr, flush=True)
 
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets)
+            # Here, not only in the `finally` below: uvicorn re-raises the SIGTERM/SIGINT that
+            # ended it once serve() returns (capture_signals), and that kills this process before
+            # a `finally` runs, which left the running engine's process group alive.
+            worker.stop()
+
     server = AnnouncingServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                              access_log=args.log_level == "debug", lifespan="off"))
     try:
