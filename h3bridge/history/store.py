@@ -5,7 +5,8 @@ point it at a temporary one), and an empty value turns the history off. Every h3
 of the user (the CLI, a ComfyUI, `h3bridge serve`) writes to the same file: WAL lets readers
 go on while one writes, the busy timeout makes a writer wait for another's transaction (each
 is one short statement or two) instead of failing, and each operation opens its own
-connection, so threads and processes never share one.
+connection, so threads and processes never share one. Processes making the file take turns
+under `history.sqlite.lock` beside it (`_create_schema` says why).
 
 Anything wrong with the file (not a database, another program's database, a newer schema,
 a folder in its place, a lock held for longer than the busy timeout) is a `HistoryUnavailable`
@@ -22,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+from filelock import FileLock, Timeout
 
 from ..errors import H3BridgeError
 from ..userdirs import cache_dir
@@ -197,10 +200,16 @@ class HistoryStore:
 
     def _check_schema(self, connection: sqlite3.Connection, *, create: bool) -> bool:
         """True when the file holds our tables (made now if `create` and it is empty)."""
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        # The version and the tables are read in one transaction: read apart, another process
+        # creating the file in between made a fresh history look like another program's.
+        connection.execute("BEGIN")
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            connection.execute("COMMIT")
         if version == SCHEMA_VERSION:
             return True
-        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         if version > SCHEMA_VERSION:
             raise HistoryUnavailable(f"the job history {self.path} was written by a newer h3bridge "
                                      f"(schema {version}, this one reads {SCHEMA_VERSION})",
@@ -211,22 +220,35 @@ class HistoryStore:
                                      hint=f"move that file away, or set {HISTORY_PATH_ENV} to another file")
         if not create:
             return False
-        # An empty database: make it ours. WAL first (it cannot change inside a transaction;
-        # it stays set in the file), then the tables, in one transaction that re-checks, so
-        # two processes creating the file at once end with one schema.
-        connection.execute("PRAGMA journal_mode = WAL")
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            if connection.execute("PRAGMA user_version").fetchone()[0] == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        connection.execute(statement)
-                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
+        self._create_schema(connection)
         return True
+
+    def _create_schema(self, connection: sqlite3.Connection) -> None:
+        """Make an empty database ours: WAL first (it cannot change inside a transaction; it stays
+        set in the file), then the tables, in one transaction that re-checks.
+
+        Processes creating the file take turns under a file lock beside it. Until the switch the
+        file is in rollback mode, where two of them upgrading their locks at once deadlock, and
+        SQLite answers one with "database is locked" however long the busy timeout: four processes
+        starting on a missing history lost a job in a third of the tries (CI saw it with two)."""
+        try:
+            with FileLock(f"{self.path}.lock", timeout=self.busy_timeout):
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    if connection.execute("PRAGMA user_version").fetchone()[0] == 0:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                connection.execute(statement)
+                        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    connection.execute("COMMIT")
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+        except Timeout:
+            raise HistoryUnavailable(f"the job history {self.path} is being created by another program that has "
+                                     f"not finished (waited {self.busy_timeout:g} s for {self.path}.lock)",
+                                     hint="close the program holding it") from None
 
     def _unavailable(self, error: BaseException) -> HistoryUnavailable:
         text = str(error) or type(error).__name__
