@@ -146,6 +146,12 @@ class SessionUnsupportedError(SessionError, UnsupportedRequestError):
     interactive mode reads one line per prompt); run it one-shot. Raised before anything starts."""
 
 
+class DataDirectoryInUse(H3BridgeError):
+    """Another `h3bridge serve` owns this data directory (its queue); raised before anything runs."""
+
+    before_start = True
+
+
 class GenerationCancelled(H3BridgeError):
     """The caller cancelled the job; the engine is gone and no output was left behind."""
 

@@ -111,3 +111,24 @@ def test_a_killed_server_loses_no_job_and_reruns_none_that_finished(seed: int, t
     # Nothing partial was ever served, and every answer was a designed one.
     assert watcher.unexpected == []
     assert all(frames == FRAMES for _, frames in watcher.served)
+
+
+def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path, model: Path) -> None:  # noqa: F811
+    """Two servers sharing one queue would both run its jobs, and the second's recovery would take
+    the first's running job for an interrupted one: the second exits 2 naming the directory, the
+    first goes on, and once it stops the directory is free again."""
+    data_dir = tmp_path / "data"
+    first = ServerProcess(data_dir, model, tmp_path / "logs-first", engine="oneshot", env=isolated_env(tmp_path / "a"))
+    second = ServerProcess(data_dir, model, tmp_path / "logs-second", engine="oneshot", env=isolated_env(tmp_path / "b"))
+    with first:
+        with pytest.raises(AssertionError, match="exited 2") as refused:
+            second.start()
+        assert f"another h3bridge serve is using the data directory {data_dir.resolve()}" in str(refused.value)
+        assert "--data-dir" in str(refused.value)
+        response = httpx.post(f"{first.api}/videos", json=BODY, headers=HEADERS, timeout=30)
+        assert response.status_code == 200, response.text
+        video_id = response.json()["id"]
+        assert wait_until(lambda: statuses(first)[video_id]["status"] in ("completed", "failed"), timeout=120)
+        assert statuses(first)[video_id]["status"] == "completed", statuses(first)[video_id]
+    with second:
+        assert statuses(second)[video_id]["status"] == "completed"

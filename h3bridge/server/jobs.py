@@ -8,6 +8,7 @@ names inside the job's folder, so a restarted server rebuilds exactly the reques
 
 Layout of the data directory:
     jobs.sqlite3          the queue (WAL: readers never block the worker)
+    serve.lock            held by the one server whose queue this is, for its life
     jobs/<id>/inputs/     the uploads, named by position (never by the client's file name)
     jobs/<id>/video.mp4   the clip, published by the engine only when complete
 """
@@ -23,9 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from filelock import FileLock, Timeout
+
+from ..errors import DataDirectoryInUse
 from .wire import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
 
 DATABASE_NAME = "jobs.sqlite3"
+OWNER_LOCK_NAME = "serve.lock"
 JOBS_FOLDER = "jobs"
 INPUTS_FOLDER = "inputs"
 VIDEO_NAME = "video.mp4"
@@ -90,17 +95,31 @@ class JobStore:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir)
         (self.data_dir / JOBS_FOLDER).mkdir(parents=True, exist_ok=True)
-        self._guard = threading.Lock()
-        self._db = sqlite3.connect(self.data_dir / DATABASE_NAME, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")     # an accepted job survives a power cut too
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_SCHEMA)
+        # One server per queue: a second one's `recover` would take the first's running job for
+        # an interrupted one and run it again, and both would take queued jobs. An OS lock, so a
+        # killed server's ends with it.
+        self._owner = FileLock(str(self.data_dir / OWNER_LOCK_NAME), thread_local=False)
+        try:
+            self._owner.acquire(timeout=0)
+        except Timeout:
+            raise DataDirectoryInUse(f"another h3bridge serve is using the data directory {self.data_dir}",
+                                     hint="stop that server, or give this one its own --data-dir") from None
+        try:
+            self._guard = threading.Lock()
+            self._db = sqlite3.connect(self.data_dir / DATABASE_NAME, check_same_thread=False, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")     # an accepted job survives a power cut too
+            self._db.execute("PRAGMA busy_timeout=10000")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._owner.release()
+            raise
 
     def close(self) -> None:
         with self._guard:
             self._db.close()
+        self._owner.release()
 
     # ------------------------------------------------------------------ folders
 
