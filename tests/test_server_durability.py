@@ -121,8 +121,11 @@ def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path, m
     first = ServerProcess(data_dir, model, tmp_path / "logs-first", engine="oneshot", env=isolated_env(tmp_path / "a"))
     second = ServerProcess(data_dir, model, tmp_path / "logs-second", engine="oneshot", env=isolated_env(tmp_path / "b"))
     with first:
-        with pytest.raises(AssertionError, match="exited 2") as refused:
-            second.start()
+        try:
+            with pytest.raises(AssertionError, match="exited 2") as refused:
+                second.start()
+        finally:
+            second.stop()       # if it did start (the old code), it must not outlive the test
         assert f"another h3bridge serve is using the data directory {data_dir.resolve()}" in str(refused.value)
         assert "--data-dir" in str(refused.value)
         response = httpx.post(f"{first.api}/videos", json=BODY, headers=HEADERS, timeout=30)
