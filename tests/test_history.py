@@ -170,6 +170,24 @@ def test_a_job_whose_process_died_shows_as_interrupted(tmp_path: Path) -> None:
     assert statuses == {job_id: INTERRUPTED, mine: RUNNING}
 
 
+def test_the_history_keeps_the_newest_jobs_and_drops_older_ones_with_their_phases(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite", keep_jobs=5)
+    ids = []
+    for index in range(12):
+        job = NewJob(engine="one-shot", device=local_device(), shape="96x64 22f 2 steps", request={"prompt": str(index)})
+        if index % 2:
+            ids.append(store.add_job(job, JobEnd(outcome=COMPLETED, phases={"denoise": 1.0}, total_seconds=1.0)))
+        else:
+            job_id = store.start_job(job)
+            store.finish_job(job_id, JobEnd(outcome=FAILED, phases={"denoise": 2.0}, total_seconds=2.0))
+            ids.append(job_id)
+    rows = store.recent_jobs(limit=100)
+    assert [row.id for row in rows] == ids[:-6:-1]
+    assert all(row.phases for row in rows)
+    with sqlite3.connect(store.path) as connection:
+        assert connection.execute("SELECT COUNT(DISTINCT job_id) FROM job_phases").fetchone() == (5,)
+
+
 def test_history_path_env_empty_turns_the_history_off(tmp_path: Path, sim_model: Path,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       caplog: pytest.LogCaptureFixture) -> None:

@@ -37,6 +37,10 @@ SCHEMA_VERSION = 1
 # longer than this is locked by something else, and the job goes on without its record.
 BUSY_TIMEOUT_SECONDS = 5.0
 
+# The history keeps the newest this many jobs (about 1.5 KB each): the ETA and `stats` need
+# dozens per shape, and a server that runs for years must not grow the file without end.
+KEEP_JOBS = 20_000
+
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
 # A `running` row whose process is gone: the host was killed (or lost power) mid-job.
 INTERRUPTED = "interrupted"
@@ -165,9 +169,11 @@ class JobEnd:
 class HistoryStore:
     """The history file at `path` (default `history_path()`)."""
 
-    def __init__(self, path: Path | str | None = None, *, busy_timeout: float | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, *, busy_timeout: float | None = None,
+                 keep_jobs: int = KEEP_JOBS) -> None:
         self.path = Path(path) if path is not None else history_path()
         self.busy_timeout = BUSY_TIMEOUT_SECONDS if busy_timeout is None else busy_timeout
+        self.keep_jobs = keep_jobs
 
     @property
     def enabled(self) -> bool:
@@ -290,6 +296,7 @@ class HistoryStore:
                 " outcome, program, pid, pid_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job.started_at, job.engine, job.engine_path, job.device.name, job.device.memory_bytes, job.shape,
                  json.dumps(job.request), job.output, RUNNING, job.program, job.pid, job.pid_started))
+            self._drop_oldest(connection)
             return int(cursor.lastrowid)
 
     def finish_job(self, job_id: int, end: JobEnd) -> None:
@@ -320,7 +327,13 @@ class HistoryStore:
                  job.pid_started))
             job_id = int(cursor.lastrowid)
             self._insert_phases(connection, job_id, end.phases)
+            self._drop_oldest(connection)
             return job_id
+
+    def _drop_oldest(self, connection: sqlite3.Connection) -> None:
+        """Keep the newest `keep_jobs` jobs (their phases go with them: ON DELETE CASCADE)."""
+        connection.execute("DELETE FROM jobs WHERE id <= (SELECT id FROM jobs ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                           (self.keep_jobs,))
 
     @staticmethod
     def _insert_phases(connection: sqlite3.Connection, job_id: int, phases: dict[str, float]) -> None:
