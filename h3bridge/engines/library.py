@@ -66,7 +66,7 @@ from .library_wire import h3_params_fields, h3_references, receive, send
 from .locate import check_media_tools, engine_environment, engine_variables, locate_media_tools, locate_model_dir
 from .oneshot import one_shot_disk_needs
 from .output import finish_result, job_files, raise_if_cancelled, resolve_output
-from .process import EngineProcess, signal_name
+from .process import EngineChild, EngineProcess, signal_name
 from .protocol import EngineCapabilities
 from .warm import DEFAULT_IDLE_TIMEOUT, WarmEngine
 
@@ -117,7 +117,7 @@ class _WorkerIdentity:
     engine_variables: tuple[tuple[str, str], ...]
 
 
-class _Worker:
+class _Worker(EngineChild):
     """One library worker: our messages to its stdin, its messages (read by a thread) in `messages`,
     its stderr (libh3's own prints: cache notices, warnings) through EngineProcess."""
 
@@ -127,13 +127,6 @@ class _Worker:
         self.ready: dict[str, Any] | None = None
         self._reader = threading.Thread(target=self._read, name=f"h3-library-worker-{self.pid}", daemon=True)
         self._reader.start()
-
-    @property
-    def pid(self) -> int:
-        return self.engine.pid
-
-    def alive(self) -> bool:
-        return self.engine.poll() is None
 
     def _read(self) -> None:
         stream = self.engine.popen.stdout

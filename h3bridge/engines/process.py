@@ -245,3 +245,19 @@ class EngineProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class EngineChild:
+    """Base of a warm engine's child (the session's h3, the library's worker): one EngineProcess
+    in `engine`, its pid, and whether it still runs (what WarmEngine asks of `_child()`)."""
+
+    engine: EngineProcess
+
+    @property
+    def pid(self) -> int:
+        return self.engine.pid
+
+    def alive(self) -> bool:
+        return self.engine.poll() is None
+
+

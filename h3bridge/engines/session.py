@@ -91,7 +91,7 @@ from .disk import (
 from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
 from .output import finish_result, raise_if_cancelled, resolve_output, staging_path
-from .process import EngineProcess, signal_name
+from .process import EngineChild, EngineProcess, signal_name
 from ..errors import (
     EngineCrashedError,
     EngineError,
@@ -383,7 +383,7 @@ class _Event:
     complete: bool = True  # False: an unterminated stderr tail (a progress redraw), may grow
 
 
-class _SessionProcess:
+class _SessionProcess(EngineChild):
     """One interactive h3 child: stdin pipe, stdout pty, stderr pipe, both read into one queue.
 
     Process-group supervision and stderr reading are engine_process.EngineProcess's (shared
@@ -410,15 +410,8 @@ class _SessionProcess:
             thread.start()
 
     @property
-    def pid(self) -> int:
-        return self.engine.pid
-
-    @property
     def pgid(self) -> int:
         return self.engine.pgid
-
-    def alive(self) -> bool:
-        return self.engine.poll() is None
 
     def _read_stdout(self) -> None:
         pending = b""
