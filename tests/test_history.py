@@ -188,6 +188,19 @@ def test_the_history_keeps_the_newest_jobs_and_drops_older_ones_with_their_phase
         assert connection.execute("SELECT COUNT(DISTINCT job_id) FROM job_phases").fetchone() == (5,)
 
 
+def test_a_creation_lock_that_cannot_be_made_is_history_unavailable(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only cache folder refuses the lock file beside the history (root ignores chmod, so
+    the refusal is made here): the job gets the history's own error, which a render survives."""
+    def refuse(path: str, **_: object) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(store_module, "FileLock", refuse)
+    store = HistoryStore(tmp_path / "history.sqlite")
+    with pytest.raises(store_module.HistoryUnavailable, match="cannot use the job history .*Permission denied"):
+        store.start_job(NewJob(engine="one-shot", device=local_device(), shape="s", request={}))
+
+
 def test_history_path_env_empty_turns_the_history_off(tmp_path: Path, sim_model: Path,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       caplog: pytest.LogCaptureFixture) -> None:

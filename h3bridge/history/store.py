@@ -255,6 +255,8 @@ class HistoryStore:
             raise HistoryUnavailable(f"the job history {self.path} is being created by another program that has "
                                      f"not finished (waited {self.busy_timeout:g} s for {self.path}.lock)",
                                      hint="close the program holding it") from None
+        except OSError as error:        # the lock file cannot be made (a read-only folder)
+            raise self._unavailable(error) from None
 
     def _unavailable(self, error: BaseException) -> HistoryUnavailable:
         text = str(error) or type(error).__name__
