@@ -155,7 +155,7 @@ def test_upload_names_are_never_paths(server: ServerProcess, image: Path, tmp_pa
         assert [p.name for p in inputs.iterdir()] == ["00.upload.png"]
     assert not target.exists()
     assert {p.name for p in server.data_dir.iterdir()} <= {"jobs", "jobs.sqlite3", "jobs.sqlite3-wal",
-                                                           "jobs.sqlite3-shm"}
+                                                           "jobs.sqlite3-shm", "serve.lock"}
 
 
 def test_a_key_is_required_and_compared(server: ServerProcess, image: Path) -> None:
