@@ -164,17 +164,6 @@ class _Worker(EngineChild):
             came = True
         return came
 
-    def quit(self, grace: float = 2.0) -> None:
-        """Close stdin (the worker frees its context and exits); stop the group if it lingers."""
-        stdin = self.engine.popen.stdin
-        try:
-            if stdin is not None:
-                stdin.close()
-            self.engine.popen.wait(timeout=grace)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
-
     def kill(self) -> None:
         self.engine.stop()
         for stream in (self.engine.popen.stdin, self.engine.popen.stdout):

@@ -260,4 +260,27 @@ class EngineChild:
     def alive(self) -> bool:
         return self.engine.poll() is None
 
+    # How long `quit` lets the child exit on its own before its group is stopped.
+    quit_grace: float = 2.0
+
+    def quit(self) -> None:
+        """Say goodbye, close its stdin (its cue to free everything and exit); stop the group if
+        it lingers."""
+        try:
+            self._say_goodbye()
+            stdin = self.engine.popen.stdin
+            if stdin is not None:
+                stdin.close()
+            self.engine.popen.wait(timeout=self.quit_grace)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def _say_goodbye(self) -> None:
+        """What the child is told before its stdin closes: nothing, unless a subclass says so."""
+
+    def kill(self) -> None:
+        """Stop the whole process group and close our ends of its streams."""
+        raise NotImplementedError
+
 

@@ -390,6 +390,8 @@ class _SessionProcess(EngineChild):
     with the one-shot engine); this adds the pty for stdout and the merged event queue.
     """
 
+    quit_grace = QUIT_GRACE
+
     def __init__(self, argv: list[str], *, cwd: str | None, env: dict[str, str] | None) -> None:
         self.events: "queue.Queue[_Event]" = queue.Queue()
         master, slave = pty.openpty()
@@ -452,18 +454,10 @@ class _SessionProcess(EngineChild):
         self.engine.stop()
         self._close()
 
-    def quit(self, grace: float = QUIT_GRACE) -> None:
-        """`!quit` (upstream saves its history and prints Goodbye.), close stdin; stop it if it lingers."""
-        try:
-            if self.alive():
-                self.send("!quit")
-            stdin = self.engine.popen.stdin
-            if stdin is not None:
-                stdin.close()
-            self.engine.popen.wait(timeout=grace)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
+    def _say_goodbye(self) -> None:
+        """`!quit`: upstream saves its history and prints Goodbye."""
+        if self.alive():
+            self.send("!quit")
 
     def _close(self) -> None:
         for thread in self._threads:
