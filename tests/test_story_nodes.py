@@ -2,24 +2,20 @@
 ComfyUI's own python (torch, comfy_api) with the checkout on sys.path; skipped otherwise. The
 logic is tested in test_story.py.
 
-    cd /work/wt-12 && COMFYUI_DIR=/tmp/comfy-bed/ComfyUI /tmp/comfy-bed/venv/bin/python -m pytest -q \
+    PATH=.venv/bin:$PATH COMFYUI_DIR=/path/to/ComfyUI /path/to/comfyui/python -m pytest -q \
         tests/test_story_nodes.py
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the ComfyUI node tests need torch (a ComfyUI environment)")
-if os.environ.get("COMFYUI_DIR") and os.environ["COMFYUI_DIR"] not in sys.path:
-    sys.path.insert(0, os.environ["COMFYUI_DIR"])
-cli_args = pytest.importorskip("comfy.cli_args", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
-cli_args.args.cpu = True
-pytest.importorskip("comfy_api.latest", reason="the ComfyUI node tests need ComfyUI (set COMFYUI_DIR)")
+from comfy_helpers import require_comfyui_in_process
+
+torch = require_comfyui_in_process()
 
 from h3bridge.comfy.adapter import EngineHandle, ONE_SHOT  # noqa: E402
 from h3bridge.comfy.story_nodes import STORY_NODES, H3StoryboardNode  # noqa: E402
