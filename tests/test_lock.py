@@ -337,7 +337,7 @@ def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_fi
             assert not group_alive(engine.pid)
             assert not staged.exists() and not workdir.exists()
         assert engine.wait(5) == -signal.SIGTERM
-        assert list(lock_path.parent.glob("*.engine*")) == []
+        assert list(holder._record_path.parent.iterdir()) == []
     finally:
         engine.kill()
 
@@ -366,11 +366,13 @@ def test_a_holder_that_finishes_leaves_no_record(lock_path: Path) -> None:
     engine = _engine_like_group()
     with engine_lock() as lock:
         lock.record_engine(engine.pid)
-        assert lock._record_path.is_file() and lock._record_path.parent == lock_path.parent
+        assert lock._record_path.is_file() and lock._record_path.parent.parent == lock_path.parent
         engine.kill()
         engine.wait(5)
         lock.clear_engine()
-    assert list(lock_path.parent.iterdir()) == [lock_path]
+    # The account's record folder stays (so no other account can take its name between jobs), empty.
+    assert sorted(lock_path.parent.iterdir()) == [lock_path, lock._record_path.parent]
+    assert list(lock._record_path.parent.iterdir()) == []
 
 
 def test_the_cache_directory_setting_does_not_move_the_lock(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -510,6 +512,7 @@ def test_a_planted_engine_record_deletes_nothing_and_kills_nothing(lock_path: Pa
                {"pid": bystander.pid, "started": 0, "leftovers": [str(precious / "inside")]}]
     lock_path.parent.mkdir(parents=True)
     names = [EngineLock(lock_path)._record_path, lock_path.with_name("engine.lock.engine")]
+    names[0].parent.mkdir(mode=0o755)
     try:
         for record in planted:
             for name in names:
@@ -523,51 +526,3 @@ def test_a_planted_engine_record_deletes_nothing_and_kills_nothing(lock_path: Pa
     assert mp4.read_bytes() == b"a clip of theirs" and disguised.is_symlink()
     assert (lookalike / "notes.txt").read_text() == "mine"
     assert f"not removing {precious}" in caplog.text
-
-
-def test_another_accounts_live_engine_is_waited_for_not_killed(lock_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
-    """The lock was freed when the other account's host died, but its engine still holds the
-    machine: the next job waits (reporting and cancellable) until it is gone, naming it."""
-    import h3bridge.engines.lock as lock_module
-    from h3bridge.engines.process import group_alive, terminate_group
-    from h3bridge.engines.lock import _user_name
-    engine = _engine_like_group()
-    try:
-        holder = EngineLock()
-        holder.acquire()
-        holder.record_engine(engine.pid)
-        holder._file_lock.release(force=True)    # that account's host died unannounced
-        monkeypatch.setattr(lock_module, "_uid", lambda: os.geteuid() + 4242)    # this job is another account's
-        waits: list[bool] = []
-
-        def on_wait(seconds: float) -> None:
-            waits.append(group_alive(engine.pid))
-            if len(waits) == 3:
-                terminate_group(engine.pid)      # its owner stops it
-                engine.wait(5)
-        with engine_lock(on_wait=on_wait, poll_interval=0.01) as held:
-            assert held.is_held
-        assert waits[:3] == [True, True, True] and not group_alive(engine.pid)
-        assert f"waiting for the engine of user {_user_name(os.geteuid())} (process {engine.pid})" in caplog.text
-        # And cancelling that wait works like any other wait for the engine.
-        again = _engine_like_group()
-        try:
-            monkeypatch.setattr(lock_module, "_uid", os.geteuid)
-            holder = EngineLock()
-            holder.acquire()
-            holder.record_engine(again.pid)
-            holder._file_lock.release(force=True)
-            monkeypatch.setattr(lock_module, "_uid", lambda: os.geteuid() + 4242)
-            token = CancelToken()
-            with pytest.raises(GenerationCancelled):
-                with engine_lock(cancel=token, on_wait=lambda seconds: token.cancel(), poll_interval=0.01):
-                    pass
-            assert group_alive(again.pid)
-        finally:
-            again.kill()
-            terminate_group(again.pid)
-            again.wait(5)
-    finally:
-        engine.kill()
-        engine.wait(5)

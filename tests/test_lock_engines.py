@@ -155,3 +155,28 @@ def test_two_homes_rendering_at_once_never_run_two_engines(model_dir: Path, tmp_
     assert [host.wait(10) for host in hosts] == [0, 0]
     assert (tmp_path / "alice.mp4").is_file() and (tmp_path / "bob.mp4").is_file()
     assert most == 1, f"{most} engines ran at once"
+
+
+def test_an_engine_whose_record_cannot_be_written_is_stopped_with_a_clear_error(model_dir: Path,  # noqa: F811
+                                                                                 tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without its record, an engine whose host died would be found by no one and run beside the
+    next: a record that cannot be written (here: the disk is full) stops the job and its engine."""
+    import errno
+    import os
+    import h3bridge.engines.lock as lock_module
+    from h3bridge.engines import process as process_module
+    from h3bridge.errors import EngineError
+    real_replace = os.replace
+    beside_the_lock = str(lock_module.default_lock_path().parent)
+
+    def full_disk(source, target) -> None:
+        if str(target).startswith(beside_the_lock):        # the engine record, whatever its layout
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(source, target)
+    monkeypatch.setattr(lock_module.os, "replace", full_disk)
+    with pytest.raises(EngineError, match="cannot write the engine record .*No space left") as caught:
+        OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), tmp_path / "a.mp4")
+    assert "make room on the disk" in (caught.value.hint or "")
+    assert process_module._live_engines == set()          # its engine was stopped
+    assert list(tmp_path.iterdir()) == [] or [p.name for p in tmp_path.iterdir()] == ["sim-log.jsonl"]

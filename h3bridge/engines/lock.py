@@ -19,16 +19,22 @@ creates it, so every account can lock it and none but its creator can replace it
 programs with different lock paths do not exclude each other.
 
 A holder that dies does not take its engine with it (h3 notices only at its next write), so
-each holder records its engine in ``<lock>.engine.<uid>`` and the next holder deals with an
-engine still running there. That record sits in a folder every account can write to, so it is
-evidence, not an instruction: h3bridge stops a recorded engine only when the record file is
-its own user's (a regular file, not a symlink) and the process is its own user's, leads its
-own process group and started at the recorded time; it removes only recorded leftovers that
-are h3bridge's own scratch (`own_leftover`: the one-shot engine's `h3bridge-*` temporary folder,
-its `.h3bridge-<hex>.partial.mp4` staging files, the warm session's `/tmp/h3-XXXXXX` folder and
-the `video-NNNN.mp4` clips in it), each owned by this user. Anything else is left alone with a
-logged warning. A live engine recorded by another account is waited for (it is theirs to stop),
-reported like any other wait and named in a logged warning.
+each holder records its engine in its account's own folder beside the lock,
+``<lock>.records.<uid>/engine``, and the next holder deals with an engine still running there.
+That folder is made by its account, mode 0755, and checked (lstat: a real folder, its owner, no
+one else may write in it) before every engine starts: in the sticky shared folder no other account
+can then write, replace or remove a record, and a name another account took first is an
+EngineError naming it, never a record silently not written. A record is still only evidence:
+h3bridge stops a recorded engine only when the record file is its own user's (a regular file, not
+a symlink) and the process is its own user's, leads its own process group and started at the
+recorded time; it removes only recorded leftovers that are h3bridge's own scratch (`own_leftover`:
+the one-shot engine's `h3bridge-*` temporary folder, its `.h3bridge-<hex>.partial.mp4` staging
+files, the warm session's `/tmp/h3-XXXXXX` folder and the `video-NNNN.mp4` clips in it), each owned
+by this user. Anything else is left alone with a logged warning. A live engine recorded by another
+account is not ours to stop, and only its owner's next job can stop it, which needs the lock: so a
+job that finds one gives the lock back and waits outside the queue (reported like any other wait,
+cancellable, the engine named in a logged warning), then queues again with its first ticket. Had
+it kept the lock, the owner's job would wait for it while it waited for the owner's engine.
 
 Within one process the file lock still excludes: two holders in the same
 process block each other exactly as two processes do (each `EngineLock` opens
@@ -79,8 +85,10 @@ DEFAULT_POLL_INTERVAL = 0.1
 # got the lock or gave up.
 WANTED_FRESHNESS = 1.0
 
-# Beside the lock: the engine its holder runs (EngineLock.record_engine), `<lock>.engine.<uid>`.
-ENGINE_RECORD_SUFFIX = ".engine"
+# Beside the lock, one folder per account, `<lock>.records.<uid>/`, holds the `engine` its holder
+# runs (EngineLock.record_engine); only that account can write in it (prepare_record_folder).
+RECORD_FOLDER_INFIX = ".records."
+RECORD_FILE_NAME = "engine"
 # A record is a few hundred bytes; anything much larger is not one of ours.
 _RECORD_LIMIT = 1 << 20
 
@@ -259,15 +267,28 @@ class EngineLock:
 
         `on_wait(seconds_waited)` is called once per poll while someone else holds the lock,
         starting right after the first failed attempt (so callers can show WAITING_PHASE).
-        Once the lock is ours, an engine its last holder left running is stopped (see
-        `record_engine`), so two engines never share the machine.
+        Once the lock is ours, an engine its last holder of this account left running is stopped
+        (see `record_engine`), so two engines never share the machine; while one another account
+        left running still runs, the lock is given back and waited for again (`_settle`).
         """
-        self._take(cancel=cancel, on_wait=on_wait)
-        try:
-            self._settle_previous_engines(cancel=cancel, on_wait=on_wait)
-        except BaseException:
-            self.release()
-            raise
+        if self.is_held:
+            raise RuntimeError("EngineLock.acquire called twice without release")
+        if cancel is not None and cancel.cancelled:
+            raise GenerationCancelled("cancelled before the engine started")
+        started = time.monotonic()
+        self.waited = 0.0
+        # First come, first served: the OS lock is not fair (whoever polls first after a release
+        # wins), so waiters queue by this ticket and only the oldest live waiter tries the lock.
+        # The ticket is kept across `_settle`'s waits, so a job that stood aside keeps its place.
+        self._ticket = time.time_ns()
+        while True:
+            self._take(started=started, cancel=cancel, on_wait=on_wait)
+            try:
+                if self._settle(started=started, cancel=cancel, on_wait=on_wait):
+                    return
+            except BaseException:
+                self.release()
+                raise
 
     # The kernel frees the lock when its holder dies, but not the holder's engine: h3 has no
     # signal handlers and only notices its host is gone at its next write to the closed stderr
@@ -275,48 +296,77 @@ class EngineLock:
     # holder records the engine it starts beside the lock, and the next holder stops it.
 
     @property
-    def _record_path(self) -> Path:
-        """This user's record, `<lock>.engine.<uid>`: per user, because in the shared (sticky)
-        folder one account cannot replace or remove another's file."""
-        return self.path.with_name(f"{self.path.name}{ENGINE_RECORD_SUFFIX}.{_uid()}")
+    def _record_folder(self) -> Path:
+        """This account's record folder, `<lock>.records.<uid>`: made by this account, mode 0755,
+        so in the shared (sticky) folder no other account can write, replace or remove what is in
+        it (`prepare_record_folder`); every account can read it, to wait for what it names."""
+        return self.path.with_name(f"{self.path.name}{RECORD_FOLDER_INFIX}{_uid()}")
 
-    def _settle_previous_engines(self, *, cancel: CancelToken | None, on_wait: WaitCallback | None) -> None:
-        """With the lock just taken: stop an engine a dead holder of this user left running (see
-        `stop_orphaned_engine`), and wait, reporting and cancellable, while a live engine recorded
-        by another account still runs: it holds the machine's memory, but it is not ours to stop."""
+    @property
+    def _record_path(self) -> Path:
+        """This account's record of its running engine (`EngineRecord`), in its record folder."""
+        return self._record_folder / RECORD_FILE_NAME
+
+    def _settle(self, *, started: float, cancel: CancelToken | None, on_wait: WaitCallback | None) -> bool:
+        """With the lock just taken: make sure this account's record folder is its own (an error
+        now, before any engine starts, rather than an engine nobody could find if this process
+        died), stop an engine a dead holder of this account left running (`stop_orphaned_engine`),
+        and see whether another account's still runs. True when the machine is free.
+
+        Another account's engine holds the machine's memory but is not ours to stop: only its
+        owner's next job can, and that job needs the lock. So the lock is given back (and this
+        waiter leaves the queue) while that engine runs, reporting and cancellable; False once it
+        is gone, for the caller to queue again with its ticket. Holding the lock while waiting
+        for it would deadlock the two accounts (each waiting for the other)."""
+        prepare_record_folder(self._record_folder)
         stop_orphaned_engine(self._record_path)
-        started = time.monotonic() - self.waited
+        foreign = self._foreign_engines()
+        if not foreign:
+            return True
+        self.release()
         announced: set[tuple[int, float]] = set()
-        while True:
-            foreign = [engine for engine in map(_foreign_engine, self._other_records()) if engine is not None]
-            if not foreign:
-                return
+        while foreign:
             for user, record in foreign:
                 if (record.pid, record.started) not in announced:
                     announced.add((record.pid, record.started))
-                    _log.warning("h3bridge: waiting for the engine of user %s (process %d), left running by "
-                                 "a program of theirs that exited; it is theirs to stop", user, record.pid)
+                    _log.warning("h3bridge: waiting for the engine of user %s (process %d), left running "
+                                 "by a program of theirs that exited; it is theirs to stop", user, record.pid)
             self.waited = time.monotonic() - started
             if on_wait is not None:
                 on_wait(self.waited)
             if cancel is not None and cancel.cancelled:
                 raise GenerationCancelled("cancelled while waiting for the engine")
             time.sleep(self.poll_interval)
+            foreign = self._foreign_engines()
+        return False
+
+    def _foreign_engines(self) -> list[tuple[str, "EngineRecord"]]:
+        """(user name, record) of each live engine another account recorded beside the lock."""
+        return [engine for engine in map(_foreign_engine, self._other_records()) if engine is not None]
 
     def _other_records(self) -> list[Path]:
-        """Records beside the lock other than this user's own."""
-        mine = self._record_path.name
+        """The records of the other accounts' record folders beside the lock (real folders only)."""
+        mine = self._record_folder.name
         try:
-            found = self.path.parent.glob(f"{glob.escape(self.path.name)}{ENGINE_RECORD_SUFFIX}.*")
-            return sorted(path for path in found if path.name != mine and not path.name.endswith(".tmp"))
+            found = sorted(self.path.parent.glob(f"{glob.escape(self.path.name)}{RECORD_FOLDER_INFIX}*"))
         except OSError:
             return []
+        records = []
+        for folder in found:
+            try:
+                if folder.name != mine and stat.S_ISDIR(os.lstat(folder).st_mode):
+                    records.append(folder / RECORD_FILE_NAME)
+            except OSError:
+                continue
+        return records
 
     def record_engine(self, pid: int, *, leftovers: Sequence[Path | str] = ()) -> None:
         """Note, while holding the lock, the engine just started (it leads its own process group)
         and the files it may leave half-written, for the next holder should this process die.
         A leftover is a path (a folder goes with its contents), a glob pattern, or `DIR/` (that
-        folder only if it is empty); they are removed in order (see `remove_leftovers`)."""
+        folder only if it is empty); they are removed in order (see `remove_leftovers`).
+        Raises EngineError when the record cannot be written: the caller stops its engine, since
+        an engine nobody could find after a crash might run beside the next one."""
         import psutil
         try:
             started = psutil.Process(pid).create_time()
@@ -329,17 +379,9 @@ class EngineLock:
         """The recorded engine is gone (reaped by us): forget it."""
         _remove_own_record(self._record_path)
 
-    def _take(self, *, cancel: CancelToken | None, on_wait: WaitCallback | None) -> None:
+    def _take(self, *, started: float, cancel: CancelToken | None, on_wait: WaitCallback | None) -> None:
+        """Take the OS lock in ticket order (see `acquire`), reporting and cancellable."""
         global _in_process_waiters
-        if self.is_held:
-            raise RuntimeError("EngineLock.acquire called twice without release")
-        started = time.monotonic()
-        self.waited = 0.0
-        # First come, first served: the OS lock is not fair (whoever polls first after a release
-        # wins), so waiters queue by this ticket and only the oldest live waiter tries the lock.
-        self._ticket = time.time_ns()
-        if cancel is not None and cancel.cancelled:
-            raise GenerationCancelled("cancelled before the engine started")
         if not self._others_ahead() and self._try_acquire(timeout=0):
             return
         with _registry_guard:
@@ -444,16 +486,55 @@ class EngineLock:
 
 @dataclass(frozen=True)
 class EngineRecord:
-    """The engine a lock holder started, kept in `<lock>.engine` while it runs."""
+    """The engine a lock holder started, kept in `<lock>.records.<uid>/engine` while it runs."""
 
     pid: int                    # leads its own process group (start_new_session)
     started: float              # its psutil create_time: tells a reused pid apart
     leftovers: tuple[str, ...]  # our temporary files and folders it writes into (remove_leftovers)
 
 
+def _record_folder_error(folder: Path, problem: str, hint: str | None = None) -> EngineError:
+    return EngineError(f"cannot keep this account's engine record in {folder}: {problem}",
+                       hint=hint or f"set {LOCK_PATH_ENV} to a lock file in a folder of your own")
+
+
+def prepare_record_folder(folder: Path) -> None:
+    """Make `folder` (`<lock>.records.<uid>`) this account's own: created mode 0755 if missing,
+    and checked with lstat to be a real folder that this account owns and no one else may write
+    to. In the shared (sticky) folder another account could have made that name first, as a
+    file, a symlink or a folder of theirs: that is an EngineError naming it and the fix, never
+    a record silently not written (its engine would then be found by no one after a crash)."""
+    try:
+        os.mkdir(folder, 0o700)            # private until its mode is set, whatever the umask
+        os.chmod(folder, 0o755)            # others read it: they wait for the engine it names
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise _record_folder_error(folder, error.strerror or str(error)) from None
+    try:
+        info = os.lstat(folder)
+    except OSError as error:
+        raise _record_folder_error(folder, error.strerror or str(error)) from None
+    if info.st_uid != _uid() or not stat.S_ISDIR(info.st_mode):
+        what = ("a symbolic link" if stat.S_ISLNK(info.st_mode) else
+                "a folder" if stat.S_ISDIR(info.st_mode) else "a file")
+        owner = _user_name(info.st_uid)
+        raise _record_folder_error(
+            folder, f"that name is taken by {what} belonging to {owner}, not to this account",
+            f"ask {owner} or an administrator to remove {folder} (`rm -r {folder}`); until then, "
+            f"set {LOCK_PATH_ENV} to a lock file of your own")
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        try:
+            os.chmod(folder, 0o755)        # ours, but others could write in it: not any more
+        except OSError as error:
+            raise _record_folder_error(folder, error.strerror or str(error)) from None
+
+
 def write_engine_record(path: Path, record: EngineRecord) -> None:
-    """Write the record under a temporary name and rename it into place. The temporary file is
-    created exclusively and never through a symlink (the folder may be shared by every account)."""
+    """Write the record under a temporary name in this account's record folder (made and checked
+    by prepare_record_folder) and rename it into place. Raises EngineError naming the file when
+    it cannot be written (a full or read-only disk, a record folder another account took)."""
+    prepare_record_folder(path.parent)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -462,8 +543,11 @@ def write_engine_record(path: Path, record: EngineRecord) -> None:
         with os.fdopen(descriptor, "w") as handle:
             handle.write(json.dumps(asdict(record)))
         os.replace(temporary, path)
-    except OSError:
-        _remove_own_record(temporary)    # best effort: without it, an orphan lives until its next write
+    except OSError as error:
+        _remove_own_record(temporary)
+        raise EngineError(f"cannot write the engine record {path}: {error.strerror or error}",
+                          hint=f"make room on the disk holding {path.parent} (or make it writable), or set "
+                               f"{LOCK_PATH_ENV} to a lock file in a writable folder of your own") from None
 
 
 def _remove_own_record(path: Path) -> None:

@@ -224,7 +224,6 @@ class OneShotEngine:
                 raise argument_limit_error(argv, env, request.prompt) from None
             raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
                                       hint=ENGINE_BUILD_HINT) from None
-        lock.record_engine(process.pid, leftovers=leftovers)
         last_activity = time.monotonic()
         last_event: ProgressEvent | None = None
 
@@ -241,6 +240,8 @@ class OneShotEngine:
                 piece = process.next_piece(0)
 
         try:
+            # Inside the try: an engine whose record cannot be written is stopped (EngineError).
+            lock.record_engine(process.pid, leftovers=leftovers)
             while True:
                 handle(POLL_SECONDS)
                 if cancel is not None and cancel.cancelled:
