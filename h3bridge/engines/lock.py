@@ -622,6 +622,18 @@ def own_leftover(entry: str) -> bool:
     return _STAGING_NAME.fullmatch(name) is not None or _own_folder(folder, tempfile.gettempdir(), _WORKDIR_NAME)
 
 
+def own_session_dirs() -> set[str]:
+    """This user's warm-session folders (`/tmp/h3-XXXXXX`, interactive h3's mkdtemp) that exist
+    now: real folders, not symlinks (see SessionEngine, which compares them before and after a
+    session that was stopped while it started)."""
+    try:
+        with os.scandir(SESSION_DIR_PARENT) as entries:
+            names = [entry.path for entry in entries if _SESSION_DIR_NAME.fullmatch(entry.name)]
+    except OSError:
+        return set()
+    return {path for path in names if _own_folder(path, SESSION_DIR_PARENT, _SESSION_DIR_NAME)}
+
+
 def read_engine_record(path: Path) -> tuple[int, EngineRecord] | None:
     """(owner uid, record) from the record file at `path`, or None when there is none or it is not
     a record: a symlink, not a regular file, too large, or not our JSON. Never follows a symlink."""

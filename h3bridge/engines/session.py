@@ -104,7 +104,7 @@ from ..errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import SESSION_CLIP_PATTERN, remove_leftovers
+from .lock import SESSION_CLIP_PATTERN, own_session_dirs, remove_leftovers
 from ..history.recorder import recorded
 from ..media.decode import decode_video_frames, remove_quietly
 from ..userdirs import cache_dir
@@ -576,6 +576,8 @@ class SessionEngine(WarmEngine):
         self._identity: _EngineIdentity | None = None
         self._settings: SessionSettings | None = None
         self._outputs_dir: Path | None = None
+        # This user's session folders before the running process started (_unannounced_outputs_dir).
+        self._session_dirs_before: set[str] = set()
         self.starts = 0            # processes started so far (tests and benchmarks read it)
         self.jobs = 0
 
@@ -737,6 +739,7 @@ class SessionEngine(WarmEngine):
             # h3 opens h3_shaders.metal by relative path: run it where the binary really is (a
             # ~/bin/h3 symlink must still run from the h3.c checkout), as the one-shot engine does.
             cwd = str(self.cwd) if self.cwd is not None else str(engine_working_directory(self.engine_path))
+            self._session_dirs_before = own_session_dirs()
             try:
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:
@@ -780,6 +783,8 @@ class SessionEngine(WarmEngine):
                 process.quit()
             else:
                 process.kill()
+            if self._outputs_dir is None:
+                self._outputs_dir = self._unannounced_outputs_dir(process)
         self._settings = None
         self._identity = None
         self._remove_outputs_dir()
@@ -788,7 +793,27 @@ class SessionEngine(WarmEngine):
         process = self._process
         if process is not None:
             process.engine.stop()    # the job's thread sees the streams end and raises, if it still runs
+            if self._outputs_dir is None:
+                self._outputs_dir = self._unannounced_outputs_dir(process)
             self._remove_outputs_dir()
+
+    def _unannounced_outputs_dir(self, process: "_SessionProcess") -> Path | None:
+        """The session folder of a process stopped while it started, before its banner's
+        `Outputs: DIR` was read (a cancel, a crash, a stall during start-up), once it is gone:
+        the line if it is among what the process wrote and no one read yet; else, since h3 makes
+        the folder (mkdtemp) a moment before it prints that line, the one folder of this user's
+        that appeared while the process lived. Only one: the machine-wide lock was held all that
+        while, so no other h3bridge engine made one; two new ones mean someone else's h3 did,
+        and neither is touched. None when h3 made none."""
+        while True:
+            try:
+                event = process.events.get_nowait()
+            except queue.Empty:
+                break
+            if event.stream == "out" and event.text and event.text.startswith("Outputs: "):
+                return Path(event.text[len("Outputs: "):])
+        appeared = own_session_dirs() - self._session_dirs_before
+        return Path(appeared.pop()) if len(appeared) == 1 else None
 
     def _remove_outputs_dir(self) -> None:
         """h3 leaves its mkdtemp session directory (/tmp/h3-XXXXXX) behind. Every finished MP4 was
