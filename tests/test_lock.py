@@ -310,10 +310,9 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _work_folder() -> Path:
-    """A work folder made exactly as the one-shot engine makes it (engines/oneshot.py)."""
-    import tempfile
-    from h3bridge.engines.lock import WORKDIR_PREFIX
-    return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    """A work folder made exactly as the one-shot engine makes it (engines/output.py job_files)."""
+    from h3bridge.engines.lock import make_work_folder
+    return make_work_folder()
 
 
 def test_the_next_holder_stops_an_engine_its_dead_holder_left_and_removes_its_files(lock_path: Path,
@@ -526,3 +525,35 @@ def test_a_planted_engine_record_deletes_nothing_and_kills_nothing(lock_path: Pa
     assert mp4.read_bytes() == b"a clip of theirs" and disguised.is_symlink()
     assert (lookalike / "notes.txt").read_text() == "mine"
     assert f"not removing {precious}" in caplog.text
+
+
+def test_dead_scratch_is_removed_only_when_provably_ours_and_dead(tmp_path: Path, scratch: Path) -> None:
+    """remove_dead_scratch: a probe or work folder named for a process that no longer runs goes;
+    one named for a live process, one of another account, a symlink or a file of another kind
+    named like one, and a work folder outside the temporary folder stay."""
+    from h3bridge.engines.lock import remove_dead_scratch
+    dead = _dead_pid()
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    gone = [outputs / f".h3bridge-probe-{dead}-abcd_123", scratch / f".h3bridge-probe-{dead}-efgh_456"]
+    for path in gone:
+        path.write_bytes(b"h3bridge")
+    gone.append(scratch / f"h3bridge-{dead}-ijkl_789")
+    (gone[-1] / "frames").mkdir(parents=True)
+    kept = [outputs / f".h3bridge-probe-{os.getpid()}-mnop_012",      # a live process's
+            outputs / f"h3bridge-{dead}-qrst_345",                   # a work folder outside the temp folder
+            scratch / f".h3bridge-probe-{dead}-uvwx_678",            # a folder named like a probe
+            scratch / f"h3bridge-{dead}-yzab_901"]                   # a symlink named like a work folder
+    kept[0].write_bytes(b"h3bridge")
+    kept[1].mkdir()
+    kept[2].mkdir()
+    kept[3].symlink_to(outputs)
+    if os.geteuid() == 0:
+        theirs = outputs / f".h3bridge-probe-{dead}-cdef_234"       # another account's
+        theirs.write_bytes(b"h3bridge")
+        os.chown(theirs, 65534, 65534)
+        kept.append(theirs)
+    remove_dead_scratch(outputs)
+    remove_dead_scratch(scratch)
+    assert [path for path in gone if os.path.lexists(path)] == []
+    assert [path for path in kept if not os.path.lexists(path)] == []

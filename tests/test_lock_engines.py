@@ -180,3 +180,90 @@ def test_an_engine_whose_record_cannot_be_written_is_stopped_with_a_clear_error(
     assert "make room on the disk" in (caught.value.hint or "")
     assert process_module._live_engines == set()          # its engine was stopped
     assert list(tmp_path.iterdir()) == [] or [p.name for p in tmp_path.iterdir()] == ["sim-log.jsonl"]
+
+
+# ----------------------------------------------------------------------------- scratch a killed host made
+
+def _killed_host(model_dir: Path, tmp_path: Path, output: Path, *, stop_at: str, env: dict[str, str]) -> int:  # noqa: F811
+    """A host running a one-shot job, SIGKILLed where it stopped for good: "waiting" for the engine
+    lock (its work folder made), or "probing" the output folder (its probe file made, before the
+    probe's name is removed). Returns its pid."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    from core_helpers import wait_until
+    notice = tmp_path / f"host-stopped-{stop_at}"
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from pathlib import Path
+        from core_helpers import fast_request
+        from h3bridge import OneShotEngine
+        from h3bridge.engines import disk
+        def stop_here(*args, **kwargs):
+            Path({str(notice)!r}).touch()
+            time.sleep(3600)
+        if {stop_at!r} == "probing":
+            disk.remove_quietly = stop_here         # the probe file is made; its name goes next
+        OneShotEngine({str(sim_engine_path())!r}, {str(model_dir)!r}).generate(
+            fast_request(), {str(output)!r}, want_frames=False, want_audio=False,
+            on_progress=lambda event: stop_here() if event.phase == "waiting for the engine" else None)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **env})
+    try:
+        assert wait_until(notice.exists, timeout=60), "the host never reached the point where it is killed"
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+    finally:
+        host.kill()
+    return host.pid
+
+
+def test_a_work_folder_a_killed_host_left_is_removed_by_the_next_job(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host killed while it waited for the engine leaves its job's temporary folder (made before
+    the lock is taken, so no engine record names it). The next job removes it: it is this user's,
+    named for a process that no longer runs. A folder of a live process, or without a pid in its
+    name, is left alone."""
+    import os
+    import tempfile
+    private = tmp_path / "tmp"          # the system temporary folder, privately
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    with engine_lock():                 # another job holds the engine: the host waits, and is killed
+        _killed_host(model_dir, tmp_path, tmp_path / "first.mp4", stop_at="waiting", env={"TMPDIR": str(private)})
+    left = sorted(path.name for path in private.iterdir())
+    assert len(left) == 1 and left[0].startswith("h3bridge-"), left
+    live = Path(tempfile.mkdtemp(prefix=f"h3bridge-{os.getpid()}-"))   # named as this live process's
+    older = private / "h3bridge-abcd1234"                       # an older h3bridge's: no pid to prove it dead
+    older.mkdir()
+    result = OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), tmp_path / "second.mp4",
+                                                                  want_frames=False, want_audio=False)
+    assert result.video_path.is_file()
+    assert sorted(path.name for path in private.iterdir()) == sorted([live.name, older.name])
+
+
+@pytest.mark.parametrize("cleaner", ["the next job in that folder", "the restarted server"])
+def test_a_disk_probe_a_killed_host_left_is_removed(model_dir: Path, tmp_path: Path, cleaner: str) -> None:  # noqa: F811
+    """A host (a one-shot server) killed while it probed its output folder leaves the probe file
+    there; the next probe of that folder, or the restarted server in its job folders, removes it."""
+    from h3bridge.server.jobs import JobStore, new_job_id
+    data = tmp_path / "data"
+    store = JobStore(data)
+    job_id = new_job_id()
+    store.inputs_dir(job_id).mkdir(parents=True)
+    store.add(job_id, model="MiniMax-H3", fields={"prompt": "a fox"}, uploads=[], shape={})
+    store.close()
+    folder = store.job_dir(job_id)
+    _killed_host(model_dir, tmp_path, store.video_path(job_id), stop_at="probing", env={})
+    left = sorted(path.name for path in folder.iterdir())
+    assert len(left) == 2 and left[0].startswith(".h3bridge-probe-") and left[1] == "inputs", left
+    if cleaner == "the restarted server":
+        JobStore(data).recover()
+        assert sorted(path.name for path in folder.iterdir()) == ["inputs"]
+    else:
+        OneShotEngine(sim_engine_path(), model_dir).generate(fast_request(), folder / "next.mp4",
+                                                             want_frames=False, want_audio=False)
+        assert sorted(path.name for path in folder.iterdir()) == ["inputs", "next.mp4"]

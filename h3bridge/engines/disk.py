@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 from ..errors import DiskError
+from .lock import PROBE_PREFIX, remove_dead_scratch
 from ..media.decode import remove_quietly
 from ..request import GenerationRequest
 from ..geometry import FPS
@@ -138,20 +139,23 @@ def check_disk_space(needs: Sequence[DiskNeed]) -> None:
 
 
 def _probe_writable(need: DiskNeed) -> None:
-    """Create one small file in `need.folder` with O_EXCL, write to it, remove it."""
+    """Create one small file in `need.folder` with O_EXCL, remove its name, write to it. The name
+    carries this process's pid: one a killed process left behind is removed by the next probe of
+    that folder (lock.remove_dead_scratch), as by a restarted server in its job folders."""
     state = None
     if not os.access(need.folder, os.W_OK | os.X_OK):
         state = why_not_writable(need.folder)
         state = "is on a read-only file system" if "read-only" in state else f"cannot be written ({state})"
     else:
+        remove_dead_scratch(need.folder)
         try:
-            descriptor, name = tempfile.mkstemp(prefix=".h3bridge-probe-", dir=need.folder)
+            descriptor, name = tempfile.mkstemp(prefix=f"{PROBE_PREFIX}{os.getpid()}-", dir=need.folder)
             try:
+                remove_quietly(Path(name))       # at once: the write below needs no name
                 os.write(descriptor, b"h3bridge")
                 os.fsync(descriptor)
             finally:
                 os.close(descriptor)
-                remove_quietly(Path(name))
         except OSError as error:
             state = _DISK_ERRNOS.get(error.errno or 0) or (
                 f"does not take new files (creating a test file there failed: {error.strerror or error}), "

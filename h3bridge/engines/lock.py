@@ -96,7 +96,12 @@ _RECORD_LIMIT = 1 << 20
 WORKDIR_PREFIX = "h3bridge-"           # tempfile.mkdtemp(prefix=...) of the one-shot engine
 STAGING_PREFIX, STAGING_SUFFIX = ".h3bridge-", ".partial.mp4"   # a clip before its atomic rename
 _STAGING_NAME = re.compile(r"\.h3bridge-[0-9a-f]{12}\.partial\.mp4")
-_WORKDIR_NAME = re.compile(r"h3bridge-[a-z0-9_]{8}")          # mkdtemp's random part
+# mkdtemp's random part, after the pid of the process that made it (make_work_folder; older
+# h3bridge made them without).
+_WORKDIR_NAME = re.compile(r"h3bridge-(?:(?P<pid>[1-9][0-9]*)-)?[a-z0-9_]{8}")
+# disk.py's probe of a folder's writability, `.h3bridge-probe-<pid>-XXXXXXXX` (mkstemp).
+PROBE_PREFIX = ".h3bridge-probe-"
+_PROBE_NAME = re.compile(r"\.h3bridge-probe-(?P<pid>[1-9][0-9]*)-[a-z0-9_]{8}")
 # Interactive h3 writes into mkdtemp("/tmp/h3-XXXXXX") (h3_cli.c:736) as `video-NNNN.mp4`.
 SESSION_DIR_PARENT = "/tmp"
 _SESSION_DIR_NAME = re.compile(r"h3-[A-Za-z0-9]{6}")
@@ -620,6 +625,65 @@ def own_leftover(entry: str) -> bool:
     if not stat.S_ISREG(info.st_mode) or info.st_uid != _uid():
         return False
     return _STAGING_NAME.fullmatch(name) is not None or _own_folder(folder, tempfile.gettempdir(), _WORKDIR_NAME)
+
+
+def _maker_gone(pid: int, made: float) -> bool:
+    """The process `pid` that made a file last changed at `made` (its ctime) runs no more: there is
+    no such process, it is a zombie, or the process now called `pid` started after the file was
+    made (the pid was used again). A process that started before and still runs is its maker."""
+    import psutil
+    try:
+        process = psutil.Process(pid)
+        return process.status() == psutil.STATUS_ZOMBIE or process.create_time() > made
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def remove_dead_scratch(folder: Path | str) -> None:
+    """Remove from `folder` the scratch h3bridge processes that died (SIGKILL, a power cut) left
+    there, and only that: a writability probe (`.h3bridge-probe-<pid>-*`, a regular file) and, in
+    the system temporary folder, a work folder (`h3bridge-<pid>-*`, a real folder), each owned by
+    this user and named for a process that no longer runs (`_maker_gone`). The lock's orphan
+    recovery removes what an engine was writing; this removes what was made before any engine
+    started (a host killed while it waited for the lock). Best effort."""
+    folder = str(folder)
+    in_temporary = os.path.realpath(folder) == os.path.realpath(tempfile.gettempdir())
+    try:
+        with os.scandir(folder) as entries:
+            candidates = [(entry.name, entry.path) for entry in entries if entry.name.startswith((
+                PROBE_PREFIX, WORKDIR_PREFIX))]
+    except OSError:
+        return
+    for name, path in candidates:
+        probe = _PROBE_NAME.fullmatch(name)
+        work = _WORKDIR_NAME.fullmatch(name) if in_temporary else None
+        match = probe or work
+        if match is None or match["pid"] is None:
+            continue
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        kind_ok = stat.S_ISREG(info.st_mode) if probe else stat.S_ISDIR(info.st_mode)
+        if not kind_ok or info.st_uid != _uid() or not _maker_gone(int(match["pid"]), info.st_ctime):
+            continue
+        try:
+            if probe:
+                os.unlink(path)
+            else:
+                shutil.rmtree(path)
+        except OSError:
+            pass
+
+
+def make_work_folder() -> Path:
+    """A new private work folder for one job in the system temporary folder, named for this
+    process (`h3bridge-<pid>-XXXXXXXX`) so that, should it die before removing it, a later job
+    can prove it dead and remove it (`remove_dead_scratch`, done here first)."""
+    remove_dead_scratch(tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
 
 
 def own_session_dirs() -> set[str]:

@@ -5,7 +5,6 @@ and turned into the GenerationResult.
 from __future__ import annotations
 import os
 import shutil
-import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ import numpy as np
 from ..cancel import CancelToken
 from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsError, RequestError
 from ..media.decode import decode_audio, remove_quietly
-from .lock import STAGING_PREFIX, STAGING_SUFFIX, WORKDIR_PREFIX, remove_leftovers
+from .lock import STAGING_PREFIX, STAGING_SUFFIX, make_work_folder, remove_leftovers
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from .disk import DiskNeed, why_not_writable, disk_error_from_os_error
@@ -105,7 +104,7 @@ class JobFiles:
 def job_files(output_path: Path | None, *, want_audio: bool) -> Iterator[JobFiles]:
     """The files of one job (JobFiles), all removed when it ends; the output folders it created
     too, unless the result was published. Shared by every engine that writes an MP4 itself."""
-    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    workdir = make_work_folder()
     made_folders = missing_folders(output_path) if output_path is not None else []
     files = JobFiles(workdir=workdir, mp4_temp=None)
     try:

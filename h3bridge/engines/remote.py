@@ -17,7 +17,6 @@ from __future__ import annotations
 import mimetypes
 import os
 import shutil
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -40,7 +39,7 @@ from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..server.wire import API_KEY_ENV, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
-from .lock import WORKDIR_PREFIX, remove_leftovers
+from .lock import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
 
@@ -180,7 +179,7 @@ class RemoteEngine:
             if output_path is not None:
                 mp4 = staging_path(output_path)
             elif want_audio or want_frames:
-                workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+                workdir = make_work_folder()
                 mp4 = workdir / "remote.mp4"
             job = self._submit(request)
             job_id = job.id

@@ -26,6 +26,7 @@ from typing import Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
+from ..engines.lock import remove_dead_scratch
 from ..errors import DataDirectoryInUse
 from .wire import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
 
@@ -262,6 +263,8 @@ class JobStore:
         for folder in (self.data_dir / JOBS_FOLDER).iterdir():
             if folder.name not in known:
                 shutil.rmtree(folder, ignore_errors=True)
+            else:
+                remove_dead_scratch(folder)     # a disk probe the dead server made there
         return notes
 
     def ids(self) -> Iterator[str]:
