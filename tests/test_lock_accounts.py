@@ -98,9 +98,9 @@ class Accounts:
 def accounts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Accounts]:
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         pytest.skip("starting processes as other accounts needs root")
+    uids = _free_uids(2)
     shared = Path(tempfile.mkdtemp(prefix="h3b-accounts-"))
     os.chmod(shared, 0o1777)      # like /var/tmp, where the machine folder goes
-    uids = _free_uids(2)
     python = _interpreter_for(uids[0], shared) if len(uids) == 2 else None
     if python is None:
         shutil.rmtree(shared)
