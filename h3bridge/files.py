@@ -62,6 +62,21 @@ def symlink_note(path: str | os.PathLike[str]) -> str:
     return f" (a symbolic link to {os.path.realpath(path)})" if os.path.islink(path) else ""
 
 
+class NotRegularFileError(OSError):
+    """`path` is not a regular file (`kind` says what it is): for callers that treat it as any other
+    file they cannot read (a digest that is then unknown, a job file that is then redone)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(f"{path} is {kind}{symlink_note(path)}, not a regular file")
+        self.path = path
+        self.kind = kind
+
+
+def not_regular(path: Path, kind: str) -> NotRegularFileError:
+    """A `refuse` for callers that handle it as an OSError."""
+    return NotRegularFileError(path, kind)
+
+
 def open_regular_fd(path: str | os.PathLike[str], refuse: Refuse, *, follow_symlinks: bool = True) -> int:
     """A blocking read-only descriptor of `path`, only if it is a regular file (else `refuse`).
 
@@ -162,5 +177,5 @@ def _copy_bytes(source: int, target: int, size: int) -> int:
     return done
 
 
-__all__ = ["Refuse", "UNENDING_KINDS", "check_regular", "copy_regular", "describe_mode", "non_regular_kind",
+__all__ = ["NotRegularFileError", "Refuse", "not_regular", "UNENDING_KINDS", "check_regular", "copy_regular", "describe_mode", "non_regular_kind",
            "open_regular", "open_regular_fd", "sha256_regular", "symlink_note"]
