@@ -286,11 +286,11 @@ class EngineChoice:
         """The local model folder; None for a server, which checks its own model."""
         return getattr(self.one_shot, "model_dir", None)
 
-    def machine_facts(self) -> MachineFacts | None:
+    def machine_facts(self, cancel: CancelToken | None = None) -> MachineFacts | None:
         """The facts to plan memory with when the engine knows better than psutil (the library's
         h3_device: Metal's recommended working set); None: this machine as detected."""
         facts = getattr(self.one_shot, "machine_facts", None)
-        return facts() if facts is not None else None
+        return facts(cancel=cancel) if facts is not None else None
 
     def for_request(self, request: GenerationRequest) -> Engine:
         """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
@@ -391,11 +391,16 @@ def run_generate(args: argparse.Namespace) -> int:
     engines = engines_from_args(args)
     chosen = engines.for_request(request)
     session = chosen if chosen is engines.warm else None
-    if engines.model_dir is not None:      # a server checks its own model and plans its own memory
-        preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
-                           session=chosen.capabilities.warm_model, machine=engines.machine_facts(),
-                           preview=previews is not None)
     cancel = CancelToken()
+    with cancel_on_signals(cancel) as received:     # a SIGTERM while the library's facts load stops its worker too
+        if engines.model_dir is not None:      # a server checks its own model and plans its own memory
+            try:       # the model check first, then the library's facts (its worker opens the model)
+                preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
+                                   session=chosen.capabilities.warm_model,
+                                   machine=lambda: engines.machine_facts(cancel), preview=previews is not None)
+            except GenerationCancelled as error:
+                engines.close()
+                return cancelled_status(error, received)
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, on_preview=previews, cancel=cancel)

@@ -31,6 +31,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_si
 from pathlib import Path
 
 from .errors import LibraryLoadError
+from .files import open_regular, symlink_note
 
 # ---------------------------------------------------------------- constants (h3.h:12-18)
 
@@ -296,8 +297,11 @@ def check_library_file(path: str | os.PathLike[str]) -> Path:
         raise LibraryLoadError(f"no library at {library}", path=library, hint=hint)
     if library.is_dir():
         raise LibraryLoadError(f"{library} is a folder, not a library file", path=library, hint=hint)
+
+    def not_a_library(path: Path, kind: str) -> LibraryLoadError:
+        return LibraryLoadError(f"{path} is {kind}{symlink_note(path)}, not a library file", path=path, hint=hint)
     try:
-        with open(library, "rb") as handle:
+        with open_regular(library, not_a_library) as handle:    # a FIFO or a device is never waited on
             header = handle.read(4096)
     except OSError as error:
         raise LibraryLoadError(f"cannot read the library {library}: {error.strerror}",

@@ -2,6 +2,7 @@
 merging. No ComfyUI needed."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import h3
@@ -216,6 +217,73 @@ def test_unusable_settings_name_the_usable_range() -> None:
     assert caught.value.field == "overlap_px"
     with pytest.raises(RequestError, match="whole number"):
         hex_grid(1344, 768, 1.5, 2)   # type: ignore[arg-type]
+
+
+def _never_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.hexgrid import grid as grid_module
+
+    def computed(*args):
+        raise AssertionError("the grid was computed before the settings were refused")
+    monkeypatch.setattr(grid_module, "pixel_cells", computed)
+
+
+@pytest.mark.parametrize("width, height, resolution", [
+    (40000, 20000, 0),       # ~48 GiB: a MemoryError under a 3 GiB cap, the machine down without one
+    (8000, 4000, 3),         # a frame that fits at resolution 0 but not with finer cells
+    pytest.param(10**30, 768, 0, id="10**30x768"),      # was a ValueError from numpy
+    pytest.param(768, 10**400, 0, id="768x10**400"),    # past float's range
+])
+def test_grids_that_would_not_fit_in_memory_are_refused_up_front(monkeypatch: pytest.MonkeyPatch, width: int,
+                                                                 height: int, resolution: int) -> None:
+    """Issue 19 item 9."""
+    _never_computed(monkeypatch)
+    with pytest.raises(RequestError) as caught:
+        hex_grid(width, height, resolution)
+    assert caught.value.field in ("width", "height") and caught.value.hint
+    assert "GiB" in caught.value.message or "longer than any frame" in caught.value.message
+
+
+def test_the_memory_estimate_is_not_below_what_a_grid_takes() -> None:
+    """grid_bytes against the real thing: tracemalloc's peak while grids are computed."""
+    import tracemalloc
+
+    from h3bridge.hexgrid.grid import _hex_grid, grid_bytes
+    for width, height, resolution, overlap in ((480, 240, 0, 8), (480, 240, 1, 4), (600, 300, 2, 2)):
+        tracemalloc.start()
+        try:
+            _hex_grid.__wrapped__(width, height, resolution, overlap)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak <= grid_bytes(width, height, resolution, overlap), (width, height, resolution, overlap, peak)
+
+
+def _suggestions(hint: str) -> list[tuple[int, int, int | None]]:
+    """The (width, height, resolution) settings a hint suggests."""
+    found = [(int(w), int(h), None) for w, h in re.findall(r"frame of (?:at least )?(?:about )?(\d+)x(\d+)", hint)]
+    for w, h in re.findall(r"for (\d+)x(\d+)", hint):
+        first, last = map(int, re.search(r"resolution (\d+)\.\.(\d+)", hint).groups())
+        found += [(int(w), int(h), r) for r in range(first, last + 1)]
+    return found
+
+
+@pytest.mark.parametrize("width, height, resolution", [
+    (1000000, 1, 0), (1, 1000000, 0), (64, 32, 0), (3, 2, 0), (40000, 20000, 0),
+    pytest.param(10**30, 768, 0, id="10**30x768"),
+    (8000, 4000, 3), (8000, 4000, 1), (1344, 768, 3), (2**20 + 1, 2**20 + 1, 0),
+])
+def test_every_suggested_fix_is_itself_valid(width: int, height: int, resolution: int) -> None:
+    """The hint for 1000000x1 was a frame of 72152505x36076252."""
+    from h3bridge.hexgrid.grid import DEFAULT_OVERLAP_PX, check_grid_settings, max_overlap_px
+    with pytest.raises(RequestError) as caught:
+        check_grid_settings(width, height, resolution, DEFAULT_OVERLAP_PX)
+    suggested = _suggestions(caught.value.hint or "")
+    assert suggested, caught.value.hint
+    for columns, rows, suggested_resolution in suggested:
+        chosen = resolution if suggested_resolution is None else suggested_resolution
+        if "for resolution" not in (caught.value.hint or "") and suggested_resolution is None:
+            chosen = DEFAULT_RESOLUTION
+        check_grid_settings(columns, rows, chosen, min(DEFAULT_OVERLAP_PX, max_overlap_px(columns, rows, chosen)))
 
 
 def test_grids_are_cached_read_only_and_deterministic() -> None:

@@ -1,6 +1,7 @@
 """`h3bridge hexgrid`: draws the tiling to a PNG atomically, refuses bad flags and existing files."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import av
@@ -55,3 +56,32 @@ def test_hexgrid_refuses_unusable_settings_before_drawing(tmp_path: Path, capsys
 def test_hexgrid_wants_a_png_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["hexgrid", "--width", "480", "--height", "240", "-o", str(tmp_path / "t.jpg")]) == 2
     assert "end the name in .png" in capsys.readouterr().err
+
+
+def test_hexgrid_refuses_a_frame_too_big_for_memory_before_computing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19 item 9: 40000x20000 tried to allocate tens of GiB."""
+    from h3bridge.hexgrid import cli as hexgrid_cli
+    monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed"))
+    assert main(["hexgrid", "--width", "40000", "--height", "20000", "-o", str(tmp_path / "t.png")]) == 2
+    err = capsys.readouterr().err
+    assert "would take at least 53.6 GiB" in err and "the limit is" in err and "fix: use a frame of about" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["file-parent", "sys"])
+def test_an_unwritable_output_is_found_before_the_grid_is_computed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    from h3bridge.hexgrid import cli as hexgrid_cli
+    monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed first"))
+    if where == "file-parent":
+        (tmp_path / "notes").write_text("a file, not a folder")
+        output = tmp_path / "notes" / "t.png"
+    else:
+        output = Path("/sys/h3bridge-hexgrid-test.png")       # read-only even for root
+        if os.access("/sys", os.W_OK) and not Path("/sys/class").is_dir():
+            pytest.skip("no read-only /sys here")
+    assert main(["hexgrid", "--width", "480", "--height", "240", "-o", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {output}: cannot write in the folder {output.parent}" in err
+    assert "Errno" not in err and "fix: choose an --output in a folder you can write to" in err

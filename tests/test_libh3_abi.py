@@ -193,6 +193,18 @@ def test_a_folder_and_a_text_file_are_not_libraries(tmp_path: Path) -> None:
     assert _load_error(empty).message == f"{empty} is not a shared library"
 
 
+@pytest.mark.timeout(30)
+def test_a_fifo_or_a_device_as_the_library_is_refused_without_waiting(tmp_path: Path) -> None:
+    """Issue 19 item 3: a FIFO as --library-path hung forever in a blocking open."""
+    import os
+    fifo = tmp_path / "libh3.dylib"
+    os.mkfifo(fifo)
+    assert _load_error(fifo).message == f"{fifo} is a named pipe (FIFO), not a library file"
+    device = tmp_path / "zero.dylib"
+    device.symlink_to("/dev/zero")
+    assert _load_error(device).message == f"{device} is a character device (a symbolic link to /dev/zero), not a library file"
+
+
 def test_a_static_archive_says_it_must_be_linked_first(tmp_path: Path) -> None:
     archive = tmp_path / "libh3.a"
     archive.write_bytes(b"!<arch>\n" + b"\0" * 64)

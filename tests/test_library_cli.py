@@ -163,3 +163,64 @@ def test_the_memory_plan_uses_the_librarys_device(model_dir: Path, tmp_path: Pat
     err = capsys.readouterr().err
     assert status == 2 and not (tmp_path / "x.mp4").exists()
     assert "Apple M5 Max" in err          # the device h3_device reported, in the printed plan
+
+
+# ----------------------------------------------------------------------------- issue 19 item 3
+
+
+@pytest.mark.timeout(90)
+def test_a_fifo_in_the_model_is_refused_before_the_library_worker_loads_it(
+        model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    """machine_facts() started a probe worker that ran h3_load_dir before the model check and
+    outside the engine lock: a FIFO shard meant 120 s of silence, then "did not load the library"."""
+    import os
+    model = Path(shutil.copytree(model_dir, tmp_path / "MiniMax-H3"))
+    fifo = model / "FL2VA/transformer/model-00099-of-00099.safetensors"
+    os.mkfifo(fifo)
+    status = main(["generate", "--engine", "library", "--library-path", str(double_library_path()),
+                   "--model-dir", str(model), "-p", "x", *TINY, "-o", str(tmp_path / "x.mp4")])
+    assert status == 2
+    assert f"{fifo}: is a named pipe (FIFO)" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_while_the_library_facts_wait_exits_143_and_leaves_no_worker(model_dir: Path,  # noqa: F811
+                                                                             tmp_path: Path) -> None:
+    """The probe worker now starts as a job's does, under the machine-wide engine lock: while
+    another process holds it, the CLI waits inside its signal handling, and a SIGTERM ends the
+    wait with status 143 (it was -15, the worker orphaned)."""
+    import signal
+    import sys
+    import textwrap
+    import time
+
+    import psutil
+
+    lock = tmp_path / "engine.lock"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from h3bridge.engines.lock import EngineLock
+        held = EngineLock(__import__("pathlib").Path({str(lock)!r}))
+        held.acquire()
+        print("held", flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        env = {**__import__("os").environ, "H3BRIDGE_LOCK_PATH": str(lock)}
+        cli = subprocess.Popen([sys.executable, "-m", "h3bridge.cli", "generate", "--engine", "library",
+                                "--library-path", str(double_library_path()), "--model-dir", str(model_dir),
+                                "-p", "x", *TINY, "-o", str(tmp_path / "x.mp4"), "--quiet"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120       # a safety net: the loop waits for the CLI's wait marker
+        while not list(tmp_path.glob("engine.lock.wanted.*")) and cli.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.glob("engine.lock.wanted.*")), "the CLI never waited for the engine lock"
+        assert psutil.Process(cli.pid).children(recursive=True) == []     # no worker outside the lock
+        cli.send_signal(signal.SIGTERM)
+        _, err = cli.communicate(timeout=60)
+        assert cli.returncode == 143, err
+        assert "cancelled" in err and not (tmp_path / "x.mp4").exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

@@ -141,6 +141,36 @@ def test_a_disk_without_room_is_refused_first(template: Path, tmp_path: Path, mo
     _nothing_written(tmp_path, before)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("entry, make", [
+    ("notes.txt", "fifo"),
+    ("notes.txt", "dev-zero"),
+    ("FL2VA/text_encoder/model.safetensors.index.json", "dev-zero"),
+    ("extras/stray.safetensors", "dev-zero"),
+])
+def test_a_fifo_or_device_in_the_base_is_refused_before_a_byte_is_written(
+        template: Path, tmp_path: Path, entry: str, make: str) -> None:
+    """Issue 19 item 3: `lora fold` copies every file of the base; a FIFO hung it and a link to
+    /dev/zero (notes.txt, an index JSON, a stray *.safetensors) wrote until the disk was full."""
+    base = copy_model(template, tmp_path / "base")
+    special = base / entry
+    special.parent.mkdir(parents=True, exist_ok=True)
+    special.unlink(missing_ok=True)
+    if make == "fifo":
+        os.mkfifo(special)
+    else:
+        special.symlink_to("/dev/zero")
+    (tmp_path / "out-parent").mkdir()
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    with pytest.raises(LoraError) as caught:
+        fold_model(base, [lora], tmp_path / "out-parent" / "out", progress=False)
+    error = caught.value
+    kind = "a named pipe (FIFO)" if make == "fifo" else "a character device (a symbolic link to /dev/zero)"
+    assert error.before_start and f"{special}, which is {kind}" in error.message
+    assert f"rm {special}" in (error.hint or "")
+    assert list((tmp_path / "out-parent").iterdir()) == []
+
+
 def test_cli_refusal_exits_2_naming_the_problem(template: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     lora = write_lora(tmp_path / "l.safetensors", _pair("blocks.0.attn.to_q", 8, 8))

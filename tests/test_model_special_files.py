@@ -89,6 +89,30 @@ def test_a_directory_and_a_socket_named_safetensors_are_reported(model: Path, tm
             short.unlink()
 
 
+def test_info_and_verify_flag_a_device_or_fifo_whatever_its_name(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 19 item 3: notes.txt or an index JSON linked to /dev/zero (or a FIFO) passed info and
+    verify, and `lora fold`, which copies every file, wrote until the disk was full."""
+    notes = model / "notes.txt"
+    notes.symlink_to("/dev/zero")
+    inventory = inspect_model(model)
+    [problem] = [p for p in inventory.problems if p.kind == "not-a-file"]
+    assert problem.severity == "warning" and problem.path == notes
+    assert "character device (a symbolic link to /dev/zero)" in problem.message and f"rm {notes}" in problem.fix
+    notes.unlink()
+    config = model / "FL2VA/transformer/config.json"      # a file h3 requires: an error
+    config.unlink()
+    os.mkfifo(config)
+    index = model / "FL2VA/text_encoder/model.safetensors.index.json"
+    index.unlink(missing_ok=True)
+    os.mkfifo(index)
+    report = verify_model(model)
+    assert not report.ok
+    assert any(e.message.startswith(f"{config}: is a named pipe (FIFO)") for e in report.errors)
+    assert "and 1 more such entries" in inspect_model(model).errors[0].message
+    assert main(["info", str(model)]) != 0
+    assert "named pipe (FIFO)" in capsys.readouterr().out
+
+
 def test_header_and_hash_readers_refuse_a_fifo(tmp_path: Path) -> None:
     fifo = tmp_path / "x.safetensors"
     os.mkfifo(fifo)

@@ -334,7 +334,7 @@ def plan_text(plan: MemoryPlan) -> str:
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
-                         machine: MachineFacts | None = None, session: bool = False,
+                         machine: MachineFacts | Callable[[], MachineFacts] | None = None, session: bool = False,
                          model_warnings: list[str] | None = None, preview: bool = False) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
@@ -354,6 +354,8 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     warnings = check_model_for(request, inventory)
     if model_warnings is not None:
         model_warnings.extend(warnings)
+    if callable(machine):      # the library's facts start a worker that opens the model: after its check
+        machine = machine()
 
     def plan(ssd: bool) -> MemoryPlan:
         return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
@@ -703,7 +705,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                     ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
                                                      session=handle.mode in (WARM_SESSION, LIBRARY),
                                                      model_warnings=model_warnings, preview=handle.previews,
-                                                     machine=engine_factory(handle).machine_facts() if library else None)
+                                                     machine=engine_factory(handle).machine_facts if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
             except H3BridgeError as error:

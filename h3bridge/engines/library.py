@@ -253,16 +253,23 @@ class LibraryEngine(WarmEngine):
     def check_supported(self, request: GenerationRequest) -> None:
         """Every valid request runs: the prompt and the paths reach h3_generate as C strings."""
 
-    def machine_facts(self) -> MachineFacts:
+    def machine_facts(self, *, cancel: CancelToken | None = None,
+                      on_progress: ProgressCallback | None = None) -> MachineFacts:
         """The memory plan's machine facts from the library's `h3_device()`: from the running
         worker, else from a worker started only to load the library and the model's metadata
-        (no weights; the engine lock is not needed for that) and stopped again."""
+        (no weights) and stopped again. That worker is started as a job's is: after the model
+        check (a FIFO or a device among the files h3_load_dir opens is refused, never waited on),
+        under the machine-wide engine lock and recorded in it, and `cancel` (a SIGTERM, in the
+        CLI) stops it and the wait for the lock."""
         if self._device is None:
-            worker = self._start_worker(self._environment(locate_media_tools()))
-            try:
-                self._await_ready(worker, job=None)
-            finally:
-                worker.quit()
+            env = self._environment(locate_media_tools())
+            probe = _Job(GenerationRequest("probe"), ProgressTracker((), time.monotonic()), on_progress, None, cancel)
+            with self._job(on_progress=on_progress, cancel=cancel):
+                try:
+                    self._ensure_worker(env, probe)
+                finally:
+                    if self._worker is not None:
+                        self._shutdown(graceful=True)       # only its facts were wanted
         assert self._device is not None
         return machine_facts_from_device(self._device)
 
@@ -476,6 +483,7 @@ class LibraryEngine(WarmEngine):
 
     def _start_worker(self, env: dict[str, str]) -> _Worker:
         locate_library(self.library_path)     # changed since? one sentence before anything starts
+        _refuse_special_model_files(self.model_dir)
         argv = [sys.executable, "-m", WORKER_MODULE, "--library", str(self.library_path),
                 "--model-dir", str(self.model_dir)]
         try:
@@ -554,6 +562,16 @@ class LibraryEngine(WarmEngine):
             worker.engine.stop()      # the job's thread sees the control stream end and raises
 
 
+
+
+def _refuse_special_model_files(model_dir: Path) -> None:
+    """h3_load_dir opens every shard of the model: a FIFO there blocks it for good (in C, where no
+    cancel reaches) and a device never ends. The model check's own finding (stat only, no header
+    read) is raised before a worker starts; everything else h3_load_dir reports itself, at once."""
+    from ..model.inventory import inspect_model
+    for problem in inspect_model(model_dir, read_headers=False).errors:
+        if problem.kind == "not-a-file":
+            raise problem.exception()
 
 
 # ============================================================================ one per host process

@@ -39,8 +39,12 @@ def run_hexgrid(args: argparse.Namespace) -> int:
     if output.is_dir():
         raise RequestError(f"--output {output} is a folder", hint="give a file name ending in .png")
     check_grid_settings(args.width, args.height, args.resolution, args.overlap)
-    grid = hex_grid(args.width, args.height, args.resolution, args.overlap)
-    _write_png_atomically(draw_tiling(grid), output, overwrite=args.overwrite)
+    temporary = _claim_output_folder(output)      # an unwritable output is found before the grid is computed
+    try:
+        grid = hex_grid(args.width, args.height, args.resolution, args.overlap)
+        _publish_png(draw_tiling(grid), temporary, output, overwrite=args.overwrite)
+    finally:
+        temporary.unlink(missing_ok=True)
     usable = usable_resolutions(args.width, args.height)
     print(f"wrote {output}: {args.width}x{args.height}, resolution {grid.resolution}, {len(grid)} cells "
           f"({len(grid.pentagons)} pentagons), overlap {grid.overlap_px} px; usable resolutions "
@@ -48,28 +52,39 @@ def run_hexgrid(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_png_atomically(picture, output: Path, *, overwrite: bool) -> None:
-    """Write beside the output under a hidden temporary name, then give it the name: nobody sees
-    a half-written PNG, and without `overwrite` a file that appeared meanwhile is not replaced."""
+def _claim_output_folder(output: Path) -> Path:
+    """The hidden temporary file beside `output` the PNG is written to (created now, empty): a
+    folder that cannot be made or written to is refused before anything is computed."""
+    folder = output.parent
+    temporary = folder / f".h3bridge-{uuid.uuid4().hex[:12]}.partial.png"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644))
+    except OSError as error:
+        reason = "a file is in the way" if isinstance(error, (FileExistsError, NotADirectoryError)) \
+            else error.strerror or type(error).__name__
+        raise RequestError(f"--output {output}: cannot write in the folder {folder or '.'} ({reason.lower()})",
+                           field="output", hint="choose an --output in a folder you can write to") from None
+    return temporary
+
+
+def _publish_png(picture, temporary: Path, output: Path, *, overwrite: bool) -> None:
+    """Write the PNG to `temporary`, then give it the name: nobody sees a half-written PNG, and
+    without `overwrite` a file that appeared meanwhile is not replaced."""
     from ..media.references import write_png
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise MediaError(f"cannot create the output folder {output.parent}: {error.strerror}",
-                         hint="choose an output in a folder you can write to") from None
-    temporary = output.parent / f".h3bridge-{uuid.uuid4().hex[:12]}.partial.png"
-    try:
         write_png(picture, temporary)
-        if overwrite:
-            os.replace(temporary, output)
-        else:
-            try:
-                os.link(temporary, output)         # fails if the name is taken: no race with another writer
-            except FileExistsError:
-                raise OutputExistsError(f"{output} appeared while drawing; it was left as it was",
-                                        hint="choose another name, or pass --overwrite") from None
-    finally:
-        temporary.unlink(missing_ok=True)
+    except MediaError:      # the disk filled up while drawing
+        raise MediaError(f"--output {output}: the picture could not be written to its folder (is the disk full?)",
+                         hint="free space on its disk, or choose another --output") from None
+    if overwrite:
+        os.replace(temporary, output)
+    else:
+        try:
+            os.link(temporary, output)         # fails if the name is taken: no race with another writer
+        except FileExistsError:
+            raise OutputExistsError(f"{output} appeared while drawing; it was left as it was",
+                                    hint="choose another name, or pass --overwrite") from None
 
 
 __all__ = ["add_hexgrid_command", "run_hexgrid"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import h3.api.basic_int as h3int   # the PyPI `h3` package (absolute import), 64-bit int cell ids
 import h3
@@ -48,6 +48,22 @@ _EARTH_RADIUS_KM = 6371.007180918475
 _CACHE_SIZE = 8
 #: The most memory a batch of cell masks may take (HexGrid.check_masks_fit).
 MAX_MASK_BATCH_BYTES = 2 * 2**30
+#: The most memory computing one grid may take (grid_bytes), and at most this share of the
+#: machine's memory: 40000x20000 would take about 50 GiB.
+MAX_GRID_BYTES = 2 * 2**30
+GRID_MEMORY_SHARE = 0.25
+#: No frame side is longer (a 2**20-pixel side at the smallest usable height is already over
+#: MAX_GRID_BYTES); it also keeps every size computation in floats' range.
+MAX_SIDE = 2**20
+# What hex_grid holds at its peak, with a margin: per pixel the id, index, edge and weight maps;
+# per cell its blend patch (float64 while computed, float32 kept, over its box grown by the
+# overlap), the samples tracing its edges (more for the stretched cells near the poles) and its
+# Python objects. Measured peaks (ru_maxrss): 1344x768 at resolutions 0 and 2 and 2688x1536 at 0
+# and 3 with overlap 8 take 60, 214, 52 and 244 bytes per pixel; grid_bytes says 98, 277, 92 and
+# 397. tests/test_hexgrid.py checks it against tracemalloc's peak.
+_BYTES_PER_PIXEL = 72
+_BYTES_PER_PATCH_PIXEL = 24
+_BYTES_PER_CELL = 16384
 
 
 @dataclass(frozen=True)
@@ -175,37 +191,147 @@ def _check_int(name: str, value: object) -> int:
     return int(value)
 
 
-def check_grid_settings(width: int, height: int, resolution: int, overlap_px: int) -> None:
-    """RequestError naming the problem and the usable range, before any work starts."""
-    width, height = _check_int("width", width), _check_int("height", height)
-    resolution, overlap_px = _check_int("resolution", resolution), _check_int("overlap_px", overlap_px)
+def grid_memory_limit() -> int:
+    """The most memory one grid may take on this machine (MAX_GRID_BYTES, less on a small one)."""
+    import psutil
+    return int(min(MAX_GRID_BYTES, psutil.virtual_memory().total * GRID_MEMORY_SHARE))
+
+
+def grid_bytes(width: int, height: int, resolution: int, overlap_px: int = DEFAULT_OVERLAP_PX) -> int:
+    """About the most memory `hex_grid` takes for these settings (see _BYTES_PER_PIXEL): every
+    pixel's maps, and every cell's blend patch (the whole globe is in the frame: all of
+    `h3.get_num_cells(resolution)` cells). Sides must be at most MAX_SIDE."""
+    side = cell_size_px(width, height, resolution) + 2 * (overlap_px + 1)
+    per_cell = _BYTES_PER_CELL + _BYTES_PER_PATCH_PIXEL * side * side
+    return int(width * height * _BYTES_PER_PIXEL + h3.get_num_cells(resolution) * per_cell)
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise RequestError(f"{name} must be a whole number, got {_shown(value)}", field=name)
+    return int(value)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"(a {int(value.bit_length() * 0.30103) + 1}-digit number)"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass(frozen=True)
+class _GridProblem:
+    message: str
+    field: str
+    kind: str          # "side", "memory", "small", "resolution", "overlap"
+
+
+def _grid_problem(width: int, height: int, resolution: int, overlap_px: int,
+                  limit: int) -> _GridProblem | None:
+    """What is wrong with these settings (all whole numbers), or None: cheap, nothing computed."""
     if width < 1 or height < 1:
-        raise RequestError(f"the frame must be at least 1x1 pixels, got {width}x{height}", field="width")
+        return _GridProblem(f"the frame must be at least 1x1 pixels, got {_shown(width)}x{_shown(height)}",
+                            "width" if width < 1 else "height", "side")
+    if width > MAX_SIDE or height > MAX_SIDE:
+        name = "width" if width > MAX_SIDE else "height"
+        return _GridProblem(f"{name}={_shown(max(width, height))} is longer than any frame a grid can be drawn for "
+                            f"(at most {MAX_SIDE} pixels)", name, "side")
+    if width * height * _BYTES_PER_PIXEL > limit:
+        return _GridProblem(f"a {width}x{height} frame ({width * height / 1e6:.0f} megapixels) would take at "
+                            f"least {width * height * _BYTES_PER_PIXEL / 2**30:.1f} GiB to tile (the limit is "
+                            f"{limit / 2**30:.1f} GiB)", "width", "memory")
     usable = usable_resolutions(width, height)
     if not usable:
         # Resolution 0 has the largest cells: the frame must be big enough for them.
-        scale = MIN_CELL_PX / cell_size_px(width, height, 0)
-        need_w, need_h = math.ceil(width * scale), math.ceil(height * scale)
-        need_w, need_h = max(need_w, 2 * need_h), max(need_h, need_w // 2)
-        raise RequestError(
+        return _GridProblem(
             f"a {width}x{height} frame is too small for an H3 grid: even resolution 0's cells would be "
-            f"{cell_size_px(width, height, 0):.1f} px across (at least {MIN_CELL_PX:g} needed)",
-            field="width", hint=f"use a frame of at least about {need_w}x{need_h} pixels")
+            f"{cell_size_px(width, height, 0):.1f} px across (at least {MIN_CELL_PX:g} needed)", "width", "small")
     if not 0 <= resolution <= H3_MAX_RESOLUTION or resolution not in usable:
         if 0 <= resolution <= H3_MAX_RESOLUTION:
             problem = (f"resolution {resolution} gives cells about {cell_size_px(width, height, resolution):.1f} px "
                        f"across on a {width}x{height} frame (at least {MIN_CELL_PX:g} needed)")
         else:
-            problem = f"resolution {resolution} is not an H3 resolution (0..{H3_MAX_RESOLUTION})"
-        raise RequestError(problem, field="resolution",
-                           hint=f"use resolution {usable.start}..{usable.stop - 1} for {width}x{height} "
-                                "(0 = largest cells)")
+            problem = f"resolution {_shown(resolution)} is not an H3 resolution (0..{H3_MAX_RESOLUTION})"
+        return _GridProblem(problem, "resolution", "resolution")
     widest = max_overlap_px(width, height, resolution)
     if not 0 <= overlap_px <= widest:
-        raise RequestError(
-            f"overlap {overlap_px} px is outside 0..{widest} px for resolution {resolution} on {width}x{height} "
-            f"(cells are about {cell_size_px(width, height, resolution):.0f} px across)",
-            field="overlap_px", hint=f"use an overlap of 0..{widest} px (0 = hard hexagon edges)")
+        return _GridProblem(
+            f"overlap {_shown(overlap_px)} px is outside 0..{widest} px for resolution {resolution} on "
+            f"{width}x{height} (cells are about {cell_size_px(width, height, resolution):.0f} px across)",
+            "overlap_px", "overlap")
+    need = grid_bytes(width, height, resolution, overlap_px)
+    if need > limit:
+        return _GridProblem(
+            f"resolution {resolution} on {width}x{height} ({h3.get_num_cells(resolution)} cells) would take about "
+            f"{need / 2**30:.1f} GiB to tile (the limit is {limit / 2**30:.1f} GiB)", "resolution", "memory")
+    return None
+
+
+def _suggested_frame(width: int, height: int, resolution: int, overlap_px: int, limit: int, *,
+                     prefer_smallest: bool = False) -> tuple[int, int]:
+    """A frame of width x height's shape (kept between 1:1 and 4:1; the globe's map is 2:1) on
+    which `resolution` and `overlap_px` give a grid within `limit`: as tall as the given one where
+    that fits, else the nearest that does (`prefer_smallest`: the smallest that is big enough)."""
+    aspect = min(max(min(width, MAX_SIDE) / min(max(height, 1), MAX_SIDE), 1.0), 4.0)
+
+    def frame(rows: int) -> tuple[int, int]:
+        return max(1, round(aspect * rows)), rows
+
+    def fits(rows: int) -> bool:
+        return _grid_problem(*frame(rows), resolution, overlap_px, limit) is None
+
+    def big_enough(rows: int) -> bool:       # cells at least MIN_CELL_PX across (grows with the frame)
+        columns, rows = frame(rows)
+        return resolution in usable_resolutions(columns, rows)
+
+    low, high = 1, MAX_SIDE // 4
+    while low < high:                        # the smallest frame of this shape big enough
+        middle = (low + high) // 2
+        low, high = (low, middle) if big_enough(middle) else (middle + 1, high)
+    smallest = low
+    top = smallest
+    while top * 2 <= MAX_SIDE // 4 and fits(top * 2):
+        top *= 2
+    low, high = top, min(top * 2, MAX_SIDE // 4)
+    while low < high:                        # the largest frame of this shape within the limit
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    rows = smallest if prefer_smallest else min(max(min(height, MAX_SIDE), smallest), low)
+    return frame(rows if fits(rows) else smallest)
+
+
+def check_grid_settings(width: int, height: int, resolution: int, overlap_px: int) -> None:
+    """RequestError naming the problem and a fix that is itself valid (a usable range, a frame
+    that fits), before any work starts; frames and resolutions whose grid would not fit in
+    memory (grid_bytes over grid_memory_limit) are refused too."""
+    width, height = _check_int("width", width), _check_int("height", height)
+    resolution, overlap_px = _check_int("resolution", resolution), _check_int("overlap_px", overlap_px)
+    limit = grid_memory_limit()
+    problem = _grid_problem(width, height, resolution, overlap_px, limit)
+    if problem is None:
+        return
+    if problem.kind in ("side", "small") or (problem.kind == "memory" and problem.field == "width"):
+        small = problem.kind == "small"
+        columns, rows = _suggested_frame(width, height, DEFAULT_RESOLUTION, DEFAULT_OVERLAP_PX, limit,
+                                         prefer_smallest=small)
+        hint = f"use a frame of {'at least about ' if small else 'about '}{columns}x{rows} pixels"
+    elif problem.kind == "resolution":
+        usable = usable_resolutions(width, height)
+        fitting = [r for r in usable if _grid_problem(width, height, r, min(overlap_px, max_overlap_px(
+            width, height, r)), limit) is None]
+        hint = (f"use resolution {fitting[0]}..{fitting[-1]} for {width}x{height} (0 = largest cells)" if fitting
+                else f"use resolution {usable.start}..{usable.stop - 1} for {width}x{height} (0 = largest cells)")
+    elif problem.kind == "overlap":
+        hint = f"use an overlap of 0..{max_overlap_px(width, height, resolution)} px (0 = hard hexagon edges)"
+    else:       # this resolution's cells on this frame need too much memory
+        coarser = [r for r in range(resolution) if _grid_problem(width, height, r, min(
+            overlap_px, max_overlap_px(width, height, r)), limit) is None]
+        columns, rows = _suggested_frame(width, height, resolution, overlap_px, limit)
+        hint = (f"use resolution {coarser[-1]} or lower on {width}x{height}, or " if coarser else "use ") + \
+            f"a frame of about {columns}x{rows} pixels for resolution {resolution}"
+        if not coarser:
+            problem = replace(problem, field="width")      # even the largest cells: the frame is the problem
+    raise RequestError(problem.message, field=problem.field, hint=hint)
 
 
 # ----------------------------------------------------------------------------- pixel <-> lat/lng
@@ -439,5 +565,6 @@ def _hex_grid(width: int, height: int, resolution: int, overlap_px: int) -> HexG
 
 
 __all__ = ["HexGrid", "PixelBox", "WeightPatch", "hex_grid", "check_grid_settings", "usable_resolutions", "cell_size_px",
+           "grid_bytes", "grid_memory_limit", "MAX_GRID_BYTES",
            "max_overlap_px", "pixel_latlng", "pixel_cells", "DEFAULT_RESOLUTION", "DEFAULT_OVERLAP_PX",
            "MIN_CELL_PX"]

@@ -41,12 +41,13 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..errors import DiskError, GenerationCancelled, LoraError, OutputExistsError, RequestError
+from ..files import non_regular_kind
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
 from . import keys
 from .bf16 import bf16_spacing, bf16_to_float64, float64_to_bf16
-from .place import CLONE, clone_file, clone_supported, copy_range, place_file, same_file_system
+from .place import CLONE, clone_file, clone_supported, copy_range, not_a_model_file, place_file, same_file_system
 from .provenance import (
     PROVENANCE_FILE,
     FileRecord,
@@ -322,7 +323,9 @@ def _check_output(base: Path, output: Path) -> None:
 def _source_files(root: Path) -> list[Path]:
     """Every file of the base model the folded one gets, in a stable order. Left out: the
     `--local-dir` download cache (its ETags describe the base's shards, not the folded ones) and
-    a folded base's own record (the new record nests it)."""
+    a folded base's own record (the new record nests it). An entry that is not a regular file (a
+    FIFO, a device such as a link to /dev/zero, a socket, a dangling link) is refused here, before
+    anything is written: copying it would hang the fold or fill the disk."""
     found = []
     for directory, subdirs, files in os.walk(root, followlinks=True):     # a Ref2VA/ linked from another disk too
         subdirs[:] = sorted(d for d in subdirs if not (Path(directory) == root and d == ".cache"))
@@ -330,6 +333,9 @@ def _source_files(root: Path) -> list[Path]:
             path = Path(directory) / name
             if path.parent == root and name == PROVENANCE_FILE:
                 continue
+            kind = non_regular_kind(path)      # stat only: never opened
+            if kind is not None:
+                raise not_a_model_file(path, kind)
             found.append(path)
     return found
 

@@ -10,7 +10,10 @@ For each file the fold does not rewrite, in order:
      other name's inode alone; the fold itself never writes to a linked file (rewritten shards are
      new files). Small files (configs, tokenizer, index JSON) are copied, so editing one in one
      model never changes the other;
-  3. else a copy (`shutil.copy2`, which uses the kernel's in-place copy where it can).
+  3. else a copy (files.copy_regular, the kernel's in-place copy where it can).
+Only regular files are placed: a FIFO, a device (a stray `notes.txt` linked to /dev/zero) or a
+socket is refused before anything is written (it would hang the fold or fill the disk), and the
+source is opened without blocking and checked again once open (files.open_regular).
 Rewritten shards start as a clone when the file system has them (only the rewritten blocks then
 take new space); otherwise they are written whole (`write_ranges`), untouched ranges copied by
 `os.copy_file_range` where the platform has it.
@@ -25,11 +28,22 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..errors import LoraError
+from ..files import copy_regular, non_regular_kind, open_regular, symlink_note
+
 CLONE, HARDLINK, COPY = "clone", "hardlink", "copy"
 _FICLONE = 0x40049409              # linux/fs.h: _IOW(0x94, 9, int)
 _COPY_CHUNK = 16 * 1024 * 1024
 _UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EPERM,
                 getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+
+
+def not_a_model_file(path: Path, kind: str) -> LoraError:
+    """The refusal of a base model entry the fold cannot copy (a FIFO, a device, a socket, a dangling link)."""
+    return LoraError(f"the base model holds {path}, which is {kind}{symlink_note(path)}, not a file: the fold copies "
+                     "every file of the base model and would hang or fill the disk on it",
+                     hint=f"remove it from the base model (`rm {path}`; `h3bridge info` lists such entries) "
+                          "and fold again")
 
 
 def _clonefile_darwin(source: Path, target: Path) -> bool:
@@ -47,7 +61,7 @@ def _clonefile_darwin(source: Path, target: Path) -> bool:
 
 def _ficlone_linux(source: Path, target: Path) -> bool:
     import fcntl
-    with open(source, "rb") as reader:
+    with open_regular(source, not_a_model_file) as reader:
         descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             fcntl.ioctl(descriptor, _FICLONE, reader.fileno())
@@ -75,6 +89,9 @@ def clone_file(source: Path, target: Path) -> bool:
 def place_file(source: Path, target: Path, *, allow_hardlink: bool = True) -> str:
     """Put an unchanged copy of `source` at `target`; returns how (CLONE, HARDLINK or COPY)."""
     weights = source.name.endswith(".safetensors")     # by the model's name for it, not a HF blob's hash name
+    kind = non_regular_kind(source)
+    if kind is not None:
+        raise not_a_model_file(source, kind)
     source = source.resolve()                 # a HF snapshot's symlink: the blob itself
     if clone_file(source, target):
         return CLONE
@@ -85,7 +102,7 @@ def place_file(source: Path, target: Path, *, allow_hardlink: bool = True) -> st
         except OSError as error:
             if error.errno not in _UNSUPPORTED | {errno.EMLINK, errno.EACCES}:
                 raise
-    shutil.copy2(source, target)
+    copy_regular(source, target, not_a_model_file)
     return COPY
 
 

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import IntegrityError, ModelError
+from ..files import UNENDING_KINDS, non_regular_kind, symlink_note
 from .safetensors import (
     GGUF_MAGIC,
     GIT_LFS_POINTER_PREFIX,
     ShardHeader,
-    non_regular_kind,
     not_a_file_error,
     open_regular_file,
     read_header,
@@ -340,9 +340,21 @@ def _references_only(root: Path, path: Path) -> bool:
     return not loaded_at_start
 
 
-def _shard_directories(root: Path) -> set[Path]:
-    """The folders whose *.safetensors h3 opens (every component of both partitions)."""
-    return {root / partition / spec.relative for partition in PARTITIONS for spec in COMPONENTS}
+def _files_h3_reads(root: Path) -> "_ReadByH3":
+    """Which paths h3 opens: every *.safetensors of a component folder (both partitions), and the
+    config and tokenizer files it requires or decodes with."""
+    return _ReadByH3({root / partition / spec.relative for partition in PARTITIONS for spec in COMPONENTS},
+                     {root / partition / name for partition in PARTITIONS for name in REQUIRED_FILES + DECODE_CONFIGS})
+
+
+@dataclass(frozen=True)
+class _ReadByH3:
+    shard_dirs: set[Path]
+    files: set[Path]
+
+    def __contains__(self, path: object) -> bool:
+        assert isinstance(path, Path)
+        return path in self.files or (path.parent in self.shard_dirs and path.name.endswith(".safetensors"))
 
 
 def _scan_tree(root: Path, inventory: ModelInventory) -> None:
@@ -350,11 +362,12 @@ def _scan_tree(root: Path, inventory: ModelInventory) -> None:
     not_files: list[tuple[Path, str]] = []
     for path in _walk_files(root):
         name = path.name
-        if name.endswith(".safetensors"):
-            kind = non_regular_kind(path)    # stat only: a FIFO or device must never be opened
-            if kind is not None:
-                not_files.append((path, kind))
-                continue
+        kind = non_regular_kind(path)    # stat only: a FIFO or device must never be opened
+        # Any file that would hang a reader or never end (tools that read or copy every file of
+        # the model, `lora fold`, must not meet one unwarned); and for weights, anything not a file.
+        if kind is not None and (name.endswith(".safetensors") or kind in UNENDING_KINDS):
+            not_files.append((path, kind))
+            continue
         if name.startswith("._"):
             found.setdefault("appledouble", []).append(path)
         elif name.endswith(PARTIAL_SUFFIXES):
@@ -381,15 +394,22 @@ def _scan_tree(root: Path, inventory: ModelInventory) -> None:
 def _report_tree_findings(root: Path, add: Callable[[Problem], None], appledouble: list[Path], partial: list[Path],
                           gguf: list[Path], lfs: list[Path], not_files: list[tuple[Path, str]]) -> None:
     if not_files:
-        shard_dirs = _shard_directories(root)
-        loaded = [(p, k) for p, k in not_files if p.parent in shard_dirs]
+        read_by_h3 = _files_h3_reads(root)
+        loaded = [(p, k) for p, k in not_files if p in read_by_h3]
         path, kind = (loaded or not_files)[0]
-        error = not_a_file_error(path, kind)
         count = f" (and {len(not_files) - 1} more such entries)" if len(not_files) > 1 else ""
+        if loaded or path.name.endswith(".safetensors"):
+            error = not_a_file_error(path, kind)
+            message, fix = error.message, error.hint or ""
+        else:
+            error = None
+            message = f"{path}: is {kind}{symlink_note(path)}, not a file: reading it would block or never end"
+            fix = f"remove it (`rm {path}`); `h3bridge lora fold` copies every file of the model and refuses it"
+        unread = "folder" if path.parent not in read_by_h3.shard_dirs else "file"
         add(Problem("error" if loaded else "warning", "not-a-file",
-                    error.message + count
-                    + ("" if loaded else "; h3 does not read this folder, but tools that scan the model do"),
-                    error.hint or "", path, error if loaded else None))
+                    message + count + ("" if loaded else f"; h3 does not read this {unread}, but tools that scan "
+                                                         "the model do"),
+                    fix, path, error if loaded else None))
     if appledouble:
         weights = [p for p in appledouble if p.name.endswith(".safetensors")]
         add(Problem(

@@ -36,7 +36,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import MediaError, MemoryPlanError, ModelError
 from .inventory import FL2VA, REF2VA, Component, ModelInventory, format_bytes
@@ -1088,7 +1088,8 @@ def require_fit(plan: MemoryPlan) -> MemoryPlan:
     return plan
 
 
-def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: MachineFacts | None = None,
+def preflight(request: GenerationRequest, model_dir: str | Path, *,
+              machine: MachineFacts | Callable[[], MachineFacts | None] | None = None,
               preview: bool = False, force: bool = False, session: bool = False,
               inventory: ModelInventory | None = None) -> MemoryPlan:
     """Before starting an engine: layout + every shard header (fast; no tensor data read), then the
@@ -1096,13 +1097,17 @@ def preflight(request: GenerationRequest, model_dir: str | Path, *, machine: Mac
     (carrying the plan and its suggestion) when the request will not fit, unless `force`.
     `session`: the request will run on a warm engine (see `plan_memory`). `inventory`: the
     model's inventory when the caller already holds it (a server checking every submission
-    against one model), instead of reading the headers again."""
+    against one model), instead of reading the headers again. `machine` may be a function giving
+    the facts (the library engine's, which start a worker that opens the model): it is called
+    after the model check."""
     from .inventory import inspect_model
 
     if inventory is None:
         inventory = inspect_model(model_dir)
     warnings = (inventory.warnings_for(references=request.is_ref2va) + fold_warnings(request, inventory) if force
                 else check_model_for(request, inventory))
+    if callable(machine):       # facts that cost an engine start (the library's): after the model check
+        machine = machine()
     plan = plan_memory(request, inventory, machine=machine, preview=preview, session=session)
     plan.model_warnings = warnings
     return plan if force else require_fit(plan)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import IntegrityError
+from ..files import open_regular, symlink_note
 
 # h3_safetensors.c: #define H3_ST_MAX_HEADER (256u * 1024u * 1024u)
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -102,55 +102,17 @@ def _fail(path: Path, message: str, *, tensor: str | None = None, hint: str | No
 _REDOWNLOAD = "download this file again (the official MiniMaxAI BF16/F32 shards); `h3bridge verify --checksums` confirms a good copy"
 
 
-def non_regular_kind(path: str | Path) -> str | None:
-    """What `path` is (symlinks followed) when it is not a regular file, in plain words, e.g.
-    "a named pipe (FIFO)"; None for a regular file. Only stats: opening a FIFO blocks until a
-    writer appears, and reading a device such as /dev/zero never ends."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "a broken symbolic link" if os.path.islink(path) else None
-    except OSError:
-        return None          # unreadable: whoever opens it reports the error
-    return _describe_mode(mode)
-
-
-def _describe_mode(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    for test, words in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return words
-    return "not a regular file"
-
-
 def not_a_file_error(path: Path, kind: str) -> IntegrityError:
     """The error for a weights path that is a FIFO, device, socket or directory."""
-    target = f" (a symbolic link to {os.path.realpath(path)})" if os.path.islink(path) else ""
-    return _fail(path, f"is {kind}{target}, not a weights file: h3 would block or fail opening it",
+    return _fail(path, f"is {kind}{symlink_note(path)}, not a weights file: h3 would block or fail opening it",
                  hint=f"remove it (`rm {path}`) and put the real shard there, or {_REDOWNLOAD}")
 
 
 def open_regular_file(path: str | Path, buffering: int = -1) -> BinaryIO:
-    """Open `path` for reading only if it is a regular file (symlinks followed); IntegrityError
-    naming what it is otherwise. Stats before opening and opens with O_NONBLOCK, so a FIFO or a
-    device swapped in between is never waited on, and checks the opened descriptor again."""
-    path = Path(path)
-    kind = non_regular_kind(path)
-    if kind is not None:
-        raise not_a_file_error(path, kind)
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
-    try:
-        kind = _describe_mode(os.fstat(descriptor).st_mode)
-        if kind is not None:
-            raise not_a_file_error(path, kind)
-        os.set_blocking(descriptor, True)
-        return os.fdopen(descriptor, "rb", buffering=buffering)
-    except BaseException:
-        os.close(descriptor)
-        raise
+    """Open a weights file for reading only if it is a regular file (symlinks followed, never
+    waiting on a FIFO or reading a device: files.open_regular); IntegrityError naming what it is
+    otherwise."""
+    return open_regular(path, not_a_file_error, buffering=buffering)
 
 
 def _reject_constant(name: str) -> object:

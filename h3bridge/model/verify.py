@@ -29,7 +29,8 @@ from tqdm import tqdm
 
 from ..errors import IntegrityError, ModelError
 from .inventory import ModelInventory, Problem, format_bytes, inspect_model
-from .safetensors import non_regular_kind, open_regular_file
+from ..files import non_regular_kind
+from .safetensors import open_regular_file
 from ..userdirs import CACHE_ENV, cache_dir
 
 CACHE_VERSION = 1

@@ -9,20 +9,23 @@ directory at a time (a file lock, released by the system if the run is killed).
 """
 from __future__ import annotations
 
-import hashlib
+import errno
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import filelock
 
-from ..errors import H3BridgeError
+from ..errors import DiskError, H3BridgeError
+from ..files import NotRegularFileError, not_regular, open_regular, sha256_regular
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 LOCK_NAME = ".lock"
+MAX_MANIFEST_BYTES = 64 << 20      # far beyond any story's; a bigger "manifest" is not ours
 
 
 class JobDirError(H3BridgeError):
@@ -92,22 +95,24 @@ class Manifest:
                    seed_overrides={int(k): int(v) for k, v in data.get("seed_overrides", {}).items()}, film=film)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def file_sha256(path: Path, *, follow_symlinks: bool = True) -> str:
+    """A regular file's SHA-256; a FIFO or a device is never waited on nor read: NotRegularFileError
+    (an OSError, as for any file that cannot be read)."""
+    return sha256_regular(path, not_regular, follow_symlinks=follow_symlinks)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
     """`data` at `path` via a temporary file, fsync and rename (and the folder's fsync)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)     # a full disk leaves no half-written temporary behind
+        raise
     try:
         folder = os.open(path.parent, os.O_RDONLY)
     except OSError:
@@ -127,23 +132,45 @@ class JobDir:
         self.path = Path(path)
         self._lock: filelock.BaseFileLock | None = None
         self.damaged_manifest: Path | None = None     # set when an unreadable manifest was set aside
+        self.created = False                          # this run made the folder (remove_if_created)
 
     def __enter__(self) -> "JobDir":
+        self.created = not os.path.lexists(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise JobDirError(f"cannot create the job directory {self.path}: {error.strerror or error}",
                               hint="choose another with --job-dir") from None
-        if not os.access(self.path, os.W_OK):
-            raise JobDirError(f"the job directory {self.path} is not writable", hint="choose another with --job-dir")
-        lock = filelock.FileLock(str(self.path / LOCK_NAME))
         try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
-            raise JobDirError(f"another h3bridge story is running in {self.path}",
-                              hint="wait for it to finish, or give this one its own --job-dir") from None
+            if not os.access(self.path, os.W_OK):
+                raise JobDirError(f"the job directory {self.path} is not writable", hint="choose another with --job-dir")
+            lock = filelock.FileLock(str(self.path / LOCK_NAME))
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                raise JobDirError(f"another h3bridge story is running in {self.path}",
+                                  hint="wait for it to finish, or give this one its own --job-dir") from None
+            except OSError as error:       # a full or read-only disk
+                raise JobDirError(f"cannot use the job directory {self.path}: {error.strerror or error}",
+                                  hint="free space on its disk, or choose another with --job-dir") from None
+        except BaseException:
+            self.remove_if_created()
+            raise
         self._lock = lock
         return self
+
+    def remove_if_created(self) -> None:
+        """After a run that finished nothing: remove the job folder if this run created it and no
+        shot was recorded in it (its lock and this run's unfinished files are all it holds)."""
+        if not self.created or self.manifest_path.exists():
+            return
+        for entry in self.path.iterdir():
+            if entry.name != LOCK_NAME and not entry.name.startswith(("shot-", f".{MANIFEST_NAME}.")):
+                return          # something this run did not make: leave the folder alone
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
@@ -160,19 +187,33 @@ class JobDir:
         """The manifest, or an empty one for a new job. An unreadable manifest is set aside (renamed,
         never deleted) and the job starts over: its shots are redone."""
         try:
-            text = self.manifest_path.read_text(encoding="utf-8")
+            # The folder's own file only: never a symlink out of it, a FIFO or a device.
+            with open_regular(self.manifest_path, not_regular, follow_symlinks=False) as handle:
+                raw = handle.read(MAX_MANIFEST_BYTES + 1)
         except FileNotFoundError:
             return Manifest()
+        except OSError as error:
+            if not (isinstance(error, NotRegularFileError) or error.errno == errno.ELOOP):
+                raise JobDirError(f"cannot read {self.manifest_path}: {error.strerror or error}",
+                                  hint="check the job directory's permissions, or choose another with --job-dir") from None
+            raw = b""           # a symlink, FIFO or device: not a manifest this job wrote
         try:
-            return Manifest.from_json(text)
-        except (ValueError, TypeError, KeyError):
+            if len(raw) > MAX_MANIFEST_BYTES:
+                raise ValueError("too large")
+            return Manifest.from_json(raw.decode("utf-8"))
+        except (ValueError, TypeError, KeyError, AttributeError):
             aside = self.path / f"{MANIFEST_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
             os.replace(self.manifest_path, aside)
             self.damaged_manifest = aside
             return Manifest()
 
     def save(self, manifest: Manifest) -> None:
-        write_atomically(self.manifest_path, manifest.to_json().encode("utf-8"))
+        try:
+            write_atomically(self.manifest_path, manifest.to_json().encode("utf-8"))
+        except OSError as error:       # a full or read-only disk: the shot is not recorded
+            raise DiskError(f"cannot record the finished shot in {self.manifest_path}: {error.strerror or error}",
+                            folder=self.path, hint="free space on its disk and run the story again: recorded shots "
+                                                   "are kept, the others rendered again") from None
 
     # ------------------------------------------------------------------ shot files
 
@@ -181,17 +222,40 @@ class JobDir:
         beside the old one, never written over it."""
         return self.path / f"shot-{index:03d}-{key[:12]}{suffix}"
 
+    def own_file(self, name: object) -> Path | None:
+        """The job folder's file `name` (a manifest's file name), or None when `name` is not a plain
+        name inside this folder: an absolute path, `..`, a sub-folder. Only files inside the job
+        folder count (a planted manifest must not bring in a clip from elsewhere)."""
+        if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name \
+                or "\0" in name:
+            return None
+        return self.path / name
+
     def problem_with(self, record: ShotRecord) -> str | None:
-        """Why a recorded shot cannot be trusted (a file missing or changed), or None."""
+        """Why a recorded shot cannot be trusted (a file outside the job folder, missing, not a
+        regular file, or changed), or None. The files are opened without following a symlink and
+        without blocking, so a manifest naming a FIFO or a link to /dev/zero is redone, not hung on."""
         for name, expected in ((record.video, record.video_sha256), (record.last_frame, record.last_frame_sha256)):
-            path = self.path / name
+            path = self.own_file(name)
+            if path is None:
+                return f"its file {shown_name(name)} is not a file of the job folder (only files inside {self.path} count)"
             try:
-                actual = file_sha256(path)
-            except OSError:
-                return f"{path.name} is missing"
+                actual = file_sha256(path, follow_symlinks=False)
+            except NotRegularFileError as error:
+                return f"{path.name} is {error.kind}, not the shot's file"
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    return f"{path.name} is a symbolic link, not the shot's file"
+                return f"{path.name} is missing" if isinstance(error, FileNotFoundError) else \
+                    f"{path.name} cannot be read ({error.strerror or error})"
             if actual != expected:
                 return f"{path.name} does not match its checksum (damaged or changed)"
         return None
+
+
+def shown_name(name: object) -> str:
+    text = repr(name) if isinstance(name, str) else f"({type(name).__name__})"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 __all__ = ["FilmRecord", "JobDir", "JobDirError", "Manifest", "ShotRecord", "file_sha256", "write_atomically"]

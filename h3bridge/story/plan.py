@@ -20,6 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import H3BridgeError, ModelError, RequestError
+from ..files import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind
 from .storyboard import Continuation, Storyboard
@@ -96,6 +97,10 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
         request = _shot_error(index, lambda: storyboard.base_request(index, overrides.get(index)))
         continuation = shot.continuation
         tail = tail_frames(storyboard.tail_seconds_for(index)) if continuation is Continuation.TAIL else None
+        planned = PlannedShot(index, continuation, request, "", tail)
+        # Every value first (frame counts, canvas, ...), as the request it will be: nothing below
+        # computes with a value that was not checked (`seconds = nan` was a traceback).
+        _check_values(planned)
         first = shots[0].request if shots else request
         if (request.width, request.height) != (first.width, first.height):
             raise RequestError(f"shot {index} is {request.width}x{request.height}, but the film is "
@@ -104,9 +109,7 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
                                                    "or set width and height once at the storyboard's top level")
         if continuation is not Continuation.CUT:
             _check_continuation(index, continuation, request, shots[-1] if shots else None, tail)
-        key = _shot_key(request, continuation, tail, shots[-1].key if shots and continuation is not Continuation.CUT
-                        else None, check_files)
-        shots.append(PlannedShot(index, continuation, request, key, tail))
+        shots.append(planned)
     plan = StoryPlan(storyboard, shots)
     with tempfile.TemporaryDirectory(prefix="h3bridge-story-plan-") as scratch:
         probes = [_probe_request(shot, plan, Path(scratch)) for shot in shots]
@@ -115,6 +118,12 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
                 probe.validate(check_files=check_files)
             except RequestError as error:
                 raise _in_story_words(error, shot) from None
+        # Keys last: they hash the shots' input files, which validation has just found to be
+        # regular, readable media (a FIFO or /dev/zero as first_frame was hashed first, and hung).
+        for position, shot in enumerate(shots):
+            after = shots[position - 1].key if position and shot.continues else None
+            shots[position] = replace(shot, key=_shot_key(shot.request, shot.continuation, shot.tail_frames,
+                                                          after, check_files))
         if model_dir is not None:
             _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force, machine=machine)
     return plan
@@ -127,6 +136,16 @@ def _shot_error(index: int, action):
         return action()
     except RequestError as error:
         raise RequestError(f"shot {index}: {error.message}", field=error.field, hint=error.hint) from None
+
+
+def _check_values(shot: PlannedShot) -> None:
+    """The shot's values as the request it will be, with placeholders (never read) for what the
+    previous shot supplies: no file is touched here (the stand-ins are checked later)."""
+    placeholder = Path("(the previous shot's output)")
+    try:
+        continued_request(shot, placeholder, placeholder).validate(check_files=False)
+    except RequestError as error:
+        raise _in_story_words(error, shot) from None
 
 
 def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
@@ -246,14 +265,12 @@ def _shot_key(request: GenerationRequest, continuation: Continuation, tail: int 
 
 
 def _file_digest(path: Path) -> str | None:
+    """A shot input's SHA-256; None for what is not a readable regular file (a FIFO or a device is
+    never opened blocking nor read: validation says what is wrong with it)."""
     try:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return sha256_regular(path, not_regular)
     except OSError:
-        return None      # validation says what is wrong with the file
+        return None
 
 
 __all__ = ["PlannedShot", "StoryPlan", "continued_request", "plan_story", "tail_frames"]

@@ -130,26 +130,45 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     if redo_seed is not None and redo is None:
         raise RequestError("redo_seed is only for a shot being re-rolled", field="redo_seed",
                            hint="give the shot too (redo=N)")
-    with JobDir(folder) as jobs:
-        manifest = jobs.load()
-        if jobs.damaged_manifest is not None:
-            notice(f"the job's manifest was unreadable and was kept as {jobs.damaged_manifest.name}; "
-                   "its shots are rendered again")
+    model_dir = getattr(engine, "model_dir", None)
+    last = only if only is not None else count
+    new_seed = (redo_seed if redo_seed is not None else secrets.randbits(32)) if redo is not None else None
+
+    def plan_for(manifest: Manifest) -> tuple[StoryPlan, dict[int, int]]:
         overrides = dict(manifest.seed_overrides)
         if redo is not None:
-            overrides[redo] = redo_seed if redo_seed is not None else secrets.randbits(32)
-        model_dir = getattr(engine, "model_dir", None)
+            overrides[redo] = new_seed      # type: ignore[assignment]
         plan = plan_story(storyboard, model_dir, seed_overrides=overrides, force=force,
                           session=engine.capabilities.warm_model)
-        for warning in plan.model_warnings:
-            notice(f"warning: {warning}")
-        last = only if only is not None else count
         if output_path is not None and last == count:
             _check_output(output_path, manifest, overwrite)
+        return plan, overrides
+
+    # A new job: everything is checked before its folder exists, so a refused storyboard leaves
+    # no empty FILM.h3story/ behind.
+    planned = plan_for(Manifest()) if not os.path.lexists(folder) else None
+    with JobDir(folder) as jobs:
+        try:
+            manifest = jobs.load()
+            if jobs.damaged_manifest is not None:
+                notice(f"the job's manifest was unreadable and was kept as {jobs.damaged_manifest.name}; "
+                       "its shots are rendered again")
+            if planned is None or manifest.seed_overrides or manifest.film is not None:
+                planned = plan_for(manifest)     # (another run may have made the folder meanwhile)
+        except BaseException:
+            jobs.remove_if_created()
+            raise
+        plan, overrides = planned
+        for warning in plan.model_warnings:
+            notice(f"warning: {warning}")
         manifest.seed_overrides = overrides
         manifest.storyboard = storyboard_path or manifest.storyboard
         runner = _Runner(plan, jobs, manifest, engine, fallback, on_progress, notice, cancel, started, last)
-        outcomes = runner.render_shots()
+        try:
+            outcomes = runner.render_shots()
+        except BaseException:
+            jobs.remove_if_created()     # nothing finished (a full disk, a refusal, a cancel): no empty job folder
+            raise
         result = StoryResult(None, folder, outcomes, sum(plan.shot(o.index).request.frame_count
                                                           - plan.shot(o.index).dropped_frames for o in outcomes), 0)
         if output_path is not None and last == count:
@@ -175,14 +194,18 @@ def _check_output(output: Path, manifest: Manifest, overwrite: bool) -> None:
     if overwrite or not os.path.lexists(output):
         return
     record = manifest.film
-    if record is not None:     # the film this job wrote (wherever it was then), unchanged since
-        try:
-            if file_sha256(output) == record.sha256:
-                return
-        except OSError:
-            pass
+    if record is not None and _holds(output, record.sha256):    # the film this job wrote, unchanged since
+        return
     raise OutputExistsError(f"{output} already exists and was not written by this story's job",
                             hint="choose another output, or pass overwrite=True (CLI: --overwrite) to replace it")
+
+
+def _holds(path: Path, sha256: str) -> bool:
+    """Whether `path` is a regular file with this SHA-256 (a FIFO or a device is never read)."""
+    try:
+        return file_sha256(path) == sha256
+    except OSError:
+        return False
 
 
 def _pieces(plan: StoryPlan, records: dict[int, ShotRecord], job_path: Path | None = None) -> list[FilmPiece]:
@@ -239,6 +262,9 @@ class _Runner:
         problem = self.jobs.problem_with(record)
         if problem is not None:
             return None, problem
+        request = shot.request
+        if (record.frame_count, record.width, record.height) != (request.frame_count, request.width, request.height):
+            return None, "its recorded size is not the shot's"
         if shot.continues and record.continued_from != self._continued_from(shot):
             return None, f"shot {shot.index - 1}, which it continues from, was rendered again"
         return record, None
@@ -355,8 +381,7 @@ class _Runner:
         # what the film is made of: its shots, and how they are joined
         keys = [shot.key for shot in self.plan.shots] + [f"joins:{story.crossfade_frames}:{story.crossfade_cuts}"]
         record = self.manifest.film
-        if (record is not None and record.shot_keys == keys and output.exists()
-                and file_sha256(output) == record.sha256):
+        if record is not None and record.shot_keys == keys and _holds(output, record.sha256):
             self.notice(f"{output} is up to date")
             return None
         self._report(len(self.plan.shots), "assembling", 0.0, None)

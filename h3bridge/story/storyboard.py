@@ -31,11 +31,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import RequestError
-from ..request import DEFAULT_SEED, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
+from ..files import open_regular, symlink_note
+from ..geometry import MAX_FRAMES
+from ..request import DEFAULT_SEED, PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
 
 DEFAULT_TAIL_SECONDS = 2.0        # the issue's default; see plan.tail_frames for the frames it becomes
 MIN_TAIL_SECONDS, MAX_TAIL_SECONDS = 2.0, 15.0   # upstream's reference audio limits (h3_ffmpeg.c, h3.c)
 DEFAULT_CROSSFADE_FRAMES = 4
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1        # TOML's integers
+MAX_STORYBOARD_BYTES = 8 << 20
 
 
 class Continuation(str, enum.Enum):
@@ -79,11 +83,22 @@ class Storyboard:
     def from_toml(cls, path: str | Path) -> "Storyboard":
         """Read a storyboard file; relative media paths are relative to the file's folder."""
         path = Path(path)
+
+        def not_a_storyboard(where: Path, kind: str) -> RequestError:
+            return RequestError(f"the storyboard {str(where)!r} is {kind}{symlink_note(where)}, not a file",
+                                field="storyboard", hint="give the path of a storyboard .toml file")
         try:
-            text = path.read_text(encoding="utf-8")
+            with open_regular(path, not_a_storyboard) as handle:     # a FIFO is never waited on
+                raw = handle.read(MAX_STORYBOARD_BYTES + 1)
         except OSError as error:
             raise RequestError(f"cannot read the storyboard {str(path)!r}: {error.strerror or error}",
                                field="storyboard", hint="check the path") from None
+        if len(raw) > MAX_STORYBOARD_BYTES:
+            raise RequestError(f"the storyboard {str(path)!r} is larger than {MAX_STORYBOARD_BYTES >> 20} MiB; "
+                               "a storyboard is a short text file", field="storyboard",
+                               hint="give the storyboard's .toml file, not a media file")
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise RequestError(f"the storyboard {str(path)!r} is not UTF-8 text", field="storyboard",
                                hint="save it as UTF-8") from None
@@ -92,18 +107,28 @@ class Storyboard:
         except tomllib.TOMLDecodeError as error:
             raise RequestError(f"the storyboard {str(path)!r} is not valid TOML: {error}", field="storyboard",
                                hint="fix the TOML syntax at the place named") from None
+        except ValueError:      # tomllib's int(): more than 4300 digits (TOML integers are 64-bit)
+            raise RequestError(f"the storyboard {str(path)!r} holds an integer of thousands of digits; TOML "
+                               f"integers are 64-bit ({INT64_MIN} to {INT64_MAX})", field="storyboard",
+                               hint="write the number with at most 19 digits") from None
         return cls.from_dict(data, base_dir=path.parent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: str | Path = ".") -> "Storyboard":
         """The TOML structure as Python values: top-level defaults and a `shot` list of tables."""
         base = Path(base_dir)
+        if not isinstance(data, Mapping):
+            raise RequestError("a storyboard is a table of settings with [[shot]] tables", field="shot",
+                               hint='add one [[shot]] table per shot, each with a prompt = "..."')
+        _check_integers(data, "")
         shots_data = data.get("shot")
         if not isinstance(shots_data, list) or not shots_data or not all(isinstance(s, dict) for s in shots_data):
             raise RequestError("the storyboard has no shots", field="shot",
                                hint='add one [[shot]] table per shot, each with a prompt = "..."')
         defaults = {}
         for key, value in data.items():
+            if not isinstance(key, str):
+                raise _unknown_key(key, "the storyboard's top level", (*STORY_KEYS, "preset", *REQUEST_KEYS))
             if key == "shot" or key in STORY_KEYS:
                 continue
             if key not in REQUEST_KEYS and key != "preset":
@@ -122,12 +147,18 @@ class Storyboard:
         if not self.shots:
             raise RequestError("the storyboard has no shots", field="shot", hint="add at least one shot")
         crossfade = self.crossfade_frames
-        if isinstance(crossfade, bool) or not isinstance(crossfade, int) or crossfade < 0:
-            raise RequestError(f"crossfade_frames={crossfade!r} must be a whole number of frames, 0 or more",
-                               field="crossfade_frames", hint="e.g. crossfade_frames=4 (0: hard audio joins)")
+        if isinstance(crossfade, bool) or not isinstance(crossfade, int) or not 0 <= crossfade <= MAX_FRAMES:
+            # a join's crossfade is centred on it and never longer than the shots it joins (h3's
+            # longest shot is MAX_FRAMES frames)
+            raise RequestError(f"crossfade_frames = {shown(crossfade)} must be a whole number of frames from 0 to "
+                               f"{MAX_FRAMES} (h3's longest shot)", field="crossfade_frames",
+                               hint=f"e.g. crossfade_frames = {DEFAULT_CROSSFADE_FRAMES} (0: hard audio joins)")
         if not isinstance(self.crossfade_cuts, bool):
-            raise RequestError(f"crossfade_cuts={self.crossfade_cuts!r} must be true or false",
-                               field="crossfade_cuts", hint="use crossfade_cuts=false for hard joins at cuts")
+            raise RequestError(f"crossfade_cuts = {shown(self.crossfade_cuts)} must be true or false",
+                               field="crossfade_cuts", hint="use crossfade_cuts = false for hard joins at cuts")
+        if not isinstance(self.title, str):
+            raise RequestError(f"title = {shown(self.title)} must be text (the film's title)", field="title",
+                               hint='e.g. title = "The lighthouse"')
         _check_tail_seconds(self.tail_seconds, "the story")
 
     # ------------------------------------------------------------------ per shot
@@ -165,10 +196,42 @@ class Storyboard:
                 return GenerationRequest.from_preset(preset, shot.prompt, references=shot.references, **values)
             return GenerationRequest(prompt=shot.prompt, references=shot.references, **values)
         except TypeError as error:       # a key the dataclass does not take (checked above; kept safe)
-            raise RequestError(f"shot {index}: {error}", field="shot") from None
+            raise RequestError(str(error), field="shot") from None     # plan_story says which shot
 
 
 # ----------------------------------------------------------------------------- parsing helpers
+
+def shown(value: Any) -> str:
+    """A user's value as a message quotes it: short, and never str() of a huge integer (which
+    raises past 4300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"(a {int(value.bit_length() * 0.30103) + 1}-digit number)"
+    try:
+        text = repr(value)
+    except ValueError:          # a huge integer inside a list or table
+        return f"(a {type(value).__name__} holding a number of thousands of digits)"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_integers(value: Any, key: str, where: str = "") -> None:
+    """TOML integers are 64-bit; a bigger one (Python's tomllib reads any size) is refused here
+    in the storyboard's words ("shot 2: seed = ..."), before anything computes with it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise RequestError(f"{where}{key} = {shown(value)} is outside TOML's 64-bit integers "
+                               f"({INT64_MIN} to {INT64_MAX})", field=key.split("[")[0].split(".")[0] or None,
+                               hint=f"give {key} a value of at most 19 digits (see the storyboard keys in the README)")
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            if key == "" and name == "shot" and isinstance(item, list):
+                for number, table in enumerate(item, 1):
+                    _check_integers(table, "", f"shot {number}: ")
+            else:
+                _check_integers(item, f"{key}.{name}" if key else str(name), where)
+    elif isinstance(value, (list, tuple)):
+        for number, item in enumerate(value, 1):
+            _check_integers(item, f"{key}[{number}]", where)
+
 
 def _unknown_key(key: str, where: str, valid: tuple[str, ...]) -> RequestError:
     import difflib
@@ -182,6 +245,9 @@ def _resolve(key: str, value: Any, base: Path) -> Any:
     """TOML values to request values: paths relative to the storyboard, enums by their names."""
     if key in PATH_KEYS and isinstance(value, str):
         return base / value
+    if key == "preset" and (not isinstance(value, str) or value not in PRESETS):
+        raise RequestError(f"preset = {shown(value)} is not one of h3bridge's presets", field="preset",
+                           hint=f'use one of: {", ".join(PRESETS)} (e.g. preset = "{next(iter(PRESETS))}")')
     if key == "reference_image_size" and isinstance(value, str):
         try:
             return ReferenceImageSize(value)
@@ -239,8 +305,11 @@ def _shot_from_dict(index: int, table: Mapping[str, Any], base: Path) -> Shot:
         raise RequestError(f"shot {index}: continue={table.get('continue')!r} is not one of "
                            f"{', '.join(c.value for c in Continuation)}", field="continue",
                            hint='use continue = "anchor", "tail" or "cut"') from None
-    settings = {key: _resolve(key, value, base) for key, value in table.items()
-                if key in REQUEST_KEYS or key == "preset"}
+    try:
+        settings = {key: _resolve(key, value, base) for key, value in table.items()
+                    if key in REQUEST_KEYS or key == "preset"}
+    except RequestError as error:
+        raise RequestError(f"shot {index}: {error.message}", field=error.field, hint=error.hint) from None
     tail = table.get("tail_seconds")
     if tail is not None:
         _check_tail_seconds(tail, f"shot {index}")
