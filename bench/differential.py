@@ -99,7 +99,7 @@ def _resolve(text: str, workspace: Path, case_dir: Path) -> str:
 
 def _environment(case: dict[str, object], workspace: Path, case_dir: Path) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(case_dir / "home"),
-           "TERM": "dumb", "LANG": "C.UTF-8", "H3_SIM_TIME_SCALE": "0",
+           "TERM": "dumb", "LANG": "C.UTF-8", "H3_SIM_TIME_SCALE": "0", "H3_SIM_SHADERS": "1",
            "PYTHONPATH": str(HERE.parent)}
     for key, value in dict(case.get("env") or {}).items():
         if value is None:
@@ -226,7 +226,7 @@ def _files(root: Path) -> dict[str, object]:
         return found
     for path in sorted(root.rglob("*")):
         relative = str(path.relative_to(root))
-        if relative.startswith(("capi-case.json", "capi-result.json")):
+        if relative in ("capi-case.json", "capi-result.json", SHADERS):
             continue
         if path.is_symlink():
             found[relative] = "symlink"
@@ -241,6 +241,7 @@ def _files(root: Path) -> dict[str, object]:
     return found
 
 
+SHADERS = "h3_shaders.metal"
 SESSION_DIR = re.compile(r"/tmp/h3-[A-Za-z0-9]{6}")
 PROGRESS = re.compile(r"\r(.{25}) +(-?\d+)/(-?\d+) *")
 
@@ -275,11 +276,14 @@ def split_stderr(text: str) -> tuple[list[str], list[list[object]]]:
 
 
 def run_case(side: Side, case: dict[str, object], workspace: Path, runs: Path,
-             timeout: float) -> dict[str, object]:
+             timeout: float, shaders: Path) -> dict[str, object]:
     case_dir = runs / side.name / str(case["id"])
     if case_dir.exists():
         shutil.rmtree(case_dir)
     (case_dir / "home").mkdir(parents=True)
+    # Upstream compiles its shaders from the working directory: every case runs beside them
+    # (and h3-sim checks the same with H3_SIM_SHADERS=1, set in _environment).
+    (case_dir / SHADERS).symlink_to(shaders)
     env = _environment(case, workspace, case_dir)
     started = time.monotonic()
     if case["kind"] == "capi":
@@ -449,6 +453,11 @@ def sample_cases(cases: list[dict[str, object]], per_category: int) -> list[dict
 
 def run_all(cases: list[dict[str, object]], sides: list[Side], workspace: Path, runs: Path,
             jobs: int, timeout: float, progress: bool = True) -> dict[str, dict[str, dict]]:
+    shaders = workspace / SHADERS
+    upstream = [side for side in sides if side.name == "upstream" and not side.forked]
+    source = Path(upstream[0].command[0]).with_name(SHADERS) if upstream else None
+    if not shaders.exists():
+        shaders.write_bytes(source.read_bytes() if source and source.exists() else b"// stand-in\n")
     observed: dict[str, dict[str, dict]] = {side.name: {} for side in sides}
     tasks = [(side, case) for case in cases for side in sides]
     done = 0
@@ -456,7 +465,7 @@ def run_all(cases: list[dict[str, object]], sides: list[Side], workspace: Path, 
     def one(task: tuple[Side, dict[str, object]]) -> None:
         nonlocal done
         side, case = task
-        observed[side.name][str(case["id"])] = run_case(side, case, workspace, runs, timeout)
+        observed[side.name][str(case["id"])] = run_case(side, case, workspace, runs, timeout, shaders)
         done += 1
         if progress and done % 100 == 0:
             print(f"  {done}/{len(tasks)} runs", file=sys.stderr, flush=True)

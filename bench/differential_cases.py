@@ -17,6 +17,7 @@ render them in about a second.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import struct
@@ -44,53 +45,71 @@ def _first_shard(folder: Path) -> Path:
     return sorted(folder.glob("*.safetensors"))[0]
 
 
+def _rewrite(path: Path, data: bytes, size: int | None = None) -> None:
+    """Replace `path` by a new file (the variants share unchanged files with the base model by
+    hard links, so nothing is ever written into a file in place); `size` extends it sparsely."""
+    path.unlink()
+    with open(path, "wb") as handle:
+        handle.write(data)
+        if size is not None and size > len(data):
+            handle.truncate(size)
+
+
 def _damage_header(path: Path, kind: str) -> None:
-    """Replace a shard's header with a broken one of `kind`."""
-    raw = path.read_bytes()
-    length = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + length])
-    body = raw[8 + length:]
+    """Replace a shard's header with a broken one of `kind`, keeping its data section (real
+    bytes in a small shard; a realistic shard's data is a sparse run of zeros, kept sparse)."""
+    with open(path, "rb") as handle:
+        length = struct.unpack("<Q", handle.read(8))[0]
+        header = json.loads(handle.read(length))
+        total = path.stat().st_size
+        body_length = total - 8 - length
+        body = handle.read(body_length) if body_length <= 16 * 1024 * 1024 else b""
     name = next(key for key in header if key != "__metadata__")
+
+    def write(new_header: bytes) -> None:
+        _rewrite(path, new_header + body, len(new_header) + body_length)
+
     if kind == "length-past-end":
-        path.write_bytes(struct.pack("<Q", len(raw)) + raw[8:])
+        raw = json.dumps(header).encode()
+        write(struct.pack("<Q", total) + raw)
     elif kind == "length-huge":
-        path.write_bytes(struct.pack("<Q", 300 * 1024 * 1024) + raw[8:])
+        raw = json.dumps(header).encode()
+        write(struct.pack("<Q", 300 * 1024 * 1024) + raw)
     elif kind == "truncated":
-        path.write_bytes(raw[:5])
+        _rewrite(path, struct.pack("<Q", length)[:5])
     elif kind == "empty":
-        path.write_bytes(b"")
+        _rewrite(path, b"")
     elif kind == "not-json":
-        junk = b"{not json" + b" " * (length - 9)
-        path.write_bytes(raw[:8] + junk + body)
+        write(struct.pack("<Q", length) + b"{not json" + b" " * (length - 9))
     elif kind == "not-object":
-        path.write_bytes(_header_bytes([1, 2, 3]) + body)
+        write(_header_bytes([1, 2, 3]))
     elif kind == "dtype-f8":
         header[name]["dtype"] = "F8_E4M3"
-        path.write_bytes(_header_bytes(header) + body)
+        write(_header_bytes(header))
     elif kind == "rank-9":
         count = 1
         for size in header[name]["shape"]:
             count *= size
         header[name]["shape"] = [count] + [1] * 8
-        path.write_bytes(_header_bytes(header) + body)
+        write(_header_bytes(header))
     elif kind == "bytes-mismatch":
         begin, end = header[name]["data_offsets"]
         header[name]["data_offsets"] = [begin, end + 2]
-        path.write_bytes(_header_bytes(header) + body)
+        write(_header_bytes(header))
     elif kind == "offsets-past-end":
-        header[name]["data_offsets"] = [len(body) + 8, len(body) + 8 + 2]
+        header[name]["data_offsets"] = [body_length + 8, body_length + 8 + 2]
         header[name]["shape"] = [1]
         header[name]["dtype"] = "BF16"
-        path.write_bytes(_header_bytes(header) + body)
+        write(_header_bytes(header))
     elif kind == "missing-dtype":
         del header[name]["dtype"]
-        path.write_bytes(_header_bytes(header) + body)
+        write(_header_bytes(header))
     elif kind == "metadata-not-string":
         header["__metadata__"] = {"format": 5}
-        path.write_bytes(_header_bytes(header) + body)
+        write(_header_bytes(header))
     elif kind == "trailing-comma":
         text = json.dumps(header)
-        path.write_bytes(struct.pack("<Q", len(text) + 1) + text[:-1].encode() + b",}" + body)
+        write(struct.pack("<Q", len(text) + 1) + text[:-1].encode() + b",}")
     else:
         raise ValueError(kind)
 
@@ -122,9 +141,7 @@ def _model_variants() -> dict[str, object]:
 
     def write(relative: str, data: bytes):
         def apply(root: Path) -> None:
-            target = root / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            _rewrite(root / relative, data)
         return apply
 
     def to_dir(relative: str):
@@ -138,7 +155,7 @@ def _model_variants() -> dict[str, object]:
             path = root / relative
             value = json.loads(path.read_text())
             change(value)
-            path.write_text(json.dumps(value))
+            _rewrite(path, json.dumps(value).encode())
         return apply
 
     def appledouble(relative: str):
@@ -150,7 +167,7 @@ def _model_variants() -> dict[str, object]:
     def dotfile_copy(relative: str):
         def apply(root: Path) -> None:
             shard = _first_shard(root / relative)
-            shutil.copy(shard, shard.parent / ".hidden.safetensors")
+            os.link(shard, shard.parent / ".hidden.safetensors")
         return apply
 
     def std_value(relative: str, value: float):
@@ -233,8 +250,12 @@ def _build_media(media: Path) -> None:
     (media / "empty.png").write_bytes(b"")
 
 
-def build_workspace(root: Path) -> Path:
-    """models/<variant>/ and media/ under `root` (reused when already complete)."""
+def build_workspace(root: Path, *, realistic: bool = True) -> Path:
+    """models/<variant>/ and media/ under `root` (reused when already complete).
+
+    The models are the realistic fixture (released shapes in sparse files), the only kind
+    upstream's loaders accept; each variant is the base model hard-linked file by file, with
+    its damaged files replaced (never written in place)."""
     root = Path(root)
     done = root / ".complete"
     if done.exists():
@@ -242,12 +263,12 @@ def build_workspace(root: Path) -> Path:
     models = root / "models"
     base = models / "ok"
     if not base.exists():
-        write_fixture_model(base, ref2va=True)
+        write_fixture_model(base, ref2va=True, realistic=realistic)
     for name, damage in _model_variants().items():
         target = models / name
         if name == "ok" or target.exists():
             continue
-        shutil.copytree(base, target)
+        shutil.copytree(base, target, copy_function=os.link)
         damage(target)   # type: ignore[operator]
     (models / "empty-dir").mkdir(exist_ok=True)
     (models / "a-file").write_text("not a model folder\n")
@@ -604,13 +625,13 @@ def _capi_cases(rng: random.Random) -> list[dict[str, object]]:
         if phase == "audio VAE encoder":
             refs = [["image", "red.png"], ["audio", "tone.wav"]]
         preview = phase == "preview VAE load"
-        for cached in (0, 1):
-            add([{"op": "cache_set", "enabled": cached},
-                 _generate("a fox", {**params, "preview_denoise": int(preview)}, refs=refs,
-                           output=True, on_frame=True, cancel=["progress", phase, completed]),
-                 {"op": "last_error"}, {"op": "cache_info"},
-                 _generate("a fox", dict(TINY_PARAMS), on_frame=False, output=False),
-                 {"op": "cache_info"}])
+        job = _generate("a fox", {**params, "preview_denoise": int(preview)}, refs=refs,
+                        output=True, on_frame=True, cancel=["progress", phase, completed])
+        add([job, {"op": "last_error"}, {"op": "cache_info"}])
+        # With the session caches on: what a cancel leaves cached, and the next job's reuse.
+        add([{"op": "cache_set", "enabled": 1}, job, {"op": "last_error"}, {"op": "cache_info"},
+             _generate("a fox", dict(TINY_PARAMS), on_frame=False, output=False),
+             {"op": "cache_info"}])
     for step, frame in [(0, 11), (1, 11), (-1, 0), (-1, 5), (-1, 21)]:
         add([_generate("a fox", {**TINY_PARAMS, "preview_denoise": int(step >= 0)}, on_frame=True,
                        output=True, cancel=["frame", step, frame]), {"op": "last_error"}])
@@ -665,8 +686,8 @@ def count_calls(case: dict[str, object]) -> int:
 
 def generate_cases(seed: int = 22) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    cases = (_argument_cases(rng, 1000) + _validation_cases(rng, 500) + _model_cases(rng)
-             + _env_cases(rng, 120) + _render_cases(rng, 150) + _session_cases(rng, 210)
+    cases = (_argument_cases(rng, 1050) + _validation_cases(rng, 500) + _model_cases(rng)
+             + _env_cases(rng, 120) + _render_cases(rng, 100) + _session_cases(rng, 210)
              + _capi_cases(rng))
     seen = set()
     for case in cases:
