@@ -1,9 +1,10 @@
 """A bounded, deterministic sample of the differential checks (bench/differential.py): a few
 cases of every category (CLI arguments, validation, damaged models, environment, renders,
 interactive sessions, C-API calls) run on h3-sim / the libh3 double and on upstream h3.c's own
-code built here, and must agree, aspect by aspect, except for the differences listed in
-KNOWN_DIFFERENCES with the reason each one is deliberate. Skipped without H3_UPSTREAM_SOURCE
-(tests/upstream_helpers.py). The full run and its agreement figures: bench/differential.py."""
+code built here, and must agree, aspect by aspect, except where the C library explains it
+(bench/differential.py platform_reason and GETOPT_LINES: h3-sim mirrors macOS libc, the Linux
+build links glibc). Skipped without H3_UPSTREAM_SOURCE (tests/upstream_helpers.py). The full
+run and its agreement figures: bench/differential.py."""
 from __future__ import annotations
 
 import sys
@@ -19,9 +20,6 @@ import differential  # noqa: E402
 from differential_cases import build_workspace, generate_cases  # noqa: E402
 
 CASES_PER_CATEGORY = 5
-
-# case id -> why h3-sim (which mirrors upstream on a Mac) and upstream built on Linux must differ.
-KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +48,10 @@ def test_h3_sim_and_the_double_agree_with_upstream(observed) -> None:
     differing = {}
     for case in cases:
         key = str(case["id"])
-        aspects = differential.differing_aspects(results["sim"][key], results["upstream"][key])
-        if aspects and key not in KNOWN_DIFFERENCES:
-            differing[key] = {aspect: (results["sim"][key].get(aspect),
-                                       results["upstream"][key].get(aspect)) for aspect in aspects}
+        sim, upstream = results["sim"][key], results["upstream"][key]
+        aspects = differential.differing_aspects(sim, upstream)
+        if aspects and differential.platform_reason(sim, upstream) is None:
+            differing[key] = {aspect: (sim.get(aspect), upstream.get(aspect)) for aspect in aspects}
     assert not differing, differing
 
 
@@ -87,3 +85,26 @@ def test_the_cached_conditioning_has_upstreams_size(upstream_engine, tmp_path: P
     expected = _cache_bytes(upstream, workspace, tmp_path / "runs")
     assert len(expected) == 3 and all(info["entries"] == 1 for info in expected)
     assert _cache_bytes(differential.Side.sim(), workspace, tmp_path / "runs") == expected
+
+
+@pytest.mark.parametrize("env", [{"H3_PROFILE": "0"}, {"H3_PROFILE": "1", "H3_CPU_SAMPLER": "1"},
+                                 {"H3_PROFILE": "", "H3_GPU_SAMPLER_WINDOW": "0"}],
+                         ids=["gpu-profile-0", "cpu-profile-1", "gpu-empty-unbounded"])
+def test_the_samplers_profile_lines_are_upstreams(env: dict[str, str], upstream_engine,  # noqa: F811
+                                                  tmp_path: Path) -> None:
+    """h3_dit.c prints the reuse schedule's size and the GPU sampler's encode window whenever
+    H3_PROFILE is set at all ("0" and "" too), unlike the "h3 profile:" lines."""
+    workspace = build_workspace(tmp_path / "workspace").resolve()
+    shaders = workspace / "h3_shaders.metal"
+    shaders.write_bytes(Path(upstream_engine.program).with_name("h3_shaders.metal").read_bytes())
+    (tmp_path / "runs").mkdir()
+    case = {"id": "sampler-lines", "category": "cli-env", "kind": "cli", "env": env, "stdin": "",
+            "args": ["-d", "{MODEL:ok}", "-p", "a fox", "--width", "64", "--height", "32",
+                     "--frames", "22", "--steps", "4", "--reuse", "2", "-o", "{CASE}/out.mp4"]}
+    upstream = differential.run_case(
+        differential.Side.upstream(str(upstream_engine.program), str(upstream_engine.library)),
+        case, workspace, tmp_path / "runs", 600, shaders)
+    sim = differential.run_case(differential.Side.sim(), case, workspace, tmp_path / "runs", 600, shaders)
+    assert upstream["status"] == 0 and any("reuse schedule has 3 evaluations" in line
+                                           for line in upstream["messages"])
+    assert differential.differing_aspects(sim, upstream) == []

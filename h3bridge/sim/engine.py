@@ -73,6 +73,7 @@ from .device import SimDevice, device_from_env
 from .libc import strerror, strtof
 from .params import (AUDIO_HOP_LENGTH, FPS, SAMPLE_RATE, SLOWER_FLAGS,
                      ReferenceImageSize, ReferenceKind, SimParams, align_frame_count, c_llround,
+                     reuse_evaluations,
                      latent_canvas, reference_image_canvas, reference_video_canvas,
                      temporal, valid_params_error,
                      video_encoder_latent_t)
@@ -648,6 +649,35 @@ def _use_gpu_sampler(device: SimDevice) -> bool:
     return device.is_m5
 
 
+def _gpu_sampler_window() -> int:
+    """gpu_sampler_window (h3_dit.c:2587-2594)."""
+    value = os.environ.get("H3_GPU_SAMPLER_WINDOW")
+    if not value:
+        return 1
+    if re.fullmatch(r"[ \t\n\v\f\r]*[+-]?[0-9]+", value):
+        parsed = int(value)
+        if 0 <= parsed <= 1000:
+            return parsed
+    return 1
+
+
+def _denoise_profile_lines(gpu: bool, steps: int, reuse: int) -> None:
+    """What the samplers print before their first step when H3_PROFILE is set at all (h3_dit.c
+    tests getenv only, so "0" counts; the "h3 profile:" lines' h3_gpu_profile_enabled differs):
+    the reuse schedule's size (denoise_euler_gpu :2630-2632, denoise_euler :2891-2893) and the
+    GPU sampler's encode window (:2633-2639)."""
+    if os.environ.get("H3_PROFILE") is None:
+        return
+    if reuse > 1:
+        evaluations = reuse_evaluations(steps, reuse)
+        _stderr(f"h3: selected {'GPU ' if gpu else ''}reuse schedule has {evaluations} evaluations\n")
+    if gpu:
+        window = _gpu_sampler_window()
+        split_disabled = window == 1 and os.environ.get("H3_DIT_COMMAND_BLOCKS") is None
+        _stderr(f"h3: GPU sampler encode window is {'bounded' if window else 'unbounded'}; "
+                f"internal split {'disabled' if split_disabled else 'enabled'}\n")
+
+
 def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
              on_progress: ProgressCallback | None = None,
              on_frame: FrameCallback | None = None) -> SimResult:
@@ -729,6 +759,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
 
     # Denoising (h3_dit.c denoise_euler_gpu / h3_dit_denoise_euler_preview).
     gpu = _use_gpu_sampler(ctx.device)
+    _denoise_profile_lines(gpu, p.steps, p.denoise_reuse)
     denoise_started = time.monotonic()
     running = "denoise enqueue" if gpu else "denoise"
     preview_index = min(((shape.video_t - 2) // 5 // 2) * 17 + 11, shape.frame_count - 1)
