@@ -15,7 +15,9 @@ compare); `--upstream-h3 sim` compares the simulator with itself (a check of the
 What is normalised, on both sides alike (and nothing else):
   - the case's own folder (a fresh one per side) -> {CASE}; the workspace -> {WS}
   - the interactive session folder /tmp/h3-XXXXXX -> /tmp/h3-{SESSION} (mkdtemp's random name)
-  - timings: "Done -> PATH [1.23s]" -> [{T}s]; numbers in "h3 profile:" lines -> {N}
+  - timings: "Done -> PATH [1.23s]" -> [{T}s]; numbers in "h3 profile:" lines (times and
+    allocations, the backend's own) -> {N}, with their padding
+  - FFmpeg's own log lines name an object's address ("[NULL @ 0x55...]") -> {ADDRESS}
   - a random seed ("Seed: " followed by 6+ digits, only ever printed for `!seed random`) and
     `!save`'s default name h3-<time(NULL)>.mp4
 Both programs run with argv[0] = "h3", cwd = the case folder, HOME = {CASE}/home, TERM=dumb,
@@ -264,8 +266,15 @@ def normalise(text: str, case_dir: Path, workspace: Path) -> str:
     text = re.sub(r"\[\d+\.\d+s\]", "[{T}s]", text)
     text = re.sub(r"Seed: \d{6,}", "Seed: {RANDOM}", text)
     text = re.sub(r"h3-\d{9,}\.mp4", "h3-{TIME}.mp4", text)
-    return re.sub(r"^(h3 profile:.*)$", lambda m: re.sub(r"=( *)-?\d+(\.\d+)?", r"=\1{N}", m.group(1)),
+    return _value_rules(text)
+
+
+def _value_rules(text: str) -> str:
+    """The rules for values (not paths), also applied when stored observations are compared."""
+    text = re.sub(r"\[(\w+) @ 0x[0-9a-f]+\]", r"[\1 @ {ADDRESS}]", text)   # FFmpeg's log context
+    text = re.sub(r"^(h3 profile:.*)$", lambda m: re.sub(r"= *(-?\d+(\.\d+)?|\{N\})", "={N}", m.group(1)),
                   text, flags=re.M)
+    return text
 
 
 def split_stderr(text: str) -> tuple[list[str], list[list[object]]]:
@@ -350,18 +359,39 @@ GETOPT_LINES = [
 ]
 
 
-def libc_normalise(observation: dict[str, object]) -> dict[str, object]:
+def libc_normalise(observation: dict[str, object], *, libc: bool = True) -> dict[str, object]:
     messages = []
     for line in observation.get("messages") or []:   # type: ignore[union-attr]
-        for pattern, replacement in GETOPT_LINES:
+        line = _value_rules(line)
+        for pattern, replacement in GETOPT_LINES if libc else ():
             line = pattern.sub(replacement, line)
         messages.append(line)
-    return {**observation, "messages": messages}
+    return {**observation, "messages": messages, "stdout": _value_rules(str(observation.get("stdout", "")))}
+
+
+_EMPTY_NUMBER = re.compile(r"^h3: invalid (width|height|render width|render height|frames|steps|reuse|"
+                           r"layers|core reuse|zoom|seed): $")
+
+
+def platform_reason(sim: dict[str, object], upstream: dict[str, object]) -> str | None:
+    """Why a difference is the C library's, not h3-sim's (None when it is not explained)."""
+    messages = sim.get("messages") or []
+    if messages and _EMPTY_NUMBER.match(str(messages[0])) and not any(   # type: ignore[index]
+            _EMPTY_NUMBER.match(str(line)) for line in upstream.get("messages") or []):   # type: ignore[union-attr]
+        return ("an empty number: macOS strtol/strtoull set EINVAL when nothing converts, so "
+                "upstream on a Mac (and h3-sim) refuses `--width ''`; glibc sets no error, so the "
+                "Linux build takes it as 0 and goes on")
+    if any(re.match(r"^h3: cannot read (video|audio) VAE config ", str(line)) for line in messages) and any(
+            re.match(r"^h3: invalid (video|audio) VAE config ", str(line))
+            for line in upstream.get("messages") or []):   # type: ignore[union-attr]
+        return ("a folder where a VAE config.json belongs: on macOS fopen/fseek/ftell accept it and "
+                "fread fails (\"cannot read\"); on Linux ftell of a directory is not a size, so "
+                "the size check fails first (\"invalid\")")
+    return None
 
 
 def differing_aspects(a: dict[str, object], b: dict[str, object], *, libc: bool = True) -> list[str]:
-    if libc:
-        a, b = libc_normalise(a), libc_normalise(b)
+    a, b = libc_normalise(a, libc=libc), libc_normalise(b, libc=libc)
     return [aspect for aspect in ASPECTS if a.get(aspect) != b.get(aspect)]
 
 
@@ -385,6 +415,7 @@ def summarise(cases: list[dict[str, object]], sim: dict[str, dict], upstream: di
         row["cases"] += 1
         aspects = differing_aspects(sim[key], upstream[key])
         row["agree"] += not aspects
+        row["platform"] += bool(aspects) and platform_reason(sim[key], upstream[key]) is not None
         row["libc"] += not aspects and bool(differing_aspects(sim[key], upstream[key], libc=False))
         for aspect in aspects:
             row[aspect] += 1
@@ -396,7 +427,8 @@ def summarise(cases: list[dict[str, object]], sim: dict[str, dict], upstream: di
 
 
 def print_table(table: dict[str, Counter]) -> None:
-    print(f"{'category':<14} {'cases':>6} {'agree':>6} {'%':>6} {'libc':>5}   differing aspects")
+    print(f"{'category':<14} {'cases':>6} {'agree':>6} {'%':>6} {'libc':>5} {'platf':>5}   "
+          "differing aspects")
     total = Counter()
     for category in sorted(table):
         row = table[category]
@@ -404,12 +436,14 @@ def print_table(table: dict[str, Counter]) -> None:
         aspects = ", ".join(f"{a} {row[a]}" for a in ASPECTS if a != "calls" and row[a])
         share = 100.0 * row["agree"] / row["cases"] if row["cases"] else 0.0
         extra = f"; calls {row['calls agree']}/{row['calls']}" if row["calls"] else ""
-        print(f"{category:<14} {row['cases']:6d} {row['agree']:6d} {share:6.1f} {row['libc']:5d}   "
-              f"{aspects}{extra}")
+        print(f"{category:<14} {row['cases']:6d} {row['agree']:6d} {share:6.1f} {row['libc']:5d} "
+              f"{row['platform']:5d}   {aspects}{extra}")
     share = 100.0 * total["agree"] / total["cases"] if total["cases"] else 0.0
-    print(f"{'all':<14} {total['cases']:6d} {total['agree']:6d} {share:6.1f} {total['libc']:5d}")
+    print(f"{'all':<14} {total['cases']:6d} {total['agree']:6d} {share:6.1f} {total['libc']:5d} "
+          f"{total['platform']:5d}")
     print("(agree: every aspect equal after the normalisations in the module docstring; libc: of "
-          "those, cases that agree only once getopt's libc wording is compared as kinds)")
+          "those, cases that agree only once getopt's libc wording is compared as kinds; platf: "
+          "differing cases explained by glibc vs macOS libc, see platform_reason)")
 
 
 def _first_difference(a: object, b: object) -> str:
@@ -431,6 +465,9 @@ def explain(path: Path, limit: int = 3) -> None:
     for line in path.read_text().splitlines():
         record = json.loads(line)
         sim, upstream = libc_normalise(record["sim"]), libc_normalise(record["upstream"])
+        if platform_reason(sim, upstream):
+            groups[f"platform: {platform_reason(sim, upstream)[:60]}"].append(record["id"])
+            continue
         aspect = record["aspects"][0]
         where = _first_difference(sim.get(aspect), upstream.get(aspect))
         where = re.sub(r"\d+", "#", where) if aspect in ("phases", "calls") else where
@@ -490,6 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=22)
     parser.add_argument("--reuse-upstream", action="store_true",
                         help="take upstream's observations from OUT/upstream.jsonl")
+    parser.add_argument("--sim-from", type=Path, action="append",
+                        help="take h3-sim's observations from this sim.jsonl of an earlier run "
+                             "(repeatable; later files win) instead of running it")
+    parser.add_argument("--upstream-from", type=Path,
+                        help="take upstream's observations from this upstream.jsonl of an earlier run")
     parser.add_argument("--sim-exec", action="store_true",
                         help="run h3-sim as a fresh process per case instead of forked")
     parser.add_argument("--count", action="store_true", help="print the case counts and exit")
@@ -516,11 +558,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     workspace = build_workspace(args.workspace or args.out / "workspace").resolve()
     runs = Path(tempfile.mkdtemp(prefix="runs-", dir=args.out))
-    sides = [Side.sim(forked=not args.sim_exec)]
+    sides = [] if args.sim_from else [Side.sim(forked=not args.sim_exec)]
     upstream_saved = args.out / "upstream.jsonl"
     reused: dict[str, dict] = {}
-    if args.reuse_upstream:
-        for line in upstream_saved.read_text().splitlines():
+    if args.reuse_upstream or args.upstream_from:
+        for line in (args.upstream_from or upstream_saved).read_text().splitlines():
             record = json.loads(line)
             reused[record["id"]] = record["observation"]
     elif args.upstream_h3 == "sim":
@@ -531,11 +573,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     observed = run_all(cases, sides, workspace, runs, args.jobs, args.timeout)
     shutil.rmtree(runs, ignore_errors=True)
+    wanted = {str(c["id"]) for c in cases}
+    for path in args.sim_from or []:
+        observed.setdefault("sim", {})
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["id"] in wanted:
+                observed["sim"][record["id"]] = record["observation"]
     if reused:
-        observed["upstream"] = {key: value for key, value in reused.items()
-                                if key in {str(c["id"]) for c in cases}}
+        observed["upstream"] = {key: value for key, value in reused.items() if key in wanted}
     for name, records in observed.items():
-        if name == "upstream" and reused:
+        if (name == "upstream" and reused) or (name == "sim" and args.sim_from):
             continue
         with open(args.out / f"{name}.jsonl", "w") as handle:
             for key, observation in records.items():
