@@ -739,8 +739,9 @@ def _positive_gigabytes(text: str) -> float:
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
                                                                    add_info_command, add_verify_command,
                                                                    add_plan_command, add_demo_command]
-from .engines.library_build import add_build_library_command   # noqa: E402 (libh3.dylib from h3.c, macOS)
-SUBCOMMANDS.append(add_build_library_command)
+from .engine_build import add_build_engine_command   # noqa: E402 (upstream's h3 + libh3 from h3.c's source)
+from .engines.library_build import add_build_library_command   # noqa: E402 (deprecated: build-engine)
+SUBCOMMANDS += [add_build_engine_command, add_build_library_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

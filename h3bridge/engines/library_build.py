@@ -1,4 +1,6 @@
-"""`h3bridge build-library H3C_DIR [-o PATH]`: a shared libh3 from an h3.c checkout.
+"""`h3bridge build-library H3C_DIR [-o PATH]`: a shared libh3 from an h3.c checkout. Deprecated:
+`h3bridge build-engine` (h3bridge/engine_build) runs upstream's make and then this link on macOS,
+and builds upstream's code over the portable backend elsewhere.
 
 Upstream's Makefile builds `h3` and the static `libh3.a` only. On an Apple Silicon Mac this runs
 `make libh3.a` in the checkout, links a `.dylib` from the archive with `-Wl,-all_load` (every
@@ -140,7 +142,7 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
 
 def add_build_library_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "build-library", help="link libh3.dylib from an h3.c checkout (macOS, Apple Silicon)",
+        "build-library", help="deprecated: use build-engine (links libh3.dylib from an h3.c checkout, macOS)",
         description="Run `make libh3.a` in an h3.c checkout and link a shared libh3.dylib from it (with the "
                     "frameworks upstream's Makefile links), for `generate --engine library` and ComfyUI's "
                     "library mode. Checks it is arm64 and loads. macOS on Apple Silicon only; elsewhere use "
@@ -153,6 +155,8 @@ def add_build_library_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_build_library(args: argparse.Namespace) -> int:
+    print("h3bridge: build-library is deprecated: `h3bridge build-engine H3C_DIR` builds h3 and the shared "
+          "libh3 (on any platform) and prints both paths", file=sys.stderr)
     try:
         path = build_library(args.h3c_dir, args.output, log=lambda text: print(f"h3bridge: {text}", file=sys.stderr))
     except LibraryBuildError as error:

@@ -60,6 +60,7 @@ import re
 import signal
 import sys
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Callable
 
@@ -72,6 +73,7 @@ from .device import SimDevice, device_from_env
 from .libc import strerror, strtof
 from .params import (AUDIO_HOP_LENGTH, FPS, SAMPLE_RATE, SLOWER_FLAGS,
                      ReferenceImageSize, ReferenceKind, SimParams, align_frame_count, c_llround,
+                     reuse_evaluations,
                      latent_canvas, reference_image_canvas, reference_video_canvas,
                      temporal, valid_params_error,
                      video_encoder_latent_t)
@@ -456,7 +458,87 @@ def _parse_float_array(text: str, key: str, count: int, label: str) -> list[floa
     return values
 
 
-def _load_tokenizer(path: str) -> None:
+@dataclass(frozen=True)
+class _TokenCounter:
+    """How many ids h3_tokenizer_encode (h3_tokenizer.m:416-466) gives a text: each added
+    token's content is one id; the plain text between them is NFC-normalised and byte-level
+    BPE-encoded. Without merges (every fixture model's tokenizer.json: the whole byte-level
+    alphabet, no merges) that is one id per UTF-8 byte, exactly. With merges (a released
+    tokenizer, which only the real h3 meets on a Mac) the sim estimates ~4 bytes per id rather
+    than re-implement Qwen's BPE."""
+
+    added: tuple[str, ...]
+    merges: bool
+
+    def count(self, text: str) -> int:
+        total, start = 0, 0
+        while start < len(text):
+            found = [(text.find(token, start), -len(token), token) for token in self.added]
+            found = [item for item in found if item[0] >= 0]
+            if not found:
+                break
+            position, _, token = min(found)
+            total += self._plain(text[start:position]) + 1
+            start = position + len(token)
+        return total + self._plain(text[start:])
+
+    def _plain(self, text: str) -> int:
+        if not text:
+            return 0
+        size = len(unicodedata.normalize("NFC", text).encode("utf-8", "surrogateescape"))
+        return -(-size // 4) if self.merges else size
+
+
+def _vision_tokens(width: int, height: int) -> int:
+    """h3_vision_encode_bf16's merged rows (h3_vision_encoder.c:443-450, :609): 16-pixel
+    patches merged 2x2."""
+    return (height // 16) * (width // 16) // 4
+
+
+def _conditioning_tokens(counter: _TokenCounter, prompt: str, p: SimParams, ref2va: bool,
+                         visuals: list[tuple[int, int, int, bool]],
+                         visual_of: dict[int, int]) -> int:
+    """The token rows h3_generate caches: the prompt's ids (T2VA, h3.c:1413), or the
+    multimodal presentation h3_multimodal_encode_fl2va_bf16 / _ref2va_bf16 builds
+    (h3_multimodal.c:196-358): "<Picture N>: " + vision start + the image's rows + vision end
+    per image; per reference "<Audio N>: " when it carries audio, "<Video N>: " and, per pair of
+    sampled frames, "<T seconds>" + a vision span; then the prompt."""
+    if not visuals:
+        return max(counter.count(prompt), 1)    # pad_empty (h3_tokenizer.m:448)
+    tokens = 0
+
+    def span(width: int, height: int) -> int:
+        return 1 + _vision_tokens(width, height) + 1     # H3_VISION_START ... H3_VISION_END
+
+    if not ref2va:
+        for number, (width, height, _, _) in enumerate(visuals, start=1):
+            tokens += counter.count(f"<Picture {number}>: ") + span(width, height)
+        return tokens + counter.count(prompt)
+    pictures = videos = sounds = 0
+    for index, reference in enumerate(p.references):
+        if (reference.kind in (ReferenceKind.AUDIO, ReferenceKind.VIDEO_AUDIO)
+                or (reference.kind == ReferenceKind.VIDEO and reference.include_embedded_audio)):
+            sounds += 1
+            tokens += counter.count(f"<Audio {sounds}>: ")
+        if reference.kind == ReferenceKind.AUDIO:
+            continue
+        width, height, frames, is_image = visuals[visual_of[index]]
+        if is_image:
+            pictures += 1
+            tokens += counter.count(f"<Picture {pictures}>: ") + span(width, height)
+            continue
+        videos += 1
+        samples = (frames + 11) // 12
+        for block in range((samples + 1) // 2):
+            first = 2 * block
+            second = first + 1 if first + 1 < samples else first
+            if block == 0:
+                tokens += counter.count(f"<Video {videos}>: ")
+            tokens += counter.count(f"<{(first + second) / 4.0:.1f} seconds>") + span(width, height)
+    return tokens + counter.count(prompt)
+
+
+def _load_tokenizer(path: str) -> _TokenCounter:
     """h3_tokenizer_load's readable/JSON checks (h3_tokenizer.m:289-313)."""
     try:
         with open(path, "rb") as handle:
@@ -487,6 +569,9 @@ def _load_tokenizer(path: str) -> None:
         if isinstance(token, dict) and any(token.get(flag) for flag in
                                            ("single_word", "lstrip", "rstrip", "normalized")):
             raise SimError("unsupported added-token policy")
+    added = tuple(str(token["content"]) for token in value.get("added_tokens") or []
+                  if isinstance(token, dict) and token.get("content"))
+    return _TokenCounter(added, bool(model["merges"]))
 
 
 def _encoder_tiles(extent: int) -> int:
@@ -544,11 +629,6 @@ def _media(call: Callable[[], object]) -> object:
         raise SimError(str(failure)) from None
 
 
-def _simulated_tokens(prompt: str, vision_outputs: int) -> int:
-    """A stand-in for the tokenizer's count (template + ~4 bytes per token + vision spans)."""
-    return 24 + len(prompt.encode("utf-8", "surrogateescape")) // 4 + 1 + 256 * vision_outputs
-
-
 def _is_utf8(text: str) -> bool:
     """argv arrives surrogate-escaped; undecodable bytes mean the C string is not UTF-8."""
     try:
@@ -567,6 +647,35 @@ def _use_gpu_sampler(device: SimDevice) -> bool:
     if value is not None:
         return bool(value) and value != "0"
     return device.is_m5
+
+
+def _gpu_sampler_window() -> int:
+    """gpu_sampler_window (h3_dit.c:2587-2594)."""
+    value = os.environ.get("H3_GPU_SAMPLER_WINDOW")
+    if not value:
+        return 1
+    if re.fullmatch(r"[ \t\n\v\f\r]*[+-]?[0-9]+", value):
+        parsed = int(value)
+        if 0 <= parsed <= 1000:
+            return parsed
+    return 1
+
+
+def _denoise_profile_lines(gpu: bool, steps: int, reuse: int) -> None:
+    """What the samplers print before their first step when H3_PROFILE is set at all (h3_dit.c
+    tests getenv only, so "0" counts; the "h3 profile:" lines' h3_gpu_profile_enabled differs):
+    the reuse schedule's size (denoise_euler_gpu :2630-2632, denoise_euler :2891-2893) and the
+    GPU sampler's encode window (:2633-2639)."""
+    if os.environ.get("H3_PROFILE") is None:
+        return
+    if reuse > 1:
+        evaluations = reuse_evaluations(steps, reuse)
+        _stderr(f"h3: selected {'GPU ' if gpu else ''}reuse schedule has {evaluations} evaluations\n")
+    if gpu:
+        window = _gpu_sampler_window()
+        split_disabled = window == 1 and os.environ.get("H3_DIT_COMMAND_BLOCKS") is None
+        _stderr(f"h3: GPU sampler encode window is {'bounded' if window else 'unbounded'}; "
+                f"internal split {'disabled' if split_disabled else 'enabled'}\n")
 
 
 def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
@@ -650,6 +759,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
 
     # Denoising (h3_dit.c denoise_euler_gpu / h3_dit_denoise_euler_preview).
     gpu = _use_gpu_sampler(ctx.device)
+    _denoise_profile_lines(gpu, p.steps, p.denoise_reuse)
     denoise_started = time.monotonic()
     running = "denoise enqueue" if gpu else "denoise"
     preview_index = min(((shape.video_t - 2) // 5 // 2) * 17 + 11, shape.frame_count - 1)
@@ -747,16 +857,15 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
     """The conditioning branch of h3_generate (h3.c:989-1438)."""
     progress.emit("tokenizer", 0, 1)
     progress.work(_BASE_SECONDS["tokenizer"])
-    _load_tokenizer(tokenizer_path)
+    counter = _load_tokenizer(tokenizer_path)
     progress.emit("tokenizer", 1, 1)
     progress.check_cancelled()
     found = content.Conditions()
     # (width, height, frames, is_image) per visual condition, in order.
     visuals: list[tuple[int, int, int, bool]] = []
-    vision_outputs = 0
     audio_elements = 0
+    visual_of: dict[int, int] = {}
     if ref2va:
-        visual_of: dict[int, int] = {}
         for index, reference in enumerate(p.references):
             if reference.kind == ReferenceKind.AUDIO:
                 continue
@@ -769,15 +878,12 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
                 image = _media(lambda: media.read_image(path, width, height, media.FIT_STRETCH))
                 found.reference_images.append(image)   # type: ignore[arg-type]
                 visuals.append((width, height, 1, True))
-                vision_outputs += 1
             else:
                 width, height = reference_video_canvas(source_w, source_h)
                 video = _media(lambda: media.read_video(path, width, height, frame_count))
                 found.reference_videos.append(video)   # type: ignore[arg-type]
                 frames = len(video)   # type: ignore[arg-type]
                 visuals.append((width, height, frames, False))
-                samples = (frames + 11) // 12
-                vision_outputs += (samples + 1) // 2
             visual_of[index] = len(visuals) - 1
         total_samples = 0
         for index, reference in enumerate(p.references, start=1):
@@ -824,7 +930,6 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
             found.last_frame = _media(lambda: media.read_image(      # type: ignore[assignment]
                 path_last, render_w, render_h, media.FIT_COVER))
             visuals.append((render_w, render_h, 1, True))
-        vision_outputs = len(visuals)
     video_elements = 0
     if visuals:
         for width, height, frames, _ in visuals:
@@ -862,7 +967,8 @@ def _encode_conditions(ctx: SimContext, progress: _Progress, prompt: str, p: Sim
     text_started = time.monotonic()
     progress.steps("text encoder", TEXT_LAYERS, _BASE_SECONDS["text encoder"])
     progress.profile("Qwen text encoder", "total", text_started)
-    return _Conditioning(key=key, tokens=_simulated_tokens(prompt, vision_outputs),
+    tokens = _conditioning_tokens(counter, prompt, p, ref2va, visuals, visual_of)
+    return _Conditioning(key=key, tokens=tokens,
                          tagged=bool(visuals), video_elements=video_elements,
                          audio_elements=audio_elements,
                          conditioned=bool(visuals) or audio_elements != 0, media=found)

@@ -96,6 +96,7 @@ class Dims:
     vae_enc_channels: tuple[int, ...]
     # Audio VAE (h3_audio_vae.c): BigVGAN-style decoder, convolutional encoder
     audio_latent: int
+    audio_latent_dim: int        # dec_in_proj's output, the decoder's conv_pre input
     audio_decoder_dim: int
     audio_upsample_kernels: tuple[int, ...]
     audio_resblock_kernels: tuple[int, ...]
@@ -111,8 +112,9 @@ REAL = Dims(
     vis_blocks=27, vis_hidden=1152, vis_intermediate=4304, vis_patch=16, vis_positions=2304,
     vis_merge=2,
     vae_blocks=36, vae_hidden=2048, vae_ffn=8192, vae_registers=4, vae_output_patch=3 * 4 * 16 * 16,
-    vae_latent=24, vae_enc_channels=(128, 256, 512, 1024),
-    audio_latent=32, audio_decoder_dim=1536, audio_upsample_kernels=(16, 16, 8, 4, 4),
+    vae_latent=24, vae_enc_channels=(128, 256, 256, 512, 512, 1024),
+    audio_latent=32, audio_latent_dim=2048, audio_decoder_dim=1024,
+    audio_upsample_kernels=(9, 9, 4, 4, 4, 4, 4),
     audio_resblock_kernels=(3, 7, 11), audio_encoder_dim=64, audio_encoder_stages=5,
 )
 
@@ -123,8 +125,9 @@ TINY = Dims(
     te_head_dim=4,
     vis_blocks=27, vis_hidden=4, vis_intermediate=4, vis_patch=2, vis_positions=4, vis_merge=2,
     vae_blocks=36, vae_hidden=4, vae_ffn=4, vae_registers=1, vae_output_patch=4, vae_latent=24,
-    vae_enc_channels=(2, 2, 2, 2),
-    audio_latent=32, audio_decoder_dim=64, audio_upsample_kernels=(2, 2, 2, 2, 2),
+    vae_enc_channels=(2, 4, 4, 8, 8, 16),
+    audio_latent=32, audio_latent_dim=8, audio_decoder_dim=128,
+    audio_upsample_kernels=(2, 2, 2, 2, 2, 2, 2),
     audio_resblock_kernels=(1, 1, 1), audio_encoder_dim=2, audio_encoder_stages=5,
 )
 
@@ -168,6 +171,8 @@ def transformer_tensors(d: Dims) -> list[TensorSpec]:
         _f32("video_patch_proj.bias", d.dit_hidden),
         _f32("audio_patch_proj.weight", d.dit_hidden, d.audio_channels),
         _f32("audio_patch_proj.bias", d.dit_hidden),
+        # the RoPE inverse frequencies (h3_dit.c prepare_rope: F32, ROPE_FREQS = 16 in either mode)
+        _f32("rope.inv_freq", 16),
     ]
     for index in range(d.dit_blocks):
         prefix = f"blocks.{index}."
@@ -246,7 +251,7 @@ def video_vae_tensors(d: Dims) -> list[TensorSpec]:
     specs = [
         _f32("post_quant_conv.weight", d.vae_latent, d.vae_latent, 1, 1, 1),
         _f32("post_quant_conv.bias", d.vae_latent),
-        _f32("decoder.x_embedder.weight", d.vae_hidden, d.vae_latent * 4),
+        _f32("decoder.x_embedder.weight", d.vae_hidden, d.vae_latent),
         _f32("decoder.x_embedder.bias", d.vae_hidden),
         _f32("decoder.register_tokens", 1, d.vae_registers, d.vae_hidden),
     ]
@@ -284,8 +289,11 @@ def video_vae_tensors(d: Dims) -> list[TensorSpec]:
                 _f32(p + "norm2.weight", width), _f32(p + "norm2.bias", width),
                 _f32(p + "conv2.weight", width, width, 3, 3, 3), _f32(p + "conv2.bias", width),
             ]
+            if previous != width:     # a 1x1x1 shortcut where the block changes the width
+                specs += [_f32(p + "nin_shortcut.weight", width, previous, 1, 1, 1),
+                          _f32(p + "nin_shortcut.bias", width)]
             previous = width
-        if level + 1 < len(channels):
+        if level < 4:                 # h3_video_encoder.c: the first four levels downsample
             p = f"encoder.down.{level}.downsample.conv."
             specs += [_f32(p + "weight", width, width, 3, 3, 3), _f32(p + "bias", width)]
     specs += [
@@ -299,20 +307,31 @@ def video_vae_tensors(d: Dims) -> list[TensorSpec]:
 
 
 def audio_vae_tensors(d: Dims) -> list[TensorSpec]:
-    """h3_audio_vae.c: weight-normalised convolutions (weight_g/weight_v), snake activations."""
+    """h3_audio_vae.c: the latent projection and BigVGAN-style decoder (weight-normalised
+    convolutions: weight_v, weight_g, bias; transposed up-convolutions keep PyTorch's IOK order
+    with the gain per input channel and the bias per output channel; snake activations), the
+    convolutional encoder with its attention pre-block and mean projection. Checked against
+    upstream's loader by running upstream's own code on the fixture (tests/test_upstream_*)."""
     specs: list[TensorSpec] = []
 
-    def conv(prefix: str, out_ch: int, in_ch: int, kernel: int) -> None:
-        specs.extend([_f32(prefix + ".weight_g", out_ch, 1, 1), _f32(prefix + ".weight_v", out_ch, in_ch, kernel),
+    def conv(prefix: str, out_ch: int, in_ch: int, kernel: int, *, bias: bool = True) -> None:
+        specs.extend([_f32(prefix + ".weight_g", out_ch, 1, 1), _f32(prefix + ".weight_v", out_ch, in_ch, kernel)])
+        if bias:
+            specs.append(_f32(prefix + ".bias", out_ch))
+
+    def up_conv(prefix: str, in_ch: int, out_ch: int, kernel: int) -> None:
+        specs.extend([_f32(prefix + ".weight_g", in_ch, 1, 1), _f32(prefix + ".weight_v", in_ch, out_ch, kernel),
                       _f32(prefix + ".bias", out_ch)])
 
     def snake(prefix: str, channels: int) -> None:
         specs.extend([_f32(prefix + ".act.alpha", channels), _f32(prefix + ".act.beta", channels)])
 
-    conv("decoder.conv_pre", d.audio_decoder_dim, 2 * d.audio_latent, 7)
+    specs += [_f32("dec_in_proj.weight", d.audio_latent_dim, d.audio_latent, 1),
+              _f32("dec_in_proj.bias", d.audio_latent_dim)]
+    conv("decoder.conv_pre", d.audio_decoder_dim, d.audio_latent_dim, 7)
     for index, kernel in enumerate(d.audio_upsample_kernels):
         in_ch, out_ch = d.audio_decoder_dim >> index, d.audio_decoder_dim >> (index + 1)
-        conv(f"decoder.ups.{index}.0", in_ch, out_ch, kernel)
+        up_conv(f"decoder.ups.{index}.0", in_ch, out_ch, kernel)
         for block_index, rk in enumerate(d.audio_resblock_kernels):
             block = index * len(d.audio_resblock_kernels) + block_index
             for pair in range(3):
@@ -324,9 +343,10 @@ def audio_vae_tensors(d: Dims) -> list[TensorSpec]:
     snake("decoder.activation_post", last)
     specs += [_f32("decoder.activation_post.upsample.filter", 1, 1, 12),
               _f32("decoder.activation_post.downsample.lowpass.filter", 1, 1, 12)]
-    conv("decoder.conv_post", 2, last, 7)
+    conv("decoder.conv_post", 1, last, 7, bias=False)
     width = d.audio_encoder_dim
-    conv("encoder.block.0", width, 2, 7)
+    conv("encoder.block.0", width, 1, 7)
+    strides = (2, 4, 4, 5, 5)
     for stage in range(1, d.audio_encoder_stages + 1):
         for residual in range(3):
             p = f"encoder.block.{stage}.block.{residual}"
@@ -335,10 +355,26 @@ def audio_vae_tensors(d: Dims) -> list[TensorSpec]:
             specs.append(_f32(p + ".block.2.alpha", 1, width, 1))
             conv(p + ".block.3", width, width, 1)
         specs.append(_f32(f"encoder.block.{stage}.block.3.alpha", 1, width, 1))
-        conv(f"encoder.block.{stage}.block.4", width * 2, width, 4)
+        conv(f"encoder.block.{stage}.block.4", width * 2, width, 2 * strides[stage - 1])
         width *= 2
     specs.append(_f32(f"encoder.block.{d.audio_encoder_stages + 1}.alpha", 1, width, 1))
-    conv(f"encoder.block.{d.audio_encoder_stages + 2}", 2 * d.audio_latent, width, 3)
+    conv(f"encoder.block.{d.audio_encoder_stages + 2}", d.audio_latent_dim, width, 3)
+    latent, hidden = d.audio_latent, d.audio_latent_dim
+    specs += [
+        _f32("pre_block.norm3.weight", hidden), _f32("pre_block.norm3.bias", hidden),
+        _f32("pre_block.proj.weight", latent, hidden), _f32("pre_block.proj.bias", latent),
+        _f32("pre_block.norm1.weight", hidden), _f32("pre_block.norm1.bias", hidden),
+        _f32("pre_block.attn.qkv.weight", 3 * hidden, hidden),
+        _f32("pre_block.attn.q_bias", hidden), _f32("pre_block.attn.zero_k_bias", hidden),
+        _f32("pre_block.attn.v_bias", hidden),
+        _f32("pre_block.attn.proj.weight", latent, latent), _f32("pre_block.attn.proj.bias", latent),
+        _f32("pre_block.norm2.weight", latent), _f32("pre_block.norm2.bias", latent),
+        _f32("pre_block.mlp.norm.weight", latent), _f32("pre_block.mlp.norm.bias", latent),
+        _f32("pre_block.mlp.w0.weight", 2 * latent, latent), _f32("pre_block.mlp.w0.bias", 2 * latent),
+        _f32("pre_block.mlp.w1.weight", 2 * latent, latent), _f32("pre_block.mlp.w1.bias", 2 * latent),
+        _f32("pre_block.mlp.w2.weight", latent, 2 * latent), _f32("pre_block.mlp.w2.bias", latent),
+        _f32("mean_proj.weight", latent, latent, 1), _f32("mean_proj.bias", latent),
+    ]
     return specs
 
 
@@ -433,9 +469,20 @@ def _write_json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 
+def _byte_level_alphabet() -> list[str]:
+    """The 256 symbols of GPT-2's byte-level alphabet, in byte order (printable bytes stand for
+    themselves, the others for U+0100 upwards): what a byte-level BPE encodes every byte as."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    shifted = iter(range(256, 512))
+    return [chr(byte) if byte in printable else chr(next(shifted)) for byte in range(256)]
+
+
 def _tokenizer_json() -> dict[str, object]:
-    """A small but well-formed Hugging Face `tokenizers` file (byte-level BPE, Qwen special ids)."""
-    vocab = {chr(c): c - 32 for c in range(33, 127)}
+    """A small but well-formed Hugging Face `tokenizers` file (byte-level BPE, Qwen special ids).
+    Its vocabulary is the whole byte-level alphabet (no merges), so every prompt encodes, one
+    token per UTF-8 byte, with upstream's tokenizer as with Hugging Face's: a vocabulary without
+    "Ġ" (the space's symbol) fails upstream's encode of any prompt with a space in it."""
+    vocab = {symbol: index for index, symbol in enumerate(_byte_level_alphabet())}
     return {
         "version": "1.0",
         "truncation": None,

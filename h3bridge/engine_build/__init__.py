@@ -1,0 +1,12 @@
+"""Building upstream h3.c's own engine: `h3bridge build-engine SOURCE`.
+
+`build` (this package's build.py) turns an h3.c clone or source tarball into an `h3` program and a
+shared libh3: on macOS with upstream's own `make` (and the dylib link of
+`engines/library_build.py`); elsewhere by compiling upstream's unmodified C files against
+`portable/`, h3bridge's host-memory stand-in for upstream's Metal, Foundation and Accelerate
+layer, so that upstream's CLI, C API, validation, messages and phase order can run (and be
+tested) on Linux. Built engines are cached by source hash under the user cache directory.
+"""
+from .build import BuiltEngine, build_engine, add_build_engine_command
+
+__all__ = ["BuiltEngine", "add_build_engine_command", "build_engine"]
