@@ -16,7 +16,7 @@ from ..hexgrid.grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, HexGrid, chec
 from ..hexgrid.draw import draw_tiling
 from ..hexgrid.merge import check_chunk_count, merge_chunks, mix_audio
 from . import adapter
-from .nodes import CATEGORY, _running_prompt, _to_numpy, _user_facing_errors
+from .shared import CATEGORY, running_prompt, to_numpy, user_facing_errors
 
 H3Cells = io.Custom("H3_CELLS")
 MASKS_OUTPUT_INDEX = 0
@@ -89,11 +89,11 @@ class H3HexGridNode(io.ComfyNode):
     @classmethod
     def fingerprint_inputs(cls, **values: Any) -> Any:
         # The cached outputs depend on whether the masks were built; re-run when that changes.
-        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+        return adapter.output_is_connected(running_prompt(), cls.hidden.unique_id if cls.hidden else None,
                                            MASKS_OUTPUT_INDEX)
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, width: int, height: int, resolution: int, overlap: int) -> io.NodeOutput:
         grid = hex_grid(width, height, resolution, overlap)
         hidden = cls.hidden     # None when called outside ComfyUI's executor: build everything
@@ -133,15 +133,15 @@ class H3HexMergeNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, cells: HexGrid, **values: Any) -> io.NodeOutput:
         images = _connected(values, "images", "image_")
         sounds = _connected(values, "audio", "audio_")
         check_chunk_count(cells, len(images))
-        merged = merge_chunks(cells, [_to_numpy(image).astype(np.float32, copy=False) for image in images])
+        merged = merge_chunks(cells, [to_numpy(image).astype(np.float32, copy=False) for image in images])
         audio = None
         if sounds:
-            waveform, rate = mix_audio(cells, [_to_numpy(s["waveform"]) for s in sounds],
+            waveform, rate = mix_audio(cells, [to_numpy(s["waveform"]) for s in sounds],
                                        [int(s["sample_rate"]) for s in sounds], len(images))
             audio = {"waveform": sounds[0]["waveform"] if len(sounds) == 1 else torch.from_numpy(waveform),
                      "sample_rate": rate}

@@ -1,4 +1,5 @@
-"""ComfyUI V3 nodes for h3bridge. The only module that imports ComfyUI.
+"""ComfyUI V3 nodes for h3bridge: the core nodes, and the extension that registers them with the
+hex, LoRA and story node modules (which share `shared`, below all of them, and import no other node module).
 
 Each node converts ComfyUI values to plain ones, calls `adapter`, and converts
 the answer back; all decisions live in `adapter` and the h3bridge library.
@@ -6,21 +7,18 @@ Importing this module starts no engine and reads no model.
 """
 from __future__ import annotations
 
-import functools
-import os
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 import comfy.model_management
 import comfy.utils
-import folder_paths
 from comfy_api.latest import ComfyExtension, InputImpl, Types, io
 
 from ..cancel import CancelToken
-from ..errors import GenerationCancelled, H3BridgeError
+from ..errors import H3BridgeError
 from ..media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource
 from ..request import (
     DEFAULT_FRAMES,
@@ -38,51 +36,18 @@ from ..request import (
 )
 from ..geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES
 from . import adapter
+from .hex_nodes import HEX_NODES          # H3 hexagon tiling nodes (h3bridge/hexgrid)
+from .lora_nodes import LORA_NODES        # H3 LoRA (h3bridge/lora)
+from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
+                     user_facing_errors, work_dir)
+from .story_nodes import STORY_NODES      # H3 Storyboard (h3bridge/story)
 
-CATEGORY = "MiniMax-H3 (h3.c)"
-H3Engine = io.Custom("H3_ENGINE")
 H3References = io.Custom("H3_REFERENCES")
 
 # ----------------------------------------------------------------------------- helpers
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _user_facing_errors(function: _F) -> _F:
-    """Let library errors reach the ComfyUI error dialog with the library's message
-    (and type), without a traceback through our internals."""
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except GenerationCancelled:
-            # The user pressed Cancel: report it as ComfyUI's own interruption.
-            comfy.model_management.throw_exception_if_processing_interrupted()
-            raise
-        except H3BridgeError as error:
-            raise error.with_traceback(None) from None
-    return wrapper  # type: ignore[return-value]
-
-
-def _model_roots() -> list[Path]:
-    """ComfyUI/models/h3 (and any extra_model_paths.yaml `h3:` entries)."""
-    # Idempotent and order-keeping: appended once, so `h3:` entries from extra_model_paths.yaml
-    # (loaded before custom nodes) keep their place, their `is_default` included.
-    folder_paths.add_model_folder_path(adapter.MODEL_FOLDER,
-                                       os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER))
-    return [Path(p) for p in folder_paths.get_folder_paths(adapter.MODEL_FOLDER)]
-
-
-def _work_dir(name: str) -> Path:
-    return Path(folder_paths.get_temp_directory()) / "h3bridge" / name
-
-
-def _to_numpy(tensor: Any) -> np.ndarray:
-    return tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)
-
-
 def _audio_clip(audio: dict) -> AudioClip:
-    return adapter.waveform_to_clip(_to_numpy(audio["waveform"]), int(audio["sample_rate"]))
+    return adapter.waveform_to_clip(to_numpy(audio["waveform"]), int(audio["sample_rate"]))
 
 
 def _video_source(video: Any) -> VideoSource:
@@ -91,17 +56,6 @@ def _video_source(video: Any) -> VideoSource:
         video.save_to(str(target), format=Types.VideoContainer.MP4, codec=Types.VideoCodec.H264)
     source = getattr(video, "get_stream_source", lambda: None)()
     return VideoSource(write=write, description=source if isinstance(source, str) else type(video).__name__)
-
-
-def _running_prompt() -> dict | None:
-    """The API prompt being executed, for `fingerprint_inputs` (which ComfyUI calls
-    without the PROMPT hidden input). None when it cannot be known."""
-    try:
-        from server import PromptServer   # ComfyUI's top-level server module
-        running, _queued = PromptServer.instance.prompt_queue.get_current_queue_volatile()
-    except Exception:   # noqa: BLE001 - any failure just means "unknown"
-        return None
-    return running[0][2] if len(running) == 1 else None
 
 
 # ----------------------------------------------------------------------------- shared inputs
@@ -183,17 +137,6 @@ def _settings(values: dict[str, Any], prompt: str = "") -> adapter.GenerateSetti
     return adapter.settings_from_node_values(values, prompt)
 
 
-def _notice_on_node(node_id: str | None) -> Callable[[str], None]:
-    """Text shown on the node itself (ComfyUI's progress text, under its widgets)."""
-    def show(text: str) -> None:
-        try:
-            from server import PromptServer   # ComfyUI's top-level server module
-            PromptServer.instance.send_progress_text(text, node_id)
-        except Exception:   # noqa: BLE001 - no server (scripted use): the summary output still says it
-            pass
-    return show
-
-
 def _preview_on_node(bar: Any, progress: adapter.ProgressForwarder) -> Callable[[Any], None]:
     """A library-mode denoise preview, shown on the node as KSampler shows its previews: the
     progress bar's update with a ("JPEG", PIL image, size limit) preview (latent_preview.py)."""
@@ -259,16 +202,16 @@ class H3EngineNode(io.ComfyNode):
             # a linked value, or none (remote mode): checked when the node runs, knowing the mode
             return True
         try:
-            adapter.check_model_setting(model_dir, _model_roots())
+            adapter.check_model_setting(model_dir, model_roots())
         except H3BridgeError as error:
             return f"{error}\n  (remote mode: leave model_dir empty)"
         return True
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600, remote_url: str = "",
                 library_path: str = "", previews: bool = True) -> io.NodeOutput:
-        handle = adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots(),
+        handle = adapter.check_engine_settings(engine_path, model_dir, mode, model_roots(),
                                                stall_timeout=float(stall_timeout) if stall_timeout else None,
                                                remote_url=remote_url or "", library_path=library_path or "",
                                                previews=previews)
@@ -320,11 +263,11 @@ class H3GenerateNode(io.ComfyNode):
     @classmethod
     def fingerprint_inputs(cls, **values: Any) -> Any:
         # The cached outputs depend on whether IMAGE was built; re-run when that changes.
-        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+        return adapter.output_is_connected(running_prompt(), cls.hidden.unique_id if cls.hidden else None,
                                            adapter.IMAGE_OUTPUT_INDEX)
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, prompt: str, first_frame: Any = None, last_frame: Any = None,
                 references: ReferenceList | None = None, **values: Any) -> io.NodeOutput:
         want_image = adapter.output_is_connected(cls.hidden.prompt, cls.hidden.unique_id, adapter.IMAGE_OUTPUT_INDEX)
@@ -333,17 +276,17 @@ class H3GenerateNode(io.ComfyNode):
         comfy.model_management.unload_all_models()
         comfy.model_management.soft_empty_cache()
         bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
-        node_text = adapter.NodeText(_notice_on_node(cls.hidden.unique_id))     # the notice, then the ETA
+        node_text = adapter.NodeText(notice_on_node(cls.hidden.unique_id))     # the notice, then the ETA
         progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total),
                                              on_eta=node_text.eta)
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         outputs = adapter.run_generate(
             engine, _settings(values, prompt),
             adapter.GenerateInputs(
-                first_frame=None if first_frame is None else _to_numpy(first_frame),
-                last_frame=None if last_frame is None else _to_numpy(last_frame),
+                first_frame=None if first_frame is None else to_numpy(first_frame),
+                last_frame=None if last_frame is None else to_numpy(last_frame),
                 references=references),
-            scratch_parent=_work_dir("inputs"), output_dir=_work_dir("outputs"), want_image=want_image,
+            scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
             on_progress=progress, on_notice=node_text.notice, cancel=cancel,
             on_preview=_preview_on_node(bar, progress))
         progress.finish()
@@ -388,14 +331,14 @@ class H3ReferencesNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, kind: str, previous: ReferenceList | None = None, image: Any = None, video: Any = None,
                 audio: dict | None = None) -> io.NodeOutput:
         if kind not in _KINDS:
             raise ValueError(f"unknown reference kind {kind!r}; use one of {', '.join(_KINDS)}")
         item = ReferenceItem(
             kind=_KINDS[kind],
-            image=None if image is None else _to_numpy(image),
+            image=None if image is None else to_numpy(image),
             video=None if video is None else _video_source(video),
             audio=None if audio is None else _audio_clip(audio),
         )
@@ -437,7 +380,7 @@ class H3PromptNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, scene: str, action: str, camera: str, look: str, audio: str, free_text: str = "",
                 max_bytes: int = 0) -> io.NodeOutput:
         return io.NodeOutput(adapter.compose_prompt(scene, action, camera, look, audio, free_text,
@@ -458,7 +401,7 @@ class H3MemoryPlanNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, **values: Any) -> io.NodeOutput:
         return io.NodeOutput(adapter.describe_plan(engine, _settings(values, "memory plan")))
 
@@ -468,7 +411,7 @@ NODES: list[type[io.ComfyNode]] = [H3EngineNode, H3GenerateNode, H3ReferencesNod
 
 class H3BridgeExtension(ComfyExtension):
     async def on_load(self) -> None:
-        _model_roots()   # registers ComfyUI/models/h3 (no disk access)
+        model_roots()   # registers ComfyUI/models/h3 (no disk access)
         try:
             # A server stopped with SIGTERM/SIGHUP mid-render would leave the job's scratch inputs in
             # temp/h3bridge/inputs: remove them first, then the signal does what it did before.
@@ -477,9 +420,6 @@ class H3BridgeExtension(ComfyExtension):
             pass         # not the main thread: Python allows signal handlers only there
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        from .hex_nodes import HEX_NODES     # H3 hexagon tiling nodes; imported here: they import this module
-        from .lora_nodes import LORA_NODES   # H3 LoRA (h3bridge/lora), likewise
-        from .story_nodes import STORY_NODES  # H3 Storyboard (h3bridge/story); likewise
         return [*NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES]
 
 
