@@ -26,7 +26,7 @@ import numpy as np
 import psutil
 import pytest
 
-from comfy_workflows import ui_to_api
+from comfy_workflows import build_ui_workflow, ui_to_api
 from core_helpers import assert_group_gone
 from h3bridge.comfy.adapter import frames_for, settings_from_node_values
 from h3bridge.hexgrid import chunk_for_cell, hex_grid
@@ -459,6 +459,66 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
             if entry["type"] == "H3Prompt":
                 assert entry["labels"] == ["scene", "action", "camera", "look", "audio", "free_text"]
     assert any(entry["type"] == "H3Prompt" for entry in report[WORKFLOWS[0]]["labels"])
+
+
+def _storyboard_workflow(object_info: dict, job_name: str) -> dict:
+    """H3 Engine -> H3 Storyboard (two tiny shots, the second anchored on the first) -> its summary."""
+    nodes = [dict(id=1, type="H3Engine", pos=[40, 80], size=[380, 200],
+                  widgets={"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot"}),
+             dict(id=2, type="H3Storyboard", pos=[460, 80], size=[420, 460],
+                  widgets={"shots": STORY_SHOTS, "preset": "preview", "width": 64, "height": 32, "seed": 3,
+                           "job_name": job_name}),
+             dict(id=3, type="PreviewAny", pos=[920, 80], size=[420, 300])]
+    return build_ui_workflow(nodes, [(1, 0, 2, "engine"), (2, 3, 3, "source")], object_info)
+
+
+STORY_SHOTS = "[22f]\nfirst shot\n\n[22f anchor]\nsecond shot"
+
+
+def test_storyboard_resumes_when_run_again_from_the_real_frontend(server: Server, tmp_path: Path) -> None:
+    """Issue 20 item 1, through ComfyUI's own frontend (headless Chromium, its Run button clicked):
+    the frontend gives any INT input named seed "control after generate: randomize", which sent a
+    new story seed on every Run and rendered every shot again. Now Run again with nothing changed
+    sends the same prompt and renders nothing; an edit renders its shot; undoing the edit renders
+    nothing either (the earlier take is still in the job folder). A workflow saved with the old
+    control value still loads with its own crossfade and job name."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    assert server.object_info["H3Storyboard"]["input"]["required"]["seed"][1]["control_after_generate"] is False
+    workflow = _storyboard_workflow(server.object_info, "frontend-resume")
+    path = tmp_path / "storyboard.json"
+    path.write_text(json.dumps(workflow))
+    old = json.loads(json.dumps(workflow))          # as saved when the seed had the control widget
+    old_values = next(node for node in old["nodes"] if node["type"] == "H3Storyboard")["widgets_values"]
+    old_values.insert(5, "randomize")
+    old_values[-1] = "saved-before"
+    old_path = tmp_path / "storyboard-saved-before.json"
+    old_path.write_text(json.dumps(old))
+    edited = STORY_SHOTS.replace("second shot", "second shot, edited")
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_frontend_load.py")), server.url,
+                          "--screenshots", str(tmp_path / "shots"), "--run", "4",
+                          "--edits", json.dumps([{}, {}, {"2": {"shots": edited}}, {"2": {"shots": STORY_SHOTS}}]),
+                          str(path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    runs = json.loads(run.stdout)["storyboard.json"]["runs"]
+    assert [entry["status"]["status_str"] for entry in runs] == ["success"] * 4
+    seeds = [entry["prompt"]["2"]["inputs"]["seed"] for entry in runs]
+    assert seeds == [3, 3, 3, 3]                    # the prompt the frontend sent kept the story's seed
+    summaries = [entry["outputs"]["3"]["text"][0] for entry in runs]
+    cached = [{node for message in entry["status"]["messages"] if message[0] == "execution_cached"
+               for node in message[1]["nodes"]} for entry in runs]
+    assert "rendered 2, kept 0" in summaries[0]
+    assert "2" in cached[1]                         # Run again, nothing changed: the storyboard did not run
+    assert "rendered 1, kept 1" in summaries[2]     # the edited shot only
+    assert "rendered 0, kept 2" in summaries[3]     # the edit undone: both takes were on disk
+    job = server.base / "output" / "h3bridge" / "stories" / "frontend-resume"
+    takes = sorted(p.name for p in job.glob("shot-*.mp4") if ".tail" not in p.name)
+    assert len(takes) == 3, takes                   # 2 shots + the edited take: four Runs rendered three
+    loaded = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_frontend_load.py")), server.url,
+                             str(old_path)], capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    inputs = json.loads(loaded.stdout)[old_path.name]["output"]["2"]["inputs"]
+    assert (inputs["seed"], inputs["crossfade_frames"], inputs["job_name"]) == (3, 4, "saved-before")
 
 
 def test_video_references_from_comfy_video_inputs(server: Server) -> None:

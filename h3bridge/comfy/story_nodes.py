@@ -56,8 +56,11 @@ class H3StoryboardNode(io.ComfyNode):
                              tooltip="Film width (multiple of 32)."),
                 io.Int.Input("height", default=DEFAULT_HEIGHT, min=32, max=1344, step=32,
                              tooltip="Film height (multiple of 32)."),
-                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED,
-                             tooltip="The story's seed: each shot's seed derives from it and the shot's position."),
+                # No "control after generate" (the frontend gives any INT named seed one, set to randomize):
+                # a new seed on every Run would render every shot again, and Run again must resume.
+                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED, control_after_generate=False,
+                             tooltip="The story's seed: each shot's seed derives from it and the shot's position. "
+                                     "It stays as set, so Run again resumes the film; change it for another film."),
                 io.Int.Input("crossfade_frames", default=DEFAULT_CROSSFADE_FRAMES, min=0, max=48, advanced=True,
                              tooltip="Audio crossfade at each join, in frames' worth (0: hard joins)."),
                 io.String.Input("job_name", default="storyboard",
