@@ -138,7 +138,43 @@ def test_forced_resident_weights_that_do_not_fit_fail_before_the_engine(realisti
     request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0))
     with pytest.raises(MemoryPlanError) as info:
         adapter.decide_ssd_streaming("off", request, realistic_model, machine=MachineFacts.mac(24))
-    assert "--ssd-streaming" in (info.value.hint or "")
+    # In the node's words (issue 20 item 2): its inputs, not the CLI's flags, and its own way to force.
+    assert info.value.hint == "set ssd_streaming on; or set force to true on H3 Generate to try anyway"
+    assert "--" not in str(info.value) and "does not fit" in info.value.message
+    ssd, plan = adapter.decide_ssd_streaming("off", request, realistic_model, machine=MachineFacts.mac(24),
+                                             force=True)
+    assert ssd is False and not plan.fits            # forced: planned, not refused
+
+
+@pytest.mark.parametrize("gigabytes", [12, 18, 20, 24])
+def test_every_memory_fix_names_node_inputs_that_make_it_fit(realistic_model: Path, gigabytes: int) -> None:
+    """The suggested setting, fed back as the node values the refusal names, fits."""
+    import re
+    from h3bridge.errors import MemoryPlanError
+    from h3bridge.model.memory import MachineFacts
+    machine = MachineFacts.mac(gigabytes)
+    settings = adapter.GenerateSettings(prompt="x", width=1344, height=768, seconds=15.0, int8_row_fc2=True)
+    with pytest.raises(MemoryPlanError) as info:
+        adapter.decide_ssd_streaming("off", adapter.build_request(settings), realistic_model, machine=machine)
+    hint = info.value.hint or ""
+    assert "--" not in str(info.value) and hint.endswith("or set force to true on H3 Generate to try anyway")
+    if info.value.plan.suggestion is None:
+        return
+    changes: dict[str, object] = {}
+    if "ssd_streaming on" in hint:
+        changes.update(ssd_streaming="on", int8_row_fc2=False)
+    assert ("int8_row_fc2 off" in hint) == ("ssd_streaming on" in hint)
+    if found := re.search(r"layers (\d+)", hint):
+        changes["layers"] = int(found.group(1))
+    if found := re.search(r"render_width (\d+) and render_height (\d+)", hint):
+        changes.update(render_width=int(found.group(1)), render_height=int(found.group(2)))
+    if found := re.search(r"length_unit frames with frames (\d+)", hint):
+        changes.update(length_unit="frames", frames=int(found.group(1)))
+    assert changes
+    fixed = adapter.GenerateSettings(**{**settings.__dict__, "ssd_streaming": "off", **changes})
+    ssd, plan = adapter.decide_ssd_streaming(fixed.ssd_streaming, adapter.build_request(fixed), realistic_model,
+                                             machine=machine)
+    assert plan.fits
 
 
 def test_memory_plan_text_shows_the_auto_decision(realistic_model: Path) -> None:

@@ -484,7 +484,6 @@ def test_storyboard_resumes_when_run_again_from_the_real_frontend(server: Server
     control value still loads with its own crossfade and job name."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
         pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
-    assert server.object_info["H3Storyboard"]["input"]["required"]["seed"][1]["control_after_generate"] is False
     workflow = _storyboard_workflow(server.object_info, "frontend-resume")
     path = tmp_path / "storyboard.json"
     path.write_text(json.dumps(workflow))
@@ -519,6 +518,7 @@ def test_storyboard_resumes_when_run_again_from_the_real_frontend(server: Server
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     inputs = json.loads(loaded.stdout)[old_path.name]["output"]["2"]["inputs"]
     assert (inputs["seed"], inputs["crossfade_frames"], inputs["job_name"]) == (3, 4, "saved-before")
+    assert server.object_info["H3Storyboard"]["input"]["required"]["seed"][1]["control_after_generate"] is False
 
 
 def test_video_references_from_comfy_video_inputs(server: Server) -> None:

@@ -23,9 +23,9 @@ from ..engines.oneshot import OneShotEngine
 from ..engines.locate import locate_engine
 from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
-from ..errors import (H3BridgeError, ModelError, RequestError, SessionUnsupportedError,
+from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, SessionUnsupportedError,
                       UnsupportedRequestError)
-from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
+from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
 from ..history.eta import format_eta
 from ..progress import PreviewFrame, ProgressEvent
@@ -252,6 +252,7 @@ class GenerateSettings:
     render_width: int = 0       # internal canvas (README "Internal canvas"); 0 and 0: the output size
     render_height: int = 0
     ssd_streaming: str = "auto"
+    force: bool = False         # run even when the memory plan says it does not fit
 
 
 def settings_from_node_values(values: Mapping[str, Any], prompt: str = "") -> GenerateSettings:
@@ -335,7 +336,8 @@ def plan_text(plan: MemoryPlan) -> str:
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
                          machine: MachineFacts | None = None, session: bool = False,
-                         model_warnings: list[str] | None = None, preview: bool = False) -> tuple[bool, MemoryPlan]:
+                         model_warnings: list[str] | None = None, preview: bool = False,
+                         force: bool = False) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
 
@@ -344,8 +346,8 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     references) is appended to `model_warnings` when given.
     'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
     fit in memory without it and does with it (memory.py's suggestion). Returns
-    (ssd_streaming, plan); raises MemoryPlanError (with the plan and its fix) when the
-    chosen setting does not fit, before any engine starts.
+    (ssd_streaming, plan); raises MemoryPlanError (with the plan, and its fix in the node's
+    input names) when the chosen setting does not fit, before any engine starts, unless `force`.
     """
     if choice not in SSD_MODES:
         raise RequestError(f"unknown SSD streaming choice {choice!r}", field="ssd_streaming",
@@ -359,16 +361,48 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
         return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
                            preview=preview)
 
+    def fitting(chosen: MemoryPlan) -> MemoryPlan:
+        if force or chosen.fits:
+            return chosen
+        raise memory_refusal_in_node_words(chosen)
+
     if choice != "auto":
         ssd = choice == "on"
-        return ssd, require_fit(plan(ssd))
+        return ssd, fitting(plan(ssd))
     resident = plan(False)
     if resident.fits:
         return False, resident
     if resident.needs_ssd_streaming:
-        return True, require_fit(plan(True))
-    require_fit(resident)
-    return False, resident   # pragma: no cover - require_fit raised above
+        return True, fitting(plan(True))
+    return False, fitting(resident)
+
+
+def memory_refusal_in_node_words(plan: MemoryPlan) -> MemoryPlanError:
+    """The refusal of a plan that does not fit, said with the H3 nodes' inputs (the library's
+    says CLI flags): the setting that fits, as the inputs to change, and the node's `force`."""
+    suggestion = plan.suggestion
+    message = plan.verdict()
+    if suggestion is None:
+        return MemoryPlanError(message, plan=plan,
+                               hint="this machine has too little memory for MiniMax-H3 even at the smallest "
+                                    "settings; or set force to true on H3 Generate to try anyway")
+    flags = ": " + " ".join(suggestion.flags)
+    if message.endswith(flags):               # the verdict ends with the CLI flags of the fix
+        message = message[:-len(flags)]
+    wanted, given = suggestion.request, plan.request
+    steps = []
+    if plan.preview and not suggestion.preview:
+        steps.append("previews off on H3 Engine")
+    if wanted.ssd_streaming and not given.ssd_streaming:
+        steps.append("ssd_streaming on" + (" and int8_row_fc2 off" if given.int8_row_fc2 else ""))
+    if wanted.layers != given.layers:
+        steps.append(f"layers {wanted.layers} (under preset)")
+    if (wanted.render_width, wanted.render_height) != (given.render_width, given.render_height):
+        steps.append(f"render_width {wanted.render_width} and render_height {wanted.render_height}")
+    if wanted.frame_count != given.frame_count:
+        steps.append(f"length_unit frames with frames {wanted.frame_count}")
+    return MemoryPlanError(message, plan=plan,
+                           hint="set " + ", ".join(steps) + "; or set force to true on H3 Generate to try anyway")
 
 
 # ----------------------------------------------------------------------------- graph facts
@@ -703,6 +737,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                     ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
                                                      session=handle.mode in (WARM_SESSION, LIBRARY),
                                                      model_warnings=model_warnings, preview=handle.previews,
+                                                     force=settings.force,
                                                      machine=engine_factory(handle).machine_facts() if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
@@ -776,7 +811,7 @@ __all__ = [
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
-    "decide_ssd_streaming", "describe_plan", "frames_for", "frames_to_image_batch", "new_output_path",
+    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",
 ]

@@ -243,6 +243,11 @@ class H3GenerateNode(io.ComfyNode):
                 io.Image.Input("last_frame", optional=True, tooltip="Anchor image for the last frame (FL2VA)."),
                 H3References.Input("references", optional=True,
                                    tooltip="Ordered references from H3 References (Ref2VA); not with frame anchors."),
+                # Last and optional: workflows saved before it still load and run.
+                io.Boolean.Input("force", default=False, optional=True, advanced=True,
+                                 tooltip="Run even when the memory plan says these settings do not fit this "
+                                         "machine (macOS may swap or stop h3). Off: such a job is refused before "
+                                         "the engine starts, with the settings that fit (often ssd_streaming on)."),
             ],
             outputs=[
                 io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio."),
