@@ -475,6 +475,7 @@ def _storyboard_workflow(object_info: dict, job_name: str) -> dict:
 STORY_SHOTS = "[22f]\nfirst shot\n\n[22f anchor]\nsecond shot"
 
 
+@pytest.mark.timeout(1200)        # four Runs through a headless browser, each bounded by the driver
 def test_storyboard_resumes_when_run_again_from_the_real_frontend(server: Server, tmp_path: Path) -> None:
     """Issue 20 item 1, through ComfyUI's own frontend (headless Chromium, its Run button clicked):
     the frontend gives any INT input named seed "control after generate: randomize", which sent a

@@ -531,6 +531,14 @@ class NodeText:
         self._show("\n".join(part for part in (self._notice, eta) if part))
 
 
+def node_progress(handle: EngineHandle, update: Callable[[int, int], None],
+                  show_text: Callable[[str], None]) -> tuple[ProgressForwarder, NodeText]:
+    """H3 Generate's progress bar and node text for a job on `handle`. A remote job shows no ETA:
+    the estimates come from past runs on this machine (history/eta.py), not on the server."""
+    text = NodeText(show_text)
+    return ProgressForwarder(update, on_eta=None if handle.mode == REMOTE else text.eta), text
+
+
 # ----------------------------------------------------------------------------- running
 
 @dataclass
@@ -583,8 +591,10 @@ def summarise(result: GenerationResult, handle: EngineHandle, plan: MemoryPlan |
         lines.append("IMAGE output not connected: frames were not decoded (1-frame placeholder)")
     if result.timings:
         total = result.timings.get("total")
-        phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in result.timings.items() if name != "total")
-        lines.append(f"timings: {phases}" + (f"; total {total:.2f}s" if total is not None else ""))
+        parts = [f"{name} {seconds:.2f}s" for name, seconds in result.timings.items() if name != "total"]
+        if total is not None:        # a remote job reports only its total
+            parts.append(f"total {total:.2f}s")
+        lines.append("timings: " + ", ".join(parts))
     if plan is not None:
         lines.append("memory plan:")
         lines.extend("  " + line for line in plan_text(plan).splitlines())
@@ -810,7 +820,7 @@ __all__ = [
     "ENGINE_MODES", "EngineHandle", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
-    "ProgressForwarder", "NodeText", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
+    "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
     "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",

@@ -281,9 +281,8 @@ class H3GenerateNode(io.ComfyNode):
         comfy.model_management.unload_all_models()
         comfy.model_management.soft_empty_cache()
         bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
-        node_text = adapter.NodeText(notice_on_node(cls.hidden.unique_id))     # the notice, then the ETA
-        progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total),
-                                             on_eta=node_text.eta)
+        progress, node_text = adapter.node_progress(engine, lambda value, total: bar.update_absolute(value, total),
+                                                    notice_on_node(cls.hidden.unique_id))   # the notice, then the ETA
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         outputs = adapter.run_generate(
             engine, _settings(values, prompt),

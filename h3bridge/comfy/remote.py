@@ -7,6 +7,7 @@ prompt JSON that users save and share, nor in the engine handle ComfyUI caches.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError, RequestError
@@ -38,7 +39,35 @@ def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> 
 
 def open_remote_engine(remote_url: str) -> "RemoteEngine":
     """The engine for a remote handle; it reads the key from the environment at each job."""
-    return _remote_module().RemoteEngine(remote_url)
+    engine = _remote_module().RemoteEngine(remote_url)
+    _quiet_requests_to(engine.base_url)
+    return engine
+
+
+class _QuietRequests(logging.Filter):
+    """Drops httpx's one INFO line per request ("HTTP Request: GET .../v1/videos/ID ...") for the
+    servers the H3 nodes poll: ComfyUI shows INFO in its console, and a job polls every second.
+    Other httpx users in ComfyUI's process keep their lines; warnings and errors always pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.servers: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or not isinstance(record.args, tuple) or len(record.args) < 2:
+            return True
+        url = str(record.args[1])
+        return not any(url.startswith(server) for server in self.servers)
+
+
+_QUIET = _QuietRequests()
+
+
+def _quiet_requests_to(base_url: str) -> None:
+    _QUIET.servers.add(base_url.rstrip("/") + "/")
+    logger = logging.getLogger("httpx")
+    if _QUIET not in logger.filters:
+        logger.addFilter(_QUIET)
 
 
 def _remote_module():
