@@ -31,7 +31,7 @@ ENGINE = dict(id=1, type="H3Engine", pos=[40, 80], size=[380, 180],
 
 def generate_node(node_id: int, pos: list[int], prompt: str, **widgets: object) -> dict:
     values = {"prompt": prompt, "preset": "balanced", "width": 512, "height": 512, "length_unit": "frames",
-              "length_unit.frames": 56, "seed": 42, **widgets}
+              "length_unit.frames": 56, "seed": 42, "seed:control": "fixed", **widgets}
     return dict(id=node_id, type="H3Generate", pos=pos, size=[420, 720], widgets=values)
 
 

@@ -61,7 +61,9 @@ from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Vide
 ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, LIBRARY, REMOTE)
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
-PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
+DEFAULT_PRESET = "balanced"             # what the examples use and the Mac table recommends
+# The default first: a dynamic combo (H3 Generate's preset) starts on its first option.
+PRESET_NAMES: tuple[str, ...] = (DEFAULT_PRESET, *(name for name in PRESETS if name != DEFAULT_PRESET))
 MODEL_FOLDER = "h3"                      # ComfyUI/models/h3/<model dir>
 DEFAULT_MODEL_NAME = "MiniMax-H3"
 
@@ -236,7 +238,7 @@ class GenerateSettings:
     """The H3 Generate / H3 Memory Plan node values, as plain Python."""
 
     prompt: str = ""
-    preset: str = "balanced"
+    preset: str = DEFAULT_PRESET
     width: int = DEFAULT_WIDTH
     height: int = DEFAULT_HEIGHT
     length_unit: str = "seconds"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -28,8 +29,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def user_facing_errors(function: _F) -> _F:
-    """Let library errors reach the ComfyUI error dialog with the library's message
-    (and type), without a traceback through our internals."""
+    """Let library errors reach ComfyUI's error panel as one sentence, the library's message and
+    fix, without a traceback through our internals (`shown_as`)."""
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -39,8 +40,20 @@ def user_facing_errors(function: _F) -> _F:
             comfy.model_management.throw_exception_if_processing_interrupted()
             raise
         except H3BridgeError as error:
+            error.__class__ = shown_as(type(error))
             raise error.with_traceback(None) from None
     return wrapper  # type: ignore[return-value]
+
+
+@functools.cache
+def shown_as(error_class: type[H3BridgeError]) -> type[H3BridgeError]:
+    """`error_class` as ComfyUI's error panel names it: the panel reads "<module>.<class>: <message>"
+    (execution.py full_type_name), and a custom node's module is its whole folder path
+    (`/…/custom_nodes/h3bridge.h3bridge.errors.RequestError: …`). This subclass is named in words
+    ("Request error") in builtins, which ComfyUI names without a module: "Request error: …".
+    Still an instance of the library's class."""
+    words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", error_class.__name__).lower().capitalize()
+    return type(error_class.__name__, (error_class,), {"__module__": "builtins", "__qualname__": words})
 
 
 def model_roots() -> list[Path]:
@@ -82,5 +95,5 @@ def notice_on_node(node_id: str | None) -> Callable[[str], None]:
     return show
 
 
-__all__ = ["CATEGORY", "H3Engine", "model_roots", "notice_on_node", "running_prompt", "to_numpy",
+__all__ = ["CATEGORY", "H3Engine", "model_roots", "notice_on_node", "running_prompt", "shown_as", "to_numpy",
            "user_facing_errors", "work_dir"]
