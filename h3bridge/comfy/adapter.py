@@ -141,8 +141,7 @@ def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_ro
         raise RequestError(f"unknown engine mode {mode!r}", field="mode",
                            hint=f"use one of: {', '.join(ENGINE_MODES)}")
     if mode == REMOTE:
-        return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE,
-                            remote_url=check_remote_settings(remote_url, engine_path, model_dir))
+        return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE, remote_url=check_remote_settings(remote_url))
     if mode == LIBRARY:
         from ..engines.library import locate_library
         library = locate_library(os.path.expanduser(library_path.strip()) or None)
@@ -161,12 +160,17 @@ def default_engine_mode() -> str:
     return LIBRARY if os.environ.get(LIBRARY_ENV) else ONE_SHOT
 
 
-def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path:
+def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path | None:
     """The H3 Engine node's queue-time check: the model folder alone (found, laid out right).
 
     ComfyUI repeats a `validate_inputs` message once per input that function takes, so the queue
     check takes this one input and a missing model is reported once, under model_dir; the engine
-    path is checked when the node runs (`check_engine_settings`), before any engine starts."""
+    path is checked when the node runs (`check_engine_settings`), before any engine starts.
+    The default name not found is left to that run-time check, which knows the mode: remote mode
+    reads no model_dir, and a new node switched to remote must run as it is (None returned)."""
+    if model_dir.strip() == DEFAULT_MODEL_NAME and not any((root / DEFAULT_MODEL_NAME).is_dir()
+                                                           for root in search_roots):
+        return None
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
     return model

@@ -163,32 +163,38 @@ class H3EngineNode(io.ComfyNode):
             description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are, or (remote mode) the video "
                         "server that renders. Nothing is loaded here; the engine runs when H3 Generate runs.",
             inputs=[
+                # Every mode's inputs are shown (a dynamic combo per mode would reorder the saved widget
+                # values of every workflow made so far); each tooltip says which modes read it.
                 io.String.Input("engine_path", default="",
-                                tooltip="Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on PATH."),
+                                tooltip="one-shot and warm session (library: optional): path to the h3 binary (or the "
+                                        "h3.c checkout). Empty: $H3_BIN, then `h3` on PATH. Not read in remote mode."),
                 io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
-                                tooltip=f"Folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path "
-                                        "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/)."),
+                                tooltip=f"one-shot, warm session and library: folder name under "
+                                        f"ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path to the MiniMax-H3 "
+                                        "download (the folder holding FL2VA/ and Ref2VA/). Not read in remote mode."),
                 io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.default_engine_mode(),
                                tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded "
                                        "between clips (faster repeats, holds the memory until idle). library: libh3 "
                                        "in a warm worker, with denoise previews on H3 Generate and exact frames "
                                        "(the default when H3_LIBRARY is set). remote: render on the video server at "
-                                       "remote_url (leave engine_path and model_dir empty)."),
+                                       "remote_url (engine_path and model_dir are not read)."),
                 io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
                 # Last and optional: saved workflows list widget values in input order, and API-format
                 # prompts name their inputs; ones saved before these modes existed still load and run.
                 io.String.Input("remote_url", default="", optional=True,
-                                tooltip="remote mode: the server, e.g. http://studio-mac.local:8765 (`h3bridge serve` "
-                                        "on another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is "
-                                        "read from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the "
-                                        "workflow."),
+                                tooltip="remote mode only (not read in the others): the server, e.g. "
+                                        "http://studio-mac.local:8765 (`h3bridge serve` on another Mac, or an SGLang "
+                                        "Diffusion / vLLM-Omni server). Its API key is read from H3BRIDGE_API_KEY in "
+                                        "ComfyUI's environment, never stored in the workflow."),
                 io.String.Input("library_path", default="", optional=True,
-                                tooltip="library mode: libh3.dylib from `h3bridge build-library H3C_DIR` (empty: "
-                                        "$H3_LIBRARY). Runs in the h3.c checkout it was built in."),
+                                tooltip="library mode only (not read in the others): libh3.dylib from "
+                                        "`h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs in the h3.c "
+                                        "checkout it was built in."),
                 io.Boolean.Input("previews", default=True, optional=True,
-                                 tooltip="library mode: show a denoise preview on H3 Generate after every step. "
-                                         "Costs upstream's preview VAE (about 10 GiB more; the memory plan counts it)."),
+                                 tooltip="library mode only (not read in the others): show a denoise preview on H3 "
+                                         "Generate after every step. Costs upstream's preview VAE (about 10 GiB "
+                                         "more; the memory plan counts it)."),
             ],
             outputs=[H3Engine.Output(display_name="engine")],
         )
@@ -204,7 +210,7 @@ class H3EngineNode(io.ComfyNode):
         try:
             adapter.check_model_setting(model_dir, model_roots())
         except H3BridgeError as error:
-            return f"{error}\n  (remote mode: leave model_dir empty)"
+            return f"{error}\n  (remote mode does not read model_dir: leave it as {adapter.DEFAULT_MODEL_NAME} or empty)"
         return True
 
     @classmethod

@@ -18,15 +18,10 @@ if TYPE_CHECKING:
 REMOTE = "remote"
 
 
-def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> str:
-    """The server's base URL from the node's values; refuses an empty or malformed URL, and the
-    local engine's inputs (the server runs its own engine and model), before anything is sent."""
-    given = [name for name, value in (("engine_path", engine_path), ("model_dir", model_dir)) if value.strip()]
-    if given:
-        names = " and ".join(given)
-        raise RequestError(f"{names} {'is' if len(given) == 1 else 'are'} for a local engine; in remote mode the "
-                           "server uses its own engine and model", field=given[0],
-                           hint=f"leave {names} empty in remote mode, or choose one-shot / warm session")
+def check_remote_settings(remote_url: str) -> str:
+    """The server's base URL from the node's values; refuses an empty or malformed URL before
+    anything is sent. The local engine's inputs (engine_path, model_dir) are not read in remote
+    mode: the server runs its own engine and model, and switching modes must not mean clearing them."""
     if not remote_url.strip():
         raise RequestError("remote mode needs the server's URL in remote_url", field="remote_url",
                            hint="give the server's address, e.g. http://studio-mac.local:8765")
