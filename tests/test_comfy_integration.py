@@ -454,6 +454,15 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
             x, y, w, h = entry["box"]
             if entry["type"] != "SaveVideo":
                 assert x >= save_x + save_w or x + w <= save_x or y + h <= save_y, (name, entry)
+        # No node is drawn over another (H3 Engine is taller than its saved size: issue 20 item 5).
+        drawn = loaded["boxes"]
+        for index, first in enumerate(drawn):
+            for second in drawn[index + 1:]:
+                (ax, ay, aw, ah), (bx, by, bw, bh) = first["box"], second["box"]
+                assert not (ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah), (name, first, second)
+        # Sockets read as the node names them: image_0, not images.image_0 (Autogrow's group path).
+        for entry in loaded["sockets"]:
+            assert not [label for label in entry["inputs"] if label.startswith(("images.", "audio."))], (name, entry)
         # Every box of H3 Prompt is labelled with its input's name (our frontend extension).
         for entry in loaded["labels"]:
             if entry["type"] == "H3Prompt":
