@@ -1,12 +1,16 @@
 """Load workflows in ComfyUI's real frontend (headless Chromium, DevTools protocol) and report
 what the frontend makes of them. Run with a python that has aiohttp (ComfyUI's own):
 
-    python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] workflow.json ...
+    python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] [--run N] workflow.json ...
 
 Prints one JSON object: {workflow file name: {"count": nodes loaded, "missing": node types the
 frontend does not know, "output": the API prompt from the frontend's own app.graphToPrompt(),
 "boxes": each node's [x, y, width, height] on the canvas, "labels": the labels our frontend
-extension drew on each node's text boxes}}.
+extension drew on each node's text boxes, "sockets": each node's input sockets as the canvas names
+them, "runs": with --run N, the frontend's Run button clicked
+N times (a real mouse click), each run's history entry once it finished: {"prompt": the API
+prompt the frontend sent, "status", "outputs"}}}. --edits '[{}, {"2": {"shots": "..."}}]': before
+run i, set those widgets (node id -> widget name -> value) as typing into them would.
 Only talks to 127.0.0.1.
 """
 from __future__ import annotations
@@ -35,7 +39,10 @@ LOAD_SCRIPT = """(async () => {
     const labels = nodes.map(n => ({id: n.id, type: n.type, labels: (n.widgets || [])
         .map(w => w.element || w.inputEl).filter(e => e && e.dataset && e.dataset.h3Label)
         .map(e => e.dataset.h3Label)}));
-    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels});
+    // The input sockets as the canvas names them (label, else localized name, else name).
+    const sockets = nodes.map(n => ({id: n.id, type: n.type, inputs: (n.inputs || [])
+        .map(i => i.label || i.localized_name || i.name)}));
+    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels, sockets});
 })()"""
 
 
@@ -46,7 +53,41 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def _run(url: str, workflows: list[Path], screenshots: Path | None) -> dict:
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+def _wait_for_new_history(url: str, known: set[str], timeout: float = 300) -> dict:
+    """The history entry of the one prompt not in `known`, once it has finished."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for prompt_id, entry in _get(url + "/history").items():
+            if prompt_id not in known and entry.get("status", {}).get("completed") is not None:
+                known.add(prompt_id)
+                return {"prompt_id": prompt_id, "prompt": entry["prompt"][2], "status": entry["status"],
+                        "outputs": entry["outputs"]}
+        time.sleep(0.25)
+    raise SystemExit(f"no prompt queued by the Run button finished within {timeout} s")
+
+
+EDIT_SCRIPT = """(() => {
+    const edits = %s;
+    for (const [id, values] of Object.entries(edits)) {
+        const node = app.graph.getNodeById(Number(id));
+        for (const [name, value] of Object.entries(values)) {
+            const widget = node.widgets.find(w => w.name === name);
+            widget.value = value;
+            widget.callback?.(value, app.canvas, node);
+        }
+    }
+    app.graph.setDirtyCanvas(true, true);
+    return true;
+})()"""
+
+
+async def _run(url: str, workflows: list[Path], screenshots: Path | None, runs: int = 0,
+               edits: list[dict] | None = None) -> dict:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         raise SystemExit("no chromium on PATH")
@@ -103,18 +144,51 @@ async def _run(url: str, workflows: list[Path], screenshots: Path | None) -> dic
             if screenshots is not None:   # the minimap would cover part of the graph in the pictures
                 await evaluate("(async () => { try { await app.extensionManager.setting.set("
                                "'Comfy.Minimap.Visible', false); } catch (e) {} return true; })()")
+            async def close_dialogs() -> None:
+                for kind in ("keyDown", "keyUp"):   # e.g. the first-run templates dialog
+                    await call("Input.dispatchKeyEvent", type=kind, key="Escape", code="Escape",
+                               windowsVirtualKeyCode=27)
+                await asyncio.sleep(0.3)
+
+            async def screenshot(name: str) -> None:
+                shot = await call("Page.captureScreenshot", format="png")
+                screenshots.mkdir(parents=True, exist_ok=True)
+                (screenshots / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
+
+            async def click_run() -> None:
+                """A mouse click on the frontend's own Run button (the queue button of its action bar)."""
+                box = None
+                for _ in range(100):
+                    box = await evaluate("(() => { const b = document.querySelector('[data-testid=\"queue-button\"]');"
+                                         " if (!b) return null; const r = b.getBoundingClientRect();"
+                                         " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+                    if box:
+                        break
+                    await asyncio.sleep(0.2)
+                if not box:
+                    raise SystemExit("the frontend shows no Run button")
+                for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+                    await call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left",
+                               clickCount=1)
+
             report = {}
             for path in workflows:
                 workflow = json.loads(path.read_text())
                 report[path.name] = json.loads(await evaluate(LOAD_SCRIPT % json.dumps(workflow)))
+                if screenshots is not None or runs:
+                    await close_dialogs()
                 if screenshots is not None:
-                    for kind in ("keyDown", "keyUp"):   # close the first-run templates dialog
-                        await call("Input.dispatchKeyEvent", type=kind, key="Escape", code="Escape",
-                                   windowsVirtualKeyCode=27)
-                    await asyncio.sleep(0.3)
-                    shot = await call("Page.captureScreenshot", format="png")
-                    screenshots.mkdir(parents=True, exist_ok=True)
-                    (screenshots / (path.stem + ".png")).write_bytes(base64.b64decode(shot["data"]))
+                    await screenshot(path.stem)
+                known = set(_get(url + "/history"))
+                report[path.name]["runs"] = []
+                for number in range(1, runs + 1):
+                    if edits and number <= len(edits) and edits[number - 1]:
+                        await evaluate(EDIT_SCRIPT % json.dumps(edits[number - 1]))
+                    await click_run()
+                    report[path.name]["runs"].append(await asyncio.to_thread(_wait_for_new_history, url, known))
+                    await asyncio.sleep(0.5)       # the frontend draws the finished run's outputs
+                    if screenshots is not None:
+                        await screenshot(f"{path.stem}-run{number}")
             return report
     finally:
         process.terminate()
@@ -130,8 +204,11 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("workflows", nargs="+", type=Path)
     parser.add_argument("--screenshots", type=Path)
+    parser.add_argument("--run", type=int, default=0, help="click the frontend's Run button this many times")
+    parser.add_argument("--edits", type=json.loads, default=None,
+                        help="JSON list, one entry per run: {node id: {widget: value}} set before that run")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(_run(args.url, args.workflows, args.screenshots))))
+    print(json.dumps(asyncio.run(_run(args.url, args.workflows, args.screenshots, args.run, args.edits))))
 
 
 if __name__ == "__main__":

@@ -25,20 +25,21 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "example_workflows"
 # /api/workflow_templates/<pack>/<NAME>.jpg, served from example_workflows/ (app/custom_node_manager.py).
 THUMBNAIL_WIDTH = 640
 
-ENGINE = dict(id=1, type="H3Engine", pos=[40, 80], size=[380, 180],
+# H3 Engine is drawn about 232 px tall with its title (seven widgets): nodes below it start at y=360.
+ENGINE = dict(id=1, type="H3Engine", pos=[40, 80], size=[380, 200],
               widgets={"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot"})
 
 
 def generate_node(node_id: int, pos: list[int], prompt: str, **widgets: object) -> dict:
     values = {"prompt": prompt, "preset": "balanced", "width": 512, "height": 512, "length_unit": "frames",
-              "length_unit.frames": 56, "seed": 42, **widgets}
+              "length_unit.frames": 56, "seed": 42, "seed:control": "fixed", **widgets}
     return dict(id=node_id, type="H3Generate", pos=pos, size=[420, 720], widgets=values)
 
 
 def workflows() -> dict[str, tuple[list, list, str]]:
     text_to_video = ([
         ENGINE,
-        dict(id=2, type="H3Prompt", pos=[20, 320], size=[420, 620], widgets={
+        dict(id=2, type="H3Prompt", pos=[20, 360], size=[420, 620], widgets={
             "scene": "a single red fox in a snow-covered pine forest at dawn.",
             "action": "the fox walks steadily left to right and looks toward the camera once.",
             "camera": "medium-height lateral tracking shot, 50 mm lens, stable framing.",
@@ -55,9 +56,9 @@ def workflows() -> dict[str, tuple[list, list, str]]:
 
     first_last = ([
         ENGINE,
-        dict(id=2, type="EmptyImage", pos=[40, 300], size=[380, 160], title="First frame (replace with Load Image)",
+        dict(id=2, type="EmptyImage", pos=[40, 360], size=[380, 160], title="First frame (replace with Load Image)",
              widgets={"width": 512, "height": 512, "batch_size": 1, "color": 0xD8642A}),
-        dict(id=3, type="EmptyImage", pos=[40, 500], size=[380, 160], title="Last frame (replace with Load Image)",
+        dict(id=3, type="EmptyImage", pos=[40, 570], size=[380, 160], title="Last frame (replace with Load Image)",
              widgets={"width": 512, "height": 512, "batch_size": 1, "color": 0x2A4FD8}),
         generate_node(4, [460, 80], "Scene: a glowing sunset sky over a calm sea. Action: the warm orange light "
                                     "slowly fades into deep blue dusk. Camera: static wide shot. Look: soft "
@@ -70,14 +71,14 @@ def workflows() -> dict[str, tuple[list, list, str]]:
 
     references = ([
         ENGINE,
-        dict(id=2, type="EmptyImage", pos=[40, 300], size=[380, 160],
+        dict(id=2, type="EmptyImage", pos=[40, 360], size=[380, 160],
              title="Reference picture (replace with Load Image)",
              widgets={"width": 512, "height": 512, "batch_size": 1, "color": 0x3C8D5A}),
-        dict(id=3, type="H3References", pos=[40, 500], size=[380, 160], widgets={"kind": "image"}),
-        dict(id=4, type="EmptyAudio", pos=[40, 700], size=[380, 120],
+        dict(id=3, type="H3References", pos=[40, 570], size=[380, 160], widgets={"kind": "image"}),
+        dict(id=4, type="EmptyAudio", pos=[40, 780], size=[380, 120],
              title="Reference audio, 4 s of silence (replace with Load Audio)",
              widgets={"duration": 4.0, "sample_rate": 44100, "channels": 2}),
-        dict(id=5, type="H3References", pos=[40, 860], size=[380, 160], widgets={"kind": "audio"}),
+        dict(id=5, type="H3References", pos=[40, 950], size=[380, 160], widgets={"kind": "audio"}),
         generate_node(6, [460, 80], "Scene: the green meadow of <Picture 1> under an open sky. Action: tall grass "
                                     "sways in a light breeze. Camera: slow push-in. Look: as in <Picture 1>. "
                                     "Audio: the quiet of <Audio 1>."),

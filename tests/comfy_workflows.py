@@ -8,7 +8,8 @@ module does the same conversion so the example workflows can be run headless.
 Conversion rules (as the frontend serialises them):
 - widget inputs are the inputs whose type is a primitive or a combo; their values
   appear in `widgets_values` in `input_order` (required, then optional);
-- an INT with `control_after_generate` is followed by the control value ("fixed", ...);
+- an INT with `control_after_generate` (or, undeclared, named seed / noise_seed) is followed by the
+  control value (a new node's: "randomize" unless declared; `widgets={"seed:control": "fixed"}` sets it);
 - a dynamic combo (COMFY_DYNAMICCOMBO_V3) is followed by the widgets of its chosen
   option, whose API names are prefixed with the combo's name and a dot;
 - trailing values of UI-only widgets (upload buttons, players) are ignored;
@@ -66,8 +67,21 @@ def _widget_entries(name: str, spec: list, chosen: dict[str, Any]) -> Iterator[t
     else:
         value = {"INT": 0, "FLOAT": 0.0, "STRING": "", "BOOLEAN": False}[spec[0]]
     yield name, value, spec
-    if spec[0] == "INT" and options.get("control_after_generate"):
-        yield None, chosen.get(f"{name}:control", "fixed"), None
+    if spec[0] == "INT" and _has_control_widget(name, options):
+        yield None, chosen.get(f"{name}:control", _control_default(options)), None
+
+
+def _has_control_widget(name: str, options: dict) -> bool:
+    """Whether the frontend adds "control after generate" to an INT: as the input declares it, and
+    when it does not say, to any input named seed or noise_seed (useIntWidget.ts)."""
+    declared = options.get("control_after_generate")
+    return bool(declared) if declared is not None else name in ("seed", "noise_seed")
+
+
+def _control_default(options: dict) -> str:
+    """The control's value on a new node: the one declared, else "randomize" (useIntWidget.ts)."""
+    declared = options.get("control_after_generate")
+    return declared if isinstance(declared, str) else "randomize"
 
 
 def build_ui_workflow(nodes: list[dict], links: list[tuple[int, int, int, str]], object_info: dict,

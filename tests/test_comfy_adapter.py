@@ -138,7 +138,43 @@ def test_forced_resident_weights_that_do_not_fit_fail_before_the_engine(realisti
     request = adapter.build_request(adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0))
     with pytest.raises(MemoryPlanError) as info:
         adapter.decide_ssd_streaming("off", request, realistic_model, machine=MachineFacts.mac(24))
-    assert "--ssd-streaming" in (info.value.hint or "")
+    # In the node's words (issue 20 item 2): its inputs, not the CLI's flags, and its own way to force.
+    assert info.value.hint == "set ssd_streaming on; or set force to true on H3 Generate to try anyway"
+    assert "--" not in str(info.value) and "does not fit" in info.value.message
+    ssd, plan = adapter.decide_ssd_streaming("off", request, realistic_model, machine=MachineFacts.mac(24),
+                                             force=True)
+    assert ssd is False and not plan.fits            # forced: planned, not refused
+
+
+@pytest.mark.parametrize("gigabytes", [12, 18, 20, 24])
+def test_every_memory_fix_names_node_inputs_that_make_it_fit(realistic_model: Path, gigabytes: int) -> None:
+    """The suggested setting, fed back as the node values the refusal names, fits."""
+    import re
+    from h3bridge.errors import MemoryPlanError
+    from h3bridge.model.memory import MachineFacts
+    machine = MachineFacts.mac(gigabytes)
+    settings = adapter.GenerateSettings(prompt="x", width=1344, height=768, seconds=15.0, int8_row_fc2=True)
+    with pytest.raises(MemoryPlanError) as info:
+        adapter.decide_ssd_streaming("off", adapter.build_request(settings), realistic_model, machine=machine)
+    hint = info.value.hint or ""
+    assert "--" not in str(info.value) and hint.endswith("or set force to true on H3 Generate to try anyway")
+    if info.value.plan.suggestion is None:
+        return
+    changes: dict[str, object] = {}
+    if "ssd_streaming on" in hint:
+        changes.update(ssd_streaming="on", int8_row_fc2=False)
+    assert ("int8_row_fc2 off" in hint) == ("ssd_streaming on" in hint)
+    if found := re.search(r"layers (\d+)", hint):
+        changes["layers"] = int(found.group(1))
+    if found := re.search(r"render_width (\d+) and render_height (\d+)", hint):
+        changes.update(render_width=int(found.group(1)), render_height=int(found.group(2)))
+    if found := re.search(r"length_unit frames with frames (\d+)", hint):
+        changes.update(length_unit="frames", frames=int(found.group(1)))
+    assert changes
+    fixed = adapter.GenerateSettings(**{**settings.__dict__, "ssd_streaming": "off", **changes})
+    ssd, plan = adapter.decide_ssd_streaming(fixed.ssd_streaming, adapter.build_request(fixed), realistic_model,
+                                             machine=machine)
+    assert plan.fits
 
 
 def test_memory_plan_text_shows_the_auto_decision(realistic_model: Path) -> None:
@@ -423,3 +459,42 @@ def test_each_warm_session_job_uses_its_engine_nodes_watchdog(tmp_path: Path) ->
     never = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, None))
     assert never is first and never.stall_timeout is None
     first.close()
+
+
+def test_summary_timings_read_well_when_only_the_total_is_known(handle: adapter.EngineHandle) -> None:
+    """A remote job reports only its total: 'timings: total 1.67s', not 'timings: ; total 1.67s'."""
+    request = adapter.build_request(SMALL)
+    for timings, expected in (({"total": 1.67}, "timings: total 1.67s"),
+                              ({"denoise": 1.5, "total": 2.0}, "timings: denoise 1.50s, total 2.00s")):
+        result = GenerationResult(request=request, video_path=Path("/x.mp4"), frames=None, audio=None, width=96,
+                                  height=64, frame_count=22,
+                                  seed=request.seed, timings=timings)
+        assert expected in adapter.summarise(result, handle).splitlines()
+
+
+def test_a_remote_job_shows_no_eta_from_this_machines_runs(handle: adapter.EngineHandle) -> None:
+    shown: list[str] = []
+    remote = adapter.EngineHandle(engine_path=None, model_dir=None, mode=adapter.REMOTE, remote_url="http://x:1")
+    for engine in (handle, remote):
+        progress, text = adapter.node_progress(engine, lambda value, total: None, shown.append)
+        text.notice(f"{engine.mode}: job")
+        progress(ProgressEvent(phase="denoise", done=1, total=2, fraction=0.5, elapsed=1.0, eta=30.0))
+    assert any("from past runs" in line and line.startswith("one-shot") for line in shown)
+    assert [line for line in shown if line.startswith("remote")] == ["remote: job"]
+
+
+def test_remote_polls_write_no_httpx_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
+    """ComfyUI's console shows INFO; httpx logs one INFO line per request, and a remote job polls
+    every second. The H3 nodes' server goes quiet; another httpx user's requests still log."""
+    import logging
+
+    import httpx
+    from h3bridge.comfy.remote import open_remote_engine
+    engine = open_remote_engine("http://studio-mac.local:8765")
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
+    caplog.set_level(logging.INFO, logger="httpx")
+    with httpx.Client(transport=transport) as client:
+        client.get(engine.base_url.rstrip("/") + "/v1/videos/job-1")
+        client.get("http://elsewhere.local:9000/v1/models")
+    lines = [record.getMessage() for record in caplog.records if record.name == "httpx"]
+    assert lines == ['HTTP Request: GET http://elsewhere.local:9000/v1/models "HTTP/1.1 200 OK"']

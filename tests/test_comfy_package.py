@@ -103,3 +103,43 @@ def test_nothing_sits_below_save_video_where_its_preview_grows(path: Path) -> No
             beside = nx >= x + width or nx + nwidth <= x
             above = ny + nheight <= y
             assert beside or above, f"{node['type']} is under Save Video"
+
+
+def _module_imports(package: Path, name: str) -> set[str]:
+    """The modules of h3bridge.comfy that module `name` imports, anywhere in it (a function-level
+    import closes a cycle as surely as a top-level one, only later)."""
+    import ast
+    tree = ast.parse((package / f"{name}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("h3bridge.comfy."):
+            found.add(node.module.split(".")[2])
+    return {module for module in found if (package / f"{module}.py").is_file()}
+
+
+def test_the_node_modules_import_each_other_in_no_cycle() -> None:
+    """Issue 20 item 9: nodes.py imported the hex / LoRA / story node modules, which imported nodes.py
+    back; what they share lives below all of them (shared.py)."""
+    package = REPO / "h3bridge" / "comfy"
+    graph = {path.stem: _module_imports(package, path.stem) for path in package.glob("*.py")
+             if path.stem != "__init__"}
+    assert graph["nodes"] >= {"hex_nodes", "lora_nodes", "story_nodes"}       # the graph is really read
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(graph[module]):
+            if imported in path:
+                cycles.append(path[path.index(imported):] + [imported])
+            elif imported not in done:
+                visit(imported, path + [imported])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        visit(module, [module])
+    assert not cycles, f"import cycles in h3bridge.comfy: {cycles}"

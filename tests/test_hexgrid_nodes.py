@@ -39,7 +39,9 @@ def test_grid_node_outputs_masks_preview_and_the_grid() -> None:
     assert grid is hex_grid(480, 240, 0, 8)
     assert masks.shape == (len(grid), 240, 480) and torch.all(masks.sum(dim=0) == 1)
     assert preview.shape == (1, 240, 480, 3) and 0 <= float(preview.min()) and float(preview.max()) <= 1
-    assert H3HexGridNode.validate_inputs(width=1344, height=768, resolution=3, overlap=2).startswith("resolution 3")
+    with pytest.raises(RequestError, match="^resolution 3") as refused:        # once, when the node runs
+        H3HexGridNode.execute(width=1344, height=768, resolution=3, overlap=2)
+    assert type(refused.value).__qualname__ == "Request error" and type(refused.value).__module__ == "builtins"
 
 
 def test_merge_node_blends_image_batches_and_passes_one_audio_through() -> None:

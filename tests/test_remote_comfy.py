@@ -14,7 +14,7 @@ import pytest
 
 from h3bridge import RemoteEngine
 from h3bridge.comfy import adapter
-from h3bridge.errors import RequestError
+from h3bridge.errors import ModelError, RequestError
 
 KEY = "comfy-secret-key-789"
 SETTINGS = adapter.GenerateSettings(prompt="a red fox", preset="preview", width=96, height=64,
@@ -44,15 +44,22 @@ def test_the_handle_holds_the_url_and_never_the_key(monkeypatch: pytest.MonkeyPa
     assert isinstance(adapter.open_engine(handle), RemoteEngine)
 
 
-@pytest.mark.parametrize("engine_path, model_dir, named", [
-    ("/opt/h3/h3", "", "engine_path is for a local engine"),
-    ("", "MiniMax-H3", "model_dir is for a local engine"),
-    ("h3", "MiniMax-H3", "engine_path and model_dir are for a local engine"),
-])
-def test_local_engine_inputs_are_refused_in_remote_mode(engine_path: str, model_dir: str, named: str) -> None:
-    with pytest.raises(RequestError) as caught:
-        adapter.check_engine_settings(engine_path, model_dir, adapter.REMOTE, [], remote_url="http://mac:8000")
-    assert named in caught.value.message and "remote mode" in caught.value.hint
+@pytest.mark.parametrize("engine_path, model_dir", [("/opt/h3/h3", ""), ("", "MiniMax-H3"), ("h3", "MiniMax-H3")])
+def test_local_engine_inputs_are_not_read_in_remote_mode(engine_path: str, model_dir: str) -> None:
+    """Issue 20 item 5: switching H3 Engine to remote must not mean clearing engine_path and model_dir
+    first (they were refused); the server runs its own engine and model, so they are not read."""
+    handle = adapter.check_engine_settings(engine_path, model_dir, adapter.REMOTE, [], remote_url="http://mac:8000")
+    assert handle.engine_path is None and handle.model_dir is None and handle.remote_url == "http://mac:8000"
+
+
+def test_the_queue_check_leaves_the_default_model_name_to_the_mode(tmp_path) -> None:
+    """A new H3 Engine's model_dir (MiniMax-H3) with no such folder here is checked when the node
+    runs, knowing the mode; any other name is still refused when the graph is queued."""
+    assert adapter.check_model_setting(adapter.DEFAULT_MODEL_NAME, [tmp_path]) is None
+    with pytest.raises(ModelError, match="'NoSuchModel' was not found"):
+        adapter.check_model_setting("NoSuchModel", [tmp_path])
+    with pytest.raises(ModelError, match="'MiniMax-H3' was not found"):       # one-shot still says it, at run time
+        adapter.check_engine_settings("/bin/true", adapter.DEFAULT_MODEL_NAME, adapter.ONE_SHOT, [tmp_path])
 
 
 @pytest.mark.parametrize("url, words", [("", "needs the server's URL in remote_url"),

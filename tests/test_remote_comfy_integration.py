@@ -60,8 +60,9 @@ def h3_server(tmp_path_factory: pytest.TempPathFactory, comfy: Server):
 def test_remote_mode_renders_on_the_server_and_never_stores_the_key(comfy: Server, h3_server) -> None:
     workflow = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
     engine = next(node for node in workflow["nodes"] if node["type"] == "H3Engine")
-    # engine_path, model_dir, mode, stall_timeout, remote_url: as a user sets them in the node.
-    engine["widgets_values"] = ["", "", "remote", 600, h3_server.url]
+    # engine_path, model_dir, mode, stall_timeout, remote_url: as a user sets them in the node, switching
+    # a local engine to remote without clearing its local inputs (remote mode does not read them).
+    engine["widgets_values"] = ["/opt/no-such/h3", "MiniMax-H3", "remote", 600, h3_server.url]
     prompt = ui_to_api(workflow, comfy.object_info)
     engine_inputs = next(node["inputs"] for node in prompt.values() if node["class_type"] == "H3Engine")
     assert engine_inputs["mode"] == "remote" and engine_inputs["remote_url"] == h3_server.url

@@ -254,6 +254,30 @@ def test_editing_shot_3_renders_shots_3_and_4_only(rendered, model_dir: Path, si
     assert prompts_rendered(sim_log) == ["the camera climbs the spiral stairs"]
 
 
+def test_undoing_an_edit_takes_the_earlier_takes_again(rendered, model_dir: Path, sim_log: Path) -> None:
+    """Takes are kept by content (issue 20 item 1): editing shot 3 (which shot 4 continues from) and
+    undoing the edit renders nothing the second time: shots 3 and 4 are their first takes again."""
+    story_path, film = rendered
+    job_dir = film.parent / "film.h3story"
+    first_takes = json.loads((job_dir / "manifest.json").read_text())["shots"]
+    story_path.write_text(FOUR_SHOTS.replace("the open sea", "the open sea under a storm"))
+    _rerun(story_path, film, model_dir)
+    assert prompts_rendered(sim_log) == ["the open sea under a storm", "waves break on the rocks"]
+    sim_log.unlink()
+    story_path.write_text(FOUR_SHOTS)                          # the edit undone
+    result, notices = _rerun(story_path, film, model_dir)
+    assert sim_invocations(sim_log) == [] and [shot.reused for shot in result.shots] == [True] * 4
+    manifest = json.loads((job_dir / "manifest.json").read_text())
+    assert manifest["shots"] == first_takes and result.assembled       # the film is made of them again
+    assert len(manifest["takes"]) == 6 and all(Path(job_dir / take["video"]).is_file() for take in manifest["takes"])
+    assert [shot.video_path.name for shot in result.shots] == [take["video"] for take in first_takes]
+    # and the edit again: its takes are kept as well
+    story_path.write_text(FOUR_SHOTS.replace("the open sea", "the open sea under a storm"))
+    sim_log.unlink(missing_ok=True)
+    _rerun(story_path, film, model_dir)
+    assert sim_invocations(sim_log) == []
+
+
 def test_a_corrupted_shot_file_is_detected_and_redone(rendered, model_dir: Path, sim_log: Path) -> None:
     story_path, film = rendered
     reference = decode_film(film)

@@ -23,9 +23,9 @@ from ..engines.oneshot import OneShotEngine
 from ..engines.locate import locate_engine
 from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
-from ..errors import (H3BridgeError, ModelError, RequestError, SessionUnsupportedError,
+from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, SessionUnsupportedError,
                       UnsupportedRequestError)
-from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory, require_fit
+from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
 from ..history.eta import format_eta
 from ..progress import PreviewFrame, ProgressEvent
@@ -61,7 +61,9 @@ from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Vide
 ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, LIBRARY, REMOTE)
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
-PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
+DEFAULT_PRESET = "balanced"             # what the examples use and the Mac table recommends
+# The default first: a dynamic combo (H3 Generate's preset) starts on its first option.
+PRESET_NAMES: tuple[str, ...] = (DEFAULT_PRESET, *(name for name in PRESETS if name != DEFAULT_PRESET))
 MODEL_FOLDER = "h3"                      # ComfyUI/models/h3/<model dir>
 DEFAULT_MODEL_NAME = "MiniMax-H3"
 
@@ -139,8 +141,7 @@ def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_ro
         raise RequestError(f"unknown engine mode {mode!r}", field="mode",
                            hint=f"use one of: {', '.join(ENGINE_MODES)}")
     if mode == REMOTE:
-        return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE,
-                            remote_url=check_remote_settings(remote_url, engine_path, model_dir))
+        return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE, remote_url=check_remote_settings(remote_url))
     if mode == LIBRARY:
         from ..engines.library import locate_library
         library = locate_library(os.path.expanduser(library_path.strip()) or None)
@@ -159,12 +160,17 @@ def default_engine_mode() -> str:
     return LIBRARY if os.environ.get(LIBRARY_ENV) else ONE_SHOT
 
 
-def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path:
+def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path | None:
     """The H3 Engine node's queue-time check: the model folder alone (found, laid out right).
 
     ComfyUI repeats a `validate_inputs` message once per input that function takes, so the queue
     check takes this one input and a missing model is reported once, under model_dir; the engine
-    path is checked when the node runs (`check_engine_settings`), before any engine starts."""
+    path is checked when the node runs (`check_engine_settings`), before any engine starts.
+    The default name not found is left to that run-time check, which knows the mode: remote mode
+    reads no model_dir, and a new node switched to remote must run as it is (None returned)."""
+    if model_dir.strip() == DEFAULT_MODEL_NAME and not any((root / DEFAULT_MODEL_NAME).is_dir()
+                                                           for root in search_roots):
+        return None
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
     return model
@@ -236,7 +242,7 @@ class GenerateSettings:
     """The H3 Generate / H3 Memory Plan node values, as plain Python."""
 
     prompt: str = ""
-    preset: str = "balanced"
+    preset: str = DEFAULT_PRESET
     width: int = DEFAULT_WIDTH
     height: int = DEFAULT_HEIGHT
     length_unit: str = "seconds"
@@ -252,6 +258,7 @@ class GenerateSettings:
     render_width: int = 0       # internal canvas (README "Internal canvas"); 0 and 0: the output size
     render_height: int = 0
     ssd_streaming: str = "auto"
+    force: bool = False         # run even when the memory plan says it does not fit
 
 
 def settings_from_node_values(values: Mapping[str, Any], prompt: str = "") -> GenerateSettings:
@@ -335,7 +342,8 @@ def plan_text(plan: MemoryPlan) -> str:
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
                          machine: MachineFacts | Callable[[], MachineFacts] | None = None, session: bool = False,
-                         model_warnings: list[str] | None = None, preview: bool = False) -> tuple[bool, MemoryPlan]:
+                         model_warnings: list[str] | None = None, preview: bool = False,
+                         force: bool = False) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
 
@@ -344,8 +352,8 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     references) is appended to `model_warnings` when given.
     'on'/'off' are taken as given; 'auto' turns streaming on only when the request does not
     fit in memory without it and does with it (memory.py's suggestion). Returns
-    (ssd_streaming, plan); raises MemoryPlanError (with the plan and its fix) when the
-    chosen setting does not fit, before any engine starts.
+    (ssd_streaming, plan); raises MemoryPlanError (with the plan, and its fix in the node's
+    input names) when the chosen setting does not fit, before any engine starts, unless `force`.
     """
     if choice not in SSD_MODES:
         raise RequestError(f"unknown SSD streaming choice {choice!r}", field="ssd_streaming",
@@ -361,16 +369,48 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
         return plan_memory(request.with_changes(ssd_streaming=ssd), inventory, machine=machine, session=session,
                            preview=preview)
 
+    def fitting(chosen: MemoryPlan) -> MemoryPlan:
+        if force or chosen.fits:
+            return chosen
+        raise memory_refusal_in_node_words(chosen)
+
     if choice != "auto":
         ssd = choice == "on"
-        return ssd, require_fit(plan(ssd))
+        return ssd, fitting(plan(ssd))
     resident = plan(False)
     if resident.fits:
         return False, resident
     if resident.needs_ssd_streaming:
-        return True, require_fit(plan(True))
-    require_fit(resident)
-    return False, resident   # pragma: no cover - require_fit raised above
+        return True, fitting(plan(True))
+    return False, fitting(resident)
+
+
+def memory_refusal_in_node_words(plan: MemoryPlan) -> MemoryPlanError:
+    """The refusal of a plan that does not fit, said with the H3 nodes' inputs (the library's
+    says CLI flags): the setting that fits, as the inputs to change, and the node's `force`."""
+    suggestion = plan.suggestion
+    message = plan.verdict()
+    if suggestion is None:
+        return MemoryPlanError(message, plan=plan,
+                               hint="this machine has too little memory for MiniMax-H3 even at the smallest "
+                                    "settings; or set force to true on H3 Generate to try anyway")
+    flags = ": " + " ".join(suggestion.flags)
+    if message.endswith(flags):               # the verdict ends with the CLI flags of the fix
+        message = message[:-len(flags)]
+    wanted, given = suggestion.request, plan.request
+    steps = []
+    if plan.preview and not suggestion.preview:
+        steps.append("previews off on H3 Engine")
+    if wanted.ssd_streaming and not given.ssd_streaming:
+        steps.append("ssd_streaming on" + (" and int8_row_fc2 off" if given.int8_row_fc2 else ""))
+    if wanted.layers != given.layers:
+        steps.append(f"layers {wanted.layers} (under preset)")
+    if (wanted.render_width, wanted.render_height) != (given.render_width, given.render_height):
+        steps.append(f"render_width {wanted.render_width} and render_height {wanted.render_height}")
+    if wanted.frame_count != given.frame_count:
+        steps.append(f"length_unit frames with frames {wanted.frame_count}")
+    return MemoryPlanError(message, plan=plan,
+                           hint="set " + ", ".join(steps) + "; or set force to true on H3 Generate to try anyway")
 
 
 # ----------------------------------------------------------------------------- graph facts
@@ -499,6 +539,14 @@ class NodeText:
         self._show("\n".join(part for part in (self._notice, eta) if part))
 
 
+def node_progress(handle: EngineHandle, update: Callable[[int, int], None],
+                  show_text: Callable[[str], None]) -> tuple[ProgressForwarder, NodeText]:
+    """H3 Generate's progress bar and node text for a job on `handle`. A remote job shows no ETA:
+    the estimates come from past runs on this machine (history/eta.py), not on the server."""
+    text = NodeText(show_text)
+    return ProgressForwarder(update, on_eta=None if handle.mode == REMOTE else text.eta), text
+
+
 # ----------------------------------------------------------------------------- running
 
 @dataclass
@@ -551,8 +599,10 @@ def summarise(result: GenerationResult, handle: EngineHandle, plan: MemoryPlan |
         lines.append("IMAGE output not connected: frames were not decoded (1-frame placeholder)")
     if result.timings:
         total = result.timings.get("total")
-        phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in result.timings.items() if name != "total")
-        lines.append(f"timings: {phases}" + (f"; total {total:.2f}s" if total is not None else ""))
+        parts = [f"{name} {seconds:.2f}s" for name, seconds in result.timings.items() if name != "total"]
+        if total is not None:        # a remote job reports only its total
+            parts.append(f"total {total:.2f}s")
+        lines.append("timings: " + ", ".join(parts))
     if plan is not None:
         lines.append("memory plan:")
         lines.extend("  " + line for line in plan_text(plan).splitlines())
@@ -705,6 +755,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                     ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
                                                      session=handle.mode in (WARM_SESSION, LIBRARY),
                                                      model_warnings=model_warnings, preview=handle.previews,
+                                                     force=settings.force,
                                                      machine=engine_factory(handle).machine_facts if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
                 request.validate()
@@ -777,8 +828,8 @@ __all__ = [
     "ENGINE_MODES", "EngineHandle", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
-    "ProgressForwarder", "NodeText", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
-    "decide_ssd_streaming", "describe_plan", "frames_for", "frames_to_image_batch", "new_output_path",
+    "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
+    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",
 ]

@@ -12,11 +12,12 @@ import numpy as np
 import torch
 from comfy_api.latest import io
 
-from ..hexgrid.grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, HexGrid, check_grid_settings, hex_grid
+from ..hexgrid.grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, HexGrid, hex_grid
 from ..hexgrid.draw import draw_tiling
 from ..hexgrid.merge import check_chunk_count, merge_chunks, mix_audio
+from ..request import DEFAULT_HEIGHT, DEFAULT_WIDTH
 from . import adapter
-from .nodes import CATEGORY, _running_prompt, _to_numpy, _user_facing_errors
+from .shared import CATEGORY, running_prompt, to_numpy, user_facing_errors
 
 H3Cells = io.Custom("H3_CELLS")
 MASKS_OUTPUT_INDEX = 0
@@ -55,13 +56,15 @@ class H3HexGridNode(io.ComfyNode):
                         "12 cells are pentagons. If the masks output is not connected, masks is a single empty "
                         "mask and nothing is allocated for them.",
             inputs=[
-                io.Int.Input("width", default=1344, min=16, max=8192,
+                # H3 Generate's default size: the grid fits its clips as they come
+                io.Int.Input("width", default=DEFAULT_WIDTH, min=16, max=8192,
                              tooltip="Frame width in pixels; use the width of the videos you will merge."),
-                io.Int.Input("height", default=768, min=16, max=8192,
+                io.Int.Input("height", default=DEFAULT_HEIGHT, min=16, max=8192,
                              tooltip="Frame height in pixels; use the height of the videos you will merge."),
                 io.Int.Input("resolution", default=DEFAULT_RESOLUTION, min=0, max=15,
-                             tooltip="H3 resolution: 0 = the 122 largest cells (about 74 px across at 1344x768), "
-                                     "each step about 2.6x narrower. At 1344x768, 0..2 are usable."),
+                             tooltip="H3 resolution: 0 = the 122 largest cells (about 48 px across at 864x480, "
+                                     "74 px at 1344x768), each step about 2.6x narrower. Usable: 0..1 at 864x480, "
+                                     "0..2 at 1344x768."),
                 io.Int.Input("overlap", default=DEFAULT_OVERLAP_PX, min=0, max=512,
                              tooltip="Pixels beyond each hexagon edge over which a cell's weight fades to 0 "
                                      "(0 = hard edges); at most a cell's width."),
@@ -76,24 +79,17 @@ class H3HexGridNode(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, width: int | None = None, height: int | None = None, resolution: int | None = None,
-                        overlap: int | None = None) -> bool | str:
-        if None in (width, height, resolution, overlap):
-            return True      # linked values are checked when the node runs
-        try:
-            check_grid_settings(width, height, resolution, overlap)
-        except ValueError as error:
-            return str(error)
-        return True
-
-    @classmethod
     def fingerprint_inputs(cls, **values: Any) -> Any:
         # The cached outputs depend on whether the masks were built; re-run when that changes.
-        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+        return adapter.output_is_connected(running_prompt(), cls.hidden.unique_id if cls.hidden else None,
                                            MASKS_OUTPUT_INDEX)
 
+    # No validate_inputs: ComfyUI repeats its message once per input it takes, and the settings are
+    # checked together (a resolution too fine for the frame, an overlap wider than a cell): hex_grid
+    # checks them when the node runs, before any work, and one bad setting is one report.
+
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, width: int, height: int, resolution: int, overlap: int) -> io.NodeOutput:
         grid = hex_grid(width, height, resolution, overlap)
         hidden = cls.hidden     # None when called outside ComfyUI's executor: build everything
@@ -133,15 +129,15 @@ class H3HexMergeNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, cells: HexGrid, **values: Any) -> io.NodeOutput:
         images = _connected(values, "images", "image_")
         sounds = _connected(values, "audio", "audio_")
         check_chunk_count(cells, len(images))
-        merged = merge_chunks(cells, [_to_numpy(image).astype(np.float32, copy=False) for image in images])
+        merged = merge_chunks(cells, [to_numpy(image).astype(np.float32, copy=False) for image in images])
         audio = None
         if sounds:
-            waveform, rate = mix_audio(cells, [_to_numpy(s["waveform"]) for s in sounds],
+            waveform, rate = mix_audio(cells, [to_numpy(s["waveform"]) for s in sounds],
                                        [int(s["sample_rate"]) for s in sounds], len(images))
             audio = {"waveform": sounds[0]["waveform"] if len(sounds) == 1 else torch.from_numpy(waveform),
                      "sample_rate": rate}

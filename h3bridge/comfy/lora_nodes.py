@@ -20,7 +20,7 @@ from ..cancel import CancelToken
 from ..lora.cache import cached_fold
 from ..lora.fold import LoraSpec
 from . import adapter
-from .nodes import CATEGORY, _model_roots, _user_facing_errors
+from .shared import CATEGORY, model_roots, user_facing_errors
 
 LORA_FOLDER = "loras"            # ComfyUI/models/loras
 PROGRESS_STEPS = 1000
@@ -67,9 +67,9 @@ class H3LoraNode(io.ComfyNode):
             return (model_dir, lora, strength)
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, model_dir: str, lora: str, strength: float) -> io.NodeOutput:
-        base = adapter.resolve_model_dir(model_dir, _model_roots())
+        base = adapter.resolve_model_dir(model_dir, model_roots())
         bar = comfy.utils.ProgressBar(PROGRESS_STEPS, node_id=cls.hidden.unique_id if cls.hidden else None)
         folded = cached_fold(base, [LoraSpec(_lora_path(lora), float(strength))],
                              on_progress=lambda event: bar.update_absolute(int(event.fraction * PROGRESS_STEPS),

@@ -1,4 +1,5 @@
-"""ComfyUI V3 nodes for h3bridge. The only module that imports ComfyUI.
+"""ComfyUI V3 nodes for h3bridge: the core nodes, and the extension that registers them with the
+hex, LoRA and story node modules (which share `shared`, below all of them, and import no other node module).
 
 Each node converts ComfyUI values to plain ones, calls `adapter`, and converts
 the answer back; all decisions live in `adapter` and the h3bridge library.
@@ -6,21 +7,18 @@ Importing this module starts no engine and reads no model.
 """
 from __future__ import annotations
 
-import functools
-import os
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 import comfy.model_management
 import comfy.utils
-import folder_paths
 from comfy_api.latest import ComfyExtension, InputImpl, Types, io
 
 from ..cancel import CancelToken
-from ..errors import GenerationCancelled, H3BridgeError
+from ..errors import H3BridgeError
 from ..media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource
 from ..request import (
     DEFAULT_FRAMES,
@@ -38,51 +36,18 @@ from ..request import (
 )
 from ..geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES
 from . import adapter
+from .hex_nodes import HEX_NODES          # H3 hexagon tiling nodes (h3bridge/hexgrid)
+from .lora_nodes import LORA_NODES        # H3 LoRA (h3bridge/lora)
+from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
+                     user_facing_errors, work_dir)
+from .story_nodes import STORY_NODES      # H3 Storyboard (h3bridge/story)
 
-CATEGORY = "MiniMax-H3 (h3.c)"
-H3Engine = io.Custom("H3_ENGINE")
 H3References = io.Custom("H3_REFERENCES")
 
 # ----------------------------------------------------------------------------- helpers
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _user_facing_errors(function: _F) -> _F:
-    """Let library errors reach the ComfyUI error dialog with the library's message
-    (and type), without a traceback through our internals."""
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except GenerationCancelled:
-            # The user pressed Cancel: report it as ComfyUI's own interruption.
-            comfy.model_management.throw_exception_if_processing_interrupted()
-            raise
-        except H3BridgeError as error:
-            raise error.with_traceback(None) from None
-    return wrapper  # type: ignore[return-value]
-
-
-def _model_roots() -> list[Path]:
-    """ComfyUI/models/h3 (and any extra_model_paths.yaml `h3:` entries)."""
-    # Idempotent and order-keeping: appended once, so `h3:` entries from extra_model_paths.yaml
-    # (loaded before custom nodes) keep their place, their `is_default` included.
-    folder_paths.add_model_folder_path(adapter.MODEL_FOLDER,
-                                       os.path.join(folder_paths.models_dir, adapter.MODEL_FOLDER))
-    return [Path(p) for p in folder_paths.get_folder_paths(adapter.MODEL_FOLDER)]
-
-
-def _work_dir(name: str) -> Path:
-    return Path(folder_paths.get_temp_directory()) / "h3bridge" / name
-
-
-def _to_numpy(tensor: Any) -> np.ndarray:
-    return tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)
-
-
 def _audio_clip(audio: dict) -> AudioClip:
-    return adapter.waveform_to_clip(_to_numpy(audio["waveform"]), int(audio["sample_rate"]))
+    return adapter.waveform_to_clip(to_numpy(audio["waveform"]), int(audio["sample_rate"]))
 
 
 def _video_source(video: Any) -> VideoSource:
@@ -91,17 +56,6 @@ def _video_source(video: Any) -> VideoSource:
         video.save_to(str(target), format=Types.VideoContainer.MP4, codec=Types.VideoCodec.H264)
     source = getattr(video, "get_stream_source", lambda: None)()
     return VideoSource(write=write, description=source if isinstance(source, str) else type(video).__name__)
-
-
-def _running_prompt() -> dict | None:
-    """The API prompt being executed, for `fingerprint_inputs` (which ComfyUI calls
-    without the PROMPT hidden input). None when it cannot be known."""
-    try:
-        from server import PromptServer   # ComfyUI's top-level server module
-        running, _queued = PromptServer.instance.prompt_queue.get_current_queue_volatile()
-    except Exception:   # noqa: BLE001 - any failure just means "unknown"
-        return None
-    return running[0][2] if len(running) == 1 else None
 
 
 # ----------------------------------------------------------------------------- shared inputs
@@ -183,17 +137,6 @@ def _settings(values: dict[str, Any], prompt: str = "") -> adapter.GenerateSetti
     return adapter.settings_from_node_values(values, prompt)
 
 
-def _notice_on_node(node_id: str | None) -> Callable[[str], None]:
-    """Text shown on the node itself (ComfyUI's progress text, under its widgets)."""
-    def show(text: str) -> None:
-        try:
-            from server import PromptServer   # ComfyUI's top-level server module
-            PromptServer.instance.send_progress_text(text, node_id)
-        except Exception:   # noqa: BLE001 - no server (scripted use): the summary output still says it
-            pass
-    return show
-
-
 def _preview_on_node(bar: Any, progress: adapter.ProgressForwarder) -> Callable[[Any], None]:
     """A library-mode denoise preview, shown on the node as KSampler shows its previews: the
     progress bar's update with a ("JPEG", PIL image, size limit) preview (latent_preview.py)."""
@@ -220,32 +163,38 @@ class H3EngineNode(io.ComfyNode):
             description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are, or (remote mode) the video "
                         "server that renders. Nothing is loaded here; the engine runs when H3 Generate runs.",
             inputs=[
+                # Every mode's inputs are shown (a dynamic combo per mode would reorder the saved widget
+                # values of every workflow made so far); each tooltip says which modes read it.
                 io.String.Input("engine_path", default="",
-                                tooltip="Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on PATH."),
+                                tooltip="one-shot and warm session (library: optional): path to the h3 binary (or the "
+                                        "h3.c checkout). Empty: $H3_BIN, then `h3` on PATH. Not read in remote mode."),
                 io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
-                                tooltip=f"Folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path "
-                                        "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/)."),
+                                tooltip=f"one-shot, warm session and library: folder name under "
+                                        f"ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path to the MiniMax-H3 "
+                                        "download (the folder holding FL2VA/ and Ref2VA/). Not read in remote mode."),
                 io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.default_engine_mode(),
                                tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded "
                                        "between clips (faster repeats, holds the memory until idle). library: libh3 "
                                        "in a warm worker, with denoise previews on H3 Generate and exact frames "
                                        "(the default when H3_LIBRARY is set). remote: render on the video server at "
-                                       "remote_url (leave engine_path and model_dir empty)."),
+                                       "remote_url (engine_path and model_dir are not read)."),
                 io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
                 # Last and optional: saved workflows list widget values in input order, and API-format
                 # prompts name their inputs; ones saved before these modes existed still load and run.
                 io.String.Input("remote_url", default="", optional=True,
-                                tooltip="remote mode: the server, e.g. http://studio-mac.local:8765 (`h3bridge serve` "
-                                        "on another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is "
-                                        "read from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the "
-                                        "workflow."),
+                                tooltip="remote mode only (not read in the others): the server, e.g. "
+                                        "http://studio-mac.local:8765 (`h3bridge serve` on another Mac, or an SGLang "
+                                        "Diffusion / vLLM-Omni server). Its API key is read from H3BRIDGE_API_KEY in "
+                                        "ComfyUI's environment, never stored in the workflow."),
                 io.String.Input("library_path", default="", optional=True,
-                                tooltip="library mode: libh3.dylib from `h3bridge build-library H3C_DIR` (empty: "
-                                        "$H3_LIBRARY). Runs in the h3.c checkout it was built in."),
+                                tooltip="library mode only (not read in the others): libh3.dylib from "
+                                        "`h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs in the h3.c "
+                                        "checkout it was built in."),
                 io.Boolean.Input("previews", default=True, optional=True,
-                                 tooltip="library mode: show a denoise preview on H3 Generate after every step. "
-                                         "Costs upstream's preview VAE (about 10 GiB more; the memory plan counts it)."),
+                                 tooltip="library mode only (not read in the others): show a denoise preview on H3 "
+                                         "Generate after every step. Costs upstream's preview VAE (about 10 GiB "
+                                         "more; the memory plan counts it)."),
             ],
             outputs=[H3Engine.Output(display_name="engine")],
         )
@@ -259,16 +208,16 @@ class H3EngineNode(io.ComfyNode):
             # a linked value, or none (remote mode): checked when the node runs, knowing the mode
             return True
         try:
-            adapter.check_model_setting(model_dir, _model_roots())
+            adapter.check_model_setting(model_dir, model_roots())
         except H3BridgeError as error:
-            return f"{error}\n  (remote mode: leave model_dir empty)"
+            return f"{error}\n  (remote mode does not read model_dir: leave it as {adapter.DEFAULT_MODEL_NAME} or empty)"
         return True
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600, remote_url: str = "",
                 library_path: str = "", previews: bool = True) -> io.NodeOutput:
-        handle = adapter.check_engine_settings(engine_path, model_dir, mode, _model_roots(),
+        handle = adapter.check_engine_settings(engine_path, model_dir, mode, model_roots(),
                                                stall_timeout=float(stall_timeout) if stall_timeout else None,
                                                remote_url=remote_url or "", library_path=library_path or "",
                                                previews=previews)
@@ -300,6 +249,11 @@ class H3GenerateNode(io.ComfyNode):
                 io.Image.Input("last_frame", optional=True, tooltip="Anchor image for the last frame (FL2VA)."),
                 H3References.Input("references", optional=True,
                                    tooltip="Ordered references from H3 References (Ref2VA); not with frame anchors."),
+                # Last and optional: workflows saved before it still load and run.
+                io.Boolean.Input("force", default=False, optional=True, advanced=True,
+                                 tooltip="Run even when the memory plan says these settings do not fit this "
+                                         "machine (macOS may swap or stop h3). Off: such a job is refused before "
+                                         "the engine starts, with the settings that fit (often ssd_streaming on)."),
             ],
             outputs=[
                 io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio."),
@@ -320,11 +274,11 @@ class H3GenerateNode(io.ComfyNode):
     @classmethod
     def fingerprint_inputs(cls, **values: Any) -> Any:
         # The cached outputs depend on whether IMAGE was built; re-run when that changes.
-        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+        return adapter.output_is_connected(running_prompt(), cls.hidden.unique_id if cls.hidden else None,
                                            adapter.IMAGE_OUTPUT_INDEX)
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, prompt: str, first_frame: Any = None, last_frame: Any = None,
                 references: ReferenceList | None = None, **values: Any) -> io.NodeOutput:
         want_image = adapter.output_is_connected(cls.hidden.prompt, cls.hidden.unique_id, adapter.IMAGE_OUTPUT_INDEX)
@@ -333,17 +287,16 @@ class H3GenerateNode(io.ComfyNode):
         comfy.model_management.unload_all_models()
         comfy.model_management.soft_empty_cache()
         bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
-        node_text = adapter.NodeText(_notice_on_node(cls.hidden.unique_id))     # the notice, then the ETA
-        progress = adapter.ProgressForwarder(lambda value, total: bar.update_absolute(value, total),
-                                             on_eta=node_text.eta)
+        progress, node_text = adapter.node_progress(engine, lambda value, total: bar.update_absolute(value, total),
+                                                    notice_on_node(cls.hidden.unique_id))   # the notice, then the ETA
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         outputs = adapter.run_generate(
             engine, _settings(values, prompt),
             adapter.GenerateInputs(
-                first_frame=None if first_frame is None else _to_numpy(first_frame),
-                last_frame=None if last_frame is None else _to_numpy(last_frame),
+                first_frame=None if first_frame is None else to_numpy(first_frame),
+                last_frame=None if last_frame is None else to_numpy(last_frame),
                 references=references),
-            scratch_parent=_work_dir("inputs"), output_dir=_work_dir("outputs"), want_image=want_image,
+            scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
             on_progress=progress, on_notice=node_text.notice, cancel=cancel,
             on_preview=_preview_on_node(bar, progress))
         progress.finish()
@@ -388,14 +341,14 @@ class H3ReferencesNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, kind: str, previous: ReferenceList | None = None, image: Any = None, video: Any = None,
                 audio: dict | None = None) -> io.NodeOutput:
         if kind not in _KINDS:
             raise ValueError(f"unknown reference kind {kind!r}; use one of {', '.join(_KINDS)}")
         item = ReferenceItem(
             kind=_KINDS[kind],
-            image=None if image is None else _to_numpy(image),
+            image=None if image is None else to_numpy(image),
             video=None if video is None else _video_source(video),
             audio=None if audio is None else _audio_clip(audio),
         )
@@ -437,7 +390,7 @@ class H3PromptNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, scene: str, action: str, camera: str, look: str, audio: str, free_text: str = "",
                 max_bytes: int = 0) -> io.NodeOutput:
         return io.NodeOutput(adapter.compose_prompt(scene, action, camera, look, audio, free_text,
@@ -458,7 +411,7 @@ class H3MemoryPlanNode(io.ComfyNode):
         )
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, **values: Any) -> io.NodeOutput:
         return io.NodeOutput(adapter.describe_plan(engine, _settings(values, "memory plan")))
 
@@ -468,7 +421,7 @@ NODES: list[type[io.ComfyNode]] = [H3EngineNode, H3GenerateNode, H3ReferencesNod
 
 class H3BridgeExtension(ComfyExtension):
     async def on_load(self) -> None:
-        _model_roots()   # registers ComfyUI/models/h3 (no disk access)
+        model_roots()   # registers ComfyUI/models/h3 (no disk access)
         try:
             # A server stopped with SIGTERM/SIGHUP mid-render would leave the job's scratch inputs in
             # temp/h3bridge/inputs: remove them first, then the signal does what it did before.
@@ -477,9 +430,6 @@ class H3BridgeExtension(ComfyExtension):
             pass         # not the main thread: Python allows signal handlers only there
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        from .hex_nodes import HEX_NODES     # H3 hexagon tiling nodes; imported here: they import this module
-        from .lora_nodes import LORA_NODES   # H3 LoRA (h3bridge/lora), likewise
-        from .story_nodes import STORY_NODES  # H3 Storyboard (h3bridge/story); likewise
         return [*NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES]
 
 

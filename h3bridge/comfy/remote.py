@@ -7,6 +7,7 @@ prompt JSON that users save and share, nor in the engine handle ComfyUI caches.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError, RequestError
@@ -17,15 +18,10 @@ if TYPE_CHECKING:
 REMOTE = "remote"
 
 
-def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> str:
-    """The server's base URL from the node's values; refuses an empty or malformed URL, and the
-    local engine's inputs (the server runs its own engine and model), before anything is sent."""
-    given = [name for name, value in (("engine_path", engine_path), ("model_dir", model_dir)) if value.strip()]
-    if given:
-        names = " and ".join(given)
-        raise RequestError(f"{names} {'is' if len(given) == 1 else 'are'} for a local engine; in remote mode the "
-                           "server uses its own engine and model", field=given[0],
-                           hint=f"leave {names} empty in remote mode, or choose one-shot / warm session")
+def check_remote_settings(remote_url: str) -> str:
+    """The server's base URL from the node's values; refuses an empty or malformed URL before
+    anything is sent. The local engine's inputs (engine_path, model_dir) are not read in remote
+    mode: the server runs its own engine and model, and switching modes must not mean clearing them."""
     if not remote_url.strip():
         raise RequestError("remote mode needs the server's URL in remote_url", field="remote_url",
                            hint="give the server's address, e.g. http://studio-mac.local:8765")
@@ -38,7 +34,35 @@ def check_remote_settings(remote_url: str, engine_path: str, model_dir: str) -> 
 
 def open_remote_engine(remote_url: str) -> "RemoteEngine":
     """The engine for a remote handle; it reads the key from the environment at each job."""
-    return _remote_module().RemoteEngine(remote_url)
+    engine = _remote_module().RemoteEngine(remote_url)
+    _quiet_requests_to(engine.base_url)
+    return engine
+
+
+class _QuietRequests(logging.Filter):
+    """Drops httpx's one INFO line per request ("HTTP Request: GET .../v1/videos/ID ...") for the
+    servers the H3 nodes poll: ComfyUI shows INFO in its console, and a job polls every second.
+    Other httpx users in ComfyUI's process keep their lines; warnings and errors always pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.servers: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or not isinstance(record.args, tuple) or len(record.args) < 2:
+            return True
+        url = str(record.args[1])
+        return not any(url.startswith(server) for server in self.servers)
+
+
+_QUIET = _QuietRequests()
+
+
+def _quiet_requests_to(base_url: str) -> None:
+    _QUIET.servers.add(base_url.rstrip("/") + "/")
+    logger = logging.getLogger("httpx")
+    if _QUIET not in logger.filters:
+        logger.addFilter(_QUIET)
 
 
 def _remote_module():

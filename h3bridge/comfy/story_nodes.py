@@ -20,7 +20,7 @@ from ..request import DEFAULT_HEIGHT, DEFAULT_SEED, DEFAULT_WIDTH, MAX_SEED, PRE
 from ..story.host import render_story_text
 from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
 from . import adapter
-from .nodes import CATEGORY, H3Engine, _notice_on_node, _running_prompt, _user_facing_errors
+from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
 
 IMAGE_OUTPUT_INDEX = 2
 EXAMPLE_SHOTS = ("[5s]\nA lighthouse on a cliff at dusk, waves breaking below\n\n"
@@ -56,8 +56,11 @@ class H3StoryboardNode(io.ComfyNode):
                              tooltip="Film width (multiple of 32)."),
                 io.Int.Input("height", default=DEFAULT_HEIGHT, min=32, max=1344, step=32,
                              tooltip="Film height (multiple of 32)."),
-                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED,
-                             tooltip="The story's seed: each shot's seed derives from it and the shot's position."),
+                # No "control after generate" (the frontend gives any INT named seed one, set to randomize):
+                # a new seed on every Run would render every shot again, and Run again must resume.
+                io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED, control_after_generate=False,
+                             tooltip="The story's seed: each shot's seed derives from it and the shot's position. "
+                                     "It stays as set, so Run again resumes the film; change it for another film."),
                 io.Int.Input("crossfade_frames", default=DEFAULT_CROSSFADE_FRAMES, min=0, max=48, advanced=True,
                              tooltip="Audio crossfade at each join, in frames' worth (0: hard joins)."),
                 io.String.Input("job_name", default="storyboard",
@@ -76,11 +79,11 @@ class H3StoryboardNode(io.ComfyNode):
 
     @classmethod
     def fingerprint_inputs(cls, **values: Any) -> Any:
-        return adapter.output_is_connected(_running_prompt(), cls.hidden.unique_id if cls.hidden else None,
+        return adapter.output_is_connected(running_prompt(), cls.hidden.unique_id if cls.hidden else None,
                                            IMAGE_OUTPUT_INDEX)
 
     @classmethod
-    @_user_facing_errors
+    @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, shots: str, preset: str, width: int, height: int, seed: int,
                 crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard") -> io.NodeOutput:
         hidden = cls.hidden
@@ -96,7 +99,7 @@ class H3StoryboardNode(io.ComfyNode):
             fallback=adapter.open_engine(adapter.one_shot_handle(engine)), jobs_root=stories_folder(),
             job_name=job_name, want_frames=want_image,
             on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS), adapter.PROGRESS_STEPS),
-            on_notice=_notice_on_node(hidden.unique_id if hidden else None), cancel=cancel)
+            on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel)
         image = (adapter.frames_to_image_batch(outputs.frames) if outputs.frames is not None
                  else adapter.placeholder_image(width, height))
         return io.NodeOutput(

@@ -73,14 +73,30 @@ class FilmRecord:
 class Manifest:
     version: int = MANIFEST_VERSION
     storyboard: str = ""
-    shots: dict[int, ShotRecord] = field(default_factory=dict)
+    shots: dict[int, ShotRecord] = field(default_factory=dict)      # the take each shot uses now
+    # Every finished take by (shot, key): an edit undone finds its take again (its files are kept
+    # beside the newer take's, named by key) instead of rendering it again.
+    takes: dict[tuple[int, str], ShotRecord] = field(default_factory=dict)
     # --redo N [--seed S]: the seed shot N renders with from then on (until redone again)
     seed_overrides: dict[int, int] = field(default_factory=dict)
     film: FilmRecord | None = None
 
+    def take(self, index: int, key: str) -> ShotRecord | None:
+        """The finished take of shot `index` made for `key`: the one in use, else an earlier one."""
+        current = self.shots.get(index)
+        if current is not None and current.key == key:
+            return current
+        return self.takes.get((index, key))
+
+    def use(self, record: ShotRecord) -> None:
+        """Make `record` its shot's take in use (and keep it among the takes)."""
+        self.shots[record.index] = record
+        self.takes[(record.index, record.key)] = record
+
     def to_json(self) -> str:
         data = asdict(self)
         data["shots"] = [asdict(record) for _, record in sorted(self.shots.items())]
+        data["takes"] = [asdict(record) for _, record in sorted(self.takes.items())]
         data["seed_overrides"] = {str(k): v for k, v in sorted(self.seed_overrides.items())}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
@@ -90,8 +106,11 @@ class Manifest:
         if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
             raise ValueError("not a version-1 story manifest")
         shots = {int(item["index"]): ShotRecord(**item) for item in data.get("shots", [])}
+        # a manifest written before takes were kept: its shots are its takes
+        takes = {(record.index, record.key): record
+                 for record in [*shots.values(), *(ShotRecord(**item) for item in data.get("takes", []))]}
         film = FilmRecord(**data["film"]) if data.get("film") else None
-        return cls(version=MANIFEST_VERSION, storyboard=data.get("storyboard", ""), shots=shots,
+        return cls(version=MANIFEST_VERSION, storyboard=data.get("storyboard", ""), shots=shots, takes=takes,
                    seed_overrides={int(k): int(v) for k, v in data.get("seed_overrides", {}).items()}, film=film)
 
 

@@ -252,39 +252,51 @@ class _Runner:
 
     # ------------------------------------------------------------------ shots
 
-    def _reusable(self, shot: PlannedShot) -> tuple[ShotRecord | None, str | None]:
-        """The shot's record if it can be kept, else (None, why not; None for a shot never rendered)."""
-        record = self.manifest.shots.get(shot.index)
+    def _reusable(self, shot: PlannedShot, shots: dict[int, ShotRecord]) -> tuple[ShotRecord | None, str | None]:
+        """The take of the shot that can be kept (the one in use, or an earlier take made for the
+        shot as it is now, e.g. an edit undone), else (None, why not; None for a shot never
+        rendered). `shots`: the takes the shots before it use."""
+        record = self.manifest.take(shot.index, shot.key)
         if record is None:
+            if shot.index in self.manifest.shots:
+                return None, "it changed, or the shot it continues from did"
             return None, None
-        if record.key != shot.key:
-            return None, "it changed, or the shot it continues from did"
         problem = self.jobs.problem_with(record)
         if problem is not None:
             return None, problem
         request = shot.request
         if (record.frame_count, record.width, record.height) != (request.frame_count, request.width, request.height):
             return None, "its recorded size is not the shot's"
-        if shot.continues and record.continued_from != self._continued_from(shot):
+        if shot.continues and record.continued_from != self._continued_from(shot, shots):
             return None, f"shot {shot.index - 1}, which it continues from, was rendered again"
         return record, None
 
-    def _continued_from(self, shot: PlannedShot) -> str:
-        previous = self.manifest.shots.get(shot.index - 1)
+    def _continued_from(self, shot: PlannedShot, shots: dict[int, ShotRecord]) -> str:
+        previous = shots.get(shot.index - 1)
         if previous is None:
             return ""
         return previous.last_frame_sha256 if shot.continuation is Continuation.ANCHOR else previous.video_sha256
 
     def render_shots(self) -> list[ShotOutcome]:
         # The work this run expects (for progress and the ETA); a shot found stale later is added.
-        self.to_render = [shot.index for shot in self.plan.shots[:self.last] if self._reusable(shot)[0] is None]
+        expected = dict(self.manifest.shots)
+        for shot in self.plan.shots[:self.last]:
+            record = self._reusable(shot, expected)[0]
+            if record is None:
+                self.to_render.append(shot.index)
+                expected.pop(shot.index, None)
+            else:
+                expected[shot.index] = record
         self.total_weight = sum(self.weights[i] for i in self.to_render) or 1.0
         outcomes = []
         for shot in self.plan.shots[:self.last]:
             if self.cancel is not None and self.cancel.cancelled:
                 raise GenerationCancelled("the story was cancelled; run it again to resume")
-            record, reason = self._reusable(shot)
+            record, reason = self._reusable(shot, self.manifest.shots)
             if record is not None:
+                if self.manifest.shots.get(shot.index) is not record:     # an earlier take, back in use
+                    self.manifest.use(record)
+                    self.jobs.save(self.manifest)
                 self.notice(f"shot {shot.index}/{len(self.plan.shots)}: kept from the job directory "
                             f"({record.video})")
                 self._report(shot.index, "reused", 1.0, None)
@@ -340,8 +352,8 @@ class _Runner:
                     "model_dir": str(getattr(engine, "model_dir", "")), "warm": engine.capabilities.warm_model,
                     "variables": dict(result.engine_variables)},
             wall_seconds=seconds)
-        record.continued_from = self._continued_from(shot) if shot.continues else ""
-        self.manifest.shots[shot.index] = record
+        record.continued_from = self._continued_from(shot, self.manifest.shots) if shot.continues else ""
+        self.manifest.use(record)
         self.jobs.save(self.manifest)              # the shot is finished from here on
         self.done_weight += self.weights[shot.index]
         self.render_seconds += seconds
