@@ -158,7 +158,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             return error_response(400, ErrorCode.INVALID_REQUEST, f"order={order!r} must be asc or desc",
                                   param="order")
         jobs, more = store.list(after=after, limit=limit, newest_first=order == "desc")
-        data = [job.video_job() for job in jobs]
+        data = [job.video_job().listed() for job in jobs]
         page = VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                          has_more=more)
         return JSONResponse(page.model_dump(mode="json"))
