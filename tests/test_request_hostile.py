@@ -170,3 +170,67 @@ def test_only_request_error_escapes_the_constructors_and_validation(changes: dic
         except RequestError as error:
             assert error.field is not None, str(error)
             str(error)      # the message itself formats
+
+
+# ----------------------------------------------------------------------------- input pictures
+
+PEAK_RSS_CHILD = """
+import json, resource, sys
+from pathlib import Path
+from h3bridge import GenerationRequest, Reference, ReferenceKind, RequestError
+import h3bridge.media.decode  # noqa: F401  (PyAV loaded before the baseline)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+path = Path(sys.argv[1])
+request = (GenerationRequest("a fox", first_frame=path) if sys.argv[2] == "first_frame" else
+           GenerationRequest("a fox", references=(Reference(ReferenceKind.IMAGE, path),)))
+try:
+    request.validate()
+    refusal = None
+except RequestError as error:
+    refusal = {"field": error.field, "message": error.message, "hint": error.hint}
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({"refusal": refusal, "grown_mib": grown / 1024}))
+"""
+
+
+def validate_in_child(path: Path, as_field: str) -> dict:
+    """Validate a request naming `path` in a fresh Python; its refusal and how much its peak
+    RSS grew while validating (Linux ru_maxrss is in KiB)."""
+    import json
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS_CHILD, str(path), as_field], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def oversized_picture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg is not installed")
+    from core_helpers import make_image
+    return make_image(tmp_path_factory.mktemp("big-picture") / "big.png", size="5000x4000")
+
+
+@pytest.mark.parametrize("as_field", ["first_frame", "references"])
+def test_a_picture_over_the_input_limit_is_refused_from_its_header(oversized_picture: Path, as_field: str) -> None:
+    """5000x4000 is 20 megapixels, over the 16.8 (4096x4096) an input may hold. Checking it used to
+    decode it twice (60 MB of RGB each); now FFmpeg refuses it from its header."""
+    from h3bridge.media.decode import MAX_INPUT_PIXELS
+    result = validate_in_child(oversized_picture, as_field)
+    refusal = result["refusal"]
+    assert refusal is not None and refusal["field"] == as_field, result
+    assert "5000x4000" in refusal["message"] and f"{MAX_INPUT_PIXELS / 1e6:.1f} megapixels" in refusal["message"]
+    assert "scale=4096:4096" in refusal["hint"]
+    assert result["grown_mib"] < 40, result        # was 120+ MiB
+
+
+def test_a_picture_at_the_input_limit_is_accepted(tmp_path: Path) -> None:
+    import shutil
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg is not installed")
+    from core_helpers import make_image
+    picture = make_image(tmp_path / "limit.png", size="4096x4096")
+    assert validate_in_child(picture, "first_frame")["refusal"] is None
