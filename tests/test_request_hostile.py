@@ -234,3 +234,10 @@ def test_a_picture_at_the_input_limit_is_accepted(tmp_path: Path) -> None:
     from core_helpers import make_image
     picture = make_image(tmp_path / "limit.png", size="4096x4096")
     assert validate_in_child(picture, "first_frame")["refusal"] is None
+
+
+def test_the_same_oversized_picture_twice_is_refused_the_same_way_twice(oversized_picture: Path) -> None:
+    """The declared size comes from FFmpeg's message, which PyAV drops when it repeats the last one."""
+    for _ in range(3):
+        error = refused(lambda: GenerationRequest("a fox", first_frame=oversized_picture).validate())
+        assert error.field == "first_frame" and "5000x4000" in error.message, error.message

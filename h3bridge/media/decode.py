@@ -253,8 +253,9 @@ def _declared_picture_size(path: Path) -> tuple[int, int] | None:
     from its header). None when FFmpeg said no such thing."""
     import av.logging
     with _log_capture:
-        previous = av.logging.get_level()
+        previous, skipped = av.logging.get_level(), av.logging.get_skip_repeated()
         av.logging.set_level(av.logging.ERROR)
+        av.logging.set_skip_repeated(False)     # PyAV drops a message repeating the last one
         try:
             with av.logging.Capture(local=True) as logs:
                 try:
@@ -263,6 +264,7 @@ def _declared_picture_size(path: Path) -> tuple[int, int] | None:
                 except (av.FFmpegError, OSError, ValueError):
                     pass
         finally:
+            av.logging.set_skip_repeated(skipped)
             av.logging.set_level(previous)
     for _level, _name, message in logs:
         match = _DECLARED_SIZE.search(message)
