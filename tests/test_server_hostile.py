@@ -172,3 +172,9 @@ def test_fuzzed_forms_are_answered_200_or_400_never_500(app_client: TestClient, 
     assert response.status_code in (200, 400), (response.status_code, fields, files)
     if response.status_code == 400:
         assert response.json()["error"]["message"]
+
+
+def test_an_unknown_field_with_a_huge_name_is_not_echoed_whole(app_client: TestClient) -> None:
+    error = refusal(post_json(app_client, json.dumps({"prompt": "x", "k" * 100_000: 1})))
+    assert error["message"].startswith("unknown field") and len(error["param"]) <= 64
+    assert len(json.dumps(error)) < 2000

@@ -337,7 +337,7 @@ def request_from_wire(pairs: Iterable[tuple[str, object]],
             raise _not_uploaded(name, value)
         spec = _FIELD_BY_NAME.get(name)
         if spec is None:
-            raise RequestError(f"unknown field {shown_value(name)}", field=name,
+            raise RequestError(f"unknown field {shown_value(name)}", field=name if len(name) <= 64 else name[:61] + "...",
                                hint=f"the fields h3bridge takes are: {', '.join(field_names())}")
         _require_plain_value(spec, name, value)
         if spec.repeated:
