@@ -156,7 +156,7 @@ def hostile_changes(draw: st.DrawFn) -> dict[str, object]:
     return {name: draw(HOSTILE) for name in names}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=hostile_changes(), preset=st.one_of(st.sampled_from(list(PRESETS)), HOSTILE),
        check_files=st.booleans())
 def test_only_request_error_escapes_the_constructors_and_validation(changes: dict[str, object], preset: object,
