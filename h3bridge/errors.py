@@ -207,3 +207,42 @@ class LibraryBuildError(EngineNotFoundError):
     def __init__(self, message: str, *, hint: str | None = None, compiler_output: str = "") -> None:
         super().__init__(message, hint=hint)
         self.compiler_output = compiler_output
+
+
+# ----------------------------------------------------------------------------- values in messages
+
+SHOWN_VALUE_CHARS = 80        # how much of a caller's value a message repeats
+
+
+def shown_value(value: object, *, limit: int = SHOWN_VALUE_CHARS) -> str:
+    """A caller's value as an error message shows it: its repr, cut to `limit` characters.
+    Formatting a value must never be the error itself: a whole number Python refuses to print
+    (over 4300 digits: ValueError) shows as "(a N-digit number)", and an object whose repr
+    raises shows as "(a TYPE object)"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = digit_count(value)
+        if digits > 30:
+            return f"({'a negative' if value < 0 else 'a'} {digits}-digit number)"
+        return int.__repr__(value)
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        value = value[:limit]            # repr only what is shown (a prompt may be megabytes)
+    try:
+        text = repr(value)
+    except Exception:                    # a caller's object may raise anything from its repr
+        return f"(a {type(value).__name__} object)"
+    if not isinstance(text, str):
+        return f"(a {type(value).__name__} object)"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def digit_count(number: int) -> int:
+    """The decimal digits of a whole number of any size, without printing it."""
+    number = abs(number)
+    if number < 10**18:
+        return len(int.__str__(number))
+    # log10 from the bit length is at most one below the truth; 10**k settles it exactly.
+    import math
+    digits = int((number.bit_length() - 1) * math.log10(2))
+    while 10 ** digits <= number:
+        digits += 1
+    return digits

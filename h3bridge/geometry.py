@@ -52,7 +52,14 @@ ASPECT_TOLERANCE = 0.03
 
 def largest_canvas_like(width: int, height: int) -> tuple[int, int]:
     """The largest legal canvas (multiples of 32, width*height <= 768*1344) whose aspect is
-    within ASPECT_TOLERANCE of width:height; when none is, the legal canvas of the closest aspect."""
+    within ASPECT_TOLERANCE of width:height; when none is, the legal canvas of the closest aspect.
+    Any positive whole sizes, however large (int / int is exact until the quotient overflows a
+    float, and no legal canvas is wider than 1008:1, 32256x32, so a wider aspect is that one)."""
+    widest_aspect = MAX_PIXELS // CANVAS_MULTIPLE // CANVAS_MULTIPLE
+    if width > height * widest_aspect:
+        width, height = widest_aspect, 1
+    elif height > width * widest_aspect:
+        width, height = 1, widest_aspect
     target = math.log(width / height)
     tolerance = math.log1p(ASPECT_TOLERANCE)
     best: tuple[tuple[float, ...], tuple[int, int]] | None = None

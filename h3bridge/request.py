@@ -8,10 +8,10 @@ from __future__ import annotations
 import enum
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .errors import RequestError
+from .errors import RequestError, shown_value
 from .geometry import (
     CANVAS_MULTIPLE,
     FPS,
@@ -40,6 +40,13 @@ MAX_AUDIO_SAMPLES = SAMPLE_RATE * 15     # "... exceeds 15 seconds in total" / t
 MIN_SOUNDTRACK_FRAMES = 56               # "video soundtrack N requires at least 2 seconds; request at least 56 output frames"
 MIN_REFERENCE_VIDEO_FRAMES = 5           # h3_ffmpeg.c: "reference videos require at least 5 decoded frames"
 DEFAULT_WIDTH, DEFAULT_HEIGHT, DEFAULT_FRAMES, DEFAULT_STEPS, DEFAULT_SEED = 864, 480, 56, 20, 42
+# The longest prompt h3 is sure to take, in UTF-8 bytes. h3's Qwen text encoder refuses more than
+# UINT32_MAX // TEXT_INTERMEDIATE = (2**32 - 1) // 25600 = 167,772 tokens (h3_text_encoder.c
+# text_encode_bf16_impl: "invalid Qwen text encoder arguments", after the model has loaded), and
+# its byte-level BPE tokenizer (h3_tokenizer.m h3_tokenizer_encode) makes at most one token per
+# byte, so no prompt of at most this many bytes can reach that limit.
+QWEN_TEXT_INTERMEDIATE = 25600
+MAX_PROMPT_BYTES = (2**32 - 1) // QWEN_TEXT_INTERMEDIATE
 
 
 class ReferenceKind(str, enum.Enum):
@@ -126,16 +133,17 @@ class GenerationRequest:
 
     @classmethod
     def from_preset(cls, preset: str, prompt: str, **overrides: object) -> "GenerationRequest":
-        try:
-            chosen = PRESETS[preset]
-        except KeyError:
-            raise RequestError(f"unknown preset {preset!r}", field="preset",
-                               hint=f"use one of: {', '.join(PRESETS)}") from None
+        chosen = PRESETS.get(preset) if isinstance(preset, str) else None
+        if chosen is None:
+            raise RequestError(f"unknown preset {shown_value(preset)}", field="preset",
+                               hint=f"use one of: {', '.join(PRESETS)}")
+        _require_field_names(overrides, prompt=False)
         values: dict[str, object] = {"steps": chosen.steps, "layers": chosen.layers, "reuse": chosen.reuse}
         values.update(overrides)
         return cls(prompt=prompt, **values)  # type: ignore[arg-type]
 
     def with_changes(self, **changes: object) -> "GenerationRequest":
+        _require_field_names(changes)
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @property
@@ -169,6 +177,16 @@ class GenerationRequest:
 
 # ----------------------------------------------------------------------------- validation
 
+def _require_field_names(values: dict[str, object], *, prompt: bool = True) -> None:
+    """Settings given by name (from_preset's overrides, with_changes) must be the request's fields
+    (from_preset takes the prompt as its own argument)."""
+    known = [f.name for f in fields(GenerationRequest) if prompt or f.name != "prompt"]
+    for name in values:
+        if name not in known:
+            settable = ", ".join(known)
+            raise RequestError(f"{shown_value(name)} is not a setting of a GenerationRequest", field=name,
+                               hint=f"the settings are: {settable}")
+
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -176,7 +194,7 @@ def _is_int(value: object) -> bool:
 
 def _require_int(value: object, name: str) -> int:
     if not _is_int(value):
-        raise RequestError(f"{name}={value!r} must be a whole number", field=name)
+        raise RequestError(f"{name}={shown_value(value)} must be a whole number", field=name)
     return value  # type: ignore[return-value]
 
 
@@ -184,7 +202,7 @@ def _require_range(value: object, name: str, low: int, high: int, meaning: str) 
     number = _require_int(value, name)
     if not low <= number <= high:
         nearest = low if number < low else high
-        raise RequestError(f"{name}={number} is out of range: {meaning} must be in [{low}, {high}]; "
+        raise RequestError(f"{name}={shown_value(number)} is out of range: {meaning} must be in [{low}, {high}]; "
                            f"the nearest valid value is {nearest}", field=name,
                            hint=f"use {name}={nearest}")
 
@@ -214,10 +232,10 @@ def _validate_frames(request: GenerationRequest) -> None:
         # main.c frames_from_seconds: finite, > 0, llround(seconds * 24) >= 1.
         if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                 or seconds != seconds or seconds <= 0):
-            raise RequestError(f"seconds={seconds!r} must be a positive number of seconds",
+            raise RequestError(f"seconds={shown_value(seconds)} must be a positive number of seconds",
                                field="seconds", hint=f"e.g. seconds={legal[2] / FPS:g} ({legal[2]} frames)")
         if not _finite(seconds) or seconds > 2 * MAX_FRAMES / FPS:
-            shown = f"{float(seconds):g}" if isinstance(seconds, float) or _finite(seconds) else f"(a {len(str(seconds))}-digit number)"
+            shown = f"{float(seconds):g}" if isinstance(seconds, float) or _finite(seconds) else shown_value(seconds)
             raise RequestError(f"seconds={shown} is far longer than h3's longest clip of {MAX_FRAMES} frames "
                                f"({MAX_FRAMES / FPS:.3f} s)", field="seconds",
                                hint=f"use seconds<={MAX_FRAMES / FPS:.3f} or frames={MAX_FRAMES}")
@@ -240,11 +258,11 @@ def _validate_frames(request: GenerationRequest) -> None:
     # Upstream silently rounds other values up to 5 + 17n; we ask for a legal length instead so
     # the clip is the length the caller asked for (align_frame_count gives upstream's rounding).
     if frames < MIN_FRAMES:
-        raise RequestError(f"frames={frames} is shorter than h3's shortest clip; the shortest legal "
+        raise RequestError(f"frames={shown_value(frames)} is shorter than h3's shortest clip; the shortest legal "
                            f"length is {MIN_FRAMES} (legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
                            field="frames", hint=f"use frames={MIN_FRAMES}")
     if frames > MAX_FRAMES:
-        raise RequestError(f"frames={frames} is longer than h3's longest clip; the longest legal "
+        raise RequestError(f"frames={shown_value(frames)} is longer than h3's longest clip; the longest legal "
                            f"length is {MAX_FRAMES} (legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
                            field="frames", hint=f"use frames={MAX_FRAMES}")
     if frames not in legal:
@@ -264,14 +282,15 @@ def _validate_canvas(request: GenerationRequest) -> None:
             nearest = (f"the nearest valid {name} is {options[0]}" if len(options) == 1 else
                        f"the nearest valid {name}s are {options[0]} and {options[1]}")
             closest = min(options, key=lambda option: (abs(option - value), option))
-            raise RequestError(f"{name}={value} is not a multiple of 32 of at least 32; {nearest}", field=name,
+            raise RequestError(f"{name}={shown_value(value)} is not a multiple of 32 of at least 32; {nearest}", field=name,
                                hint=f"use {name}={closest}")
     width, height = request.width, request.height
     # h3.c h3_valid_params: "canvas exceeds the released 768*1344 pixel limit"
     if width * height > MAX_PIXELS:
         fit_w, fit_h = largest_canvas_like(width, height)
         same = "the same" if fit_w * height == fit_h * width else "about the same"
-        raise RequestError(f"canvas {width}x{height} is {width * height} pixels, over h3's 768*1344 "
+        raise RequestError(f"canvas {shown_value(width)}x{shown_value(height)} is {shown_value(width * height)} "
+                           f"pixels, over h3's 768*1344 "
                            f"({MAX_PIXELS}) pixel limit; the largest valid canvas of {same} aspect is "
                            f"{fit_w}x{fit_h}", field="width", hint=f"use width={fit_w} and height={fit_h}")
     render_w, render_h = request.render_width, request.render_height
@@ -302,7 +321,8 @@ def _validate_canvas(request: GenerationRequest) -> None:
         problem = "is not made of multiples of 32 of at least 32"
     else:
         problem = f"does not have the output canvas's aspect ({width}x{height})"
-    raise RequestError(f"render canvas {render_w}x{render_h} {problem}; the nearest valid render canvases "
+    raise RequestError(f"render canvas {shown_value(render_w)}x{shown_value(render_h)} {problem}; the nearest "
+                       f"valid render canvases "
                        f"are {listed}", field="render_width",
                        hint=f"use a same-aspect canvas of multiples of 32 no larger than {width}x{height}, "
                             f"e.g. {sorted(nearest)[0][0]}x{sorted(nearest)[0][1]}, or drop the render canvas")
@@ -326,14 +346,10 @@ def _validate_quality(request: GenerationRequest) -> None:
                            hint="use core_reuse=1 (keep reuse) or reuse=1 (keep core_reuse)")
     seed = _require_int(request.seed, "seed")
     if not 0 <= seed <= MAX_SEED:
-        raise RequestError(f"seed={seed} must be in [0, 2**64-1]", field="seed",
+        raise RequestError(f"seed={shown_value(seed)} must be in [0, 2**64-1]", field="seed",
                            hint=f"use seed={min(max(seed, 0), MAX_SEED)}")
-    for path in request.slower_paths:
-        if not isinstance(path, SlowerPath):
-            raise RequestError(f"unknown slower path {path!r}", field="slower_paths",
-                               hint=f"use one of: {', '.join(p.value for p in SlowerPath)}")
     if not isinstance(request.reference_image_size, ReferenceImageSize):
-        raise RequestError(f"reference_image_size={request.reference_image_size!r} must be match or max",
+        raise RequestError(f"reference_image_size={shown_value(request.reference_image_size)} must be match or max",
                            field="reference_image_size", hint="use 'match' (default) or 'max'")
 
 
@@ -420,13 +436,17 @@ def _type_name(value: object) -> str:
 def _is_path(value: object) -> bool:
     """A file path as the library takes it: a str or os.PathLike naming something (not bytes)."""
     if isinstance(value, os.PathLike):
-        value = os.fspath(value)
+        try:
+            value = os.fspath(value)
+        except Exception:                # a caller's PathLike may raise anything from __fspath__
+            return False
     return isinstance(value, str) and value != ""
 
 
 def _require_path(value: object, name: str, what: str) -> None:
     if not _is_path(value):
-        raise RequestError(f"{what} must be a file path (a str or pathlib.Path), not {_type_name(value)} {value!r}",
+        raise RequestError(f"{what} must be a file path (a str or pathlib.Path), not {_type_name(value)} "
+                           f"{shown_value(value)}",
                            field=name, hint=f"give {name} the path of a file, e.g. Path('image.png')")
 
 
@@ -440,26 +460,32 @@ def _validate_types(request: GenerationRequest) -> None:
     for name in _SWITCHES:
         value = getattr(request, name)
         if not isinstance(value, bool):
-            raise RequestError(f"{name}={value!r} must be True or False, not {_type_name(value)}", field=name,
+            raise RequestError(f"{name}={shown_value(value)} must be True or False, not {_type_name(value)}", field=name,
                                hint=f"use {name}=True or {name}=False")
     for name in ("first_frame", "last_frame"):
         value = getattr(request, name)
         if value is not None:
             _require_path(value, name, name)
     if not isinstance(request.slower_paths, (frozenset, set, tuple, list)):
-        raise RequestError(f"slower_paths={request.slower_paths!r} must be a set of SlowerPath, not "
+        raise RequestError(f"slower_paths={shown_value(request.slower_paths)} must be a set of SlowerPath, not "
                            f"{_type_name(request.slower_paths)}", field="slower_paths",
                            hint="use slower_paths=frozenset() for none, or e.g. frozenset({SlowerPath.BF16_MLP})")
+    for path in request.slower_paths:    # checked before any rule compares them with a SlowerPath
+        if not isinstance(path, SlowerPath):
+            raise RequestError(f"unknown slower path {shown_value(path)}", field="slower_paths",
+                               hint=f"use one of: {', '.join(p.value for p in SlowerPath)}")
     references = request.references
     if not isinstance(references, (tuple, list)):
-        raise RequestError(f"references={references!r} must be a tuple of Reference, not {_type_name(references)}",
+        raise RequestError(f"references={shown_value(references)} must be a tuple of Reference, not "
+                           f"{_type_name(references)}",
                            field="references", hint="use references=() for none, or a tuple of Reference(kind, path)")
     for index, reference in enumerate(references, 1):
         if not isinstance(reference, Reference):
-            raise RequestError(f"reference {index} ({reference!r}) must be a Reference, not {_type_name(reference)}",
+            raise RequestError(f"reference {index} ({shown_value(reference)}) must be a Reference, not "
+                               f"{_type_name(reference)}",
                                field="references", hint="build it as Reference(ReferenceKind.IMAGE, Path('ref.png'))")
         if not isinstance(reference.kind, ReferenceKind):
-            raise RequestError(f"reference {index}: kind={reference.kind!r} must be a ReferenceKind, not "
+            raise RequestError(f"reference {index}: kind={shown_value(reference.kind)} must be a ReferenceKind, not "
                                f"{_type_name(reference.kind)}", field="references",
                                hint=f"use one of: {', '.join('ReferenceKind.' + k.name for k in ReferenceKind)}")
         _require_path(reference.path, "references", f"reference {index} ({reference.kind.value}): path")
@@ -470,7 +496,8 @@ def _validate_types(request: GenerationRequest) -> None:
 
 def _validate_values(request: GenerationRequest) -> None:
     if not isinstance(request.prompt, str):
-        raise RequestError(f"prompt={request.prompt!r} must be text (a str), not {_type_name(request.prompt)}",
+        raise RequestError(f"prompt={shown_value(request.prompt)} must be text (a str), not "
+                           f"{_type_name(request.prompt)}",
                            field="prompt", hint="describe the clip in the prompt, as a str")
     if not request.prompt.strip():
         # h3.c h3_generate refuses "" ("prompt must not be empty"); a prompt of only whitespace
@@ -481,13 +508,17 @@ def _validate_values(request: GenerationRequest) -> None:
         raise RequestError("the prompt contains a NUL character, which cannot reach the engine",
                            field="prompt", hint="remove the NUL character")
     try:
-        request.prompt.encode("utf-8")
+        prompt_bytes = len(request.prompt.encode("utf-8"))
     except UnicodeEncodeError as error:
         # h3_tokenizer.m: "prompt is not valid UTF-8", only after the model load (and, with
         # anchors or references, after reading and encoding them). Undecodable command-line bytes
         # reach Python as lone surrogates.
         raise RequestError(f"the prompt is not valid UTF-8 (character {error.start + 1} is not text)",
                            field="prompt", hint="retype the prompt, or save it as UTF-8 text") from None
+    if prompt_bytes > MAX_PROMPT_BYTES:
+        raise RequestError(f"the prompt is {prompt_bytes:,} bytes; h3 takes prompts of at most {MAX_PROMPT_BYTES:,} "
+                           f"bytes (its text encoder's limit of {MAX_PROMPT_BYTES:,} tokens)", field="prompt",
+                           hint=f"shorten the prompt to at most {MAX_PROMPT_BYTES:,} bytes of UTF-8 text")
     _validate_types(request)
     _validate_canvas(request)
     _validate_frames(request)

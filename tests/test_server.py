@@ -176,7 +176,7 @@ def test_any_bind_but_loopback_needs_a_key(tmp_path: Path) -> None:
         with pytest.raises(RequestError) as caught:
             check_bind(host, None)
         assert caught.value.field == "api_key"
-        check_bind(host, "a key")
+        check_bind(host, KEY)
     for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
         check_bind(host, None)
     env = {k: v for k, v in os.environ.items() if k != "H3BRIDGE_API_KEY"}

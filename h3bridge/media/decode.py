@@ -8,6 +8,8 @@ or twice on disk.
 from __future__ import annotations
 
 import os
+import re
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -219,6 +221,70 @@ class MediaInfo:
     audio_samples: int | None       # audio length in 32 kHz samples, None for no audio (capped, see probe_media)
 
 
+# The largest picture an input may hold, in pixels: 4096x4096 (16.8 megapixels), twice on each
+# side the most h3 ever reads of one (a 2048-pixel short edge, `--ref-image-size max`; anchors and
+# other references are scaled to the <= 1344-pixel canvas). Checking a picture decodes it, twice
+# (FFmpeg decodes one while it opens the file, in avformat_find_stream_info): a 0.7 MiB PNG
+# declaring 16000x16000 cost 737 MiB, one of 8192x8192 387 MiB, one of 4096x4096 100 MiB.
+# FFmpeg's own `max_pixels` option makes its decoders refuse a larger picture from its header,
+# before a byte of it is allocated.
+MAX_INPUT_SIDE = 4096
+MAX_INPUT_PIXELS = MAX_INPUT_SIDE * MAX_INPUT_SIDE
+_MAX_PIXELS_OPTION = {"max_pixels": str(MAX_INPUT_PIXELS)}
+_SCALE_DOWN = (f"scale it down first, e.g. `ffmpeg -i FILE -vf scale={MAX_INPUT_SIDE}:{MAX_INPUT_SIDE}:"
+               f"force_original_aspect_ratio=decrease "
+               f"smaller.png` (or smaller.mp4 for a video)")
+
+
+def _open_input(path: Path) -> "av.container.InputContainer":
+    """`path` opened for reading, its decoders (the one FFmpeg runs while opening it, too) refusing
+    any picture over MAX_INPUT_PIXELS."""
+    return av.open(str(path), options=_MAX_PIXELS_OPTION)
+
+
+_DECLARED_SIZE = re.compile(r"Picture size (\d+)x(\d+) exceeds")
+_log_capture = threading.Lock()      # FFmpeg's log level is process-wide: one capture at a time
+
+
+def _declared_picture_size(path: Path) -> tuple[int, int] | None:
+    """The size a picture FFmpeg refused under max_pixels declares, from FFmpeg's own message
+    ("Picture size WxH exceeds specified max pixel count", libavutil/imgutils.c), read by
+    opening the file once more with FFmpeg's errors captured (cheap: the picture is refused
+    from its header). None when FFmpeg said no such thing."""
+    import av.logging
+    with _log_capture:
+        previous, skipped = av.logging.get_level(), av.logging.get_skip_repeated()
+        av.logging.set_level(av.logging.ERROR)
+        av.logging.set_skip_repeated(False)     # PyAV drops a message repeating the last one
+        try:
+            with av.logging.Capture(local=True) as logs:
+                try:
+                    with _open_input(path):
+                        pass
+                except (av.FFmpegError, OSError, ValueError):
+                    pass
+        finally:
+            av.logging.set_skip_repeated(skipped)
+            av.logging.set_level(previous)
+    for _level, _name, message in logs:
+        match = _DECLARED_SIZE.search(message)
+        if match:
+            return int(match[1]), int(match[2])
+    return None
+
+
+def _picture_too_large(path: Path) -> MediaError | None:
+    """The MediaError for an input whose picture is over MAX_INPUT_PIXELS, or None when that is not
+    why FFmpeg refused it."""
+    size = _declared_picture_size(path)
+    if size is None:
+        return None
+    width, height = size
+    return MediaError(f"{path} holds a picture of {width}x{height} pixels ({width * height / 1e6:.1f} megapixels); "
+                      f"inputs may hold at most {MAX_INPUT_PIXELS / 1e6:.1f} megapixels ({MAX_INPUT_SIDE}x{MAX_INPUT_SIDE}): h3 "
+                      f"never reads more than a 2048-pixel short edge of one", hint=_SCALE_DOWN)
+
+
 def _seconds(value: int | None, time_base: Fraction | None) -> float | None:
     if value is None or time_base is None:
         return None
@@ -232,12 +298,15 @@ def probe_media(path: Path, *, audio_cap_samples: int = SAMPLE_RATE * 16) -> Med
     24 fps comes from the video packets' time span, as FFmpeg's `fps=24` filter (h3_ffmpeg.c
     `h3_ffmpeg_read_video_f32`) emits about duration*24 frames (see _frames_at_24fps). Audio is decoded and
     resampled to 32 kHz like `h3_ffmpeg_read_audio_f32`, stopping once `audio_cap_samples`
-    is passed (anything that long is over every limit anyway).
+    is passed (anything that long is over every limit anyway). A picture over MAX_INPUT_PIXELS
+    is refused from its header, never decoded.
     """
     try:
         return _probe_open_media(path, audio_cap_samples)
     except MediaError:
         raise
+    except av.error.ArgumentError as error:     # EINVAL: what a decoder's max_pixels refusal returns
+        raise _picture_too_large(path) or media_read_error(path, error) from None
     except (av.FFmpegError, OSError, ValueError) as error:
         # Damaged input fails anywhere: opening, decoding the first frame, seeking, or (ValueError)
         # PyAV's resampler meeting a frame whose format changed mid-stream.
@@ -252,7 +321,7 @@ def _frames_at_24fps(path: Path) -> int:
     and container metadata are not trusted: live WebM recordings have none, Matroska often has
     only the container's, which can be the audio's, and a single still frame can last seconds.
     Stops once past h3's longest clip (MAX_FRAMES), since h3 reads no further."""
-    with av.open(str(path)) as container:
+    with _open_input(path) as container:
         video = container.streams.video[0]
         time_base = video.time_base
         start = end = None
@@ -277,16 +346,20 @@ def _frames_at_24fps(path: Path) -> int:
 
 
 def _probe_open_media(path: Path, audio_cap_samples: int) -> MediaInfo:
-    with av.open(str(path)) as container:
+    with _open_input(path) as container:
         video = container.streams.video[0] if container.streams.video else None
         audio = container.streams.audio[0] if container.streams.audio else None
         width = height = frames24 = samples = None
         if video is not None:
+            # av.open's options reached only the decoder FFmpeg ran while opening; this one too.
+            if video.codec_context is not None:      # None: no decoder for it (decode() then says so)
+                video.codec_context.options = dict(_MAX_PIXELS_OPTION)
             first = next(container.decode(video), None)
             if first is None:
                 raise MediaError(f"{path} has a video stream but not one picture that can be decoded "
                                  "(damaged, or cut short)", hint=_REEXPORT)
             width, height = first.width, first.height
+            del first                    # before _frames_at_24fps opens the file again
             frames24 = _frames_at_24fps(path)
         if audio is not None:
             container.seek(0)

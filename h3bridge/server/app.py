@@ -16,8 +16,10 @@ and the library's message before it is queued. With an API key every route but /
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -158,7 +160,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             return error_response(400, ErrorCode.INVALID_REQUEST, f"order={order!r} must be asc or desc",
                                   param="order")
         jobs, more = store.list(after=after, limit=limit, newest_first=order == "desc")
-        data = [job.video_job() for job in jobs]
+        data = [job.video_job().listed() for job in jobs]
         page = VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                          has_more=more)
         return JSONResponse(page.model_dump(mode="json"))
@@ -208,12 +210,57 @@ async def _drain(stream) -> None:
         return
 
 
+MIN_API_KEY_CHARS = 16
+MAKE_A_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
 def check_bind(host: str, api_key: str | None) -> None:
-    """Any bind but the loopback interface needs an API key (RequestError naming the flag)."""
-    if api_key:
+    """An API key, when given, must be one (check_api_key); without one, every address `host`
+    resolves to must be loopback (RequestError naming the flag). The name is resolved as the
+    server will bind it (socket.getaddrinfo): its spelling says nothing (`127.lan.example` may
+    be 0.0.0.0)."""
+    if api_key is not None:
+        check_api_key(api_key)
         return
-    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+    outside = addresses_beyond_loopback(host)
+    if not outside:
         return
-    raise RequestError(f"--host {host} would serve this Mac's engine to the network without an API key",
-                       field="api_key", hint="set H3BRIDGE_API_KEY (or --api-key) to a long random key, "
-                                             "or serve on 127.0.0.1 only")
+    where = f"--host {host}" + ("" if outside == [host] else f" (which resolves to {', '.join(outside)})")
+    raise RequestError(f"{where} would serve this Mac's engine to the network without an API key",
+                       field="api_key", hint=f"set H3BRIDGE_API_KEY (or --api-key) to a long random key (make one "
+                                             f"with {MAKE_A_KEY}), or serve on 127.0.0.1 only")
+
+
+def addresses_beyond_loopback(host: str) -> list[str]:
+    """The addresses `host` binds to that are not loopback; [host] itself when it does not
+    resolve (the bind would fail, or mean something unknown: not provably this machine only)."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, OSError):
+        return [host]
+    outside: list[str] = []
+    for *_, address in found:
+        text = str(address[0]).split("%", 1)[0]      # an IPv6 scope (fe80::1%en0)
+        try:
+            parsed = ipaddress.ip_address(text)
+        except ValueError:
+            outside.append(text)
+            continue
+        mapped = getattr(parsed, "ipv4_mapped", None)      # ::ffff:127.0.0.1
+        if not (parsed.is_loopback or (mapped is not None and mapped.is_loopback)) and text not in outside:
+            outside.append(text)
+    return outside if found else [host]
+
+
+def check_api_key(api_key: str) -> None:
+    """A key is what a person would call one: at least MIN_API_KEY_CHARS visible ASCII characters
+    (clients send it in an HTTP header; a space or a tab there is stripped, so such a key would
+    refuse every request, and one character is guessed at once)."""
+    visible = all("!" <= char <= "~" for char in api_key)
+    if len(api_key) >= MIN_API_KEY_CHARS and visible:
+        return
+    problem = ("has spaces, tabs or characters other than visible ASCII" if not visible
+               else f"is {len(api_key)} characters")
+    raise RequestError(f"the API key (--api-key or $H3BRIDGE_API_KEY) {problem}; a key must be at least "
+                       f"{MIN_API_KEY_CHARS} visible ASCII characters (letters, digits, punctuation; no spaces)",
+                       field="api_key", hint=f"make one with {MAKE_A_KEY} and set H3BRIDGE_API_KEY to it")

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-from ..errors import RequestError
+from ..errors import RequestError, shown_value
+from ..request import MAX_PROMPT_BYTES
 from .wire import (
+    LongNumber,
     UploadedFile,
     decode_data_url,
     inline_file_text,
     is_file_field,
+    json_int,
     normalise_name,
     pairs_from_json,
 )
@@ -35,17 +39,30 @@ MEDIA_SUFFIXES = frozenset({
 @dataclass(frozen=True)
 class UploadLimits:
     """What one request may send. The defaults fit h3's largest legal request (12 references of
-    up to 15 s each) with room to spare."""
+    up to 15 s each) with room to spare.
+
+    A JSON body is parsed whole in memory (about three times its size at the peak: the bytes, the
+    text, the decoded data URLs), so it has its own, smaller cap: it is for fields and small inline
+    images; files go as multipart parts, which stream to disk."""
 
     max_file_bytes: int = 256 * MiB     # one file
     max_files: int = 16                 # file parts (12 references + anchors, with room)
     max_body_bytes: int = 1024 * MiB    # the whole body
-    max_field_bytes: int = 64 * 1024    # one text field (the prompt)
-    max_fields: int = 64                # text fields
+    max_json_bytes: int = 32 * MiB      # a whole JSON body (its inline files included)
+    max_field_bytes: int = 256 * 1024   # one text field: the longest prompt h3 takes (MAX_PROMPT_BYTES), with room
+    max_fields: int = 64                # text fields (a repeated field's items each count)
 
-    def too_large(self, what: str, limit: int, field_name: str | None) -> RequestError:
+    def too_large(self, what: str, limit: int, field_name: str | None, *, fix: str | None = None) -> RequestError:
         return RequestError(f"{what} is over this server's limit of {_size(limit)}", field=field_name,
-                            hint="send smaller files (or ask the server's owner to raise --max-upload-mb)")
+                            hint=fix or "send smaller files (or ask the server's owner to raise --max-upload-mb)")
+
+    def field_too_large(self, name: str) -> RequestError:
+        return self.too_large(f"the field {name!r}", self.max_field_bytes, name,
+                              fix=f"shorten it (a prompt takes at most {MAX_PROMPT_BYTES:,} bytes)")
+
+    def too_many_fields(self) -> RequestError:
+        return RequestError(f"more than {self.max_fields} form fields (a list's items each count)", field=None,
+                            hint=f"send at most {self.max_fields} fields")
 
 
 def _size(count: int) -> str:
@@ -123,14 +140,18 @@ async def receive_body(content_type: str, content_length: str | None, stream: As
                        inputs: Path, limits: UploadLimits) -> ReceivedBody:
     """Read the whole body into (pairs, uploads); RequestError when it is malformed or over a
     limit (the caller removes `inputs` then)."""
-    if content_length is not None and content_length.isdigit() and int(content_length) > limits.max_body_bytes:
-        raise limits.too_large(f"the request body ({_size(int(content_length))})", limits.max_body_bytes, None)
     media_type = content_type.split(";", 1)[0].strip().lower()
+    is_json = media_type in ("application/json", "")
+    body_limit = limits.max_json_bytes if is_json else limits.max_body_bytes
+    declared = content_length.strip() if content_length is not None else ""
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > body_limit):
+        shown = _size(int(declared)) if len(declared) <= 18 else f"{len(declared)} digits of bytes"
+        raise _body_too_large(limits, is_json, f"the request body ({shown})")
     writer = _UploadWriter(inputs, limits)
     try:
         if media_type == "multipart/form-data":
             return await _receive_multipart(content_type, stream, writer, limits)
-        if media_type in ("application/json", ""):
+        if is_json:
             return await _receive_json(stream, writer, limits)
         raise RequestError(f"a body of type {media_type!r} cannot be read; send JSON or multipart/form-data",
                            field=None, hint="send Content-Type: application/json or multipart/form-data")
@@ -138,26 +159,90 @@ async def receive_body(content_type: str, content_length: str | None, stream: As
         writer.abort()
 
 
-async def _read_all(stream: AsyncIterator[bytes], limits: UploadLimits) -> bytes:
-    chunks, total = [], 0
+def _body_too_large(limits: UploadLimits, is_json: bool, what: str) -> RequestError:
+    if is_json:
+        return limits.too_large(f"{what}, as JSON,", limits.max_json_bytes, None,
+                                fix="send files as multipart/form-data parts (the openai client does), not as "
+                                    "data URLs in JSON")
+    return limits.too_large(what, limits.max_body_bytes, None)
+
+
+async def _read_json_bytes(stream: AsyncIterator[bytes], limits: UploadLimits) -> bytearray:
+    raw = bytearray()       # one growing buffer: no list of chunks joined into a second copy
     async for chunk in stream:
-        total += len(chunk)
-        if total > limits.max_body_bytes:
-            raise limits.too_large("the request body", limits.max_body_bytes, None)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if len(raw) + len(chunk) > limits.max_json_bytes:
+            raise _body_too_large(limits, True, "the request body")
+        raw += chunk
+    return raw
+
+
+def parse_json_body(raw: bytes | bytearray) -> object:
+    """The JSON value of a body; RequestError for anything json.loads refuses, however it refuses
+    it (a JSONDecodeError, RecursionError for arrays nested thousands deep). Integer literals
+    past Python's digit limit stay text (wire.LongNumber), refused later naming their field."""
+    try:
+        return json.loads(raw or b"{}", parse_int=json_int)
+    except RecursionError:
+        field = _too_deep_field(raw)
+        where = f"the field {field!r}" if field is not None else "the JSON body"
+        raise RequestError(f"{where} is nested too deeply to read (lists or objects inside one another "
+                           f"hundreds of levels deep)", field=field,
+                           hint='send a flat JSON object, e.g. {"prompt": "...", "seed": 1}') from None
+    except (UnicodeDecodeError, ValueError) as error:      # json.JSONDecodeError is a ValueError
+        raise RequestError(f"the body is not valid JSON ({shown_value(str(error), limit=200)})", field=None,
+                           hint="send a JSON object, e.g. {\"prompt\": \"...\"}") from None
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _too_deep_field(raw: bytes | bytearray) -> str | None:
+    """Which top-level member of a JSON object json.loads could not read for its nesting: the
+    object's members are walked here and each value read by json's own raw_decode (only on this
+    rare path, to name the field)."""
+    try:
+        text = bytes(raw).decode(json.detect_encoding(raw))
+    except (UnicodeDecodeError, LookupError):
+        return None
+    decoder = json.JSONDecoder(parse_int=json_int)
+    at = _JSON_SPACE.match(text).end()
+    if text[at:at + 1] != "{":
+        return None
+    at = _JSON_SPACE.match(text, at + 1).end()
+    while True:
+        try:
+            key, at = decoder.raw_decode(text, at)
+            at = _JSON_SPACE.match(text, at).end()
+            if not isinstance(key, str) or text[at:at + 1] != ":":
+                return None
+            _, at = decoder.raw_decode(text, _JSON_SPACE.match(text, at + 1).end())
+        except RecursionError:
+            return normalise_name(key)[0]
+        except ValueError:
+            return None
+        at = _JSON_SPACE.match(text, at).end()
+        if text[at:at + 1] != ",":
+            return None
+        at = _JSON_SPACE.match(text, at + 1).end()
 
 
 async def _receive_json(stream: AsyncIterator[bytes], writer: _UploadWriter, limits: UploadLimits) -> ReceivedBody:
-    raw = await _read_all(stream, limits)
-    try:
-        body = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RequestError(f"the body is not valid JSON ({error})", field=None,
-                           hint="send a JSON object, e.g. {\"prompt\": \"...\"}") from None
+    raw = await _read_json_bytes(stream, limits)
+    body = parse_json_body(raw)
+    del raw
     received = ReceivedBody()
-    for name, value in pairs_from_json(body):
+    pairs = pairs_from_json(body)
+    if len(pairs) > limits.max_fields + limits.max_files:
+        raise limits.too_many_fields()
+    for name, value in pairs:
         _add_value(received, writer, name, value)
+    if len(received.pairs) > limits.max_fields:
+        raise limits.too_many_fields()
+    for name, value in received.pairs:
+        # The multipart parser stops a text field at max_field_bytes; a JSON field is held to the same.
+        size = len(value.text) if isinstance(value, LongNumber) else len(value) if isinstance(value, str) else 0
+        if size > limits.max_field_bytes:
+            raise limits.field_too_large(normalise_name(name)[0])
     received.uploads = writer.uploads
     return received
 
@@ -212,8 +297,7 @@ async def _receive_multipart(content_type: str, stream: AsyncIterator[bytes], wr
         else:
             text_fields[0] += 1
             if text_fields[0] > limits.max_fields:
-                raise RequestError(f"more than {limits.max_fields} form fields", field=None,
-                                   hint="send fewer fields")
+                raise limits.too_many_fields()
             state["text"] = bytearray()
 
     def part_data(data: bytes, start: int, end: int) -> None:
@@ -223,7 +307,7 @@ async def _receive_multipart(content_type: str, stream: AsyncIterator[bytes], wr
             return
         text += data[start:end]  # type: ignore[operator]
         if len(text) > limits.max_field_bytes:  # type: ignore[arg-type]
-            raise limits.too_large(f"the field {state['name']!r}", limits.max_field_bytes, str(state["name"]))
+            raise limits.field_too_large(str(state["name"]))
 
     def part_end() -> None:
         text = state["text"]
@@ -256,7 +340,7 @@ async def _receive_multipart(content_type: str, stream: AsyncIterator[bytes], wr
     async for chunk in stream:
         total += len(chunk)
         if total > limits.max_body_bytes:
-            raise limits.too_large("the request body", limits.max_body_bytes, None)
+            raise _body_too_large(limits, False, "the request body")
         try:
             parser.write(chunk)
         except Exception as error:     # python-multipart raises its own errors for broken bodies

@@ -34,6 +34,7 @@ import base64
 import binascii
 import enum
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
-from ..errors import RequestError
+from ..errors import RequestError, shown_value
 from ..geometry import FPS
 from ..request import (
     DEFAULT_FRAMES,
@@ -203,7 +204,7 @@ def inline_file_text(name: str, value: object) -> str | None:
         extra = set(value) - {_INLINE_FILE_KEY}
         if extra or not isinstance(value.get(_INLINE_FILE_KEY), str):
             raise RequestError(f"{field} must be an uploaded file or {{\"{_INLINE_FILE_KEY}\": \"data:...\"}}; "
-                               f"got an object with {sorted(map(str, value))}", field=field,
+                               f"got an object with {shown_value(sorted(map(str, value)))}", field=field,
                                hint=f"send the file as a multipart part named {field}")
         return value[_INLINE_FILE_KEY]
     if key == _INLINE_FILE_KEY and field in FILE_FIELDS and isinstance(value, str):
@@ -220,8 +221,7 @@ def decode_data_url(field: str, text: str) -> bytes:
     fetches nothing and opens no client path)."""
     match = _DATA_URL.fullmatch(text.strip())
     if match is None:
-        shown = text if len(text) <= 60 else text[:57] + "..."
-        raise RequestError(f"{field}: {shown!r} is not a base64 data URL; this server reads files only "
+        raise RequestError(f"{field}: {shown_value(text, limit=60)} is not a base64 data URL; this server reads files only "
                            f"from the request (it fetches no URL and opens no path)", field=field,
                            hint=f"upload the file as a multipart part named {field}, or send "
                                 f"{{\"{_INLINE_FILE_KEY}\": \"data:image/png;base64,...\"}}")
@@ -233,8 +233,7 @@ def decode_data_url(field: str, text: str) -> bytes:
 
 
 def _not_uploaded(field: str, value: object) -> RequestError:
-    shown = value if not isinstance(value, str) or len(value) <= 60 else value[:57] + "..."
-    return RequestError(f"{field}={shown!r} is not an uploaded file: this server opens only files uploaded "
+    return RequestError(f"{field}={shown_value(value, limit=60)} is not an uploaded file: this server opens only files uploaded "
                         f"with the request, never a path or URL named by a client", field=field,
                         hint=f"upload the file as a multipart part named {field} (openai client: "
                              f"{field}=open(path, 'rb')), or send {{\"{_INLINE_FILE_KEY}\": \"data:...;base64,...\"}}")
@@ -244,14 +243,67 @@ _INT_TEXT = re.compile(r"[+-]?\d+")
 _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 
 
+@dataclass(frozen=True)
+class LongNumber:
+    """A JSON integer literal longer than Python reads (`json_int`), kept as its text so the field
+    it was given for is named when it is refused."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return shown_value(whole_number(self.text))
+
+
+# int(str) refuses more digits than this (CPython's guard against quadratic conversion time;
+# sys.get_int_max_str_digits, 4300 unless lowered).
+_PYTHON_INT_DIGITS = min(4300, getattr(sys, "get_int_max_str_digits", lambda: 0)() or 4300)
+
+
+def json_int(text: str) -> int | LongNumber:
+    """json.loads's parse_int: an int, or a LongNumber past Python's digit limit (int() would
+    raise ValueError, a 500, before any field is known)."""
+    return int(text) if len(text) <= _PYTHON_INT_DIGITS else LongNumber(text)
+
+
+def whole_number(text: str) -> int:
+    """Whole-number text (sign, digits) as an int, at any length. Past Python's digit limit no
+    setting can take the value, so it stands in by its size alone, 10**(N-1) for N digits: the
+    request's rules then refuse it, showing "(a N-digit number)" and the setting's range."""
+    text = text.strip()
+    if len(text) <= _PYTHON_INT_DIGITS:
+        return int(text)
+    negative = text.startswith("-")
+    significant = len(text.lstrip("+-").lstrip("0"))
+    number = 10 ** (significant - 1) if significant else 0
+    return -number if negative else number
+
+
+# What each kind of field takes, for refusing a list or an object given for one.
+_KIND_WORDS = {str: "text", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _require_plain_value(spec: BodyField, name: str, value: object) -> None:
+    """A field's value is one JSON value (a list only spreads a repeated field into its items,
+    pairs_from_json): a list or an object here is refused naming the field."""
+    if isinstance(value, (list, tuple, Mapping)):
+        what = "an object" if isinstance(value, Mapping) else "a list inside a list" if spec.repeated else "a list"
+        wanted = _KIND_WORDS[spec.kind]
+        example = (f'{name}: ["{SlowerPath.BF16_MLP.value}", "{SlowerPath.DYNAMIC_FC1_K.value}"]' if spec.repeated
+                   else f"{name}: <{wanted}>")
+        raise RequestError(f"{name} must be {wanted}{' (or a list of them)' if spec.repeated else ''}, not {what}",
+                           field=name, hint=f"send {example}")
+
+
 def _typed(spec: BodyField, value: object) -> object:
     """`value` as spec.kind when it is that or its usual text form; anything else is passed on
     unchanged, for GenerationRequest.validate to refuse in its own words."""
+    if isinstance(value, LongNumber):
+        return whole_number(value.text)
     if spec.kind is int and isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
-        return int(value)
+        return whole_number(value)
     if spec.kind is float and isinstance(value, str):
         try:
-            return float(value) if "." in value or "e" in value.lower() else int(value)
+            return float(value) if "." in value or "e" in value.lower() else whole_number(value)
         except ValueError:
             return value
     if spec.kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
@@ -262,9 +314,9 @@ def _typed(spec: BodyField, value: object) -> object:
 def _parse_size(value: object) -> tuple[object, object]:
     match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value) if isinstance(value, str) else None
     if match is None:
-        raise RequestError(f"size={value!r} must be WIDTHxHEIGHT, e.g. 864x480", field="size",
+        raise RequestError(f"size={shown_value(value)} must be WIDTHxHEIGHT, e.g. 864x480", field="size",
                            hint="use size=864x480, or width and height")
-    return int(match[1]), int(match[2])
+    return whole_number(match[1]), whole_number(match[2])
 
 
 def request_from_wire(pairs: Iterable[tuple[str, object]],
@@ -285,8 +337,9 @@ def request_from_wire(pairs: Iterable[tuple[str, object]],
             raise _not_uploaded(name, value)
         spec = _FIELD_BY_NAME.get(name)
         if spec is None:
-            raise RequestError(f"unknown field {name!r}", field=name,
+            raise RequestError(f"unknown field {shown_value(name)}", field=name if len(name) <= 64 else name[:61] + "...",
                                hint=f"the fields h3bridge takes are: {', '.join(field_names())}")
+        _require_plain_value(spec, name, value)
         if spec.repeated:
             repeated.setdefault(spec.target, []).append(value)
             continue
@@ -306,13 +359,14 @@ def request_from_wire(pairs: Iterable[tuple[str, object]],
         width, height = _parse_size(values.pop("size"))
         for target, number in (("width", width), ("height", height)):
             if target in values and values[target] != number:
-                raise RequestError(f"size={width}x{height} and {target}={values[target]!r} disagree",
+                raise RequestError(f"size={shown_value(width)}x{shown_value(height)} and "
+                                   f"{target}={shown_value(values[target])} disagree",
                                    field=target, hint="give size, or width and height, not both")
             values[target] = number
     if "fps" in values:
         fps = values.pop("fps")
         if fps != FPS:
-            raise RequestError(f"fps={fps!r}: MiniMax-H3 renders at {FPS} fps only", field="fps",
+            raise RequestError(f"fps={shown_value(fps)}: MiniMax-H3 renders at {FPS} fps only", field="fps",
                                hint=f"drop fps, or use fps={FPS}")
     if "reference_image_size" in values:
         text = values["reference_image_size"]
@@ -325,7 +379,7 @@ def request_from_wire(pairs: Iterable[tuple[str, object]],
     prompt = values.pop("prompt")
     if preset is not None:
         if not isinstance(preset, str):
-            raise RequestError(f"preset={preset!r} must be a preset's name", field="preset",
+            raise RequestError(f"preset={shown_value(preset)} must be a preset's name", field="preset",
                                hint=f"use one of: {', '.join(PRESETS)}")
         return GenerationRequest.from_preset(preset, prompt, **values), model  # type: ignore[arg-type]
     return GenerationRequest(prompt=prompt, **values), model  # type: ignore[arg-type]
@@ -490,6 +544,18 @@ class VideoJob(BaseModel):
     def fraction(self) -> float:
         return self.progress / 100.0
 
+    def listed(self) -> "VideoJob":
+        """The job as a list shows it: the prompt cut to LISTED_PROMPT_CHARS (a page holds up to
+        100 jobs; the whole prompt is in GET /v1/videos/{id})."""
+        if self.prompt is None or len(self.prompt) <= LISTED_PROMPT_CHARS:
+            return self
+        return self.model_copy(update={"prompt": self.prompt[:LISTED_PROMPT_CHARS - 1] + "\u2026"})
+
+
+# How much of each prompt GET /v1/videos repeats (OpenAI's list gives the prompt; h3 takes up to
+# 167,772 bytes of one, and 100 of those made a 16 MiB page).
+LISTED_PROMPT_CHARS = 200
+
 
 class VideoList(BaseModel):
     object: Literal["list"] = "list"
@@ -550,8 +616,8 @@ def error_from_body(body: object) -> VideoError | None:
 
 __all__ = [
     "API_KEY_ENV", "DEFAULT_MODEL", "ErrorBody", "ErrorCode", "FIELDS", "FILE_FIELDS", "HEALTH_PATH",
-    "JobStatus", "UploadedFile", "VIDEOS_PATH", "VideoDeleted", "VideoError", "VideoJob", "VideoList",
+    "JobStatus", "LISTED_PROMPT_CHARS", "LongNumber", "UploadedFile", "VIDEOS_PATH", "VideoDeleted", "VideoError", "VideoJob", "VideoList",
     "WireBody", "clip_shape", "decode_data_url", "error_from_body", "in_wire_words", "inline_file_text",
     "is_file_field", "normalise_name", "pairs_from_json", "progress_percent", "refusal_body",
-    "request_from_wire", "request_to_wire",
+    "request_from_wire", "request_to_wire", "json_int", "whole_number",
 ]
