@@ -22,7 +22,7 @@ def default_data_dir() -> Path:
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
-    from ..cli import add_engine_options, add_engine_safety_options
+    from ..engine_cli import add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
         "serve", help="serve this Mac's engine over the OpenAI Videos API (POST /v1/videos, poll, download)",
         description="Run an HTTP server speaking the OpenAI Videos API subset that SGLang Diffusion and "
@@ -62,7 +62,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
                                   hint="pip install 'h3bridge[serve]'") from None
-    from ..cli import engines_from_args
+    from ..engine_cli import engines_from_args
     from ..engines.lock import engine_lock
     from ..model.inventory import inspect_model
     from ..model.memory import preflight

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from ..cancel import CancelToken
-from ..cli import (EXIT_OK, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                   cancelled_status, engines_from_args)
+from ..engine_cli import (EXIT_OK, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
+                          cancelled_status, engines_from_args)
 from ..errors import GenerationCancelled, RequestError
 from .runner import StoryProgress, default_job_dir
 
