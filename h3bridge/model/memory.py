@@ -1073,8 +1073,8 @@ def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> li
 
 
 def fold_warnings(request: GenerationRequest, inventory: ModelInventory) -> list[str]:
-    """A folded step-distillation model sampled with --reuse/--core-reuse or many steps (lora/provenance.py)."""
-    from ..lora.provenance import request_warnings
+    """A folded step-distillation model sampled with --reuse/--core-reuse or many steps (fold_record.py)."""
+    from .fold_record import request_warnings
     return request_warnings(request, inventory.provenance)   # type: ignore[arg-type]
 
 

@@ -348,7 +348,7 @@ def verify_model(model_dir: str | Path, *, checksums: bool = False, workers: int
                 result.expected_sha256, result.expected_source = published, "huggingface-download"
             elif folded is not None and folded.expected_sha256(str(result.relative)):
                 result.expected_sha256 = folded.expected_sha256(str(result.relative))
-                result.expected_source = "fold record"     # h3bridge lora fold (lora/provenance.py)
+                result.expected_source = "fold record"     # h3bridge lora fold (fold_record.py)
             else:
                 recorded = manifest_files.get(str(result.relative), {}).get("sha256")
                 if isinstance(recorded, str):
