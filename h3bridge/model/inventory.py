@@ -577,14 +577,17 @@ def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInvento
         raise ModelError(f"{root} is a {kind} file; h3 needs the official model directory "
                          "(FL2VA/ and optional Ref2VA/ folders), not a ComfyUI-style repack",
                          hint=DOWNLOAD_HINT)
-    _scan_tree(root, inventory)
     if not (root / FL2VA).is_dir():
+        # Not a model folder: say so, and nothing else. Its files are not the model's, so there is
+        # no tree to scan (`info /` walked the whole file system) and nothing in it to delete.
         if not _detect_foreign_layout(root, inventory):
             inventory.problems.append(Problem(
                 "error", "not-a-model",
                 f"{root} is not a MiniMax-H3 model directory (missing required model file: "
-                f"{root / FL2VA / REQUIRED_FILES[0]})", DOWNLOAD_HINT, root))
+                f"{root / FL2VA / REQUIRED_FILES[0]})",
+                f"pass the model folder, the one that holds FL2VA/; or {DOWNLOAD_HINT} (DIR: a new folder)", root))
         return inventory
+    _scan_tree(root, inventory)
     for name in PARTITIONS:
         if name == FL2VA or (root / name).is_dir():
             _inventory_partition(root, name, inventory, read_headers=read_headers)
