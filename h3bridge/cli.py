@@ -193,7 +193,7 @@ def run_generate(args: argparse.Namespace) -> int:
     chosen = engines.for_request(request)
     session = chosen if chosen is engines.warm else None
     if engines.model_dir is not None:      # a server checks its own model and plans its own memory
-        preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
+        preflight_generate(request, engines.model_dir, force=getattr(args, "force", False), quiet=args.quiet,
                            session=chosen.capabilities.warm_model, machine=engines.machine_facts(),
                            preview=previews is not None)
     cancel = CancelToken()
@@ -401,16 +401,18 @@ def default_request_advice(model_dir: Path | None = None) -> str:
 
 
 def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False,
-                       machine: object = None, preview: bool = False) -> None:
+                       machine: object = None, preview: bool = False, quiet: bool = False) -> None:
     """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
-    the DiT and the video decoder loaded); a refusal prints the plan."""
+    the DiT and the video decoder loaded); a refusal prints the plan's table (unless `quiet`),
+    and its verdict once, as the error `main` prints."""
     from .errors import MemoryPlanError
     from .model.memory import preflight
     try:
         plan = preflight(request, model_dir, force=force, session=session, machine=machine, preview=preview)
     except MemoryPlanError as error:
         if error.plan is not None:
-            print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
+            if not quiet:
+                print(error.plan.render(verdict=False), file=sys.stderr)   # type: ignore[attr-defined]
         raise
     print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
     if force and not plan.fits:
@@ -592,7 +594,7 @@ _FLAG_FOR_FIELD = {
     "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
     "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
     "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
-    "engine_path": "--engine-path", "model_dir": "--model-dir",
+    "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
     "redo": "--redo", "only": "--only", "overwrite": "--overwrite",
 }
 
@@ -620,6 +622,8 @@ def in_cli_words(text: str) -> str:
     text = re.sub(r"\([A-Z][A-Za-z0-9_.]*, CLI: ([^)]+)\)", r"(\1)", text)
     # Messages that already named the flag beside the field now say it twice: once is enough.
     text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
+    # "allow overwriting (CLI: --overwrite)": on the command line every word is the CLI's.
+    text = re.sub(r"\(CLI: (--[^)]+)\)", r"(\1)", text)
     return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)
 
 

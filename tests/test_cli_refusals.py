@@ -134,6 +134,30 @@ def test_a_memory_plan_that_does_not_fit_exits_2(tmp_path: Path, sim_log: Path, 
     assert_refused(status, err, sim_log, tmp_path, "does not fit", "--ssd-streaming", "--force")
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_memory_refusal_says_does_not_fit_once_and_quiet_prints_no_plan(
+        quiet: bool, tmp_path: Path, sim_log: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    realistic = write_fixture_model(tmp_path / "real" / "MiniMax-H3", realistic=True, ref2va=False)
+    monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(24, "Apple M4 Pro")))
+    capsys.readouterr()
+    status = main(["generate", "-p", "fox", *(["--quiet"] if quiet else []), "-o", str(tmp_path / "out" / "fox.mp4"),
+                   "--engine-path", str(sim_engine_path()), "--model-dir", str(realistic)])
+    err = capsys.readouterr().err
+    assert_refused(status, err, sim_log, tmp_path, "does not fit", "--ssd-streaming", "--force")
+    assert err.count("does not fit") == 1, err
+    assert ("sizes from:" in err) is (not quiet), err     # the plan's table
+    assert "force=True" not in err
+
+
+def test_library_wording_is_in_cli_words() -> None:
+    from h3bridge.cli import in_cli_words
+    assert in_cli_words("out.mp4 exists; fix: choose another name, or allow overwriting (CLI: --overwrite)") == \
+        "out.mp4 exists; fix: choose another name, or allow overwriting (--overwrite)"
+    assert in_cli_words("pass library_path (CLI: --library-path) or set H3_LIBRARY") == \
+        "pass --library-path or set H3_LIBRARY"
+
+
 def test_the_console_script_exits_2_too(tmp_path: Path) -> None:
     """The same through a real process (`python -m h3bridge.cli`), as a shell script sees it."""
     folder = tmp_path / "h3.c"
