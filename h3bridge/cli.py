@@ -73,6 +73,24 @@ class _AppendReference(argparse.Action):
         setattr(namespace, self.dest, references)
 
 
+class _RenamedFlag(argparse.Action):
+    """An old spelling of a flag: sets what the current one sets (a list value extends) and says,
+    once per run, what the flag is called now."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, value: object, current: str,
+                 **kwargs: object) -> None:
+        self.value, self.current = value, current
+        super().__init__(option_strings, dest, nargs=0, help=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"h3bridge: notice: {option_string} is now {self.current} (the old spelling still works for now)",
+              file=sys.stderr)
+        if isinstance(self.value, list):
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *self.value])
+        else:
+            setattr(namespace, self.dest, self.value)
+
+
 def add_request_options(parser: argparse.ArgumentParser) -> None:
     """Every GenerationRequest field as an h3-named flag (main.c option table)."""
     group = parser.add_argument_group("clip")
@@ -98,11 +116,21 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     quality.add_argument("--token-reduction", action="store_true", help="pair video tokens in middle DiT blocks")
     quality.add_argument("--ssd-streaming", action="store_true",
                          help="stream BF16 DiT layers from SSD (24-32 GB Macs)")
-    quality.add_argument("--use-int8-row-fc2", action="store_true", help="faster one-scale int8 FC2 (M5)")
-    quality.add_argument("--use-reference-rope", action="store_true", help="disable native 256 RoPE adaptation")
+    # Named as the request's fields (vocabulary.py), as storyboards, the server and the nodes name them.
+    quality.add_argument("--int8-row-fc2", action="store_true", help="faster one-scale int8 FC2 (M5)")
+    quality.add_argument("--reference-rope", action="store_true", help="disable native 256 RoPE adaptation")
+    quality.add_argument("--slower-paths", nargs="+", action="extend", metavar="NAME",
+                         choices=[slower.value for slower in SlowerPath],
+                         help="force upstream's slower close-reference paths: "
+                              + ", ".join(slower.value for slower in SlowerPath))
+    # h3's own spellings, which h3bridge used before: still accepted, with a notice
+    quality.add_argument("--use-int8-row-fc2", dest="int8_row_fc2", action=_RenamedFlag, value=True,
+                         current="--int8-row-fc2")
+    quality.add_argument("--use-reference-rope", dest="reference_rope", action=_RenamedFlag, value=True,
+                         current="--reference-rope")
     for slower in SlowerPath:
-        quality.add_argument(f"--use-slower-{slower.value}", dest="slower_paths", action="append_const",
-                             const=slower, help=argparse.SUPPRESS)
+        quality.add_argument(f"--use-slower-{slower.value}", dest="slower_paths", action=_RenamedFlag,
+                             value=[slower.value], current=f"--slower-paths {slower.value}")
     media = parser.add_argument_group("conditioning (anchors XOR ordered references)")
     media.add_argument("--first-frame", type=Path, metavar="PATH", help="first-frame image (FL2VA)")
     media.add_argument("--last-frame", type=Path, metavar="PATH", help="last-frame image (FL2VA)")
@@ -125,10 +153,10 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
     fields: dict[str, object] = dict(
         width=args.width, height=args.height, render_width=args.render_width, render_height=args.render_height,
         frames=args.frames, seconds=args.seconds, seed=args.seed, token_reduction=args.token_reduction,
-        ssd_streaming=args.ssd_streaming, int8_row_fc2=args.use_int8_row_fc2,
-        reference_rope=args.use_reference_rope, first_frame=args.first_frame, last_frame=args.last_frame,
+        ssd_streaming=args.ssd_streaming, int8_row_fc2=args.int8_row_fc2,
+        reference_rope=args.reference_rope, first_frame=args.first_frame, last_frame=args.last_frame,
         references=tuple(args.references or ()), reference_image_size=ReferenceImageSize(args.ref_image_size),
-        slower_paths=frozenset(args.slower_paths or ()))
+        slower_paths=frozenset(SlowerPath(name) for name in args.slower_paths or ()))
     for name in ("steps", "reuse", "layers", "core_reuse"):
         value = getattr(args, name)
         if value is not None:
@@ -592,7 +620,8 @@ _FLAG_FOR_FIELD = {
     "render_height": "--render-height", "frames": "--frames", "seconds": "--seconds", "seed": "--seed",
     "steps": "--steps", "reuse": "--reuse", "layers": "--layers", "core_reuse": "--core-reuse",
     "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
-    "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
+    "int8_row_fc2": "--int8-row-fc2", "reference_rope": "--reference-rope", "slower_paths": "--slower-paths",
+    "first_frame": "--first-frame", "last_frame": "--last-frame",
     "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
     "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
     "redo": "--redo", "only": "--only", "overwrite": "--overwrite",

@@ -957,7 +957,7 @@ def _stages(request: GenerationRequest, preview: bool) -> list[list[Option]]:
         stages.append([Option("no live preview", "(omit --show)", preview_off=True)])
     if not request.ssd_streaming:
         # h3.c h3_valid_params: SSD streaming excludes --use-int8-row-fc2
-        flag = "--ssd-streaming" + (" (without --use-int8-row-fc2)" if request.int8_row_fc2 else "")
+        flag = "--ssd-streaming" + (" (without --int8-row-fc2)" if request.int8_row_fc2 else "")
         stages.append([Option("SSD streaming", flag, (("ssd_streaming", True), ("int8_row_fc2", False)))])
     stages.append([Option(f"{n} layers", f"--layers {n}", (("layers", n),))
                    for n in range(request.layers - 1, MIN_LAYERS - 1, -1)])
