@@ -590,7 +590,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)     # exits 2 on bad arguments, as argparse does
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()      # a reader that left (`| head`) shows here, not in Python's exit
+        return status
+    except BrokenPipeError:
+        # Whoever read stdout stopped reading (`h3bridge history --json | head`): that is their
+        # choice, not a failure. Nothing more can be written there, so it is pointed at
+        # /dev/null, or Python's own flush at exit would report the broken pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except GenerationCancelled as error:
         print(f"h3bridge: {error.message}", file=sys.stderr)
         return EXIT_CANCELLED
