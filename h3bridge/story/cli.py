@@ -154,7 +154,8 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
         print(json.dumps(result.summary(), indent=2))
     else:
         film = f"wrote {result.output}" if result.assembled else \
-            (f"{result.output} is up to date" if result.output is not None else f"shots 1-{args.only} are ready")
+            (f"kept {result.output}" if result.output is not None else f"shots 1-{args.only} are ready")
+        # (an unchanged film: the runner's notice already said it "is up to date"; once is enough)
         print(f"h3bridge: {film}: {result.film_frames} frames ({result.film_frames / 24:.1f} s); "
               f"{result.rendered} shot(s) rendered, {len(result.shots) - result.rendered} kept; "
               f"shots in {result.job_dir}; {result.wall_seconds:.1f} s wall time", file=sys.stderr)
