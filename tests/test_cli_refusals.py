@@ -174,3 +174,27 @@ def test_a_job_that_ran_and_failed_still_exits_1(tiny: Path, tmp_path: Path, sim
     monkeypatch.setenv("H3_SIM_FAIL_PHASE", "denoise")
     status, err = generate(capsys, tmp_path, engine=sim_engine_path(), model=tiny)
     assert status == 1 and "h3 failed" in err and len(sim_invocations(sim_log)) == 1
+
+
+def test_a_program_that_is_not_h3_is_named_as_such(tiny: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`--engine-path /bin/true` said "h3 reported success but wrote no MP4"."""
+    true = tmp_path / "true"
+    true.write_text("#!/bin/sh\nexit 0\n")
+    true.chmod(0o755)
+    status, err = generate(capsys, tmp_path, engine=true, model=tiny)
+    assert status == 1
+    assert f"the engine {true} exited without an error, an MP4 or any of h3's progress output: it does not " \
+           "look like h3" in err and "--engine-path" in err and "h3 reported success" not in err
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the hint for a machine that cannot run the real h3")
+def test_the_missing_engine_hint_off_a_mac_offers_the_demo(tiny: Path, tmp_path: Path, sim_log: Path,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    capsys.readouterr()
+    status = main(["generate", "-p", "a red fox", *FAST_FLAGS, "-o", str(tmp_path / "out" / "fox.mp4"),
+                   "--model-dir", str(tiny)])
+    err = capsys.readouterr().err
+    assert_refused(status, err, sim_log, tmp_path, "the h3 engine was not found", "`h3bridge demo`")
