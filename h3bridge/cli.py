@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -186,15 +187,17 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_generate)
 
 
-def result_summary(result) -> dict[str, object]:
-    """The machine-readable part of a GenerationResult (for --json)."""
+def result_summary(result, *, wall: float | None = None, waited: float = 0.0) -> dict[str, object]:
+    """The machine-readable part of a GenerationResult (for --json); `wall`: the seconds the
+    whole job took here, waiting for the engine (`waited`) included."""
     return {
         "video_path": None if result.video_path is None else str(result.video_path),
         "width": result.width, "height": result.height, "frame_count": result.frame_count,
         "fps": result.fps, "seed": result.seed, "sample_rate": result.sample_rate,
         "frames_shape": None if result.frames is None else list(result.frames.shape),
         "audio_shape": None if result.audio is None else list(result.audio.shape),
-        "clip_seconds": clip_seconds(result), "wall_seconds": result.timings.get("total"),
+        "clip_seconds": clip_seconds(result),
+        "wall_seconds": result.timings.get("total") if wall is None else wall, "waited_seconds": waited,
         "timings": result.timings, "command": result.command, "engine_variables": result.engine_variables,
     }
 
@@ -204,13 +207,15 @@ def clip_seconds(result) -> float:
     return result.frame_count / result.fps if result.fps else 0.0
 
 
-def summary_line(result) -> str:
+def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> str:
     """The one line `generate` ends with: where the clip is, its size and length when played,
-    and the wall-clock time the render took (two durations, each said for what it is)."""
+    and the wall-clock time the job took (`wall`, waiting for the engine included, and said)."""
     where = result.video_path if result.video_path is not None else "(no MP4 kept)"
+    wall = result.timings.get("total", 0.0) if wall is None else wall
     return (f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames "
             f"({clip_seconds(result):.1f} s clip at {result.fps:g} fps), seed {result.seed}; "
-            f"rendered in {result.timings.get('total', 0.0):.1f} s wall time")
+            f"rendered in {wall:.1f} s wall time"
+            + (f" ({waited:.1f} s of it waiting for the engine)" if waited >= 0.05 else ""))
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -228,6 +233,7 @@ def run_generate(args: argparse.Namespace) -> int:
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, on_preview=previews, cancel=cancel)
+    started = time.monotonic()       # the wall time: waiting for the engine included
     with cancel_on_signals(cancel) as received:
         try:
             if session is not None:
@@ -244,11 +250,12 @@ def run_generate(args: argparse.Namespace) -> int:
         finally:
             bars.close()
             engines.close()
+    wall = time.monotonic() - started
     if args.json:
-        print(json.dumps(result_summary(result), indent=2))
+        print(json.dumps(result_summary(result, wall=wall, waited=bars.waited), indent=2))
     else:
         try:
-            print(summary_line(result), file=sys.stderr)
+            print(summary_line(result, wall=wall, waited=bars.waited), file=sys.stderr)
         except OSError:
             pass      # nobody reads stderr any more; the clip is there all the same
     return EXIT_OK

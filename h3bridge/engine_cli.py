@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from .cancel import CancelToken
 from .errors import GenerationCancelled, UnsupportedRequestError
 from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
-from .progress import ProgressEvent
+from .progress import WAITING_PHASE, ProgressEvent
 from .request import GenerationRequest
 
 if TYPE_CHECKING:
@@ -54,12 +54,19 @@ def bar_columns() -> int:
     return (columns if columns > 0 else FALLBACK_COLUMNS) - 1
 
 
+# Without a terminal, a long wait for the engine is reported when it starts and after these
+# seconds, then every WAIT_LINE_EVERY: visible in a log, and a few lines an hour at most.
+WAIT_LINES_AFTER = (10.0, 30.0, 60.0)
+WAIT_LINE_EVERY = 60.0
+
+
 class PhaseProgressBars:
     """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
 
     Without a terminal (a log file, a pipe) a bar's redraws are noise: one line per phase is
-    written instead. Progress is a courtesy: if stderr breaks (a closed pipe), the display
-    turns itself off and the render goes on."""
+    written instead (and, while waiting for another job's engine, a line now and then saying
+    who holds it). Progress is a courtesy: if stderr breaks (a closed pipe), the display turns
+    itself off and the render goes on. `waited` is how long the job waited for the engine."""
 
     def __init__(self, enabled: bool = True, *, terminal: bool | None = None,
                  note: Callable[[], str | None] | None = None) -> None:
@@ -68,8 +75,13 @@ class PhaseProgressBars:
         self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self._bar = None
         self._phase: str | None = None
+        self.waited = 0.0
+        self._next_wait_line = 0.0
+        self._holder: str | None = None
 
     def __call__(self, event: ProgressEvent) -> None:
+        if event.phase == WAITING_PHASE:
+            self.waited = max(self.waited, event.elapsed)
         if not self.enabled:
             return
         try:
@@ -79,6 +91,9 @@ class PhaseProgressBars:
             self._bar = None
 
     def _show(self, event: ProgressEvent) -> None:
+        if event.phase == WAITING_PHASE:
+            self._show_wait(event)
+            return
         if not self.terminal:
             if event.phase != self._phase:
                 self._phase = event.phase
@@ -97,6 +112,29 @@ class PhaseProgressBars:
         extra = self.note() if self.note is not None else None
         self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s"
                                   + (f", {extra}" if extra else "") + eta_suffix(event), refresh=False)
+        self._bar.refresh()
+
+    def _show_wait(self, event: ProgressEvent) -> None:
+        """Waiting for another job's engine: who holds it and for how long, kept visible."""
+        held = f"held by {event.detail}" if event.detail else "held by another job"
+        if not self.terminal:
+            first = self._phase != WAITING_PHASE
+            new_holder = event.detail is not None and event.detail != self._holder and not first
+            if first or new_holder or event.elapsed >= self._next_wait_line:
+                print(f"h3bridge: {'waiting' if first else 'still waiting'} for the engine"
+                      + ("" if first else f" ({event.elapsed:.0f} s)") + f": {held}", file=sys.stderr, flush=True)
+                later = [mark for mark in WAIT_LINES_AFTER if mark > event.elapsed]
+                self._next_wait_line = later[0] if later else event.elapsed + WAIT_LINE_EVERY
+            self._phase, self._holder = WAITING_PHASE, event.detail or self._holder
+            return
+        from tqdm import tqdm
+        if self._phase != WAITING_PHASE or self._bar is None:
+            self.close()
+            self._phase = WAITING_PHASE
+            self._bar = tqdm(total=None, desc=WAITING_PHASE, file=sys.stderr, leave=True, ncols=bar_columns(),
+                             bar_format="{desc} [{elapsed}] {postfix}")
+        self._bar.ncols = bar_columns()
+        self._bar.set_postfix_str(held, refresh=False)
         self._bar.refresh()
 
     def close(self) -> None:
