@@ -15,17 +15,25 @@ import json
 import math
 import os
 import platform
-import signal
 import sys
-from contextlib import contextmanager
-from dataclasses import dataclass
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from .cancel import CancelToken
+from .engine_cli import (    # shared with story/cli.py and server/command.py, below all three
+    EXIT_CANCELLED,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    PhaseProgressBars,
+    add_engine_options,
+    add_engine_run_options,
+    cancel_on_signals,
+    cancelled_status,
+    engines_from_args,
+)
 from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
-from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
-from .progress import ProgressEvent
 from .request import (
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
@@ -40,25 +48,14 @@ from .request import (
     SlowerPath,
 )
 
-if TYPE_CHECKING:
-    from .engines.protocol import Engine
-    from .model.memory import MachineFacts
-
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 EXIT_STATUS_HELP = ("exit status: 0 ok, 1 failed, 2 bad arguments or refused before anything ran, "
                     "130 cancelled (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP)")
 DEFAULT_OUTPUT = "outputs/h3.mp4"   # main.c: `-o` default, relative to the working directory
 
 
-# ----------------------------------------------------------------------------- shared options
-
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """--engine-path / --model-dir, shared by every subcommand that runs or inspects h3."""
-    parser.add_argument("--engine-path", metavar="PATH",
-                        help="the h3 binary or its h3.c checkout (default: $H3_BIN, then h3 on PATH)")
-    parser.add_argument("-d", "--model-dir", metavar="PATH",
-                        help="the MiniMax-H3 model directory (default: $H3_MODEL_DIR)")
-
+# ----------------------------------------------------------------------------- request options
+# (the engine options, engines, signals and progress display shared with `story` and `serve`
+# are in engine_cli.py)
 
 class _AppendReference(argparse.Action):
     """Keeps every --ref-* flag in one ordered list: upstream references are ordered."""
@@ -75,6 +72,24 @@ class _AppendReference(argparse.Action):
         else:
             references.append(Reference(self.kind, Path(values)))
         setattr(namespace, self.dest, references)
+
+
+class _RenamedFlag(argparse.Action):
+    """An old spelling of a flag: sets what the current one sets (a list value extends) and says,
+    once per run, what the flag is called now."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, value: object, current: str,
+                 **kwargs: object) -> None:
+        self.value, self.current = value, current
+        super().__init__(option_strings, dest, nargs=0, help=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"h3bridge: notice: {option_string} is now {self.current} (the old spelling still works for now)",
+              file=sys.stderr)
+        if isinstance(self.value, list):
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *self.value])
+        else:
+            setattr(namespace, self.dest, self.value)
 
 
 def add_request_options(parser: argparse.ArgumentParser) -> None:
@@ -102,11 +117,21 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     quality.add_argument("--token-reduction", action="store_true", help="pair video tokens in middle DiT blocks")
     quality.add_argument("--ssd-streaming", action="store_true",
                          help="stream BF16 DiT layers from SSD (24-32 GB Macs)")
-    quality.add_argument("--use-int8-row-fc2", action="store_true", help="faster one-scale int8 FC2 (M5)")
-    quality.add_argument("--use-reference-rope", action="store_true", help="disable native 256 RoPE adaptation")
+    # Named as the request's fields (vocabulary.py), as storyboards, the server and the nodes name them.
+    quality.add_argument("--int8-row-fc2", action="store_true", help="faster one-scale int8 FC2 (M5)")
+    quality.add_argument("--reference-rope", action="store_true", help="disable native 256 RoPE adaptation")
+    quality.add_argument("--slower-paths", nargs="+", action="extend", metavar="NAME",
+                         choices=[slower.value for slower in SlowerPath],
+                         help="force upstream's slower close-reference paths: "
+                              + ", ".join(slower.value for slower in SlowerPath))
+    # h3's own spellings, which h3bridge used before: still accepted, with a notice
+    quality.add_argument("--use-int8-row-fc2", dest="int8_row_fc2", action=_RenamedFlag, value=True,
+                         current="--int8-row-fc2")
+    quality.add_argument("--use-reference-rope", dest="reference_rope", action=_RenamedFlag, value=True,
+                         current="--reference-rope")
     for slower in SlowerPath:
-        quality.add_argument(f"--use-slower-{slower.value}", dest="slower_paths", action="append_const",
-                             const=slower, help=argparse.SUPPRESS)
+        quality.add_argument(f"--use-slower-{slower.value}", dest="slower_paths", action=_RenamedFlag,
+                             value=[slower.value], current=f"--slower-paths {slower.value}")
     media = parser.add_argument_group("conditioning (anchors XOR ordered references)")
     media.add_argument("--first-frame", type=Path, metavar="PATH", help="first-frame image (FL2VA)")
     media.add_argument("--last-frame", type=Path, metavar="PATH", help="last-frame image (FL2VA)")
@@ -129,10 +154,10 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
     fields: dict[str, object] = dict(
         width=args.width, height=args.height, render_width=args.render_width, render_height=args.render_height,
         frames=args.frames, seconds=args.seconds, seed=args.seed, token_reduction=args.token_reduction,
-        ssd_streaming=args.ssd_streaming, int8_row_fc2=args.use_int8_row_fc2,
-        reference_rope=args.use_reference_rope, first_frame=args.first_frame, last_frame=args.last_frame,
+        ssd_streaming=args.ssd_streaming, int8_row_fc2=args.int8_row_fc2,
+        reference_rope=args.reference_rope, first_frame=args.first_frame, last_frame=args.last_frame,
         references=tuple(args.references or ()), reference_image_size=ReferenceImageSize(args.ref_image_size),
-        slower_paths=frozenset(args.slower_paths or ()))
+        slower_paths=frozenset(SlowerPath(name) for name in args.slower_paths or ()))
     for name in ("steps", "reuse", "layers", "core_reuse"):
         value = getattr(args, name)
         if value is not None:
@@ -140,80 +165,6 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
     if args.preset:
         return GenerationRequest.from_preset(args.preset, args.prompt, **fields)
     return GenerationRequest(prompt=args.prompt, **fields)  # type: ignore[arg-type]
-
-
-# ----------------------------------------------------------------------------- progress display
-
-FALLBACK_COLUMNS = 80
-
-
-def bar_columns() -> int:
-    """Columns for a progress line on stderr: the terminal's width less one (a line that fills
-    the last column wraps), else $COLUMNS, else 80. A terminal that reports 0 columns (an unsized
-    pty: some IDE consoles, `docker exec` or `ssh` without a size) would otherwise get a bar
-    trimmed to nothing; tqdm's own dynamic_ncols takes the 0 at its word."""
-    try:
-        columns = os.get_terminal_size(sys.stderr.fileno()).columns
-    except (OSError, ValueError, AttributeError):     # not a terminal, or stderr replaced
-        columns = 0
-    if columns <= 0:
-        text = os.environ.get("COLUMNS", "")
-        columns = int(text) if text.isdigit() else 0
-    return (columns if columns > 0 else FALLBACK_COLUMNS) - 1
-
-
-class PhaseProgressBars:
-    """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
-
-    Without a terminal (a log file, a pipe) a bar's redraws are noise: one line per phase is
-    written instead. Progress is a courtesy: if stderr breaks (a closed pipe), the display
-    turns itself off and the render goes on."""
-
-    def __init__(self, enabled: bool = True, *, terminal: bool | None = None,
-                 note: Callable[[], str | None] | None = None) -> None:
-        self.enabled = enabled
-        self.note = note      # more for the bar's postfix (the library engine's "previews N/M")
-        self.terminal = sys.stderr.isatty() if terminal is None else terminal
-        self._bar = None
-        self._phase: str | None = None
-
-    def __call__(self, event: ProgressEvent) -> None:
-        if not self.enabled:
-            return
-        try:
-            self._show(event)
-        except (OSError, ValueError):     # EPIPE, or stderr closed under us
-            self.enabled = False
-            self._bar = None
-
-    def _show(self, event: ProgressEvent) -> None:
-        if not self.terminal:
-            if event.phase != self._phase:
-                self._phase = event.phase
-                print(f"h3bridge: {event.phase} (overall {event.fraction:.0%}, {event.elapsed:.1f} s{eta_suffix(event)})",
-                      file=sys.stderr, flush=True)
-            return
-        from tqdm import tqdm
-        if event.phase != self._phase or self._bar is None or self._bar.total != event.total:
-            self.close()
-            self._phase = event.phase
-            self._bar = tqdm(total=event.total, desc=f"{event.phase:<22}", unit="step", file=sys.stderr,
-                             leave=True, ncols=bar_columns(),
-                             bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
-        self._bar.ncols = bar_columns()      # follows a resized terminal, like dynamic_ncols
-        self._bar.n = event.done
-        extra = self.note() if self.note is not None else None
-        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s"
-                                  + (f", {extra}" if extra else "") + eta_suffix(event), refresh=False)
-        self._bar.refresh()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            try:
-                self._bar.close()
-            except (OSError, ValueError):
-                pass
-            self._bar = None
 
 
 # ----------------------------------------------------------------------------- generate
@@ -236,136 +187,17 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_generate)
 
 
-def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: bool = False) -> None:
-    """The options that choose and run an engine, shared by `generate` and `story` (an engine added
-    here, and in `engines_from_args`, reaches both). `warm_by_default`: the warm session unless
-    --one-shot (a story renders many clips), instead of one-shot unless --session."""
-    add_engine_options(parser)
-    add_engine_safety_options(parser)
-    warm = parser.add_mutually_exclusive_group()
-    warm.add_argument("--session", action="store_true", default=warm_by_default,
-                      help="render through h3's interactive mode (the warm SessionEngine the library and "
-                           "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
-                           "session cannot take (several lines) runs one-shot instead"
-                           + (" (the default here)" if warm_by_default else ""))
-    if warm_by_default:
-        warm.add_argument("--one-shot", dest="session", action="store_false",
-                          help="start h3 afresh for every clip instead of keeping the model warm")
-    from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
-    add_library_options(parser)
-    from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
-    add_remote_option(parser)
-
-
-def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
-    """The pre-flight override and the stall watchdog, for every subcommand that runs a local
-    engine (generate and story through add_engine_run_options; serve, which picks its engine
-    with its own --engine)."""
-    parser.add_argument("--force", action="store_true",
-                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
-    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="stop the engine after this long without progress (default 600; 0 disables)")
-
-
-@dataclass
-class EngineChoice:
-    """The engines the flags chose: one-shot always (it takes every valid request), and the warm
-    engine when asked for; with --remote the server alone, and with --engine library the
-    library's worker alone (`one_shot` is that engine). `for_request` says which one runs a
-    request."""
-
-    one_shot: Engine
-    warm: Engine | None = None
-
-    @property
-    def preferred(self) -> Engine:
-        return self.warm if self.warm is not None else self.one_shot
-
-    @property
-    def model_dir(self) -> Path | None:
-        """The local model folder; None for a server, which checks its own model."""
-        return getattr(self.one_shot, "model_dir", None)
-
-    def machine_facts(self, cancel: CancelToken | None = None) -> MachineFacts | None:
-        """The facts to plan memory with when the engine knows better than psutil (the library's
-        h3_device: Metal's recommended working set); None: this machine as detected."""
-        facts = getattr(self.one_shot, "machine_facts", None)
-        return facts(cancel=cancel) if facts is not None else None
-
-    def for_request(self, request: GenerationRequest) -> Engine:
-        """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
-        if self.warm is not None:
-            try:
-                self.warm.check_supported(request)
-                return self.warm
-            except UnsupportedRequestError as error:
-                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-        return self.one_shot
-
-    def close(self) -> None:
-        if self.warm is not None:
-            self.warm.close()
-        self.one_shot.close()
-
-
-def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) -> EngineChoice:
-    """The engines `add_engine_run_options`' flags describe (nothing starts yet). `session`
-    overrides --session/--one-shot (serve's --engine)."""
-    if getattr(args, "remote", None):
-        from .remote_cli import remote_engine_from_args      # refuses the local-only flags first
-        return EngineChoice(remote_engine_from_args(args))
-    from .engines.oneshot import OneShotEngine
-    from .engines.session import SessionEngine
-    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    if getattr(args, "engine", "cli") == "library":     # warm by nature: --session/--one-shot do not apply
-        from .engines.library_cli import library_engine_from_args
-        return EngineChoice(library_engine_from_args(args, stall_timeout=stall_timeout))
-    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    warm = None
-    if getattr(args, "session", False) if session is None else session:
-        warm = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
-    return EngineChoice(one_shot, warm)
-
-
-@contextmanager
-def cancel_on_signals(cancel: CancelToken) -> Iterator[list[int]]:
-    """Ctrl-C, `kill`, a closed terminal cancel `cancel` (the list receives the signal numbers).
-
-    The engine runs in its own process group and would otherwise keep rendering (and holding
-    the model) after we are gone. A signal the caller chose to ignore (`nohup`, a background
-    job) stays ignored."""
-    received: list[int] = []
-
-    def interrupt(signum: int, frame: object) -> None:
-        received.append(signum)
-        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
-
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(signum) is not signal.SIG_IGN}
-    try:
-        yield received
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:
-    """The exit status for a cancelled job: 130 for Ctrl-C (main reports it), 128+N for a signal N."""
-    if received and received[0] != signal.SIGINT:
-        print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
-        return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
-    raise error
-
-
-def result_summary(result) -> dict[str, object]:
-    """The machine-readable part of a GenerationResult (for --json)."""
+def result_summary(result, *, wall: float | None = None, waited: float = 0.0) -> dict[str, object]:
+    """The machine-readable part of a GenerationResult (for --json); `wall`: the seconds the
+    whole job took here, waiting for the engine (`waited`) included."""
     return {
         "video_path": None if result.video_path is None else str(result.video_path),
         "width": result.width, "height": result.height, "frame_count": result.frame_count,
         "fps": result.fps, "seed": result.seed, "sample_rate": result.sample_rate,
         "frames_shape": None if result.frames is None else list(result.frames.shape),
         "audio_shape": None if result.audio is None else list(result.audio.shape),
-        "clip_seconds": clip_seconds(result), "wall_seconds": result.timings.get("total"),
+        "clip_seconds": clip_seconds(result),
+        "wall_seconds": result.timings.get("total") if wall is None else wall, "waited_seconds": waited,
         "timings": result.timings, "command": result.command, "engine_variables": result.engine_variables,
     }
 
@@ -375,13 +207,15 @@ def clip_seconds(result) -> float:
     return result.frame_count / result.fps if result.fps else 0.0
 
 
-def summary_line(result) -> str:
+def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> str:
     """The one line `generate` ends with: where the clip is, its size and length when played,
-    and the wall-clock time the render took (two durations, each said for what it is)."""
+    and the wall-clock time the job took (`wall`, waiting for the engine included, and said)."""
     where = result.video_path if result.video_path is not None else "(no MP4 kept)"
+    wall = result.timings.get("total", 0.0) if wall is None else wall
     return (f"wrote {where}: {result.width}x{result.height}, {result.frame_count} frames "
             f"({clip_seconds(result):.1f} s clip at {result.fps:g} fps), seed {result.seed}; "
-            f"rendered in {result.timings.get('total', 0.0):.1f} s wall time")
+            f"rendered in {wall:.1f} s wall time"
+            + (f" ({waited:.1f} s of it waiting for the engine)" if waited >= 0.05 else ""))
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -395,7 +229,7 @@ def run_generate(args: argparse.Namespace) -> int:
     with cancel_on_signals(cancel) as received:     # a SIGTERM while the library's facts load stops its worker too
         if engines.model_dir is not None:      # a server checks its own model and plans its own memory
             try:       # the model check first, then the library's facts (its worker opens the model)
-                preflight_generate(request, engines.model_dir, force=getattr(args, "force", False),
+                preflight_generate(request, engines.model_dir, force=getattr(args, "force", False), quiet=args.quiet,
                                    session=chosen.capabilities.warm_model,
                                    machine=lambda: engines.machine_facts(cancel), preview=previews is not None)
             except GenerationCancelled as error:
@@ -404,6 +238,7 @@ def run_generate(args: argparse.Namespace) -> int:
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
                    on_progress=bars, on_preview=previews, cancel=cancel)
+    started = time.monotonic()       # the wall time: waiting for the engine included
     with cancel_on_signals(cancel) as received:
         try:
             if session is not None:
@@ -420,11 +255,12 @@ def run_generate(args: argparse.Namespace) -> int:
         finally:
             bars.close()
             engines.close()
+    wall = time.monotonic() - started
     if args.json:
-        print(json.dumps(result_summary(result), indent=2))
+        print(json.dumps(result_summary(result, wall=wall, waited=bars.waited), indent=2))
     else:
         try:
-            print(summary_line(result), file=sys.stderr)
+            print(summary_line(result, wall=wall, waited=bars.waited), file=sys.stderr)
         except OSError:
             pass      # nobody reads stderr any more; the clip is there all the same
     return EXIT_OK
@@ -605,16 +441,18 @@ def default_request_advice(model_dir: Path | None = None) -> str:
 
 
 def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False,
-                       machine: object = None, preview: bool = False) -> None:
+                       machine: object = None, preview: bool = False, quiet: bool = False) -> None:
     """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
-    the DiT and the video decoder loaded); a refusal prints the plan."""
+    the DiT and the video decoder loaded); a refusal prints the plan's table (unless `quiet`),
+    and its verdict once, as the error `main` prints."""
     from .errors import MemoryPlanError
     from .model.memory import preflight
     try:
         plan = preflight(request, model_dir, force=force, session=session, machine=machine, preview=preview)
     except MemoryPlanError as error:
         if error.plan is not None:
-            print(error.plan.render(), file=sys.stderr)   # type: ignore[attr-defined]
+            if not quiet:
+                print(error.plan.render(verdict=False), file=sys.stderr)   # type: ignore[attr-defined]
         raise
     print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
     if force and not plan.fits:
@@ -765,7 +603,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)     # exits 2 on bad arguments, as argparse does
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()      # a reader that left (`| head`) shows here, not in Python's exit
+        return status
+    except BrokenPipeError:
+        # Whoever read stdout stopped reading (`h3bridge history --json | head`): that is their
+        # choice, not a failure. Nothing more can be written there, so it is pointed at
+        # /dev/null, or Python's own flush at exit would report the broken pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except GenerationCancelled as error:
         print(f"h3bridge: {error.message}", file=sys.stderr)
         return EXIT_CANCELLED
@@ -795,9 +641,10 @@ _FLAG_FOR_FIELD = {
     "render_height": "--render-height", "frames": "--frames", "seconds": "--seconds", "seed": "--seed",
     "steps": "--steps", "reuse": "--reuse", "layers": "--layers", "core_reuse": "--core-reuse",
     "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
-    "int8_row_fc2": "--use-int8-row-fc2", "first_frame": "--first-frame", "last_frame": "--last-frame",
+    "int8_row_fc2": "--int8-row-fc2", "reference_rope": "--reference-rope", "slower_paths": "--slower-paths",
+    "first_frame": "--first-frame", "last_frame": "--last-frame",
     "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
-    "engine_path": "--engine-path", "model_dir": "--model-dir",
+    "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
     "redo": "--redo", "only": "--only", "overwrite": "--overwrite",
 }
 
@@ -825,6 +672,8 @@ def in_cli_words(text: str) -> str:
     text = re.sub(r"\([A-Z][A-Za-z0-9_.]*, CLI: ([^)]+)\)", r"(\1)", text)
     # Messages that already named the flag beside the field now say it twice: once is enough.
     text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
+    # "allow overwriting (CLI: --overwrite)": on the command line every word is the CLI's.
+    text = re.sub(r"\(CLI: (--[^)]+)\)", r"(\1)", text)
     return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)
 
 

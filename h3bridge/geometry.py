@@ -117,5 +117,6 @@ def video_encoder_latent_t(frames: int) -> int:
 
 
 def video_latent_t(frames: int) -> int:
-    """h3_host.c h3_video_latent_t: ((F - 5) / 17) * 5 + 2."""
-    return ((frames - 5) // 17) * 5 + 2
+    """h3_host.c h3_video_latent_t: 2 for F <= 5, else ((F - 5) / 17) * 5 + 2 (F > 5, so C's
+    truncating division and Python's floor agree)."""
+    return 2 if frames <= 5 else ((frames - 5) // 17) * 5 + 2

@@ -22,6 +22,8 @@ class ProgressEvent:
     # Seconds left, estimated from past runs of the same shape on this machine (history/eta.py);
     # None when there are none (the upstream cost model's seconds are another machine's).
     eta: float | None = None
+    # WAITING_PHASE: who holds the engine (engines/lock.py describe_engine_holder)
+    detail: str | None = None
 
 
 ProgressCallback = Callable[[ProgressEvent], None]

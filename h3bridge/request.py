@@ -275,10 +275,16 @@ def _validate_frames(request: GenerationRequest) -> None:
 
 def _validate_canvas(request: GenerationRequest) -> None:
     # h3.c h3_valid_params: "width and height must be multiples of 32 and at least 32"
-    for name in ("width", "height"):
+    for name, other_name in (("width", "height"), ("height", "width")):
         value = _require_int(getattr(request, name), name)
         if value < CANVAS_MULTIPLE or value % CANVAS_MULTIPLE:
-            options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, 1344)
+            # The suggestion must pass the pixel limit too, with the other side as it is (or as
+            # its own suggestion will make it): --height 2160 beside --width 864 is 1184, not 1344.
+            other = _require_int(getattr(request, other_name), other_name)
+            other = min(1344, max(CANVAS_MULTIPLE, round(other / CANVAS_MULTIPLE) * CANVAS_MULTIPLE)) \
+                if other < CANVAS_MULTIPLE or other % CANVAS_MULTIPLE else other
+            high = max(CANVAS_MULTIPLE, min(1344, MAX_PIXELS // other // CANVAS_MULTIPLE * CANVAS_MULTIPLE))
+            options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, high)
             nearest = (f"the nearest valid {name} is {options[0]}" if len(options) == 1 else
                        f"the nearest valid {name}s are {options[0]} and {options[1]}")
             closest = min(options, key=lambda option: (abs(option - value), option))

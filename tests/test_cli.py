@@ -47,7 +47,7 @@ def test_flags_map_to_the_request(tmp_path: Path) -> None:
     args = build_parser().parse_args([
         "generate", "-p", "x", "--preset", "balanced", "--steps", "9", "--seconds", "2.5", "--seed", "5",
         "--ref-image", "a.png", "--ref-audio", "b.wav", "--ref-video-audio", "v.mp4", "s.wav", "--ref-image", "c.png",
-        "--use-slower-bf16-qkv", "--token-reduction", "--ref-image-size", "max", "--core-reuse", "1"])
+        "--slower-paths", "bf16-qkv", "--token-reduction", "--ref-image-size", "max", "--core-reuse", "1"])
     request = request_from_args(args)
     assert (request.steps, request.layers, request.reuse) == (9, 45, 2)      # preset, explicit steps win
     assert request.seconds == 2.5 and request.frames is None and request.seed == 5

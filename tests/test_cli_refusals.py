@@ -134,6 +134,30 @@ def test_a_memory_plan_that_does_not_fit_exits_2(tmp_path: Path, sim_log: Path, 
     assert_refused(status, err, sim_log, tmp_path, "does not fit", "--ssd-streaming", "--force")
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_memory_refusal_says_does_not_fit_once_and_quiet_prints_no_plan(
+        quiet: bool, tmp_path: Path, sim_log: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    realistic = write_fixture_model(tmp_path / "real" / "MiniMax-H3", realistic=True, ref2va=False)
+    monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(24, "Apple M4 Pro")))
+    capsys.readouterr()
+    status = main(["generate", "-p", "fox", *(["--quiet"] if quiet else []), "-o", str(tmp_path / "out" / "fox.mp4"),
+                   "--engine-path", str(sim_engine_path()), "--model-dir", str(realistic)])
+    err = capsys.readouterr().err
+    assert_refused(status, err, sim_log, tmp_path, "does not fit", "--ssd-streaming", "--force")
+    assert err.count("does not fit") == 1, err
+    assert ("sizes from:" in err) is (not quiet), err     # the plan's table
+    assert "force=True" not in err
+
+
+def test_library_wording_is_in_cli_words() -> None:
+    from h3bridge.cli import in_cli_words
+    assert in_cli_words("out.mp4 exists; fix: choose another name, or allow overwriting (CLI: --overwrite)") == \
+        "out.mp4 exists; fix: choose another name, or allow overwriting (--overwrite)"
+    assert in_cli_words("pass library_path (CLI: --library-path) or set H3_LIBRARY") == \
+        "pass --library-path or set H3_LIBRARY"
+
+
 def test_the_console_script_exits_2_too(tmp_path: Path) -> None:
     """The same through a real process (`python -m h3bridge.cli`), as a shell script sees it."""
     folder = tmp_path / "h3.c"
@@ -150,3 +174,27 @@ def test_a_job_that_ran_and_failed_still_exits_1(tiny: Path, tmp_path: Path, sim
     monkeypatch.setenv("H3_SIM_FAIL_PHASE", "denoise")
     status, err = generate(capsys, tmp_path, engine=sim_engine_path(), model=tiny)
     assert status == 1 and "h3 failed" in err and len(sim_invocations(sim_log)) == 1
+
+
+def test_a_program_that_is_not_h3_is_named_as_such(tiny: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`--engine-path /bin/true` said "h3 reported success but wrote no MP4"."""
+    true = tmp_path / "true"
+    true.write_text("#!/bin/sh\nexit 0\n")
+    true.chmod(0o755)
+    status, err = generate(capsys, tmp_path, engine=true, model=tiny)
+    assert status == 1
+    assert f"the engine {true} exited without an error, an MP4 or any of h3's progress output: it does not " \
+           "look like h3" in err and "--engine-path" in err and "h3 reported success" not in err
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the hint for a machine that cannot run the real h3")
+def test_the_missing_engine_hint_off_a_mac_offers_the_demo(tiny: Path, tmp_path: Path, sim_log: Path,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    capsys.readouterr()
+    status = main(["generate", "-p", "a red fox", *FAST_FLAGS, "-o", str(tmp_path / "out" / "fox.mp4"),
+                   "--model-dir", str(tiny)])
+    err = capsys.readouterr().err
+    assert_refused(status, err, sim_log, tmp_path, "the h3 engine was not found", "`h3bridge demo`")

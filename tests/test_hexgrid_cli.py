@@ -85,3 +85,30 @@ def test_an_unwritable_output_is_found_before_the_grid_is_computed(tmp_path: Pat
     err = capsys.readouterr().err
     assert f"--output {output}: cannot write in the folder {output.parent}" in err
     assert "Errno" not in err and "fix: choose an --output in a folder you can write to" in err
+
+
+def test_hexgrid_says_what_it_is_doing_while_it_works(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fine grid takes half a minute; without a terminal `hexgrid` printed nothing until the end.
+    The layout is held here until a progress line has appeared while it runs (bounded wait)."""
+    import sys
+    import time
+
+    from h3bridge.hexgrid import cli as hexgrid_cli
+    monkeypatch.setattr(hexgrid_cli, "PROGRESS_LINE_SECONDS", 0.01)
+    real = hexgrid_cli.hex_grid
+
+    def slow_grid(*args, **kwargs):
+        deadline = time.monotonic() + 60
+        while " s)" not in sys.stderr.getvalue():
+            assert time.monotonic() < deadline, "no progress line while the grid was laid out"
+            time.sleep(0.01)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hexgrid_cli, "hex_grid", slow_grid)
+    assert main(["hexgrid", "--width", "256", "--height", "128", "-o", str(tmp_path / "grid.png")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "h3bridge: hexgrid: laying out the resolution 0 cells over 256x128"
+    assert lines[1].startswith("h3bridge: hexgrid: laying out the resolution 0 cells over 256x128 (")
+    assert any(line.startswith("h3bridge: hexgrid: drawing ") for line in lines)
+    assert lines[-1].startswith("wrote ")

@@ -214,3 +214,18 @@ def test_the_node_shows_its_notice_then_the_eta() -> None:
                      "one-shot: 96x64, 22 frames\nETA 1:02:05 (from past runs of this shape on this machine)",
                      "one-shot: 96x64, 22 frames\nETA 0:04 (from past runs of this shape on this machine)"]
     assert updates == [(0, 1000), (500, 1000), (600, 1000), (900, 1000)]
+
+
+def test_json_into_a_closed_pipe_is_not_an_error(known_history: HistoryStore) -> None:
+    """`h3bridge history --json | head`: the reader left; no "Broken pipe", exit 0 (it was 1).
+    The pipe's read end is closed before h3bridge starts, so every write to stdout fails."""
+    for command in (["history", "--json"], ["stats", "--json"], ["plan", "--json", "--memory-gb", "64"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run([sys.executable, "-m", "h3bridge.cli", *command], stdout=write_end,
+                                  stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(write_end)
+        assert done.returncode == 0, (command, done.stderr)
+        assert done.stderr == "", (command, done.stderr)

@@ -263,3 +263,29 @@ def test_unlistable_folder_is_a_model_error(model: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(Path, "iterdir", failing_iterdir)
     with pytest.raises(ModelError, match="cannot read the model directory"):
         inspect_model(model)
+
+
+def test_a_folder_that_is_not_a_model_says_only_that(tmp_path: Path) -> None:
+    """Its files are not the model's: no AppleDouble, partial or GGUF findings, and no fix that
+    deletes or downloads anything in it (`generate -d /tmp` led with `find /tmp -name '._*' -delete`)."""
+    (tmp_path / "._notes.txt").write_bytes(b"\0\5\26\7")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "._w.safetensors").write_bytes(b"\0\5\26\7")
+    (tmp_path / "sub" / "x.safetensors.incomplete").write_bytes(bytes(10))
+    problems = inspect_model(tmp_path).problems
+    assert [p.kind for p in problems] == ["not-a-model"]
+    assert "FL2VA/" in problems[0].fix and "delete" not in problems[0].fix
+    assert f"--local-dir {tmp_path}" not in problems[0].fix
+
+
+def test_the_file_system_root_is_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`h3bridge info /` walked the whole file system for 13 s and suggested deleting and
+    downloading there; a folder without FL2VA/ is not scanned below its own entries."""
+    import os
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("a folder that is not a model was walked")
+    monkeypatch.setattr(os, "walk", no_walk)
+    problems = inspect_model(Path("/")).problems
+    assert [p.kind for p in problems] == ["not-a-model"]
+    assert "find /" not in problems[0].fix and "--local-dir /" not in problems[0].fix

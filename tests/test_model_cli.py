@@ -127,3 +127,18 @@ def test_force_passes_the_preflight(realistic: Path, mac_24: None, capsys: pytes
     from h3bridge.request import GenerationRequest
     preflight_generate(GenerationRequest("fox"), realistic, force=True)
     assert "--force: does not fit" in capsys.readouterr().err
+
+
+def test_generate_in_a_folder_that_is_not_a_model_says_so_first(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`generate -d /tmp` led with "5 AppleDouble '._*' files ... find /tmp -name '._*' -delete"."""
+    folder = tmp_path / "downloads"
+    (folder / "clips").mkdir(parents=True)
+    (folder / "clips" / "._take.safetensors").write_bytes(b"\0\5\26\7")
+    status = main(["generate", "-p", "fox", "-d", str(folder), "--engine-path", str(sim_engine_path()),
+                   "-o", str(tmp_path / "out.mp4")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.splitlines()[0] == (f"h3bridge: {folder} is not a MiniMax-H3 model directory (missing required "
+                                   f"model file: {folder}/FL2VA/transformer/config.json)")
+    assert "AppleDouble" not in err and "-delete" not in err

@@ -13,7 +13,7 @@ import pytest
 from h3bridge import GenerationRequest, Reference, ReferenceKind, RequestError
 from h3bridge.server.app import check_bind
 
-from core_helpers import assert_group_gone, make_image
+from core_helpers import assert_group_gone, make_image, sim_engine_path
 from server_helpers import (  # noqa: F401  (model: a fixture)
     KEY,
     ServerProcess,
@@ -231,3 +231,32 @@ def test_an_engine_failure_fails_the_job_with_h3s_words(tmp_path: Path, model: P
         response = httpx.get(f"{process.api}/videos/{failed.id}/content", headers={"Authorization": f"Bearer {KEY}"},
                              timeout=30)
         assert response.status_code == 409 and response.json()["error"]["code"] == "not_ready"
+
+
+def test_health_reports_the_models_state(server: ServerProcess, model: Path) -> None:
+    from h3bridge.model.inventory import inspect_model
+    body = httpx.get(f"{server.url}/health", timeout=30).json()
+    assert body["model"] == {"ready": True, "references": inspect_model(model).has_ref2va, "problems": 0}
+
+
+def test_a_folder_without_a_model_is_refused_at_start(tmp_path: Path) -> None:
+    """`serve -d EMPTY_FOLDER` started, reported healthy and then blamed every client with a 400."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = subprocess.run([h3bridge_program(), "serve", "--port", "0", "--data-dir", str(tmp_path / "d"),
+                          "--engine-path", str(sim_engine_path()), "--model-dir", str(empty)],
+                         capture_output=True, text=True, env=isolated_env(tmp_path), timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith(f"h3bridge: {empty} is not a MiniMax-H3 model directory")
+    assert "fix: " in run.stderr and "listening" not in run.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_force_starts_with_a_broken_model_and_health_says_so(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with ServerProcess(tmp_path / "data", empty, tmp_path / "logs", env=isolated_env(tmp_path),
+                       extra_args=["--force"]) as process:
+        body = httpx.get(f"{process.url}/health", timeout=30).json()
+        assert body["model"] == {"ready": False, "references": False, "problems": 1}
+        assert "--force: starting with a model that cannot run jobs" in process.log()

@@ -53,8 +53,8 @@ def test_a_plain_request_is_a_standard_body_with_an_explicit_length() -> None:
 def test_the_openai_clients_multipart_encoding_is_understood() -> None:
     # openai's videos.create sends every field as multipart text: booleans "true", lists "name[]".
     pairs = [("prompt", "x"), ("size", "96x64"), ("seconds", "4"), ("frames", "22"), ("steps", "2"),
-             ("ssd_streaming", "true"), ("token_reduction", "0"), ("use_slower[]", "bf16-mlp"),
-             ("use_slower[]", "grouped-quantizer"), ("model", "sora-2")]
+             ("ssd_streaming", "true"), ("token_reduction", "0"), ("slower_paths[]", "bf16-mlp"),
+             ("slower_paths[]", "grouped-quantizer"), ("model", "sora-2")]
     request, model = wire.request_from_wire(pairs)
     assert model == "sora-2"
     assert (request.width, request.height, request.frames, request.seconds, request.steps) == (96, 64, 22, 4, 2)
@@ -79,7 +79,7 @@ def test_values_the_request_can_hold_are_refused_by_the_requests_own_rules() -> 
     # (body field, text) -> the GenerationRequest the library user would have written
     cases = {("num_frames", "23"): dict(frames=23), ("width", "100"): dict(width=100),
              ("steps", "many"): dict(steps="many"), ("ssd_streaming", "yes"): dict(ssd_streaming="yes"),
-             ("use_slower", "warp"): dict(slower_paths=frozenset({"warp"})),
+             ("slower_paths", "warp"): dict(slower_paths=frozenset({"warp"})),
              ("ref_image_size", "huge"): dict(reference_image_size="huge")}
     for (name, text), direct in cases.items():
         with pytest.raises(RequestError) as expected:

@@ -346,6 +346,16 @@ def test_cli_story_json_summary_and_resume(tmp_path: Path, model_dir: Path, sim_
     assert json.loads(again.stdout)["rendered"] == 0 and "kept from the job directory" in again.stderr
 
 
+def test_cli_resume_says_up_to_date_once(tmp_path: Path, model_dir: Path, sim_log: Path) -> None:
+    story = write_story(tmp_path, CANVAS + '[[shot]]\nprompt = "a"\nframes = 22\n')
+    argv = story_argv(story, tmp_path / "film.mp4", sim_engine_path(), model_dir, "--quiet")
+    assert run_cli(argv).returncode == 0
+    again = run_cli(argv)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("is up to date") == 1, again.stderr
+    assert f"kept {tmp_path / 'film.mp4'}: 22 frames" in again.stderr
+
+
 def test_cli_refusals_name_flags_and_exit_2(tmp_path: Path, model_dir: Path, sim_log: Path) -> None:
     story = write_story(tmp_path)
     bad = run_cli(story_argv(story, tmp_path / "f.mp4", sim_engine_path(), model_dir, "--redo", "9"))

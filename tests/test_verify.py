@@ -236,3 +236,17 @@ def test_unreadable_shard_while_hashing_is_an_integrity_error(tmp_path: Path) ->
     with pytest.raises(IntegrityError, match="cannot read") as caught:
         sha256_file(tmp_path / "vanished.safetensors")
     assert caught.value.path == tmp_path / "vanished.safetensors"
+
+
+def test_hashing_without_a_terminal_prints_progress_lines(model: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --checksums` in a log or CI printed nothing for many seconds: without a terminal
+    (capsys is not one) a line starts, a line per interval (here every read), a line ends."""
+    monkeypatch.setattr(verify_module, "PROGRESS_LINE_SECONDS", 0.0)
+    verify_model(model, checksums=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("h3bridge: sha256: hashing ")
+    assert any(" of " in line and "%)" in line for line in lines[1:-1])
+    assert lines[-1].startswith("h3bridge: sha256: hashed ")
+    verify_model(model, checksums=True, rewrite_manifest=True, progress=False)       # --quiet
+    assert capsys.readouterr().err == ""

@@ -70,7 +70,7 @@ def failure_hint(request: GenerationRequest, message: str | None, *, signal_numb
     if "no metal device" in lowered or "cannot initialize metal" in lowered:
         return METAL_DEVICE_HINT
     if request.int8_row_fc2 and ("metal" in lowered or "m5" in lowered or "int8" in lowered):
-        return "drop int8_row_fc2 (--use-int8-row-fc2, M5 only) and try again"
+        return "drop int8_row_fc2 (--int8-row-fc2, M5 only) and try again"
     if "metal" in lowered:
         return ("the GPU gave up on the work, most often for lack of memory: check `h3bridge plan`, close other "
                 "GPU-heavy apps, and see the engine log")

@@ -3,6 +3,7 @@ H3_FFMPEG / H3_FFPROBE, and the environment an engine runs with.
 """
 from __future__ import annotations
 import os
+import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,10 @@ ENGINE_BUILD_HINT = (
     "build h3 on an Apple Silicon Mac: `git clone https://github.com/antirez/h3.c && cd h3.c && make`, "
     "then give the path of the h3 it builds as engine_path (CLI: --engine-path), set H3_BIN, or put h3 on "
     "PATH. To try h3bridge without a Mac, give the simulator h3-sim (installed with h3bridge) as "
-    "engine_path, with a fixture model from `h3-sim-model DIR`.")
+    "engine_path, with a fixture model from `h3-sim-model DIR`"
+    # the real h3 cannot run here: the one-step way to see h3bridge work comes first for this machine
+    + ("." if platform.system() == "Darwin" else
+       ", or run `h3bridge demo`, which does both and renders a clip end to end (synthetic patterns)."))
 
 
 FFMPEG_HINT = ("install FFmpeg (`brew install ffmpeg` on macOS, `apt-get install ffmpeg` on Debian/Ubuntu), "

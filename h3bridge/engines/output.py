@@ -4,6 +4,7 @@ and turned into the GenerationResult.
 """
 from __future__ import annotations
 import os
+import re
 import shutil
 import uuid
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ import numpy as np
 from ..cancel import CancelToken
 from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsError, RequestError
 from ..media.decode import decode_audio, remove_quietly
+from ..progress import parse_progress
 from .lock import STAGING_PREFIX, STAGING_SUFFIX, make_work_folder, remove_leftovers
 from ..request import GenerationRequest
 from ..result import GenerationResult
@@ -137,6 +139,14 @@ def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Pat
     audio = None
     if mp4 is not None:
         if not mp4.is_file():
+            if not any(parse_progress(piece) for piece in re.split(r"[\r\n]", engine_log)):
+                # It never said a word of h3's: a program given as the engine by mistake
+                # (`--engine-path /bin/true`), not an h3 that lost its MP4.
+                raise EngineError(f"the engine {command[0]} exited without an error, an MP4 or any of h3's "
+                                  "progress output: it does not look like h3", engine_message=None, exit_code=0,
+                                  stderr=engine_log, command=command,
+                                  hint="give the h3 program built from h3.c as engine_path, or the simulator "
+                                       "h3-sim (`h3bridge demo` runs it)")
             raise EngineError("h3 reported success but wrote no MP4", engine_message=None,
                               exit_code=0, stderr=engine_log, command=command)
         if want_audio:

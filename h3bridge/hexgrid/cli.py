@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import MediaError, OutputExistsError, RequestError
 from .draw import draw_tiling
@@ -41,8 +45,10 @@ def run_hexgrid(args: argparse.Namespace) -> int:
     check_grid_settings(args.width, args.height, args.resolution, args.overlap)
     temporary = _claim_output_folder(output)      # an unwritable output is found before the grid is computed
     try:
-        grid = hex_grid(args.width, args.height, args.resolution, args.overlap)
-        _publish_png(draw_tiling(grid), temporary, output, overwrite=args.overwrite)
+        with progress_lines(f"laying out the resolution {args.resolution} cells over {args.width}x{args.height}"):
+            grid = hex_grid(args.width, args.height, args.resolution, args.overlap)
+        with progress_lines(f"drawing {len(grid)} cells"):
+            _publish_png(draw_tiling(grid), temporary, output, overwrite=args.overwrite)
     finally:
         temporary.unlink(missing_ok=True)
     usable = usable_resolutions(args.width, args.height)
@@ -50,6 +56,37 @@ def run_hexgrid(args: argparse.Namespace) -> int:
           f"({len(grid.pentagons)} pentagons), overlap {grid.overlap_px} px; usable resolutions "
           f"{usable.start}..{usable.stop - 1}", file=sys.stderr)
     return 0
+
+
+PROGRESS_LINE_SECONDS = 5.0
+
+
+@contextmanager
+def progress_lines(what: str) -> Iterator[None]:
+    """A step that can take many seconds (a fine grid takes half a minute): a line when it starts
+    and, while it runs, one every PROGRESS_LINE_SECONDS, so a log or a terminal is never silent
+    for long. Progress is a courtesy: a broken stderr turns it off."""
+    def say(text: str) -> None:
+        try:
+            print(f"h3bridge: hexgrid: {text}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+
+    started = time.monotonic()
+    finished = threading.Event()
+
+    def tick() -> None:
+        while not finished.wait(PROGRESS_LINE_SECONDS):
+            say(f"{what} ({time.monotonic() - started:.0f} s)")
+
+    say(what)
+    ticker = threading.Thread(target=tick, name="hexgrid-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        ticker.join()
 
 
 def _claim_output_folder(output: Path) -> Path:

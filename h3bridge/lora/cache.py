@@ -18,7 +18,7 @@ from ..model.inventory import inspect_model
 from ..progress import ProgressCallback
 from .fold import LoraSpec, fold_model, plan_fold
 from .keys import sha256_of
-from .provenance import base_identity, read_provenance
+from ..model.fold_record import base_identity, read_provenance
 
 CACHE_FOLDER = ".h3bridge-lora"      # beside the base model: same file system, so shards link or clone
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..model.inventory import FL2VA, PARTITIONS, format_bytes
 from .fold import LoraSpec, fold_model
-from .provenance import DISTILLED_STEPS
+from ..model.fold_record import DISTILLED_STEPS
 
 
 class _Terminated(BaseException):

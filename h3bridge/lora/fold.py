@@ -22,7 +22,7 @@ h3.c has no LoRA runtime (upstream issue 37); upstream PR #14 folds the Turbo Lo
 - before each block is written, a parity probe recomputes a few of its rows independently (the
   source row read again with pread, the update as a matrix-vector product) and checks that each
   written value is the target dtype's nearest value to it;
-- the output carries a fold record (provenance.py) that `info` shows and `verify` checks.
+- the output carries a fold record (model/fold_record.py) that `info` shows and `verify` checks.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ from ..progress import ProgressCallback, ProgressEvent
 from . import keys
 from .bf16 import bf16_spacing, bf16_to_float64, float64_to_bf16
 from .place import CLONE, clone_file, clone_supported, copy_range, not_a_model_file, place_file, same_file_system
-from .provenance import (
+from ..model.fold_record import (
     PROVENANCE_FILE,
     FileRecord,
     LoraRecord,

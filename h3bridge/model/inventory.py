@@ -43,6 +43,8 @@ from .safetensors import (
     open_regular_file,
     read_header,
 )
+from .fold_record import PROVENANCE_FILE, check_provenance, read_provenance
+from .problem import Problem
 
 FL2VA, REF2VA = "FL2VA", "Ref2VA"
 PARTITIONS = (FL2VA, REF2VA)
@@ -75,25 +77,6 @@ QUANTIZED_NAME = re.compile(r"(int8|fp8|f8_e|nvfp4|mxfp4|awq|gptq|convrot|w[468]
 QUANT_TENSOR_SUFFIXES = (".weight_scale", ".weight_scale_2", ".scale_weight", ".input_scale", ".comfy_quant",
                          ".qweight", ".scales", ".absmax")
 COMFY_MODEL_DIRS = ("diffusion_models", "text_encoders", "vae", "checkpoints", "unet")
-
-
-@dataclass(frozen=True)
-class Problem:
-    severity: str          # "error": h3 will fail or render garbage; "warning": works, but not as expected
-    kind: str              # stable identifier, e.g. "appledouble", "comfyui-repack"
-    message: str
-    fix: str
-    path: Path | None = None
-    error: ModelError | None = None   # the typed exception to raise for it
-    references_only: bool = False     # in the optional Ref2VA checkpoint: stops only reference jobs
-
-    def exception(self) -> ModelError:
-        return self.error if self.error is not None else ModelError(self.message, hint=self.fix)
-
-    @property
-    def label(self) -> str:
-        """The severity as a table shows it."""
-        return f"{self.severity} (reference jobs only)" if self.references_only else self.severity
 
 
 @dataclass
@@ -150,7 +133,7 @@ class ModelInventory:
     root: Path
     partitions: dict[str, Partition] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
-    provenance: object | None = None     # lora.provenance.Provenance: this is a folded model (h3bridge lora fold)
+    provenance: object | None = None     # fold_record.Provenance: this is a folded model (h3bridge lora fold)
 
     @property
     def errors(self) -> list[Problem]:
@@ -614,14 +597,17 @@ def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInvento
         raise ModelError(f"{root} is a {kind} file; h3 needs the official model directory "
                          "(FL2VA/ and optional Ref2VA/ folders), not a ComfyUI-style repack",
                          hint=DOWNLOAD_HINT)
-    _scan_tree(root, inventory)
     if not (root / FL2VA).is_dir():
+        # Not a model folder: say so, and nothing else. Its files are not the model's, so there is
+        # no tree to scan (`info /` walked the whole file system) and nothing in it to delete.
         if not _detect_foreign_layout(root, inventory):
             inventory.problems.append(Problem(
                 "error", "not-a-model",
                 f"{root} is not a MiniMax-H3 model directory (missing required model file: "
-                f"{root / FL2VA / REQUIRED_FILES[0]})", DOWNLOAD_HINT, root))
+                f"{root / FL2VA / REQUIRED_FILES[0]})",
+                f"pass the model folder, the one that holds FL2VA/; or {DOWNLOAD_HINT} (DIR: a new folder)", root))
         return inventory
+    _scan_tree(root, inventory)
     for name in PARTITIONS:
         if name == FL2VA or (root / name).is_dir():
             _inventory_partition(root, name, inventory, read_headers=read_headers)
@@ -631,8 +617,7 @@ def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInvento
 
 
 def _read_fold_record(root: Path, inventory: ModelInventory) -> None:
-    """A folded model's record (h3bridge/lora/provenance.py), and whether its shards still match it."""
-    from ..lora.provenance import PROVENANCE_FILE, check_provenance, read_provenance
+    """A folded model's record (fold_record.py), and whether its shards still match it."""
     try:
         inventory.provenance = read_provenance(root)
     except ValueError as error:

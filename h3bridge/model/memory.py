@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import MediaError, MemoryPlanError, ModelError
+from ..errors import MediaError, MemoryPlanError, ModelError, RequestError
 from .inventory import FL2VA, REF2VA, Component, ModelInventory, format_bytes
 from ..request import (
     MAX_AUDIO_SAMPLES,
@@ -646,8 +646,9 @@ class MemoryPlan:
         return (f"does not fit: {head}; fits with {' + '.join(self.suggestion.changes)} "
                 f"(peak {format_bytes(self.suggestion.peak)}): {' '.join(self.suggestion.flags)}")
 
-    def render(self) -> str:
-        """The plan as a table (CLI `h3bridge plan`, ComfyUI Memory Plan node)."""
+    def render(self, *, verdict: bool = True) -> str:
+        """The plan as a table (CLI `h3bridge plan`, ComfyUI Memory Plan node), ending with its
+        verdict unless `verdict` is False (a refusal, whose message is the verdict)."""
         g = geometry(self.request)
         lines = [f"request: {self.request.width}x{self.request.height}"
                  + (f" (render {g.render_width}x{g.render_height})" if self.request.render_width else "")
@@ -663,7 +664,8 @@ class MemoryPlan:
             marker = " <- peak" if phase is self.peak_phase else ""
             lines.append(f"{phase.name:<22} {format_bytes(phase.total):>10}  {parts}{marker}")
         lines.extend(f"note: {note}" for note in self.notes)
-        lines.append(self.verdict())
+        if verdict:
+            lines.append(self.verdict())
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, object]:
@@ -955,7 +957,7 @@ def _stages(request: GenerationRequest, preview: bool) -> list[list[Option]]:
         stages.append([Option("no live preview", "(omit --show)", preview_off=True)])
     if not request.ssd_streaming:
         # h3.c h3_valid_params: SSD streaming excludes --use-int8-row-fc2
-        flag = "--ssd-streaming" + (" (without --use-int8-row-fc2)" if request.int8_row_fc2 else "")
+        flag = "--ssd-streaming" + (" (without --int8-row-fc2)" if request.int8_row_fc2 else "")
         stages.append([Option("SSD streaming", flag, (("ssd_streaming", True), ("int8_row_fc2", False)))])
     stages.append([Option(f"{n} layers", f"--layers {n}", (("layers", n),))
                    for n in range(request.layers - 1, MIN_LAYERS - 1, -1)])
@@ -988,8 +990,12 @@ def _suggest(request: GenerationRequest, preview: bool, sizes: ModelSizes,
                 used.append(option)
         return changed, keep_preview, used
 
-    def peak(picks: list[int | None]) -> int:
+    def peak(picks: list[int | None]) -> int | float:
         changed, keep_preview, _ = apply(picks)
+        try:
+            changed.validate(check_files=False)    # a suggestion must itself pass every check
+        except RequestError:
+            return math.inf
         return max(p.total for p in _build_phases(changed, keep_preview, sizes, machine, session)[1])
 
     fitted_at: int | None = None
@@ -1025,7 +1031,11 @@ def plan_memory(request: GenerationRequest, inventory: ModelInventory | None = N
                 machine: MachineFacts | None = None, preview: bool = False, session: bool = False) -> MemoryPlan:
     """The plan for `request` on `machine` (detected when None), sized from `inventory` when given.
     `session`: planned for a warm engine (h3's interactive mode), which keeps the DiT and the
-    video decoder loaded between clips. Never raises for not fitting: see `fits` and `suggestion`."""
+    video decoder loaded between clips. Never raises for not fitting: see `fits` and `suggestion`.
+    Raises RequestError for a request h3 would refuse anyway (an 8192x8192 canvas is over the
+    pixel limit, whatever the memory): its rules come before the plan, so that no suggestion is
+    made from a canvas that cannot run."""
+    request.validate(check_files=False)
     machine = machine or MachineFacts.detect()
     if inventory is not None:
         partition = REF2VA if request.is_ref2va and inventory.has_ref2va else FL2VA
@@ -1073,8 +1083,8 @@ def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> li
 
 
 def fold_warnings(request: GenerationRequest, inventory: ModelInventory) -> list[str]:
-    """A folded step-distillation model sampled with --reuse/--core-reuse or many steps (lora/provenance.py)."""
-    from ..lora.provenance import request_warnings
+    """A folded step-distillation model sampled with --reuse/--core-reuse or many steps (fold_record.py)."""
+    from .fold_record import request_warnings
     return request_warnings(request, inventory.provenance)   # type: ignore[arg-type]
 
 

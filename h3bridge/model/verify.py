@@ -16,8 +16,10 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -142,16 +144,60 @@ def hash_files(paths: Iterable[Path], *, workers: int | None = None, progress: b
             pass        # sha256_file reports it, as an IntegrityError naming the file
     workers = max(1, min(workers or os.cpu_count() or 1, len(paths) or 1))
     bar_lock = threading.Lock()
-    # progress=None: tqdm shows the bar only on a terminal
+    # progress=None: tqdm shows the bar only on a terminal; without one (a log, CI) a line every
+    # PROGRESS_LINE_SECONDS says how far hashing is, so minutes of hashing are not minutes of silence
+    lines = ProgressLines(description, total) if progress is None and not _stderr_is_terminal() else None
     with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description,
               disable=(None if progress is None else not progress), leave=False) as bar:
         def advance(count: int) -> None:
             with bar_lock:
                 bar.update(count)
+                if lines is not None:
+                    lines.advance(count)
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             digests = list(pool.map(lambda p: sha256_file(p, advance), paths))
+    if lines is not None:
+        lines.finish()
     return dict(zip(paths, digests))
+
+
+PROGRESS_LINE_SECONDS = 5.0
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class ProgressLines:
+    """Hashing progress for a log: a line when it starts, one every PROGRESS_LINE_SECONDS, one
+    when it ends. Progress is a courtesy: a broken stderr turns it off."""
+
+    def __init__(self, description: str, total: int) -> None:
+        self.description, self.total, self.done = description, total, 0
+        self.started = self.last = time.monotonic()
+        self._say(f"{description}: hashing {format_bytes(total)}")
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_LINE_SECONDS:
+            self.last = now
+            share = self.done / self.total if self.total else 1.0
+            self._say(f"{self.description}: {format_bytes(self.done)} of {format_bytes(self.total)} "
+                      f"({share:.0%}), {now - self.started:.0f} s")
+
+    def finish(self) -> None:
+        self._say(f"{self.description}: hashed {format_bytes(self.done)} in {time.monotonic() - self.started:.1f} s")
+
+    def _say(self, text: str) -> None:
+        try:
+            print(f"h3bridge: {text}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,7 +395,7 @@ def verify_model(model_dir: str | Path, *, checksums: bool = False, workers: int
                 result.expected_sha256, result.expected_source = published, "huggingface-download"
             elif folded is not None and folded.expected_sha256(str(result.relative)):
                 result.expected_sha256 = folded.expected_sha256(str(result.relative))
-                result.expected_source = "fold record"     # h3bridge lora fold (lora/provenance.py)
+                result.expected_source = "fold record"     # h3bridge lora fold (fold_record.py)
             else:
                 recorded = manifest_files.get(str(result.relative), {}).get("sha256")
                 if isinstance(recorded, str):

@@ -67,6 +67,7 @@ class ServeSettings:
     # The checks `generate` makes before it starts an engine, beyond the request's own rules
     # (cli.preflight_generate: the model check and the memory plan); raises H3BridgeError.
     preflight: Callable[[GenerationRequest], None] | None = None
+    model: dict[str, object] | None = None     # /health's model state (server/command.py model_health)
 
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
@@ -117,7 +118,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
 
     @app.get(HEALTH_PATH)
     def health() -> dict[str, object]:
-        return {"status": "ok", "engine": settings.engine_name}
+        return {"status": "ok", "engine": settings.engine_name, "model": settings.model}
 
     @app.post(VIDEOS_PATH)
     async def create_video(request: Request) -> JSONResponse:

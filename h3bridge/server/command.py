@@ -6,10 +6,14 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError
 from .uploads import MiB, UploadLimits
 from .wire import API_KEY_ENV
+
+if TYPE_CHECKING:
+    from ..model.inventory import ModelInventory
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -22,7 +26,7 @@ def default_data_dir() -> Path:
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
-    from ..cli import add_engine_options, add_engine_safety_options
+    from ..engine_cli import add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
         "serve", help="serve this Mac's engine over the OpenAI Videos API (POST /v1/videos, poll, download)",
         description="Run an HTTP server speaking the OpenAI Videos API subset that SGLang Diffusion and "
@@ -54,6 +58,14 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_serve)
 
 
+def model_health(inventory: ModelInventory) -> dict[str, object]:
+    """What /health says about the model (no paths: /health needs no key): whether jobs can
+    run, whether reference jobs can, and how many problems stop every job (`h3bridge info` on
+    the server lists them)."""
+    return {"ready": not inventory.errors, "references": inventory.has_ref2va and not inventory.reference_errors,
+            "problems": len(inventory.errors)}
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -62,7 +74,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
                                   hint="pip install 'h3bridge[serve]'") from None
-    from ..cli import engines_from_args
+    from ..engine_cli import engines_from_args
     from ..engines.lock import engine_lock
     from ..model.inventory import inspect_model
     from ..model.memory import preflight
@@ -74,6 +86,15 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     engines = engines_from_args(args, session=args.engine == "session")
     one_shot, session = engines.one_shot, engines.warm
+    # The model folder is the server's for its life: its headers are read once, not per
+    # submission, and a folder that cannot run a job is refused here (exit 2), as a missing folder
+    # or engine is, rather than blaming every client with a 400. --force starts it anyway.
+    inventory = inspect_model(one_shot.model_dir)
+    if args.force and inventory.errors:
+        print(f"h3bridge serve: --force: starting with a model that cannot run jobs: {inventory.errors[0].message}",
+              file=sys.stderr)
+    elif not args.force:
+        inventory.raise_for_problems()
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
     store = JobStore(data_dir)
     # With the engine lock held, an engine a killed server left running has been stopped, so
@@ -82,16 +103,13 @@ def run_serve(args: argparse.Namespace) -> int:
         for note in store.recover():
             logging.getLogger("h3bridge.serve").warning("h3bridge serve: %s", note)
 
-    # The model folder is the server's for its life: its headers are read once, not per submission.
-    inventory = inspect_model(one_shot.model_dir)
-
     def check_like_generate(request) -> None:
         preflight(request, one_shot.model_dir, force=args.force, session=session is not None, inventory=inventory)
 
     limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,
                              cors_origins=tuple(args.cors_origin), engine_name=args.engine,
-                             preflight=check_like_generate)
+                             preflight=check_like_generate, model=model_health(inventory))
     worker = Worker(store, session or one_shot, one_shot if session is not None else None)
     app = create_app(settings, store, worker)
     worker.start()

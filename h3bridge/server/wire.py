@@ -11,9 +11,10 @@ videos.py, `VideoGenerationRequest`) where they have one: `prompt`, `model`, `si
 `input_reference` (the image to start from: SGLang's image-to-video image; h3's first frame).
 H3 settings without a standard field are extra body fields named as `h3bridge generate`'s flags
 (argparse's spelling: dashes as underscores): `preset`, `reuse`, `layers`, `core_reuse`,
-`token_reduction`, `ssd_streaming`, `use_int8_row_fc2`, `use_reference_rope`, `render_width`,
-`render_height`, `ref_image_size`, `use_slower` (repeated); `frames` and `steps` are accepted as
-the CLI's names of `num_frames` and `num_inference_steps`.
+`token_reduction`, `ssd_streaming`, `int8_row_fc2`, `reference_rope`, `render_width`,
+`render_height`, `ref_image_size`, `slower_paths` (repeated); `frames` and `steps` are accepted as
+the CLI's names of `num_frames` and `num_inference_steps`. The old spellings `use_int8_row_fc2`,
+`use_reference_rope` and `use_slower` are still accepted, with a DeprecationWarning (vocabulary.py).
 
 Files travel as multipart parts (never as paths: a server opens no client-named file):
 `input_reference` (or `first_frame`) and `last_frame` are the FL2VA anchors; the ordered Ref2VA
@@ -54,6 +55,7 @@ from ..request import (
     ReferenceKind,
     SlowerPath,
 )
+from ..vocabulary import RENAMED_KEYS, warn_renamed
 
 VIDEOS_PATH = "/v1/videos"
 HEALTH_PATH = "/health"            # readiness probe: 200 once the server accepts jobs
@@ -98,7 +100,7 @@ class BodyField:
     target: str
     kind: type
     alias: str | None = None       # the CLI's name, accepted too (`frames`, `steps`)
-    repeated: bool = False         # may be given several times (`use_slower`)
+    repeated: bool = False         # may be given several times (`slower_paths`)
 
 
 FIELDS: tuple[BodyField, ...] = (
@@ -120,12 +122,12 @@ FIELDS: tuple[BodyField, ...] = (
     BodyField("core_reuse", "core_reuse", int),
     BodyField("token_reduction", "token_reduction", bool),
     BodyField("ssd_streaming", "ssd_streaming", bool),
-    BodyField("use_int8_row_fc2", "int8_row_fc2", bool),
-    BodyField("use_reference_rope", "reference_rope", bool),
+    BodyField("int8_row_fc2", "int8_row_fc2", bool),
+    BodyField("reference_rope", "reference_rope", bool),
     BodyField("render_width", "render_width", int),
     BodyField("render_height", "render_height", int),
     BodyField("ref_image_size", "reference_image_size", str),
-    BodyField("use_slower", "slower_paths", str, repeated=True),
+    BodyField("slower_paths", "slower_paths", str, repeated=True),
 )
 _FIELD_BY_NAME: dict[str, BodyField] = {f.name: f for f in FIELDS} | {f.alias: f for f in FIELDS if f.alias}
 
@@ -161,7 +163,7 @@ class UploadedFile:
 
 
 def normalise_name(name: str) -> tuple[str, str | None]:
-    """A form field name as (field, sub-key): `use_slower[]` -> ("use_slower", None),
+    """A form field name as (field, sub-key): `slower_paths[]` -> ("slower_paths", None),
     `input_reference[image_url]` -> ("input_reference", "image_url") (the openai client's
     encoding of lists and objects in multipart bodies)."""
     match = re.fullmatch(r"([A-Za-z0-9_]+)\[([A-Za-z0-9_]*)\]", name)
@@ -333,6 +335,9 @@ def request_from_wire(pairs: Iterable[tuple[str, object]],
     model: str | None = None
     for raw_name, value in pairs:
         name, _ = normalise_name(raw_name)
+        if name in RENAMED_KEYS:
+            warn_renamed(name, RENAMED_KEYS[name], "request body")
+            name = RENAMED_KEYS[name]
         if name in FILE_FIELDS:
             raise _not_uploaded(name, value)
         spec = _FIELD_BY_NAME.get(name)

@@ -3,14 +3,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import warnings
 from pathlib import Path
 
 from ..cancel import CancelToken
-from ..cli import (EXIT_OK, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                   cancelled_status, engines_from_args)
+from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
+                          cancelled_status, engines_from_args)
 from ..errors import GenerationCancelled, RequestError
 from .runner import StoryProgress, default_job_dir
+from .storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
+
+# The storyboard's own words: its keys, and what its checks name ("shot", the file itself). A
+# refusal about one of these is said as the storyboard says it (`frames = 22`), not in the
+# command line's flags; the `story` command's own options (--redo, --only, -o) keep theirs.
+STORYBOARD_FIELDS = frozenset({*SHOT_KEYS, *STORY_KEYS, *PATH_KEYS, "shot", "storyboard"})
 
 
 def add_story_command(subparsers: argparse._SubParsersAction) -> None:
@@ -72,12 +80,49 @@ def _duration(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def in_storyboard_words(text: str) -> str:
+    """`frames=22` -> `frames = 22`, `ssd_streaming=True` -> `ssd_streaming = true`: a library
+    message about a storyboard key as the storyboard writes it (TOML)."""
+    def key(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in STORYBOARD_FIELDS:
+            return match.group(0)
+        return f"{name} = {value.lower() if value in ('True', 'False') else value}"
+    # as cli.in_cli_words: never inside a path or a file name
+    return re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", key, text)
+
+
+def storyboard_refusal(error: RequestError) -> int:
+    """Say a refusal about the storyboard in its words (main would put CLI flags in it); exit 2."""
+    try:
+        print(f"h3bridge: {in_storyboard_words(str(error))}", file=sys.stderr)
+    except OSError:
+        pass
+    return EXIT_USAGE
+
+
 def run_story_command(args: argparse.Namespace) -> int:
-    from .runner import run_story
-    from .storyboard import Storyboard
     if args.seed is not None and args.redo is None:
         raise RequestError("--seed is for a shot being re-rolled", field="seed", hint="add --redo N")
-    storyboard = Storyboard.from_toml(args.storyboard)
+    with warnings.catch_warnings(record=True) as renamed:
+        warnings.simplefilter("always", DeprecationWarning)
+        try:
+            storyboard = Storyboard.from_toml(args.storyboard)
+        except RequestError as error:     # everything reading the file finds is the storyboard's
+            return storyboard_refusal(error)
+    for warning in renamed:           # old key spellings (vocabulary.py): one line each
+        if issubclass(warning.category, DeprecationWarning):
+            print(f"h3bridge: notice: {args.storyboard}: {warning.message}", file=sys.stderr)
+    try:
+        return _run_story(args, storyboard)
+    except RequestError as error:
+        if error.field in STORYBOARD_FIELDS:      # a shot's request, checked by story.plan
+            return storyboard_refusal(error)
+        raise
+
+
+def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
+    from .runner import run_story
     output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
     job_dir = args.job_dir if args.job_dir is not None else default_job_dir(output)
     engines = engines_from_args(args)
@@ -109,7 +154,8 @@ def run_story_command(args: argparse.Namespace) -> int:
         print(json.dumps(result.summary(), indent=2))
     else:
         film = f"wrote {result.output}" if result.assembled else \
-            (f"{result.output} is up to date" if result.output is not None else f"shots 1-{args.only} are ready")
+            (f"kept {result.output}" if result.output is not None else f"shots 1-{args.only} are ready")
+        # (an unchanged film: the runner's notice already said it "is up to date"; once is enough)
         print(f"h3bridge: {film}: {result.film_frames} frames ({result.film_frames / 24:.1f} s); "
               f"{result.rendered} shot(s) rendered, {len(result.shots) - result.rendered} kept; "
               f"shots in {result.job_dir}; {result.wall_seconds:.1f} s wall time", file=sys.stderr)

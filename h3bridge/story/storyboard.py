@@ -34,6 +34,7 @@ from ..errors import RequestError
 from ..files import open_regular, symlink_note
 from ..geometry import MAX_FRAMES
 from ..request import DEFAULT_SEED, PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
+from ..vocabulary import with_current_keys
 
 DEFAULT_TAIL_SECONDS = 2.0        # the default; see plan.tail_frames for the frames it becomes
 MIN_TAIL_SECONDS, MAX_TAIL_SECONDS = 2.0, 15.0   # upstream's reference audio limits (h3_ffmpeg.c, h3.c)
@@ -126,6 +127,7 @@ class Storyboard:
             raise RequestError("the storyboard has no shots", field="shot",
                                hint='add one [[shot]] table per shot, each with a prompt = "..."')
         defaults = {}
+        data = with_current_keys(data, "the storyboard's top level")     # use_int8_row_fc2 -> int8_row_fc2
         for key, value in data.items():
             if not isinstance(key, str):
                 raise _unknown_key(key, "the storyboard's top level", (*STORY_KEYS, "preset", *REQUEST_KEYS))
@@ -293,6 +295,7 @@ def _references(index: int, value: Any, base: Path) -> tuple[Reference, ...]:
 
 
 def _shot_from_dict(index: int, table: Mapping[str, Any], base: Path) -> Shot:
+    table = with_current_keys(table, f"shot {index}")
     for key in table:
         if key not in SHOT_KEYS:
             raise _unknown_key(key, f"shot {index}", SHOT_KEYS)

@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..model.safetensors import open_regular_file
+from .problem import Problem
+from .safetensors import open_regular_file
 
 if TYPE_CHECKING:
-    from ..model.inventory import ModelInventory, Problem
+    from .inventory import ModelInventory
     from ..request import GenerationRequest
 
 PROVENANCE_FILE = "h3bridge-lora.json"
@@ -141,9 +142,8 @@ def read_provenance(root: Path) -> Provenance | None:
         raise ValueError(f"{path} is damaged ({error})") from None
 
 
-def check_provenance(root: Path, provenance: Provenance) -> "list[Problem]":
+def check_provenance(root: Path, provenance: Provenance) -> list[Problem]:
     """The folded shards are the ones the fold wrote (size and header; cheap, on every check)."""
-    from ..model.inventory import Problem
     problems: list[Problem] = []
     for record in provenance.folded_files:
         path = root / record.relative

@@ -1,0 +1,267 @@
+"""The command-line parts every subcommand that runs an engine shares (`generate` in cli.py,
+`story` in story/cli.py, `serve` in server/command.py): the engine flags and the engines they
+choose, signals and exit statuses, the progress display.
+
+It lives below all three so that none of them imports another (cli.py registers the other two).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from .cancel import CancelToken
+from .errors import GenerationCancelled, UnsupportedRequestError
+from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
+from .progress import WAITING_PHASE, ProgressEvent
+from .request import GenerationRequest
+
+if TYPE_CHECKING:
+    from .engines.protocol import Engine
+    from .model.memory import MachineFacts
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--engine-path / --model-dir, shared by every subcommand that runs or inspects h3."""
+    parser.add_argument("--engine-path", metavar="PATH",
+                        help="the h3 binary or its h3.c checkout (default: $H3_BIN, then h3 on PATH)")
+    parser.add_argument("-d", "--model-dir", metavar="PATH",
+                        help="the MiniMax-H3 model directory (default: $H3_MODEL_DIR)")
+
+
+FALLBACK_COLUMNS = 80
+
+
+def bar_columns() -> int:
+    """Columns for a progress line on stderr: the terminal's width less one (a line that fills
+    the last column wraps), else $COLUMNS, else 80. A terminal that reports 0 columns (an unsized
+    pty: some IDE consoles, `docker exec` or `ssh` without a size) would otherwise get a bar
+    trimmed to nothing; tqdm's own dynamic_ncols takes the 0 at its word."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):     # not a terminal, or stderr replaced
+        columns = 0
+    if columns <= 0:
+        text = os.environ.get("COLUMNS", "")
+        columns = int(text) if text.isdigit() else 0
+    return (columns if columns > 0 else FALLBACK_COLUMNS) - 1
+
+
+# Without a terminal, a long wait for the engine is reported when it starts and after these
+# seconds, then every WAIT_LINE_EVERY: visible in a log, and a few lines an hour at most.
+WAIT_LINES_AFTER = (10.0, 30.0, 60.0)
+WAIT_LINE_EVERY = 60.0
+
+
+class PhaseProgressBars:
+    """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
+
+    Without a terminal (a log file, a pipe) a bar's redraws are noise: one line per phase is
+    written instead (and, while waiting for another job's engine, a line now and then saying
+    who holds it). Progress is a courtesy: if stderr breaks (a closed pipe), the display turns
+    itself off and the render goes on. `waited` is how long the job waited for the engine."""
+
+    def __init__(self, enabled: bool = True, *, terminal: bool | None = None,
+                 note: Callable[[], str | None] | None = None) -> None:
+        self.enabled = enabled
+        self.note = note      # more for the bar's postfix (the library engine's "previews N/M")
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
+        self._bar = None
+        self._phase: str | None = None
+        self.waited = 0.0
+        self._next_wait_line = 0.0
+        self._holder: str | None = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.phase == WAITING_PHASE:
+            self.waited = max(self.waited, event.elapsed)
+        if not self.enabled:
+            return
+        try:
+            self._show(event)
+        except (OSError, ValueError):     # EPIPE, or stderr closed under us
+            self.enabled = False
+            self._bar = None
+
+    def _show(self, event: ProgressEvent) -> None:
+        if event.phase == WAITING_PHASE:
+            self._show_wait(event)
+            return
+        if not self.terminal:
+            if event.phase != self._phase:
+                self._phase = event.phase
+                print(f"h3bridge: {event.phase} (overall {event.fraction:.0%}, {event.elapsed:.1f} s{eta_suffix(event)})",
+                      file=sys.stderr, flush=True)
+            return
+        from tqdm import tqdm
+        if event.phase != self._phase or self._bar is None or self._bar.total != event.total:
+            self.close()
+            self._phase = event.phase
+            self._bar = tqdm(total=event.total, desc=f"{event.phase:<22}", unit="step", file=sys.stderr,
+                             leave=True, ncols=bar_columns(),
+                             bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}]{postfix}")
+        self._bar.ncols = bar_columns()      # follows a resized terminal, like dynamic_ncols
+        self._bar.n = event.done
+        extra = self.note() if self.note is not None else None
+        self._bar.set_postfix_str(f"overall {event.fraction:4.0%}, {event.elapsed:.1f} s"
+                                  + (f", {extra}" if extra else "") + eta_suffix(event), refresh=False)
+        self._bar.refresh()
+
+    def _show_wait(self, event: ProgressEvent) -> None:
+        """Waiting for another job's engine: who holds it and for how long, kept visible."""
+        held = f"held by {event.detail}" if event.detail else "held by another job"
+        if not self.terminal:
+            first = self._phase != WAITING_PHASE
+            new_holder = event.detail is not None and event.detail != self._holder and not first
+            if first or new_holder or event.elapsed >= self._next_wait_line:
+                print(f"h3bridge: {'waiting' if first else 'still waiting'} for the engine"
+                      + ("" if first else f" ({event.elapsed:.0f} s)") + f": {held}", file=sys.stderr, flush=True)
+                later = [mark for mark in WAIT_LINES_AFTER if mark > event.elapsed]
+                self._next_wait_line = later[0] if later else event.elapsed + WAIT_LINE_EVERY
+            self._phase, self._holder = WAITING_PHASE, event.detail or self._holder
+            return
+        from tqdm import tqdm
+        if self._phase != WAITING_PHASE or self._bar is None:
+            self.close()
+            self._phase = WAITING_PHASE
+            self._bar = tqdm(total=None, desc=WAITING_PHASE, file=sys.stderr, leave=True, ncols=bar_columns(),
+                             bar_format="{desc} [{elapsed}] {postfix}")
+        self._bar.ncols = bar_columns()
+        self._bar.set_postfix_str(held, refresh=False)
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            try:
+                self._bar.close()
+            except (OSError, ValueError):
+                pass
+            self._bar = None
+
+
+def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: bool = False) -> None:
+    """The options that choose and run an engine, shared by `generate` and `story` (an engine added
+    here, and in `engines_from_args`, reaches both). `warm_by_default`: the warm session unless
+    --one-shot (a story renders many clips), instead of one-shot unless --session."""
+    add_engine_options(parser)
+    add_engine_safety_options(parser)
+    warm = parser.add_mutually_exclusive_group()
+    warm.add_argument("--session", action="store_true", default=warm_by_default,
+                      help="render through h3's interactive mode (the warm SessionEngine the library and "
+                           "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
+                           "session cannot take (several lines) runs one-shot instead"
+                           + (" (the default here)" if warm_by_default else ""))
+    if warm_by_default:
+        warm.add_argument("--one-shot", dest="session", action="store_false",
+                          help="start h3 afresh for every clip instead of keeping the model warm")
+    from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
+    add_library_options(parser)
+    from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
+    add_remote_option(parser)
+
+
+def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
+    """The pre-flight override and the stall watchdog, for every subcommand that runs a local
+    engine (generate and story through add_engine_run_options; serve, which picks its engine
+    with its own --engine)."""
+    parser.add_argument("--force", action="store_true",
+                        help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
+    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="stop the engine after this long without progress (default 600; 0 disables)")
+
+
+@dataclass
+class EngineChoice:
+    """The engines the flags chose: one-shot always (it takes every valid request), and the warm
+    engine when asked for; with --remote the server alone, and with --engine library the
+    library's worker alone (`one_shot` is that engine). `for_request` says which one runs a
+    request."""
+
+    one_shot: Engine
+    warm: Engine | None = None
+
+    @property
+    def preferred(self) -> Engine:
+        return self.warm if self.warm is not None else self.one_shot
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The local model folder; None for a server, which checks its own model."""
+        return getattr(self.one_shot, "model_dir", None)
+
+    def machine_facts(self, cancel: CancelToken | None = None) -> MachineFacts | None:
+        """The facts to plan memory with when the engine knows better than psutil (the library's
+        h3_device: Metal's recommended working set); None: this machine as detected."""
+        facts = getattr(self.one_shot, "machine_facts", None)
+        return facts(cancel=cancel) if facts is not None else None
+
+    def for_request(self, request: GenerationRequest) -> Engine:
+        """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
+        if self.warm is not None:
+            try:
+                self.warm.check_supported(request)
+                return self.warm
+            except UnsupportedRequestError as error:
+                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
+        return self.one_shot
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
+        self.one_shot.close()
+
+
+def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) -> EngineChoice:
+    """The engines `add_engine_run_options`' flags describe (nothing starts yet). `session`
+    overrides --session/--one-shot (serve's --engine)."""
+    if getattr(args, "remote", None):
+        from .remote_cli import remote_engine_from_args      # refuses the local-only flags first
+        return EngineChoice(remote_engine_from_args(args))
+    from .engines.oneshot import OneShotEngine
+    from .engines.session import SessionEngine
+    stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
+    if getattr(args, "engine", "cli") == "library":     # warm by nature: --session/--one-shot do not apply
+        from .engines.library_cli import library_engine_from_args
+        return EngineChoice(library_engine_from_args(args, stall_timeout=stall_timeout))
+    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
+    warm = None
+    if getattr(args, "session", False) if session is None else session:
+        warm = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
+    return EngineChoice(one_shot, warm)
+
+
+@contextmanager
+def cancel_on_signals(cancel: CancelToken) -> Iterator[list[int]]:
+    """Ctrl-C, `kill`, a closed terminal cancel `cancel` (the list receives the signal numbers).
+
+    The engine runs in its own process group and would otherwise keep rendering (and holding
+    the model) after we are gone. A signal the caller chose to ignore (`nohup`, a background
+    job) stays ignored."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        cancel.cancel()     # the engine loop notices within 50 ms and stops the process group
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:
+    """The exit status for a cancelled job: 130 for Ctrl-C (main reports it), 128+N for a signal N."""
+    if received and received[0] != signal.SIGINT:
+        print(f"h3bridge: {error.message} ({signal.Signals(received[0]).name})", file=sys.stderr)
+        return 128 + received[0]     # 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
+    raise error
