@@ -87,11 +87,7 @@ def test_the_graph_is_read():
 
 
 def test_no_import_cycles():
-    # The ComfyUI node modules' cycle (comfy.nodes <-> its hex/lora/story node modules) is
-    # removed on its own branch (issue 20 item 9); drop this exclusion once both are merged.
-    found = [cycle for cycle in cycles(import_graph())
-             if not all(name.startswith("h3bridge.comfy.") for name in cycle)]
-    assert found == []
+    assert cycles(import_graph()) == []
 
 
 def test_model_does_not_import_lora():
