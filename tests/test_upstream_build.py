@@ -262,6 +262,7 @@ def test_library_engine_over_upstreams_libh3_renders_previews_and_cancels(upstre
 
 # ----------------------------------------------------------------------------- the layers above the engines
 
+@pytest.mark.timeout(900)     # four renders, three of 56 frames: a safety net for a loaded machine
 def test_a_four_shot_story_with_every_continuation_on_upstreams_h3(upstream_engine, realistic_model: Path,  # noqa: F811
                                                                     tmp_path: Path) -> None:
     """Anchor (FL2VA's first frame), cut and tail (Ref2VA with the previous shot's video and sound):
