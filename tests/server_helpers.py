@@ -53,6 +53,7 @@ class ServerProcess:
     log_dir: Path
     engine: str = "session"
     extra_args: list[str] = field(default_factory=list)
+    engine_path: str = ""          # default h3-sim; tests/test_upstream_build.py gives upstream's own h3
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen | None = None
     url: str = ""
@@ -70,7 +71,7 @@ class ServerProcess:
         self.starts += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [h3bridge_program(), "serve", "--port", "0", "--data-dir", str(self.data_dir),
-                "--engine", self.engine, "--engine-path", sim_program(), "--model-dir", str(self.model_dir),
+                "--engine", self.engine, "--engine-path", self.engine_path or sim_program(), "--model-dir", str(self.model_dir),
                 "--log-level", "warning", *self.extra_args]
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -56,7 +56,10 @@ def test_a_folder_that_is_not_h3c_is_refused_naming_what_is_missing(tmp_path: Pa
     assert "antirez/h3.c" in caught.value.hint
 
 
-def test_build_engine_prints_the_program_and_library_last_and_caches(upstream_engine, capsys) -> None:  # noqa: F811
+def test_build_engine_prints_the_program_and_library_last_and_caches(upstream_engine, capsys,  # noqa: F811
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.userdirs import CACHE_ENV, platform_cache_dir
+    monkeypatch.setenv(CACHE_ENV, str(platform_cache_dir()))      # where the session's build is cached
     source = os.environ[UPSTREAM_SOURCE_ENV]
     assert h3bridge_main(["build-engine", source]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -92,6 +95,18 @@ def test_h3_away_from_its_shaders_fails_as_on_a_mac(upstream_engine, realistic_m
                           cwd=str(tmp_path), capture_output=True, timeout=300)
     assert done.returncode == 1 and b"cannot compile h3_shaders.metal" in done.stderr
     assert not (tmp_path / "x.mp4").exists()
+
+
+@pytest.mark.parametrize("device, enqueue", [("Apple M5 Max", True), ("Apple M1 Ultra", False)])
+def test_the_m5_path_is_upstreams_choice_from_the_device_name(upstream_engine, realistic_model: Path,  # noqa: F811
+                                                             tmp_path: Path, device: str, enqueue: bool) -> None:
+    """Upstream's GPU sampler ("denoise enqueue", then "denoise") runs on an M5 only (h3_gpu_is_m5)."""
+    from sim_helpers import progress_records
+    done = _run_h3(upstream_engine.program, "-d", str(realistic_model), "-p", "a fox", "--width", "64", "--height",
+                   "64", "--frames", "22", "--steps", "2", "-o", "", env={"H3_SIM_DEVICE_NAME": device})
+    assert done.returncode == 0, done.stderr
+    phases = {phase for phase, _, _ in progress_records(done.stderr)}
+    assert ("denoise enqueue" in phases) is enqueue and "denoise" in phases
 
 
 # ----------------------------------------------------------------------------- the tokenizer
@@ -243,3 +258,48 @@ def test_library_engine_over_upstreams_libh3_renders_previews_and_cancels(upstre
                             cancel=cancel)
         assert not (tmp_path / "cancelled.mp4").exists()
         assert engine.generate(fast_request(seed=5), None, want_audio=False).frames is not None
+
+
+# ----------------------------------------------------------------------------- the layers above the engines
+
+@pytest.mark.timeout(900)     # four renders, three of 56 frames: a safety net for a loaded machine
+def test_a_four_shot_story_with_every_continuation_on_upstreams_h3(upstream_engine, realistic_model: Path,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
+    """Anchor (FL2VA's first frame), cut and tail (Ref2VA with the previous shot's video and sound):
+    every request the story layer makes, through upstream's own validation and phase order."""
+    from h3bridge.story import Storyboard, run_story
+    from story_helpers import FOUR_SHOTS, write_story
+    # SSD streaming: the realistic fixture has the released model's sizes, which the memory planner
+    # (rightly) finds too big for this machine without it; upstream's streaming path runs too.
+    story = Storyboard.from_toml(write_story(tmp_path, "ssd_streaming = true\n" + FOUR_SHOTS))
+    with OneShotEngine(upstream_engine.program, realistic_model, stall_timeout=120) as engine:
+        result = run_story(story, tmp_path / "film.mp4", engine=engine)
+    assert result.rendered == 4 and result.assembled and (tmp_path / "film.mp4").is_file()
+
+
+def test_the_server_renders_a_clip_on_upstreams_h3(upstream_engine, realistic_model: Path,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    from server_helpers import KEY, ServerProcess, isolated_env, mp4_frame_count, openai_client, wait_finished
+    with ServerProcess(tmp_path / "data", realistic_model, tmp_path / "logs", env=isolated_env(tmp_path),
+                       engine_path=str(upstream_engine.program)) as server:
+        client = openai_client(server, KEY)
+        created = client.videos.create(prompt="a red fox runs through snow", size="96x64",
+                                       extra_body={"frames": 22, "steps": 2, "ssd_streaming": True})
+        finished = wait_finished(client, created.id, timeout=300)
+        assert finished.status == "completed", finished.error
+        assert mp4_frame_count(client.videos.download_content(created.id).read()) == 22
+
+
+def test_the_comfyui_adapter_renders_on_upstreams_h3(upstream_engine, realistic_model: Path,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    from h3bridge.comfy import adapter
+    settings = adapter.GenerateSettings(prompt="a red fox", preset="preview", width=96, height=64,
+                                        length_unit="frames", frames=22, ssd_streaming="on")
+    events = []
+    outputs = adapter.run_generate(adapter.EngineHandle(upstream_engine.program, realistic_model), settings,
+                                   adapter.GenerateInputs(), scratch_parent=tmp_path / "scratch",
+                                   output_dir=tmp_path / "out", want_image=True, on_progress=events.append,
+                                   cancel=CancelToken())
+    assert outputs.image.shape == (22, 64, 96, 3) and not outputs.image_is_placeholder
+    assert outputs.video_path.is_file() and outputs.sample_rate == 32000
+    assert events and events[-1].fraction == pytest.approx(1.0)

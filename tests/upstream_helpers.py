@@ -19,6 +19,7 @@ import pytest
 
 from h3bridge.engine_build import BuiltEngine, build_engine
 from h3bridge.errors import LibraryBuildError
+from h3bridge.userdirs import platform_cache_dir
 
 UPSTREAM_SOURCE_ENV = "H3_UPSTREAM_SOURCE"
 # The parametrization ids of tests that run against both engines.
@@ -28,8 +29,10 @@ BOTH_ENGINES = (SIM, UPSTREAM)
 
 @functools.cache
 def _build(source: str) -> BuiltEngine | str:
+    # The user's cache, not H3BRIDGE_CACHE_DIR, which many tests point at a folder of their own:
+    # the build is shared by every test, every session and `h3bridge build-engine` itself.
     try:
-        return build_engine(Path(source))
+        return build_engine(Path(source), cache_root=platform_cache_dir())
     except LibraryBuildError as error:
         return f"upstream h3.c cannot be built here: {error} ({error.hint})"
 

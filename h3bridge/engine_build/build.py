@@ -265,16 +265,16 @@ def _check_built(folder: Path) -> None:
                                 hint="see compiler_output", compiler_output=loaded.stderr or "")
 
 
-def _engines_dir() -> Path:
-    return cache_dir() / "engines"
+def _engines_dir(cache_root: Path | None = None) -> Path:
+    return (cache_root if cache_root is not None else cache_dir()) / "engines"
 
 
-def _build_portable(folder: Path, log: Log) -> BuiltEngine:
+def _build_portable(folder: Path, log: Log, cache_root: Path | None = None) -> BuiltEngine:
     source = read_source(folder)
     compiler = find_compiler()
     identity = compiler_identity(compiler)
     digest = source_hash(source, identity)
-    engines = _engines_dir()
+    engines = _engines_dir(cache_root)
     engines.mkdir(parents=True, exist_ok=True)
     final = engines / digest[:16]
     built = BuiltEngine(program=final / PROGRAM_NAME, library=final / LIBRARY_NAME, source_hash=digest,
@@ -326,30 +326,32 @@ def _build_metal(folder: Path, log: Log) -> BuiltEngine:
                        backend="metal", cached=False)
 
 
-def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda text: None) -> BuiltEngine:
-    """Build (or find cached) upstream's h3 and shared libh3 from a clone or source tarball."""
+def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda text: None,
+                 cache_root: Path | None = None) -> BuiltEngine:
+    """Build (or find cached) upstream's h3 and shared libh3 from a clone or source tarball.
+    Builds are cached under `cache_root`/engines (default: the user cache directory)."""
     source = source.expanduser().absolute()
     if not source.exists():
         raise EngineNotFoundError(f"the h3.c source {source} does not exist",
                                   hint="give a clone (`git clone https://github.com/antirez/h3.c`) or its "
                                        "source tarball")
     if source.is_dir():
-        return _build_metal(source, log) if system == "darwin" else _build_portable(source, log)
+        return _build_metal(source, log) if system == "darwin" else _build_portable(source, log, cache_root)
     if not tarfile.is_tarfile(source):
         raise EngineNotFoundError(f"{source} is neither a folder nor a tar archive",
                                   hint="give an h3.c clone, or a .tar.gz made by `git archive`")
     if system == "darwin":
         # upstream's make builds in place: unpack into the cache, keyed by the archive's bytes
         digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-        target = _engines_dir() / f"source-{digest}"
+        target = _engines_dir(cache_root) / f"source-{digest}"
         if not (target / "h3.h").is_file() and not any(target.glob("*/h3.h")):
             target.mkdir(parents=True, exist_ok=True)
             _unpack(source, target)
         folder = target if (target / "h3.h").is_file() else next(target.glob("*/h3.h")).parent
         return _build_metal(folder, log)
-    _engines_dir().mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".source.", dir=_engines_dir()) as unpacked:
-        return _build_portable(_unpack(source, Path(unpacked)), log)
+    _engines_dir(cache_root).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".source.", dir=_engines_dir(cache_root)) as unpacked:
+        return _build_portable(_unpack(source, Path(unpacked)), log, cache_root)
 
 
 # ----------------------------------------------------------------------------- the command
