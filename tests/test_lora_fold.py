@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from core_helpers import sim_engine_path
-from lora_helpers import low_rank, raw_header, reference_fold, tensor_shapes, write_lora
+from lora_helpers import (assert_bf16_neighbours, flat_rows_to_per_head, low_rank, raw_header, reference_exact,
+                          reference_fold, tensor_shapes, write_lora)
 import model_helpers
 from h3bridge import GenerationRequest, inspect_model, verify_model
 from h3bridge.cli import main
@@ -65,10 +66,22 @@ def _kohya(path: Path, shapes: dict, targets: list[str], seed: int, *, alpha: fl
     return truth
 
 
-def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarray, np.ndarray, float]]]) -> None:
-    """Every targeted tensor equals the float64 reference rounded once; every other byte of every
+def _placed(shapes: dict, target: str, up: np.ndarray) -> np.ndarray:
+    """A flat LoRA's qkv up/B on the per-head rows (heads from the checkpoint's q_norm length)."""
+    if not target.endswith(QKV):
+        return up
+    head_dim = shapes[target.replace("qkv_proj", "q_norm")][2][0]
+    return flat_rows_to_per_head(up, shapes[target][2][0] // (3 * head_dim), head_dim)
+
+
+def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarray, np.ndarray, float]]],
+                rounding: str = "stochastic") -> None:
+    """Every targeted tensor is the float64 reference (flat qkv rows on their heads' rows) rounded
+    once: exactly to nearest with rounding="nearest", else each bf16 element one of the two bf16
+    neighbours of the exact value (float32 targets: nearest either way); every other byte of every
     shard (headers included) and every other file equals the base's."""
     shapes = tensor_shapes(base)
+    applied = {t: [(_placed(shapes, t, u), d, f) for u, d, f in ups] for t, ups in applied.items()}
     for shard in sorted(base.rglob("*")):
         if not shard.is_file():
             continue
@@ -83,8 +96,12 @@ def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarr
             span = slice(header.data_start + tensor.begin, header.data_start + tensor.end)
             before, after = old[span], new[span]
             if shard.parent.name == "transformer" and shard.parts[-3] == "FL2VA" and tensor.name in applied:
-                expected = reference_fold(before, tensor.dtype, tensor.shape, applied[tensor.name])
-                assert after == expected, tensor.name
+                if rounding == "nearest" or tensor.dtype != "BF16":
+                    expected = reference_fold(before, tensor.dtype, tensor.shape, applied[tensor.name])
+                    assert after == expected, tensor.name
+                else:
+                    exact = reference_exact(before, tensor.dtype, tensor.shape, applied[tensor.name])
+                    assert_bf16_neighbours(after, exact, tensor.name)
                 assert after != before, tensor.name
             else:
                 assert after == before, (shard, tensor.name)

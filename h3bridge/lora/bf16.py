@@ -55,3 +55,57 @@ def bf16_spacing(values: np.ndarray) -> np.ndarray:
     2**(exponent - 7), never below the subnormal spacing 2**-133."""
     _, exponent = np.frexp(np.abs(np.asarray(values, dtype=np.float64)))
     return np.ldexp(1.0, np.maximum(exponent - 1, -126) - 7)
+
+
+# ----------------------------------------------------------------------------- stochastic rounding
+#
+# A LoRA's update is a few 1e-4 of a weight, a bf16 step ~4e-3 of it: rounded to nearest, most
+# elements fall straight back to W and most of the update is lost (issue 21). Stochastic rounding
+# rounds up with probability equal to the position between the two bf16 neighbours, so the
+# stored change is unbiased. The dither is a counter-based hash of (seed, element index): the same
+# fold gives the same bytes whatever the block size, and the parity probe can recompute any pick.
+#
+# The rule, exactly: f = the float32 nearest to the float64 result (bf16 values are float32
+# values, and rounding to the nearest float32 is monotone, so f lies between the same two bf16
+# neighbours as the exact result); r = dither16(seed, index) in [0, 65536); the stored bf16 is the
+# top half of (float32 bits of f) + r. The 16 bits dropped are f's position between its two bf16
+# neighbours in units of 2**-16 of a step; adding r carries into the kept half with probability
+# position / 65536 (the bit pattern is magnitude-ordered for either sign, so this rounds the
+# magnitude up, i.e. away from zero, with that probability).
+
+_GOLDEN = np.uint32(0x9E3779B1)
+_MIX1, _MIX2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
+
+
+def dither16(seed: int, start: int, count: int) -> np.ndarray:
+    """uint32 values in [0, 65536) for element indexes start .. start+count-1 (counter-based:
+    Chris Wellons' lowbias32 hash of index * golden + seed, its top 16 bits)."""
+    x = np.arange(start, start + count, dtype=np.uint64).astype(np.uint32)   # wraps past 2**32
+    x *= _GOLDEN
+    x += np.uint32(seed & 0xFFFFFFFF)
+    x ^= x >> np.uint32(16)
+    x *= _MIX1
+    x ^= x >> np.uint32(15)
+    x *= _MIX2
+    x ^= x >> np.uint32(16)
+    x >>= np.uint32(16)
+    return x
+
+
+def float64_to_bf16_stochastic(values: np.ndarray, dither: np.ndarray) -> np.ndarray:
+    """float64 values (finite) -> bf16 bit patterns, rounded up or down by `dither` (same shape,
+    uint32 in [0, 65536), from dither16). A result past bf16's largest finite value is infinity."""
+    bits = np.asarray(values, dtype=np.float64).astype(np.float32).view(np.uint32)
+    bits += dither.reshape(bits.shape)
+    bits >>= np.uint32(16)
+    return bits.astype(np.uint16)
+
+
+def bf16_neighbours(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bf16 values just below-or-at and just above-or-at each finite float64 value (equal when
+    the value is itself a bf16 value), as float64. Computed from the bf16 spacing, not by rounding."""
+    values = np.asarray(values, dtype=np.float64)
+    spacing = bf16_spacing(values)
+    low = np.floor(values / spacing) * spacing
+    high = np.where(low == values, low, low + spacing)
+    return low, high
