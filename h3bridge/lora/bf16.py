@@ -62,7 +62,7 @@ def bf16_spacing(values: np.ndarray) -> np.ndarray:
 # A LoRA's update is a few 1e-4 of a weight, a bf16 step ~4e-3 of it: rounded to nearest, most
 # elements fall straight back to W and most of the update is lost (issue 21). Stochastic rounding
 # rounds up with probability equal to the position between the two bf16 neighbours, so the
-# stored change is unbiased. The dither is a counter-based hash of (seed, element index): the same
+# stored change is unbiased. The dither is a counter-based random stream indexed by (seed, element index): the same
 # fold gives the same bytes whatever the block size, and the parity probe can recompute any pick.
 #
 # The rule, exactly: f = the float32 nearest to the float64 result (bf16 values are float32
@@ -73,29 +73,28 @@ def bf16_spacing(values: np.ndarray) -> np.ndarray:
 # position / 65536 (the bit pattern is magnitude-ordered for either sign, so this rounds the
 # magnitude up, i.e. away from zero, with that probability).
 
-_GOLDEN = np.uint32(0x9E3779B1)
-_MIX1, _MIX2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
+_PHILOX_BLOCK = 16        # 16-bit values per Philox counter step (4 x 64 bits)
 
 
 def dither16(seed: int, start: int, count: int) -> np.ndarray:
-    """uint32 values in [0, 65536) for element indexes start .. start+count-1 (counter-based:
-    Chris Wellons' lowbias32 hash of index * golden + seed, its top 16 bits)."""
-    x = np.arange(start, start + count, dtype=np.uint64).astype(np.uint32)   # wraps past 2**32
-    x *= _GOLDEN
-    x += np.uint32(seed & 0xFFFFFFFF)
-    x ^= x >> np.uint32(16)
-    x *= _MIX1
-    x ^= x >> np.uint32(15)
-    x *= _MIX2
-    x ^= x >> np.uint32(16)
-    x >>= np.uint32(16)
-    return x
+    """uint16 dither values for element indexes start .. start+count-1: the raw stream of numpy's
+    Philox4x64 (a counter-based generator, Salmon et al. 2011) keyed by `seed` (128 bits), each
+    64-bit output split into four little-endian 16-bit values. Counter-based: any block of
+    elements is computed directly (advance), so the bytes do not depend on how a tensor is cut
+    into blocks. NumPy keeps bit generators' raw streams stable across versions."""
+    generator = np.random.Philox(key=seed & ((1 << 128) - 1))
+    generator.advance(start // _PHILOX_BLOCK)
+    offset = start % _PHILOX_BLOCK
+    raw = generator.random_raw((offset + count + 3) // 4).astype("<u8", copy=False).view("<u2")
+    return raw[offset: offset + count]
 
 
 def float64_to_bf16_stochastic(values: np.ndarray, dither: np.ndarray) -> np.ndarray:
-    """float64 values (finite) -> bf16 bit patterns, rounded up or down by `dither` (same shape,
-    uint32 in [0, 65536), from dither16). A result past bf16's largest finite value is infinity."""
-    bits = np.asarray(values, dtype=np.float64).astype(np.float32).view(np.uint32)
+    """float64 values (finite) -> bf16 bit patterns, rounded up or down by `dither` (same size,
+    values in [0, 65536), from dither16). A result past bf16's largest finite value is infinity.
+    float32 values are taken as the float64 values' nearest float32 (and overwritten)."""
+    values = np.asarray(values)
+    bits = (values if values.dtype == np.float32 else values.astype(np.float32)).view(np.uint32)
     bits += dither.reshape(bits.shape)
     bits >>= np.uint32(16)
     return bits.astype(np.uint16)

@@ -490,7 +490,7 @@ class _FoldRun:
     def seed(self, shard: "ShardJob", tensor: TensorInfo) -> int:
         """The dither's seed for one tensor: (fold identity, partition, tensor name)."""
         digest = keys.content_digest([self.key, shard.relative.parts[0], tensor.name])
-        return int(digest[:8], 16)
+        return int(digest[:32], 16)
 
     def tally(self, target: str) -> survival.Tally:
         name = survival.module_class(target)
@@ -554,18 +554,19 @@ def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, dat
 
 
 def _load_updates(job: TensorJob, plan: FoldPlan) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """(down [rank, in], up [rows, rank] in the tensor's row order, factor) for each update."""
+    """(down [rank, in], up [rows, rank] in the tensor's row order and times the factor, 1.0) for
+    each update: the factor goes into the small matrix, not into every element of the block."""
     rows = job.tensor.shape[0]
     matrices = []
     for update in job.updates:
         lora = plan.loras[update.lora_index]
         down = _load_matrix(lora.path, lora.header.data_start, update.module.down)
-        up = _load_matrix(lora.path, lora.header.data_start, update.module.up)
+        up = _load_matrix(lora.path, lora.header.data_start, update.module.up) * update.factor
         if update.rows is not None:                 # flat or split Q/K/V rows -> the per-head rows h3 reads
             placed = np.zeros((rows, up.shape[1]), dtype=np.float64)
             placed[update.rows] = up
             up = placed
-        matrices.append((down, up, update.factor))
+        matrices.append((down, up, 1.0))
     return matrices
 
 
@@ -577,8 +578,22 @@ def _overflow(job: TensorJob, plan: FoldPlan) -> LoraError:
                                                    "was trained for this model", before_start=False)
 
 
+def _decode_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """bf16 or float32 rows as float32 (exact: every bf16 value is a float32 value)."""
+    if dtype != "BF16":
+        return np.array(raw, dtype=np.float32)
+    bits = raw.astype(np.uint32)
+    bits <<= np.uint32(16)
+    return bits.view(np.float32)
+
+
 def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int,
                  advance: Callable[[int], None], cancel: CancelToken | None) -> None:
+    """Fold one tensor a block of rows at a time. Per block: x = W + sum(up @ down) in float64
+    (W exact in it), rounded once (bf16.py), checked by the parity probe, tallied for the survival
+    report (in float32: the report is read to 3 digits), written. The float64 result is narrowed
+    to float32 for stochastic rounding: that never crosses a bf16 value (bf16 values are float32
+    values, and rounding to nearest is monotone)."""
     tensor = job.tensor
     rows, columns = tensor.shape
     plan = run.plan
@@ -591,29 +606,37 @@ def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int,
                        offset=shard.data_start + tensor.begin, shape=(rows, columns))
     item = DTYPE_SIZES[tensor.dtype]
     step = max(1, CHUNK_ELEMENTS // columns)
+    stochastic = tensor.dtype == "BF16" and plan.rounding == STOCHASTIC
     try:
         for start in range(0, rows, step):
             if cancel is not None and cancel.cancelled:
                 raise GenerationCancelled("fold cancelled; no output was left behind")
             block = range(start, min(rows, start + step))
-            weight = _decode_rows(np.asarray(source[block.start:block.stop]), tensor.dtype)
-            update = np.zeros_like(weight) if len(matrices) != 1 else np.empty_like(weight)
-            term = np.empty_like(weight) if len(matrices) > 1 else update
-            for down, up, factor in matrices:
-                np.matmul(up[block.start:block.stop], down, out=term)
-                term *= factor
-                if term is not update:
-                    update += term
+            weight = _decode_f32(np.asarray(source[block.start:block.stop]), tensor.dtype)
+            exact = np.empty(weight.shape, dtype=np.float64)
+            term = np.empty_like(exact) if len(matrices) > 1 else exact
+            for number, (down, up, _) in enumerate(matrices):
+                np.matmul(up[block.start:block.stop], down, out=exact if number == 0 else term)
+                if number:
+                    exact += term
             del term
-            values = weight + update
-            if not np.isfinite(values).all():
-                raise _overflow(job, plan)
-            encoded = _encode_rows(values, tensor.dtype, plan.rounding, seed, block.start * columns)
-            del values
-            stored = _decode_rows(encoded, tensor.dtype)
-            if not np.isfinite(stored).all():
+            exact += weight                                   # x = W + dW, float64
+            rounded = exact.astype(np.float32)                # nearest float32 (finite: refused up front)
+            if stochastic:
+                update = rounded - weight                     # dW to float32 precision, for the tally
+                encoded = _encode_rows(rounded, tensor.dtype, plan.rounding, seed, block.start * columns)
+            else:
+                update = rounded
+                update -= weight
+                encoded = _encode_rows(exact, tensor.dtype, plan.rounding, seed, block.start * columns)
+            del exact, rounded
+            if tensor.dtype == "BF16":
+                if np.any((encoded & np.uint16(0x7F80)) == np.uint16(0x7F80)):
+                    raise _overflow(job, plan)
+            elif not np.isfinite(encoded).all():
                 raise _overflow(job, plan)
             _probe(job, block, encoded, source_fd, shard.data_start, matrices, plan.rounding, seed)
+            stored = _decode_f32(encoded, tensor.dtype)
             stored -= weight
             tally.add(weight, update, stored)
             del weight, update, stored
@@ -699,6 +722,10 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             on_progress(ProgressEvent(FOLD_PHASE, done, total, done / total, time.monotonic() - started))
 
     try:
+        from threadpoolctl import threadpool_limits
+        # one BLAS thread: a block's matmul is small, and threaded BLAS hand-offs cost the whole
+        # fold 5x on a busy 2-core machine (bench/bench_lora.py)
+        blas = threadpool_limits(limits=1, user_api="blas")
         rewritten = {shard.source: shard for shard in plan.shards.values()}
         for path in files:                                       # untouched files first: cheap
             if path in rewritten:
@@ -741,6 +768,8 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
         raise
     finally:
         bar.close()
+        if "blas" in locals():
+            blas.restore_original_limits()
     return FoldResult(output=output, provenance=provenance, placed=placed, tensors=plan.tensor_count,
                       targeted_bytes=plan.targeted_bytes, seconds=time.monotonic() - started,
                       survival=provenance.survival)
