@@ -230,3 +230,36 @@ def test_a_read_only_output_folder_is_named_with_the_fix(template: Path, tmp_pat
     err = capsys.readouterr().err
     assert str(parent) in err and "read-only" in err and "-o" in err and "h3bridge-probe" not in err
     assert "Errno" not in err and os.strerror(errno.EROFS) not in err
+
+
+def test_the_demo_lora_folds_end_to_end_and_the_fold_says_what_survived(tmp_path: Path) -> None:
+    """`h3-sim-model DIR --lora FILE` (the README's LoRA section on any machine), then `lora fold
+    --json` and `info`: the survival report per module class in all three, the int8 note, and the
+    kept < 0.9 warning for nearest rounding only."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "H3BRIDGE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=300, env=env)
+
+    made = run("h3bridge.sim.fixture", str(tmp_path / "m"), "--no-ref2va", "--lora", str(tmp_path / "demo.safetensors"))
+    assert made.returncode == 0, made.stderr
+    assert "h3bridge lora fold" in made.stdout
+    folded = run("h3bridge.cli", "lora", "fold", str(tmp_path / "m"), "--lora", str(tmp_path / "demo.safetensors"),
+                 "-o", str(tmp_path / "f"), "--quiet", "--json")
+    assert folded.returncode == 0, folded.stderr
+    record = json.loads(folded.stdout)
+    classes = {row["module_class"]: row for row in record["survival"]}
+    assert {"qkv", "out", "fc1", "fc2", "token refiner", "overall"} <= set(classes)
+    assert 2e-4 < classes["overall"]["rho"] < 5e-4 and abs(classes["overall"]["kept"] - 1) < 0.1
+    assert record["loras"][0]["qkv_layout"] == "flat"                  # from the demo LoRA's metadata
+    assert "what survived the fold (rounding: stochastic)" in folded.stderr and "int8" in folded.stderr
+    assert "warning: only part" not in folded.stderr
+    nearest = run("h3bridge.cli", "lora", "fold", str(tmp_path / "m"), "--lora", str(tmp_path / "demo.safetensors"),
+                  "-o", str(tmp_path / "n"), "--quiet", "--rounding", "nearest")
+    assert nearest.returncode == 0 and "warning: only part of the LoRA's update" in nearest.stderr
+    assert "--rounding nearest" in nearest.stderr
+    info = run("h3bridge.cli", "info", str(tmp_path / "f"))
+    assert "what survived the fold" in info.stdout and "token refiner" in info.stdout and "qkv rows flat" in info.stdout

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..model.inventory import FL2VA, PARTITIONS, format_bytes
+from .cache import DEFAULT_LIMIT, LIMIT_VARIABLE, cache_folder, cache_limit, list_folds, parse_size, prune
 from .fold import NEAREST, ROUNDINGS, STOCHASTIC, LoraSpec, fold_model
 from .layout import QKV_LAYOUTS
 from .provenance import DISTILLED_STEPS
@@ -59,6 +60,47 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
     fold.add_argument("--quiet", action="store_true", help="no progress bar")
     fold.add_argument("--json", action="store_true", help="print the fold record as JSON on stdout")
     fold.set_defaults(handler=run_fold)
+    listing = commands.add_parser(
+        "list", help="the folded models kept for ComfyUI's H3 LoRA node, with their size and last use",
+        description="List the folds kept in a LoRA cache (.h3bridge-lora beside the base model), least recently "
+                    "used first.")
+    listing.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+                         help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    listing.set_defaults(handler=run_list)
+    prune = commands.add_parser(
+        "prune", help="remove the least recently used folds from a LoRA cache",
+        description="Remove least recently used folds until the cache takes at most --max-size (default: "
+                    f"{LIMIT_VARIABLE} or {DEFAULT_LIMIT // 2**30}G). Folds are re-made on demand.")
+    prune.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+                       help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    prune.add_argument("--max-size", metavar="SIZE", help="e.g. 100G, or 0 to remove every fold")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    prune.set_defaults(handler=run_prune)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from datetime import datetime
+    for folder in args.folders:
+        root = cache_folder(folder)
+        folds = list_folds(root)
+        print(f"{root}: {len(folds)} fold(s), {format_bytes(sum(f.size for f in folds))} on disk")
+        for fold in folds:
+            used = datetime.fromtimestamp(fold.last_used).isoformat(timespec="minutes")
+            print(f"  {fold.path.name}  {format_bytes(fold.size):>10}  last used {used}  {', '.join(fold.loras)}")
+    return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    limit = parse_size(args.max_size, what="--max-size") if args.max_size is not None else cache_limit()
+    for folder in args.folders:
+        root = cache_folder(folder)
+        removed = prune(root, limit if limit is not None else None, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        freed = format_bytes(sum(f.size for f in removed))
+        print(f"{root}: {verb} {len(removed)} fold(s), {freed}")
+        for fold in removed:
+            print(f"  {fold.path.name}  {', '.join(fold.loras)}")
+    return 0
 
 
 def run_fold(args: argparse.Namespace) -> int:
