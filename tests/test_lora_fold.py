@@ -146,6 +146,17 @@ def test_stacked_loras_apply_in_order_with_their_strengths(template: Path, tmp_p
         for target, (up, down, scale) in truth.items():
             applied.setdefault(target, []).append((up, down, strength * scale))
     _check_fold(template, tmp_path / "folded", applied)
+    # --rounding nearest --qkv-layout per-head: the bytes earlier versions wrote (rows in place,
+    # added in the same order, rounded to nearest)
+    fold_model(template, specs, tmp_path / "old", progress=False, rounding="nearest", qkv_layout="per-head")
+    shapes = tensor_shapes(template)
+    for target, ups in applied.items():
+        shard, dtype, shape = shapes[target]
+        header = read_header(shard)
+        tensor = next(t for t in header.tensors if t.name == target)
+        span = slice(header.data_start + tensor.begin, header.data_start + tensor.end)
+        written = (tmp_path / "old" / shard.relative_to(template)).read_bytes()[span]
+        assert written == reference_fold(shard.read_bytes()[span], dtype, shape, ups), target
     record = result.provenance
     assert [(r.name, r.strength) for r in record.loras] == [("a.safetensors", 1.0), ("b.safetensors", -0.5)]
     import hashlib

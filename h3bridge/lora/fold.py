@@ -554,19 +554,18 @@ def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, dat
 
 
 def _load_updates(job: TensorJob, plan: FoldPlan) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """(down [rank, in], up [rows, rank] in the tensor's row order and times the factor, 1.0) for
-    each update: the factor goes into the small matrix, not into every element of the block."""
+    """(down [rank, in], up [rows, rank] in the tensor's row order, factor) for each update."""
     rows = job.tensor.shape[0]
     matrices = []
     for update in job.updates:
         lora = plan.loras[update.lora_index]
         down = _load_matrix(lora.path, lora.header.data_start, update.module.down)
-        up = _load_matrix(lora.path, lora.header.data_start, update.module.up) * update.factor
+        up = _load_matrix(lora.path, lora.header.data_start, update.module.up)
         if update.rows is not None:                 # flat or split Q/K/V rows -> the per-head rows h3 reads
             placed = np.zeros((rows, up.shape[1]), dtype=np.float64)
             placed[update.rows] = up
             up = placed
-        matrices.append((down, up, 1.0))
+        matrices.append((down, up, update.factor))
     return matrices
 
 
@@ -613,14 +612,15 @@ def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int,
                 raise GenerationCancelled("fold cancelled; no output was left behind")
             block = range(start, min(rows, start + step))
             weight = _decode_f32(np.asarray(source[block.start:block.stop]), tensor.dtype)
-            exact = np.empty(weight.shape, dtype=np.float64)
-            term = np.empty_like(exact) if len(matrices) > 1 else exact
-            for number, (down, up, _) in enumerate(matrices):
-                np.matmul(up[block.start:block.stop], down, out=exact if number == 0 else term)
-                if number:
-                    exact += term
+            # x = ((W + f1 * up1 @ down1) + f2 * up2 @ down2) ..., float64, in the order earlier
+            # versions added (so --rounding nearest writes their bytes) and the probe recomputes
+            exact = weight.astype(np.float64)
+            term = np.empty_like(exact)
+            for down, up, factor in matrices:
+                np.matmul(up[block.start:block.stop], down, out=term)
+                term *= factor
+                exact += term
             del term
-            exact += weight                                   # x = W + dW, float64
             rounded = exact.astype(np.float32)                # nearest float32 (finite: refused up front)
             if stochastic:
                 update = rounded - weight                     # dW to float32 precision, for the tally
