@@ -62,7 +62,7 @@ def cached_fold(model_dir: str | Path, loras: Sequence[LoraSpec], *, cache_root:
                 on_progress: ProgressCallback | None = None, cancel: CancelToken | None = None) -> Path:
     """The folded model for `model_dir` + `loras`, folded now only if no finished one exists."""
     base, stack = _unfolded(Path(model_dir).expanduser().resolve(), [LoraSpec.of(l) for l in loras])
-    plan = plan_fold(base, stack)                        # refusals, and the content key
+    plan = plan_fold(base, stack, check_values=False)    # refusals, and the content key (LoRA data unread)
     key = plan.content_key()
     root = cache_root or base.parent / CACHE_FOLDER
     output = root / f"{base.name}-lora-{key[:16]}"

@@ -144,6 +144,13 @@ class FoldPlan:
     distilled: list[bool]
     qkv_layouts: list[str] = field(default_factory=list)    # each LoRA's qkv layout (layout.py)
     rounding: str = STOCHASTIC
+    values_checked: bool = False            # NaN/Inf and bf16 overflow (reads every LoRA matrix)
+
+    def check_values(self) -> None:
+        """Refuse LoRAs holding NaN/Inf or updates that could overflow bf16 (reads their data)."""
+        if not self.values_checked:
+            _check_values(self.shards, self.specs, self.loras)
+            self.values_checked = True
 
     @property
     def targeted_bytes(self) -> int:
@@ -201,12 +208,13 @@ def _load_matrix(path: Path, data_start: int, tensor: TensorInfo) -> np.ndarray:
 def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[object, float]], *,
               partitions: Sequence[str] = (FL2VA,), distilled: bool | None = None,
               inventory: ModelInventory | None = None, qkv_layout: str | None = None,
-              rounding: str = STOCHASTIC) -> FoldPlan:
+              rounding: str = STOCHASTIC, check_values: bool = True) -> FoldPlan:
     """Map every LoRA onto the model's transformer(s); raise LoraError (with examples) for
     anything that would not fold. Reads headers, and each LoRA's bytes (its SHA-256; NaN/Inf and
     updates that would overflow bf16 are refused here, before anything is written).
     `qkv_layout`: the rows of every LoRA's qkv up/B ("flat" or "per-head"); None: each LoRA's
-    metadata, else flat. `rounding`: "stochastic" (default) or "nearest"."""
+    metadata, else flat. `rounding`: "stochastic" (default) or "nearest". `check_values=False`
+    leaves the LoRAs' data unread (a cache lookup); fold_model checks it before writing anyway."""
     specs = [LoraSpec.of(value) for value in loras]
     if not specs:
         raise RequestError("no LoRA given", field="lora", hint="pass --lora FILE[:STRENGTH] at least once")
@@ -329,12 +337,14 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
                         hint="use a LoRA trained for MiniMax-H3's transformer (the checkpoint's own key names, "
                              "optionally prefixed diffusion_model./transformer., or kohya's lora_unet_ names); "
                              "`h3bridge info MODEL_DIR --json` lists the transformer's tensors")
-    _check_values(shards, specs, read)
     ordered = dict(sorted(shards.items(), key=lambda item: str(item[1].relative)))
     flags = [distilled if distilled is not None else keys.looks_distilled(lora.path, lora.header.metadata)
              for lora in read]
-    return FoldPlan(inventory=inventory, specs=specs, loras=read, partitions=list(partitions), shards=ordered,
+    plan = FoldPlan(inventory=inventory, specs=specs, loras=read, partitions=list(partitions), shards=ordered,
                     distilled=flags, qkv_layouts=layouts, rounding=rounding)
+    if check_values:
+        plan.check_values()
+    return plan
 
 
 def _check_values(shards: dict[Path, ShardJob], specs: list[LoraSpec], loras: list[keys.LoraFile]) -> None:
@@ -690,6 +700,7 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     _check_output(base_root, output)
     plan = plan or plan_fold(model_dir, loras, partitions=partitions, distilled=distilled, qkv_layout=qkv_layout,
                              rounding=rounding)
+    plan.check_values()
     root = plan.inventory.root
     _check_output(root, output)
     remove_stale_folds(output)
