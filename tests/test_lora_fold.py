@@ -267,3 +267,19 @@ def test_a_hugging_face_cache_snapshot_folds_with_blob_links_and_known_hashes(te
     report = verify_model(out, checksums=True, progress=False)
     assert report.ok and not report.manifest_written
     assert {r.expected_source for r in report.results} == {"fold record"}
+
+
+def test_a_record_written_before_layouts_and_rounding_were_handled_still_reads(template: Path, tmp_path: Path) -> None:
+    """Records of earlier folds lack qkv_layout, rounding and survival: they read as what those
+    folds did (rows added in place, nearest rounding) and say nothing was measured."""
+    shapes = tensor_shapes(template)
+    _peft(tmp_path / "l.safetensors", shapes, [f"blocks.0.{QKV}"], seed=12)
+    out = fold_model(template, [tmp_path / "l.safetensors"], tmp_path / "f", progress=False).output
+    document = json.loads((out / "h3bridge-lora.json").read_text())
+    for key in ("rounding", "survival"):
+        del document[key]
+    del document["loras"][0]["qkv_layout"]
+    (out / "h3bridge-lora.json").write_text(json.dumps(document))
+    record = read_provenance(out)
+    assert record.rounding == "nearest" and record.loras[0].qkv_layout == "per-head" and record.survival == []
+    assert "folded before h3bridge measured what survives" in record.summary()
