@@ -471,7 +471,7 @@ def _check_disk(plan: FoldPlan, folder: Path, files: list[Path]) -> None:
     try:                                # can the folder take a file at all (before probing for clones there)
         check_disk_space([DiskNeed(folder, "the output folder", 0)])
     except DiskError as error:
-        raise DiskError(error.message.split(";")[0] + f", so the folded model cannot be written there",
+        raise DiskError(error.message + ", so the folded model cannot be written there",
                         folder=error.folder, before_start=True,
                         hint="choose -o in a folder you can write to, on a writable disk "
                              "(e.g. -o ~/models/MiniMax-H3-folded)") from None
@@ -506,10 +506,6 @@ class _FoldRun:
         name = survival.module_class(target)
         self.counts[name] = self.counts.get(name, 0) + 1
         return self.tallies.setdefault(name, survival.Tally())
-
-
-def _decode_rows(raw: np.ndarray, dtype: str) -> np.ndarray:
-    return bf16_to_float64(raw) if dtype == "BF16" else raw.astype(np.float64)
 
 
 def _encode_rows(values: np.ndarray, dtype: str, rounding: str = NEAREST, seed: int = 0,
