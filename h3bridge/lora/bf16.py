@@ -10,6 +10,8 @@ sign (a plain "add 0x7FFF and shift" turns some NaNs into infinities).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 _QUIET_NAN = np.uint16(0x7FC0)
@@ -37,9 +39,8 @@ def _float32_round_to_odd(values: np.ndarray) -> np.ndarray:
     return bits                                               # float32 bit patterns
 
 
-def float64_to_bf16(values: np.ndarray) -> np.ndarray:
-    """float64 (or float32) values -> bf16 bit patterns (uint16), round to nearest, ties to even."""
-    values = np.asarray(values, dtype=np.float64)
+def _float64_to_bf16_via_odd(values: np.ndarray) -> np.ndarray:
+    """The reference rounding (round to odd, then to nearest even): float64 -> bf16 bits."""
     with np.errstate(over="ignore", invalid="ignore"):
         bits = _float32_round_to_odd(values)
     rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
@@ -48,6 +49,43 @@ def float64_to_bf16(values: np.ndarray) -> np.ndarray:
         sign = (np.signbit(values).astype(np.uint16) << np.uint16(15))
         rounded = np.where(nan, _QUIET_NAN | sign, rounded).astype(np.uint16)
     return rounded
+
+
+# the high (bf16) half of each float32's bits in a uint16 view of a uint32 array
+HIGH_HALF = 1 if sys.byteorder == "little" else 0
+
+
+def high_halves(bits: np.ndarray) -> np.ndarray:
+    """The top 16 bits of each uint32 of `bits` (any shape), as a new contiguous uint16 array:
+    one strided copy, where a shift and a narrowing cast are two passes."""
+    flat = np.ascontiguousarray(bits).reshape(-1).view(np.uint16)
+    return flat[HIGH_HALF::2].reshape(np.shape(bits)).copy()
+
+
+def float64_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float64 (or float32) values -> bf16 bit patterns (uint16), round to nearest, ties to even.
+
+    Fast path: f = the nearest float32 (monotone; bf16 values and the midpoints between them are
+    float32 values), rounded to bf16 by adding half a step to its bits. Unless f is itself a bf16
+    midpoint, the exact value lies strictly between the same two midpoints as f, so its nearest
+    bf16 value is f's. The few f that sit on a midpoint (a tie, or a value just off it) and NaN go
+    through the round-to-odd reference (exact for every float64)."""
+    values = np.asarray(values)
+    if values.dtype != np.float32:
+        values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        nearest = values.astype(np.float32).reshape(-1)
+    nan = np.flatnonzero(np.isnan(nearest))                  # before the add, which can carry out of one
+    bits = nearest.view(np.uint32)
+    bits += np.uint32(0x8000)                                # half a bf16 step (NaN: fixed below)
+    low = bits.view(np.uint16)[1 - HIGH_HALF::2]
+    rounded = bits.view(np.uint16)[HIGH_HALF::2].copy()
+    unsure = np.flatnonzero(low == 0)                       # f on a midpoint: low bits were 0x8000
+    if unsure.size:
+        rounded[unsure] = _float64_to_bf16_via_odd(values.reshape(-1)[unsure].astype(np.float64))
+    if nan.size:
+        rounded[nan] = _float64_to_bf16_via_odd(values.reshape(-1)[nan].astype(np.float64))
+    return rounded.reshape(values.shape)
 
 
 def bf16_spacing(values: np.ndarray) -> np.ndarray:
@@ -95,9 +133,8 @@ def float64_to_bf16_stochastic(values: np.ndarray, dither: np.ndarray) -> np.nda
     float32 values are taken as the float64 values' nearest float32 (and overwritten)."""
     values = np.asarray(values)
     bits = (values if values.dtype == np.float32 else values.astype(np.float32)).view(np.uint32)
-    bits += dither.reshape(bits.shape)
-    bits >>= np.uint32(16)
-    return bits.astype(np.uint16)
+    np.add(bits, dither.reshape(bits.shape), out=bits)
+    return high_halves(bits)
 
 
 def bf16_neighbours(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

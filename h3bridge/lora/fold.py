@@ -38,6 +38,7 @@ import secrets
 import shutil
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,7 +52,7 @@ from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, i
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
 from . import keys, layout, survival
-from .bf16 import (bf16_neighbours, bf16_spacing, bf16_to_float64, dither16, float64_to_bf16,
+from .bf16 import (HIGH_HALF, bf16_neighbours, bf16_spacing, bf16_to_float64, dither16, float64_to_bf16,
                    float64_to_bf16_stochastic)
 from .place import CLONE, clone_file, clone_supported, copy_range, place_file, same_file_system
 from .provenance import (
@@ -65,7 +66,7 @@ from .provenance import (
     write_provenance,
 )
 
-CHUNK_ELEMENTS = 1 << 22          # rows per block: ~32 MiB of float64 per working array
+CHUNK_ELEMENTS = 1 << 18          # elements per block: 2 MiB per float64 working array
 PROBE_ROWS = 3                    # rows per block the parity probe recomputes
 TEMP_MARK = ".h3bridge-fold-"     # in the temporary folder's name
 INCOMPLETE_FILE = "h3bridge-fold-incomplete"   # inside it: the folding process, until the rename
@@ -496,6 +497,8 @@ class _FoldRun:
     key: str
     tallies: dict[str, survival.Tally] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    # draws the next block's dither while this one is computed (Philox releases the GIL)
+    helper: ThreadPoolExecutor | None = None
 
     def seed(self, shard: "ShardJob", tensor: TensorInfo) -> int:
         """The dither's seed for one tensor: (fold identity, partition, tensor name)."""
@@ -509,12 +512,15 @@ class _FoldRun:
 
 
 def _encode_rows(values: np.ndarray, dtype: str, rounding: str = NEAREST, seed: int = 0,
-                 first_index: int = 0) -> np.ndarray:
-    """Values -> the tensor's dtype. bf16: stochastic (dither by seed and element index) or nearest."""
+                 first_index: int = 0, dither: np.ndarray | None = None) -> np.ndarray:
+    """Values -> the tensor's dtype. bf16: stochastic (dither by seed and element index; `dither`:
+    dither16(seed, first_index, values.size) drawn ahead) or nearest."""
     if dtype != "BF16":
         return values.astype("<f4")
     if rounding == STOCHASTIC:
-        return float64_to_bf16_stochastic(values, dither16(seed, first_index, values.size))
+        if dither is None:
+            dither = dither16(seed, first_index, values.size)
+        return float64_to_bf16_stochastic(values, dither)
     return float64_to_bf16(values)
 
 
@@ -583,13 +589,49 @@ def _overflow(job: TensorJob, plan: FoldPlan) -> LoraError:
                                                    "was trained for this model", before_start=False)
 
 
-def _decode_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """bf16 or float32 rows as float32 (exact: every bf16 value is a float32 value)."""
-    if dtype != "BF16":
-        return np.array(raw, dtype=np.float32)
-    bits = raw.astype(np.uint32)
-    bits <<= np.uint32(16)
-    return bits.view(np.float32)
+class _Scratch:
+    """One tensor's working arrays, allocated once and reused block after block: fresh arrays
+    per block cost a page fault per 4 KiB each time, and blocks sized for the CPU's caches
+    (CHUNK_ELEMENTS) keep every pass over them out of main memory."""
+
+    def __init__(self, rows: int, columns: int, dtype: str, updates: int) -> None:
+        self.raw = np.empty((rows, columns), dtype=_NUMPY_DTYPES[dtype])       # the bytes read
+        self.weight = np.zeros((rows, columns), dtype=np.uint32)                # W's float32 bits
+        self.exact = np.empty((rows, columns), dtype=np.float64)               # W + updates
+        self.term = np.empty((rows, columns), dtype=np.float64) if updates > 1 else None
+        self.rounded = np.empty((rows, columns), dtype=np.float32)             # nearest float32
+        self.update = np.empty((rows, columns), dtype=np.float32)              # for the tally
+        self.stored = np.zeros((rows, columns), dtype=np.uint32)               # written - W
+
+    def decode(self, raw: np.ndarray, dtype: str, into: np.ndarray) -> np.ndarray:
+        """bf16 or float32 rows as float32 in `into` (exact: every bf16 value is a float32 value).
+        bf16 bits go into the high halves; the low halves stay zero from the allocation."""
+        rows = len(raw)
+        if dtype != "BF16":
+            target = into[:rows].view(np.float32)
+            np.copyto(target, raw)
+            return target
+        halves = into[:rows].view(np.uint16)
+        halves[:, HIGH_HALF::2] = raw
+        return into[:rows].view(np.float32)
+
+
+def _read_rows(fd: int, into: np.ndarray, offset: int) -> None:
+    """Fill `into` (C-contiguous) with the file's bytes at `offset`, without a memory map (whose
+    page faults cost more than the copy)."""
+    view = memoryview(into).cast("B")
+    done = 0
+    while done < len(view):
+        if hasattr(os, "preadv"):
+            count = os.preadv(fd, [view[done:]], offset + done)
+        else:                                           # platforms without preadv
+            chunk = os.pread(fd, len(view) - done, offset + done)
+            count = len(chunk)
+            view[done:done + count] = chunk
+        if count <= 0:
+            raise LoraError(f"the model file ended early at byte {offset + done}; nothing was published",
+                            hint="check the model with `h3bridge verify`", before_start=False)
+        done += count
 
 
 def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int,
@@ -598,7 +640,9 @@ def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int,
     (W exact in it), rounded once (bf16.py), checked by the parity probe, tallied for the survival
     report (in float32: the report is read to 3 digits), written. The float64 result is narrowed
     to float32 for stochastic rounding: that never crosses a bf16 value (bf16 values are float32
-    values, and rounding to nearest is monotone)."""
+    values, and rounding to nearest is monotone). Each element's float64 arithmetic is the same
+    whatever the block (a matrix product's element is its own sum over the rank), so the block
+    size changes the speed, not the bytes."""
     tensor = job.tensor
     rows, columns = tensor.shape
     plan = run.plan
@@ -607,49 +651,61 @@ def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int,
     if rows == 0 or columns == 0:
         return
     seed = run.seed(shard, tensor)
-    source = np.memmap(shard.source, dtype=_NUMPY_DTYPES[tensor.dtype], mode="r",
-                       offset=shard.data_start + tensor.begin, shape=(rows, columns))
     item = DTYPE_SIZES[tensor.dtype]
-    step = max(1, CHUNK_ELEMENTS // columns)
+    step = min(rows, max(1, CHUNK_ELEMENTS // columns))
     stochastic = tensor.dtype == "BF16" and plan.rounding == STOCHASTIC
-    try:
-        for start in range(0, rows, step):
-            if cancel is not None and cancel.cancelled:
-                raise GenerationCancelled("fold cancelled; no output was left behind")
-            block = range(start, min(rows, start + step))
-            weight = _decode_f32(np.asarray(source[block.start:block.stop]), tensor.dtype)
-            # x = ((W + f1 * up1 @ down1) + f2 * up2 @ down2) ..., float64, in the order earlier
-            # versions added (so --rounding nearest writes their bytes) and the probe recomputes
-            exact = weight.astype(np.float64)
-            term = np.empty_like(exact)
-            for down, up, factor in matrices:
-                np.matmul(up[block.start:block.stop], down, out=term)
+    scratch = _Scratch(step, columns, tensor.dtype, len(matrices))
+    offset = shard.data_start + tensor.begin
+
+    def draw(start: int) -> Future[np.ndarray] | None:
+        if not stochastic or start >= rows:
+            return None
+        count = min(rows, start + step) - start
+        if run.helper is None:
+            done: Future[np.ndarray] = Future()
+            done.set_result(dither16(seed, start * columns, count * columns))
+            return done
+        return run.helper.submit(dither16, seed, start * columns, count * columns)
+
+    pending = draw(0)
+    for start in range(0, rows, step):
+        if cancel is not None and cancel.cancelled:
+            raise GenerationCancelled("fold cancelled; no output was left behind")
+        block = range(start, min(rows, start + step))
+        count = len(block)
+        dither = None if pending is None else pending.result()
+        pending = draw(start + step)
+        raw = scratch.raw[:count]
+        _read_rows(source_fd, raw, offset + start * columns * item)
+        weight = scratch.decode(raw, tensor.dtype, scratch.weight)
+        # x = ((W + f1 * up1 @ down1) + f2 * up2 @ down2) ..., float64, in the order earlier
+        # versions added (so --rounding nearest writes their bytes) and the probe recomputes
+        exact = scratch.exact[:count]
+        for number, (down, up, factor) in enumerate(matrices):
+            term = exact if number == 0 else scratch.term[:count]
+            np.matmul(up[block.start:block.stop], down, out=term)
+            if factor != 1.0:                             # x * 1.0 == x: skip the pass
                 term *= factor
-                exact += term
-            del term
-            rounded = exact.astype(np.float32)                # nearest float32 (finite: refused up front)
-            if stochastic:
-                update = rounded - weight                     # dW to float32 precision, for the tally
-                encoded = _encode_rows(rounded, tensor.dtype, plan.rounding, seed, block.start * columns)
+            if number == 0:
+                np.add(term, weight, out=exact)           # W widened exactly inside the add
             else:
-                update = rounded
-                update -= weight
-                encoded = _encode_rows(exact, tensor.dtype, plan.rounding, seed, block.start * columns)
-            del exact, rounded
-            if tensor.dtype == "BF16":
-                if np.any((encoded & np.uint16(0x7F80)) == np.uint16(0x7F80)):
-                    raise _overflow(job, plan)
-            elif not np.isfinite(encoded).all():
+                exact += term
+        rounded = scratch.rounded[:count]
+        np.copyto(rounded, exact, casting="same_kind")    # nearest float32 (finite: refused up front)
+        update = np.subtract(rounded, weight, out=scratch.update[:count])   # dW to float32, for the tally
+        encoded = _encode_rows(rounded if stochastic else exact, tensor.dtype, plan.rounding, seed,
+                               block.start * columns, dither)    # stochastic: overwrites `rounded`
+        if tensor.dtype == "BF16":
+            if np.bitwise_and(encoded, np.uint16(0x7FFF)).max() >= 0x7F80:
                 raise _overflow(job, plan)
-            _probe(job, block, encoded, source_fd, shard.data_start, matrices, plan.rounding, seed)
-            stored = _decode_f32(encoded, tensor.dtype)
-            stored -= weight
-            tally.add(weight, update, stored)
-            del weight, update, stored
-            os.pwrite(target_fd, encoded.tobytes(), shard.data_start + tensor.begin + block.start * columns * item)
-            advance(len(block) * columns * item)
-    finally:
-        del source
+        elif not np.isfinite(encoded).all():
+            raise _overflow(job, plan)
+        _probe(job, block, encoded, source_fd, shard.data_start, matrices, plan.rounding, seed)
+        stored = scratch.decode(encoded, tensor.dtype, scratch.stored)
+        stored -= weight
+        tally.add(weight, update, stored)
+        os.pwrite(target_fd, np.ascontiguousarray(encoded), offset + start * columns * item)
+        advance(count * columns * item)
 
 
 def _write_shard(run: _FoldRun, shard: ShardJob, target: Path, advance: Callable[[int], None],
@@ -715,7 +771,7 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     (temporary / INCOMPLETE_FILE).write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
     placed: dict[str, int] = {}
     records: list[FileRecord] = []
-    run = _FoldRun(plan, plan.content_key())
+    run = _FoldRun(plan, plan.content_key(), helper=ThreadPoolExecutor(1, thread_name_prefix="h3bridge-fold"))
     bar = tqdm(total=plan.targeted_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="fold",
                disable=None if progress is None else not progress, leave=False)
     done = 0
@@ -774,6 +830,7 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     finally:
+        run.helper.shutdown(wait=True, cancel_futures=True)
         bar.close()
         if "blas" in locals():
             blas.restore_original_limits()
