@@ -10,12 +10,14 @@ and how much of a LoRA survives nearest vs stochastic bf16 rounding.
 2. Times a plain copy of the targeted tensors' bytes (read from the shards + written + fsynced,
    the page cache warmed first) and the fold itself (in a child process: plan, fold, hashes,
    fsync), and prints the fold's throughput of those bytes over the copy's (issue 21's target:
-   at least 0.5).
+   at least 0.5), and the fold's CPU time: the copy waits on the disk, the fold on the CPU, so
+   on a machine busy with other work the ratio measures the load as much as the fold.
 3. Prints the fold's peak RSS (the child's high-water mark, VmHWM, less its own after importing
    h3bridge and numpy) against the largest targeted tensor. The fold works a block of rows at a
-   time (CHUNK_ELEMENTS float64 values), so on the released model (fc1: 28672 x 5376 BF16, 294
-   MiB) the extra memory stays a few working blocks, far below the tensor; on this small model the
-   block holds whole tensors, so the ratio is larger. --chunk-elements shows the bound moving.
+   time (CHUNK_ELEMENTS elements, reused working arrays of about 14 bytes each, sized for the
+   CPU's caches), so on the released model (fc1: 28672 x 5376 BF16, 294 MiB) the extra memory is
+   the LoRA's matrices and a few MiB of blocks, far below the tensor; on this small model the
+   interpreter's own growth weighs more. --chunk-elements shows the bound moving.
 4. The rounding table: for rho = ||dW|| / ||W|| from 1e-4 to 1e-2 on a 512 x 512 bf16 tensor
    (262144 elements) and a rank-32 update, what round-to-nearest and the fold's stochastic
    rounding keep (kept = <D, dW> / ||dW||^2, D the stored change), their noise ||D - dW|| / ||dW||
@@ -59,9 +61,9 @@ def peak_kib():
 if sys.argv[4] != "0":
     fold_module.CHUNK_ELEMENTS = int(sys.argv[4])
 baseline = peak_kib()
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 fold_module.fold_model(sys.argv[1], [sys.argv[2]], sys.argv[3], progress=False)
-print(time.perf_counter() - started, baseline, peak_kib())
+print(time.perf_counter() - started, baseline, peak_kib(), time.process_time() - cpu)
 """
 
 
@@ -158,7 +160,7 @@ def main() -> None:
         shutil.rmtree(copy_dir)
         done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(lora), str(work / "folded"),
                                str(args.chunk_elements)], capture_output=True, text=True, check=True)
-        fold_seconds, idle_kib, peak_kib = (float(v) for v in done.stdout.split())
+        fold_seconds, idle_kib, peak_kib, fold_cpu = (float(v) for v in done.stdout.split())
         extra = (peak_kib - idle_kib) * 1024
         largest = plan.largest_tensor_bytes
         print(json.dumps({
@@ -168,12 +170,16 @@ def main() -> None:
             "copy_MiB_per_s": round(plan.targeted_bytes / copy_seconds / 2**20, 1),
             "fold_MiB_per_s": round(plan.targeted_bytes / fold_seconds / 2**20, 1),
             "fold_throughput_over_copy": round(copy_seconds / fold_seconds, 3),
+            # the fold is CPU-bound and the copy disk-bound: on a loaded machine the fold gets a
+            # fraction of a core (cpu / wall) and the ratio above falls with the load, not the code
+            "fold_cpu_seconds": round(fold_cpu, 3), "fold_cpu_over_wall": round(fold_cpu / fold_seconds, 3),
             "peak_rss_above_idle": int(extra), "idle_rss": int(idle_kib * 1024), "largest_targeted_tensor": largest,
             "peak_over_largest_tensor": round(extra / largest, 2), "kept": table,
         }, indent=1))
         print(f"fold {fold_seconds:.2f} s vs plain copy {copy_seconds:.2f} s of the {plan.tensor_count} targeted "
               f"tensors ({format_bytes(plan.targeted_bytes)}): fold throughput = {copy_seconds / fold_seconds:.2f} x "
-              f"the copy's (target >= 0.5); peak RSS "
+              f"the copy's (target >= 0.5; the fold used {fold_cpu:.2f} s of CPU, "
+              f"{fold_cpu / fold_seconds:.0%} of its wall time); peak RSS "
               f"{format_bytes(int(extra))} above an idle interpreter = {extra / largest:.2f} x the largest targeted "
               f"tensor ({format_bytes(largest)})", file=sys.stderr)
     finally:

@@ -529,40 +529,43 @@ def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, dat
     """Recompute a few rows of a block independently (the source row read again, the update as a
     matrix-vector product) and check each written value: nearest rounding, the target dtype's
     nearest value; stochastic, one of the two bf16 neighbours of the exact value and the one the
-    dither picks. Raises LoraError."""
+    dither picks. The rows are checked together (one pass over all of them). Raises LoraError."""
     tensor = job.tensor
     columns = tensor.shape[1]
     item = DTYPE_SIZES[tensor.dtype]
     picks = sorted({rows.start, rows.stop - 1, rows.start + (zlib.crc32(tensor.name.encode()) % len(rows))})[:PROBE_ROWS]
-    for row in picks:
+    exact = np.empty((len(picks), columns), dtype=np.float64)
+    for number, row in enumerate(picks):
         raw = os.pread(source_fd, columns * item, data_start + tensor.begin + row * columns * item)
         if tensor.dtype == "BF16":
-            exact = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
+            value = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
         else:
-            exact = np.frombuffer(raw, "<f4").astype(np.float64)
+            value = np.frombuffer(raw, "<f4").astype(np.float64)
         for down, up, factor in matrices:
-            exact = exact + factor * (down.T @ up[row])
-        written = encoded[row - rows.start]
-        value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if tensor.dtype == "BF16" \
-            else written.astype(np.float64)
-        if tensor.dtype == "BF16" and rounding == STOCHASTIC:
-            low, high = bf16_neighbours(exact)
-            picked = (float64_to_bf16_stochastic(exact, dither16(seed, row * columns, columns)).astype("<u4")
-                      << 16).view("<f4").astype(np.float64)
-            bad = np.flatnonzero(~(((value == low) | (value == high)) & (value == picked)))
-            detail = lambda c: f" (its bf16 neighbours {low[c]!r} and {high[c]!r}; the dither picks {picked[c]!r})"
-        else:
-            magnitude = np.maximum(np.abs(exact), np.abs(value))
-            spacing = bf16_spacing(magnitude) if tensor.dtype == "BF16" else np.spacing(magnitude.astype(np.float32))
-            error = np.abs(value - exact)
-            bad = np.flatnonzero(~(error <= spacing * 0.5 * (1 + 1e-9) + 1e-300))
-            detail = lambda c: ""
-        if bad.size:
-            column = int(bad[0])
-            raise LoraError(f"parity probe failed for {tensor.name} row {row} column {column}: about to write "
-                            f"{value[column]!r}, an independent recomputation gives {exact[column]!r}"
-                            f"{detail(column)}; nothing was published",
-                            hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
+            value = value + factor * (down.T @ up[row])
+        exact[number] = value
+    written = encoded[[row - rows.start for row in picks]]
+    value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if tensor.dtype == "BF16" \
+        else written.astype(np.float64)
+    if tensor.dtype == "BF16" and rounding == STOCHASTIC:
+        low, high = bf16_neighbours(exact)
+        dither = np.concatenate([dither16(seed, row * columns, columns) for row in picks])
+        picked = (float64_to_bf16_stochastic(exact, dither).astype("<u4") << 16).view("<f4").astype(np.float64)
+        bad = np.argwhere(~(((value == low) | (value == high)) & (value == picked)))
+        detail = lambda r, c: (f" (its bf16 neighbours {low[r, c]!r} and {high[r, c]!r}; the dither picks "
+                               f"{picked[r, c]!r})")
+    else:
+        magnitude = np.maximum(np.abs(exact), np.abs(value))
+        spacing = bf16_spacing(magnitude) if tensor.dtype == "BF16" else np.spacing(magnitude.astype(np.float32))
+        error = np.abs(value - exact)
+        bad = np.argwhere(~(error <= spacing * 0.5 * (1 + 1e-9) + 1e-300))
+        detail = lambda r, c: ""
+    if bad.size:
+        number, column = (int(v) for v in bad[0])
+        raise LoraError(f"parity probe failed for {tensor.name} row {picks[number]} column {column}: about to write "
+                        f"{value[number, column]!r}, an independent recomputation gives {exact[number, column]!r}"
+                        f"{detail(number, column)}; nothing was published",
+                        hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
 
 
 def _load_updates(job: TensorJob, plan: FoldPlan) -> list[tuple[np.ndarray, np.ndarray, float]]:
