@@ -114,3 +114,59 @@ def low_rank(rng: np.random.Generator, out: int, inner: int, rank: int, scale: f
     up = (rng.standard_normal((out, rank)) * scale).astype(np.float32)
     down = (rng.standard_normal((rank, inner)) * scale).astype(np.float32)
     return up, down
+
+
+# ----------------------------------------------------------------------------- the layout rule and bf16 neighbours
+# Written from issue 21's statement of the rule, not from h3bridge/lora: the checkpoint h3 reads
+# holds qkv row h*3*D + s*D + d for head h, slot s (Q, K, V), d < D; a flat LoRA's up/B row
+# s*H*D + h*D + d is that same (s, h, d).
+
+
+def flat_rows_to_per_head(up: np.ndarray, heads: int, head_dim: int) -> np.ndarray:
+    """A flat [Q | K | V] up/B matrix with its rows moved to the per-head rows, element by element."""
+    placed = np.zeros_like(np.asarray(up, dtype=np.float64))
+    for slot in range(3):
+        for head in range(heads):
+            for dim in range(head_dim):
+                placed[head * 3 * head_dim + slot * head_dim + dim] = up[slot * heads * head_dim + head * head_dim + dim]
+    return placed
+
+
+def slot_rows_to_per_head(up: np.ndarray, slot: int, heads: int, head_dim: int) -> np.ndarray:
+    """A separate Q (slot 0), K (1) or V (2) up/B [H*D, rank] placed on its rows of the per-head qkv."""
+    placed = np.zeros((3 * heads * head_dim, up.shape[1]), dtype=np.float64)
+    for head in range(heads):
+        for dim in range(head_dim):
+            placed[head * 3 * head_dim + slot * head_dim + dim] = up[head * head_dim + dim]
+    return placed
+
+
+def reference_exact(weight_raw: bytes, dtype: str, shape: tuple[int, ...],
+                    updates: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
+    """W + sum(factor * up @ down) in float64, not rounded."""
+    value = decode(weight_raw, dtype, shape)
+    for up, down, factor in updates:
+        value = value + factor * (np.asarray(up, np.float64) @ np.asarray(down, np.float64))
+    return value
+
+
+def bf16_neighbour_bits(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bf16 bit patterns just below-or-at and just above-or-at each finite value (equal when
+    the value is a bf16 value), by searching the table of every bf16 value."""
+    values = np.asarray(values, dtype=np.float64)
+    magnitude = np.abs(values).reshape(-1)
+    at_or_above = np.searchsorted(_TABLE, magnitude, side="left")
+    exact = (at_or_above < len(_TABLE)) & (_TABLE[np.minimum(at_or_above, len(_TABLE) - 1)] == magnitude)
+    above = _TABLE_BITS[np.minimum(at_or_above, len(_TABLE) - 1)]
+    below = np.where(exact, above, _TABLE_BITS[np.maximum(at_or_above - 1, 0)])
+    sign = np.signbit(values.reshape(-1)).astype(np.uint32) << 15
+    low, high = (below | sign).astype(np.uint16), (above | sign).astype(np.uint16)
+    return low.reshape(values.shape), high.reshape(values.shape)
+
+
+def assert_bf16_neighbours(written: bytes, exact: np.ndarray, what: str) -> None:
+    """Every written bf16 value is one of the two bf16 neighbours of its exact float64 value."""
+    bits = np.frombuffer(written, "<u2").reshape(exact.shape)
+    low, high = bf16_neighbour_bits(exact)
+    wrong = np.argwhere((bits != low) & (bits != high))
+    assert wrong.size == 0, f"{what}: element {tuple(wrong[0])} is no bf16 neighbour of {exact[tuple(wrong[0])]!r}"

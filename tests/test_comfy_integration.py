@@ -883,7 +883,7 @@ def test_scratch_inputs_are_removed_when_the_server_is_terminated_mid_render(tmp
 def test_the_lora_node_is_listed_with_the_other_h3_nodes_and_every_input_has_a_tooltip(server: Server) -> None:
     info = server.object_info["H3Lora"]
     assert info["display_name"] == "H3 LoRA" and info["category"] == server.object_info["H3Generate"]["category"]
-    assert info["output"] == ["STRING"]                   # the folded model's folder, for H3 Engine's model_dir
+    assert info["output"] == ["STRING", "STRING"]         # the folded model's folder (for H3 Engine's model_dir), the report
     required = info["input"]["required"]
     assert set(required) == {"model_dir", "lora", "strength"}
     assert all(len(spec) > 1 and spec[1].get("tooltip") for spec in required.values())

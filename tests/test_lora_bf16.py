@@ -43,3 +43,25 @@ def test_every_bf16_value_survives_a_round_trip() -> None:
     bits = np.arange(0, 0x10000, dtype=np.uint16)
     finite = bits[(bits & 0x7F80) != 0x7F80]
     assert np.array_equal(float64_to_bf16(bf16_to_float64(finite)), finite)
+
+
+def test_the_dither_is_counter_based_and_stochastic_rounding_keeps_a_small_update() -> None:
+    """Any block of indexes gives the same dither as the whole (so block size never changes the
+    bytes); at rho = 3e-4 (a distillation LoRA) nearest rounding keeps a fraction of the update,
+    stochastic rounding all of it on average (issue 21)."""
+    from h3bridge.lora.bf16 import dither16, float64_to_bf16_stochastic
+    whole = dither16(12345, 0, 1000)
+    assert np.array_equal(np.concatenate([dither16(12345, 0, 7), dither16(12345, 7, 333), dither16(12345, 340, 660)]),
+                          whole)
+    assert not np.array_equal(dither16(12346, 0, 1000), whole)
+    rng = np.random.default_rng(0)
+    weight = bf16_to_float64(float64_to_bf16(rng.standard_normal(200_000) * 0.02))
+    update = rng.standard_normal(200_000) * (3e-4 * np.linalg.norm(weight) / np.sqrt(200_000))
+    exact = weight + update
+
+    def kept(bits: np.ndarray) -> float:
+        stored = bf16_to_float64(bits) - weight
+        return float(stored @ update / (update @ update))
+
+    assert kept(float64_to_bf16(exact)) < 0.3
+    assert abs(kept(float64_to_bf16_stochastic(exact, dither16(7, 0, exact.size))) - 1) < 0.05

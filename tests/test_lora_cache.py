@@ -53,3 +53,32 @@ def test_a_chain_is_folded_in_one_pass_from_the_original_base(template: Path, tm
     direct = fold_model(template, [LoraSpec(a, 1.0), LoraSpec(b, -0.5)], tmp_path / "direct", progress=False).output
     for shard in sorted((direct / "FL2VA/transformer").glob("*.safetensors")):
         assert shard.read_bytes() == (chained / "FL2VA/transformer" / shard.name).read_bytes()
+
+
+def test_the_cache_is_capped_least_recently_used_first_and_listed_and_pruned(
+        template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 21 item 5: folds do not pile up unseen."""
+    import os
+    from h3bridge.cli import main
+    root = tmp_path / cache_module.CACHE_FOLDER
+    lora = _lora(tmp_path / "a.safetensors", template, 4)
+    first = cached_fold(template, [LoraSpec(lora, 1.0)], cache_root=root)
+    second = cached_fold(template, [LoraSpec(lora, 0.5)], cache_root=root)
+    os.utime(first, (1, 1_000_000))                       # the first: used long ago
+    os.utime(second, (1, 2_000_000))
+    sizes = {fold.path: fold.size for fold in cache_module.list_folds(root)}
+    assert set(sizes) == {first, second} and all(size > 0 for size in sizes.values())
+    # a third fold with a cap that holds two: the least recently used other one goes
+    monkeypatch.setenv(cache_module.LIMIT_VARIABLE, str(2 * max(sizes.values()) + 1024))
+    third = cached_fold(template, [LoraSpec(lora, 0.25)], cache_root=root)
+    assert not first.exists() and second.exists() and third.exists()
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]       # nothing half-removed left
+    assert main(["lora", "list", str(tmp_path)]) == 0                       # the folder holding the cache
+    shown = capsys.readouterr().out
+    assert second.name in shown and third.name in shown and "a.safetensors x0.5" in shown and first.name not in shown
+    assert main(["lora", "prune", str(root), "--max-size", "0", "--dry-run"]) == 0
+    assert "would remove 2 fold(s)" in capsys.readouterr().out and second.exists()
+    assert main(["lora", "prune", str(root), "--max-size", "0"]) == 0
+    assert not second.exists() and not third.exists()
+    assert main(["lora", "prune", str(root), "--max-size", "lots"]) == 2
+    assert "--max-size must be a size" in capsys.readouterr().err

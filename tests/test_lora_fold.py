@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from core_helpers import sim_engine_path
-from lora_helpers import low_rank, raw_header, reference_fold, tensor_shapes, write_lora
+from lora_helpers import (assert_bf16_neighbours, flat_rows_to_per_head, low_rank, raw_header, reference_exact,
+                          reference_fold, tensor_shapes, write_lora)
 import model_helpers
 from h3bridge import GenerationRequest, inspect_model, verify_model
 from h3bridge.cli import main
@@ -65,10 +66,22 @@ def _kohya(path: Path, shapes: dict, targets: list[str], seed: int, *, alpha: fl
     return truth
 
 
-def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarray, np.ndarray, float]]]) -> None:
-    """Every targeted tensor equals the float64 reference rounded once; every other byte of every
+def _placed(shapes: dict, target: str, up: np.ndarray) -> np.ndarray:
+    """A flat LoRA's qkv up/B on the per-head rows (heads from the checkpoint's q_norm length)."""
+    if not target.endswith(QKV):
+        return up
+    head_dim = shapes[target.replace("qkv_proj", "q_norm")][2][0]
+    return flat_rows_to_per_head(up, shapes[target][2][0] // (3 * head_dim), head_dim)
+
+
+def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarray, np.ndarray, float]]],
+                rounding: str = "stochastic") -> None:
+    """Every targeted tensor is the float64 reference (flat qkv rows on their heads' rows) rounded
+    once: exactly to nearest with rounding="nearest", else each bf16 element one of the two bf16
+    neighbours of the exact value (float32 targets: nearest either way); every other byte of every
     shard (headers included) and every other file equals the base's."""
     shapes = tensor_shapes(base)
+    applied = {t: [(_placed(shapes, t, u), d, f) for u, d, f in ups] for t, ups in applied.items()}
     for shard in sorted(base.rglob("*")):
         if not shard.is_file():
             continue
@@ -83,8 +96,12 @@ def _check_fold(base: Path, output: Path, applied: dict[str, list[tuple[np.ndarr
             span = slice(header.data_start + tensor.begin, header.data_start + tensor.end)
             before, after = old[span], new[span]
             if shard.parent.name == "transformer" and shard.parts[-3] == "FL2VA" and tensor.name in applied:
-                expected = reference_fold(before, tensor.dtype, tensor.shape, applied[tensor.name])
-                assert after == expected, tensor.name
+                if rounding == "nearest" or tensor.dtype != "BF16":
+                    expected = reference_fold(before, tensor.dtype, tensor.shape, applied[tensor.name])
+                    assert after == expected, tensor.name
+                else:
+                    exact = reference_exact(before, tensor.dtype, tensor.shape, applied[tensor.name])
+                    assert_bf16_neighbours(after, exact, tensor.name)
                 assert after != before, tensor.name
             else:
                 assert after == before, (shard, tensor.name)
@@ -129,6 +146,17 @@ def test_stacked_loras_apply_in_order_with_their_strengths(template: Path, tmp_p
         for target, (up, down, scale) in truth.items():
             applied.setdefault(target, []).append((up, down, strength * scale))
     _check_fold(template, tmp_path / "folded", applied)
+    # --rounding nearest --qkv-layout per-head: the bytes earlier versions wrote (rows in place,
+    # added in the same order, rounded to nearest)
+    fold_model(template, specs, tmp_path / "old", progress=False, rounding="nearest", qkv_layout="per-head")
+    shapes = tensor_shapes(template)
+    for target, ups in applied.items():
+        shard, dtype, shape = shapes[target]
+        header = read_header(shard)
+        tensor = next(t for t in header.tensors if t.name == target)
+        span = slice(header.data_start + tensor.begin, header.data_start + tensor.end)
+        written = (tmp_path / "old" / shard.relative_to(template)).read_bytes()[span]
+        assert written == reference_fold(shard.read_bytes()[span], dtype, shape, ups), target
     record = result.provenance
     assert [(r.name, r.strength) for r in record.loras] == [("a.safetensors", 1.0), ("b.safetensors", -0.5)]
     import hashlib
@@ -239,3 +267,19 @@ def test_a_hugging_face_cache_snapshot_folds_with_blob_links_and_known_hashes(te
     report = verify_model(out, checksums=True, progress=False)
     assert report.ok and not report.manifest_written
     assert {r.expected_source for r in report.results} == {"fold record"}
+
+
+def test_a_record_written_before_layouts_and_rounding_were_handled_still_reads(template: Path, tmp_path: Path) -> None:
+    """Records of earlier folds lack qkv_layout, rounding and survival: they read as what those
+    folds did (rows added in place, nearest rounding) and say nothing was measured."""
+    shapes = tensor_shapes(template)
+    _peft(tmp_path / "l.safetensors", shapes, [f"blocks.0.{QKV}"], seed=12)
+    out = fold_model(template, [tmp_path / "l.safetensors"], tmp_path / "f", progress=False).output
+    document = json.loads((out / "h3bridge-lora.json").read_text())
+    for key in ("rounding", "survival"):
+        del document[key]
+    del document["loras"][0]["qkv_layout"]
+    (out / "h3bridge-lora.json").write_text(json.dumps(document))
+    record = read_provenance(out)
+    assert record.rounding == "nearest" and record.loras[0].qkv_layout == "per-head" and record.survival == []
+    assert "folded before h3bridge measured what survives" in record.summary()

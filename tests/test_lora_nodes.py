@@ -56,8 +56,12 @@ def test_chained_nodes_fold_once_and_feed_the_engine_a_model_dir(tmp_path: Path,
         write_lora(loras / name, {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight": down,
                                   "diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight": up})
     first = H3LoraNode.execute(model_dir=str(model), lora="turbo.safetensors", strength=1.0).result[0]
-    second = H3LoraNode.execute(model_dir=first, lora="style.safetensors", strength=0.5).result[0]
+    done = H3LoraNode.execute(model_dir=first, lora="style.safetensors", strength=0.5)
+    second, report = done.result
     record = read_provenance(Path(second))
+    # what survived, and where the folds live and what they take (issue 21 items 3, 5)
+    assert "what survived the fold" in report and ".h3bridge-lora" in report and "on disk" in report
+    assert "H3BRIDGE_LORA_CACHE_LIMIT" in report and done.ui is not None
     assert [(r.name, r.strength) for r in record.loras] == [("turbo.safetensors", 1.0), ("style.safetensors", 0.5)]
     assert H3LoraNode.execute(model_dir=first, lora="style.safetensors", strength=0.5).result[0] == second
     from h3bridge.comfy import adapter

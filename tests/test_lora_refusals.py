@@ -60,10 +60,10 @@ def _refused(template: Path, tmp_path: Path, tensors: dict[str, np.ndarray], *, 
 
 
 def test_keys_matching_nothing_are_refused_with_examples(template: Path, tmp_path: Path) -> None:
-    tensors = {**_good(template), **_pair("blocks.0.attn.to_q", 8, 8), **_pair("diffusion_model.nope.layer", 8, 8)}
+    tensors = {**_good(template), **_pair("blocks.0.attn.proj_q", 8, 8), **_pair("diffusion_model.nope.layer", 8, 8)}
     error = _refused(template, tmp_path, tensors)
     assert "2 LoRA module(s) match no tensor" in error.message
-    assert "blocks.0.attn.to_q" in error.message and "diffusion_model.nope.layer" in error.message
+    assert "blocks.0.attn.proj_q" in error.message and "diffusion_model.nope.layer" in error.message
 
 
 def test_text_encoder_modules_are_named_as_such(template: Path, tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_a_fifo_or_device_in_the_base_is_refused_before_a_byte_is_written(
 
 def test_cli_refusal_exits_2_naming_the_problem(template: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    lora = write_lora(tmp_path / "l.safetensors", _pair("blocks.0.attn.to_q", 8, 8))
+    lora = write_lora(tmp_path / "l.safetensors", _pair("blocks.0.attn.proj_q", 8, 8))
     assert main(["lora", "fold", str(template), "--lora", f"{lora}:0.5", "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "match no tensor" in err and "fix:" in err and not (tmp_path / "out").exists()
@@ -238,8 +238,8 @@ def test_the_parity_probe_stops_a_wrong_block_before_it_is_written(template: Pat
     lora = write_lora(tmp_path / "l.safetensors", _good(template))
     right = fold_module._encode_rows
 
-    def one_step_off(values: np.ndarray, dtype: str) -> np.ndarray:
-        encoded = right(values, dtype).copy()
+    def one_step_off(values: np.ndarray, dtype: str, *rounding) -> np.ndarray:
+        encoded = right(values, dtype, *rounding).copy()
         encoded[0, 0] += 1           # the next bf16 value in magnitude
         return encoded
 

@@ -14,11 +14,12 @@ from typing import Any
 import comfy.model_management
 import comfy.utils
 import folder_paths
-from comfy_api.latest import io
+from comfy_api.latest import io, ui
 
 from ..cancel import CancelToken
-from ..lora.cache import cached_fold
+from ..lora.cache import cache_folder, cached_fold, describe
 from ..lora.fold import LoraSpec
+from ..model.fold_record import read_provenance
 from . import adapter
 from .shared import CATEGORY, model_roots, user_facing_errors
 
@@ -41,7 +42,10 @@ class H3LoraNode(io.ComfyNode):
                         "transformer tensors are rewritten, every other file is cloned or linked. Chain several H3 "
                         "LoRA nodes to stack LoRAs (folded in one pass, in order). The result is kept by content, "
                         "so queuing the same model + LoRAs + strengths again costs nothing. Connect model_dir to "
-                        "H3 Engine's model_dir. A step-distillation LoRA (the Turbo LoRA) wants the turbo preset.",
+                        "H3 Engine's model_dir. A step-distillation LoRA (the Turbo LoRA) wants the turbo preset. "
+                        "Folds live in .h3bridge-lora beside the base model, capped at H3BRIDGE_LORA_CACHE_LIMIT "
+                        "(default 128G, least recently used out first); the report output says how much of the "
+                        "LoRA survived bf16 rounding and how much space the folds take.",
             inputs=[
                 io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
                                 tooltip=f"The base model: a folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/, "
@@ -53,7 +57,10 @@ class H3LoraNode(io.ComfyNode):
                                tooltip="How much of the LoRA to fold in: 1.0 as trained, 0 none, negative subtracts."),
             ],
             outputs=[io.String.Output(display_name="model_dir",
-                                      tooltip="The folded model's folder, for H3 Engine's model_dir or the next H3 LoRA.")],
+                                      tooltip="The folded model's folder, for H3 Engine's model_dir or the next H3 LoRA."),
+                     io.String.Output(display_name="report",
+                                      tooltip="How much of the LoRA survived the fold (per module class: rho, kept, "
+                                              "noise, unchanged), and where the folds live and the space they take.")],
             hidden=[io.Hidden.unique_id],
         )
 
@@ -75,7 +82,10 @@ class H3LoraNode(io.ComfyNode):
                              on_progress=lambda event: bar.update_absolute(int(event.fraction * PROGRESS_STEPS),
                                                                            PROGRESS_STEPS),
                              cancel=CancelToken(check=comfy.model_management.processing_interrupted))
-        return io.NodeOutput(str(folded))
+        record = read_provenance(folded)
+        report = "\n".join([record.summary() if record is not None else str(folded),
+                            describe(cache_folder(folded.parent))])
+        return io.NodeOutput(str(folded), report, ui=ui.PreviewText(report))
 
 
 LORA_NODES: list[type[io.ComfyNode]] = [H3LoraNode]

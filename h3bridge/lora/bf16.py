@@ -10,6 +10,8 @@ sign (a plain "add 0x7FFF and shift" turns some NaNs into infinities).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 _QUIET_NAN = np.uint16(0x7FC0)
@@ -37,9 +39,8 @@ def _float32_round_to_odd(values: np.ndarray) -> np.ndarray:
     return bits                                               # float32 bit patterns
 
 
-def float64_to_bf16(values: np.ndarray) -> np.ndarray:
-    """float64 (or float32) values -> bf16 bit patterns (uint16), round to nearest, ties to even."""
-    values = np.asarray(values, dtype=np.float64)
+def _float64_to_bf16_via_odd(values: np.ndarray) -> np.ndarray:
+    """The reference rounding (round to odd, then to nearest even): float64 -> bf16 bits."""
     with np.errstate(over="ignore", invalid="ignore"):
         bits = _float32_round_to_odd(values)
     rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
@@ -50,8 +51,97 @@ def float64_to_bf16(values: np.ndarray) -> np.ndarray:
     return rounded
 
 
+# the high (bf16) half of each float32's bits in a uint16 view of a uint32 array
+HIGH_HALF = 1 if sys.byteorder == "little" else 0
+
+
+def high_halves(bits: np.ndarray) -> np.ndarray:
+    """The top 16 bits of each uint32 of `bits` (any shape), as a new contiguous uint16 array:
+    one strided copy, where a shift and a narrowing cast are two passes."""
+    flat = np.ascontiguousarray(bits).reshape(-1).view(np.uint16)
+    return flat[HIGH_HALF::2].reshape(np.shape(bits)).copy()
+
+
+def float64_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float64 (or float32) values -> bf16 bit patterns (uint16), round to nearest, ties to even.
+
+    Fast path: f = the nearest float32 (monotone; bf16 values and the midpoints between them are
+    float32 values), rounded to bf16 by adding half a step to its bits. Unless f is itself a bf16
+    midpoint, the exact value lies strictly between the same two midpoints as f, so its nearest
+    bf16 value is f's. The few f that sit on a midpoint (a tie, or a value just off it) and NaN go
+    through the round-to-odd reference (exact for every float64)."""
+    values = np.asarray(values)
+    if values.dtype != np.float32:
+        values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        nearest = values.astype(np.float32).reshape(-1)
+    nan = np.flatnonzero(np.isnan(nearest))                  # before the add, which can carry out of one
+    bits = nearest.view(np.uint32)
+    bits += np.uint32(0x8000)                                # half a bf16 step (NaN: fixed below)
+    low = bits.view(np.uint16)[1 - HIGH_HALF::2]
+    rounded = bits.view(np.uint16)[HIGH_HALF::2].copy()
+    unsure = np.flatnonzero(low == 0)                       # f on a midpoint: low bits were 0x8000
+    if unsure.size:
+        rounded[unsure] = _float64_to_bf16_via_odd(values.reshape(-1)[unsure].astype(np.float64))
+    if nan.size:
+        rounded[nan] = _float64_to_bf16_via_odd(values.reshape(-1)[nan].astype(np.float64))
+    return rounded.reshape(values.shape)
+
+
 def bf16_spacing(values: np.ndarray) -> np.ndarray:
     """The gap between consecutive bf16 values at the magnitude of each (finite) value:
     2**(exponent - 7), never below the subnormal spacing 2**-133."""
     _, exponent = np.frexp(np.abs(np.asarray(values, dtype=np.float64)))
     return np.ldexp(1.0, np.maximum(exponent - 1, -126) - 7)
+
+
+# ----------------------------------------------------------------------------- stochastic rounding
+#
+# A LoRA's update is a few 1e-4 of a weight, a bf16 step ~4e-3 of it: rounded to nearest, most
+# elements fall straight back to W and most of the update is lost (issue 21). Stochastic rounding
+# rounds up with probability equal to the position between the two bf16 neighbours, so the
+# stored change is unbiased. The dither is a counter-based random stream indexed by (seed, element index): the same
+# fold gives the same bytes whatever the block size, and the parity probe can recompute any pick.
+#
+# The rule, exactly: f = the float32 nearest to the float64 result (bf16 values are float32
+# values, and rounding to the nearest float32 is monotone, so f lies between the same two bf16
+# neighbours as the exact result); r = dither16(seed, index) in [0, 65536); the stored bf16 is the
+# top half of (float32 bits of f) + r. The 16 bits dropped are f's position between its two bf16
+# neighbours in units of 2**-16 of a step; adding r carries into the kept half with probability
+# position / 65536 (the bit pattern is magnitude-ordered for either sign, so this rounds the
+# magnitude up, i.e. away from zero, with that probability).
+
+_PHILOX_BLOCK = 16        # 16-bit values per Philox counter step (4 x 64 bits)
+
+
+def dither16(seed: int, start: int, count: int) -> np.ndarray:
+    """uint16 dither values for element indexes start .. start+count-1: the raw stream of numpy's
+    Philox4x64 (a counter-based generator, Salmon et al. 2011) keyed by `seed` (128 bits), each
+    64-bit output split into four little-endian 16-bit values. Counter-based: any block of
+    elements is computed directly (advance), so the bytes do not depend on how a tensor is cut
+    into blocks. NumPy keeps bit generators' raw streams stable across versions."""
+    generator = np.random.Philox(key=seed & ((1 << 128) - 1))
+    generator.advance(start // _PHILOX_BLOCK)
+    offset = start % _PHILOX_BLOCK
+    raw = generator.random_raw((offset + count + 3) // 4).astype("<u8", copy=False).view("<u2")
+    return raw[offset: offset + count]
+
+
+def float64_to_bf16_stochastic(values: np.ndarray, dither: np.ndarray) -> np.ndarray:
+    """float64 values (finite) -> bf16 bit patterns, rounded up or down by `dither` (same size,
+    values in [0, 65536), from dither16). A result past bf16's largest finite value is infinity.
+    float32 values are taken as the float64 values' nearest float32 (and overwritten)."""
+    values = np.asarray(values)
+    bits = (values if values.dtype == np.float32 else values.astype(np.float32)).view(np.uint32)
+    np.add(bits, dither.reshape(bits.shape), out=bits)
+    return high_halves(bits)
+
+
+def bf16_neighbours(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bf16 values just below-or-at and just above-or-at each finite float64 value (equal when
+    the value is itself a bf16 value), as float64. Computed from the bf16 spacing, not by rounding."""
+    values = np.asarray(values, dtype=np.float64)
+    spacing = bf16_spacing(values)
+    low = np.floor(values / spacing) * spacing
+    high = np.where(low == values, low, low + spacing)
+    return low, high

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 from ..model.inventory import FL2VA, PARTITIONS, format_bytes
-from .fold import LoraSpec, fold_model
+from .cache import DEFAULT_LIMIT, LIMIT_VARIABLE, cache_folder, cache_limit, list_folds, parse_size, prune
+from .fold import NEAREST, ROUNDINGS, STOCHASTIC, LoraSpec, fold_model
+from .layout import QKV_LAYOUTS
 from ..model.fold_record import DISTILLED_STEPS
+from ..model.fold_survival import INT8_NOTE, format_report, warnings
 
 
 class _Terminated(BaseException):
@@ -28,9 +31,11 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
     fold = commands.add_parser(
         "fold", help="write MODEL_DIR with LoRAs folded into its transformer, as a new model folder",
         description="Write a complete model folder at OUT_DIR: the transformer shards with the LoRAs folded in "
-                    "(W' = W + strength * scale * up @ down, in float64, rounded to nearest even), every other "
+                    "(W' = W + strength * scale * up @ down in float64, the LoRA's flat qkv rows placed on the "
+                    "per-head rows h3 reads, rounded to bf16 stochastically by default), every other "
                     "file cloned, hard-linked or copied, and a fold record that `h3bridge info` shows and "
-                    "`h3bridge verify` checks. Nothing appears at OUT_DIR until the fold is complete.")
+                    "`h3bridge verify` checks. Ends with how much of the LoRA survived the rounding. Nothing "
+                    "appears at OUT_DIR until the fold is complete.")
     fold.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the base MiniMax-H3 model folder")
     fold.add_argument("--lora", dest="loras", action="append", required=True, metavar="FILE[:STRENGTH]",
                       help="a LoRA .safetensors and its strength (default 1.0); repeat for several, applied in order")
@@ -44,9 +49,58 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
                            help="record the LoRAs as step-distillation LoRAs (default: guessed from the names, "
                                 "e.g. 'turbo'); requests on the folded model are then warned about --reuse and steps")
     distilled.add_argument("--not-distilled", dest="distilled", action="store_false")
+    fold.add_argument("--qkv-layout", choices=QKV_LAYOUTS, default=None,
+                      help="the row order of the LoRAs' attn.qkv_proj up/B: flat [Q|K|V] as ComfyUI, SGLang and "
+                           "every published MiniMax-H3 LoRA have it (permuted to h3's per-head rows), or per-head "
+                           "(made against the official checkpoint's bytes: added in place). Default: what the "
+                           "LoRA's metadata says, else flat")
+    fold.add_argument("--rounding", choices=ROUNDINGS, default=STOCHASTIC,
+                      help=f"bf16 rounding of the folded weights: {STOCHASTIC} (default; unbiased, deterministic "
+                           f"per fold) or {NEAREST} (loses most of a small update; the bytes of earlier versions)")
     fold.add_argument("--quiet", action="store_true", help="no progress bar")
     fold.add_argument("--json", action="store_true", help="print the fold record as JSON on stdout")
     fold.set_defaults(handler=run_fold)
+    listing = commands.add_parser(
+        "list", help="the folded models kept for ComfyUI's H3 LoRA node, with their size and last use",
+        description="List the folds kept in a LoRA cache (.h3bridge-lora beside the base model), least recently "
+                    "used first.")
+    listing.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+                         help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    listing.set_defaults(handler=run_list)
+    prune = commands.add_parser(
+        "prune", help="remove the least recently used folds from a LoRA cache",
+        description="Remove least recently used folds until the cache takes at most --max-size (default: "
+                    f"{LIMIT_VARIABLE} or {DEFAULT_LIMIT // 2**30}G). Folds are re-made on demand.")
+    prune.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+                       help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    prune.add_argument("--max-size", metavar="SIZE", help="e.g. 100G, or 0 to remove every fold")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    prune.set_defaults(handler=run_prune)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from datetime import datetime
+    for folder in args.folders:
+        root = cache_folder(folder)
+        folds = list_folds(root)
+        print(f"{root}: {len(folds)} fold(s), {format_bytes(sum(f.size for f in folds))} on disk")
+        for fold in folds:
+            used = datetime.fromtimestamp(fold.last_used).isoformat(timespec="minutes")
+            print(f"  {fold.path.name}  {format_bytes(fold.size):>10}  last used {used}  {', '.join(fold.loras)}")
+    return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    limit = parse_size(args.max_size, what="--max-size") if args.max_size is not None else cache_limit()
+    for folder in args.folders:
+        root = cache_folder(folder)
+        removed = prune(root, limit if limit is not None else None, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        freed = format_bytes(sum(f.size for f in removed))
+        print(f"{root}: {verb} {len(removed)} fold(s), {freed}")
+        for fold in removed:
+            print(f"  {fold.path.name}  {', '.join(fold.loras)}")
+    return 0
 
 
 def run_fold(args: argparse.Namespace) -> int:
@@ -60,7 +114,8 @@ def run_fold(args: argparse.Namespace) -> int:
                 if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         result = fold_model(args.model_dir, specs, args.output, partitions=partitions, distilled=args.distilled,
-                            progress=False if args.quiet else None)
+                            progress=False if args.quiet else None, qkv_layout=args.qkv_layout,
+                            rounding=args.rounding)
     except _Terminated as stop:
         print(f"h3bridge: fold stopped ({signal.Signals(stop.signum).name}); nothing was written", file=sys.stderr)
         return 128 + stop.signum
@@ -73,7 +128,11 @@ def run_fold(args: argparse.Namespace) -> int:
     placed = ", ".join(f"{count} {how}" for how, count in sorted(result.placed.items())) or "none"
     print(f"wrote {result.output}: {result.tensors} tensors ({format_bytes(result.targeted_bytes)}) folded in "
           f"{len(record.folded_files)} shard(s), other files: {placed}; {result.seconds:.1f} s", file=sys.stderr)
-    print(record.summary(), file=sys.stderr)
+    print(record.summary().split("\n  what survived")[0], file=sys.stderr)
+    print(format_report(result.survival, record.rounding), file=sys.stderr)
+    for warning in warnings(result.survival, record.rounding):
+        print(f"h3bridge: warning: {warning}", file=sys.stderr)
+    print(f"h3bridge: note: {INT8_NOTE}", file=sys.stderr)
     if record.distilled:
         print(f"h3bridge: sample it with `h3bridge generate -d {result.output} --preset turbo` (--steps "
               f"{DISTILLED_STEPS[0]} or {DISTILLED_STEPS[1]}, no --reuse/--core-reuse)", file=sys.stderr)

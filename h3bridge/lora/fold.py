@@ -13,15 +13,21 @@ h3.c has no LoRA runtime (upstream issue 37); upstream PR #14 folds the Turbo Lo
 - only the targeted tensors' bytes are rewritten: each rewritten shard keeps its source header,
   tensor order and alignment byte for byte (checked before its rename); every other file is
   cloned, hard-linked or copied (place.py says which and why);
+- the fused qkv rows: a LoRA made against the flat [Q | K | V] layout (every published one) has
+  its up/B rows permuted to the per-head layout h3 reads (layout.py); diffusers' separate
+  to_q/to_k/to_v go to their slots of each head;
 - the math is float64 (every bf16 and float32 weight is exact in it), rounded once to the target
-  dtype: bf16 to nearest even (bf16.py), float32 by numpy's round to nearest even. Several LoRAs
-  add up in the order given before that one rounding;
+  dtype. bf16: stochastically by default, with a counter-based dither keyed by the fold's identity,
+  the tensor and the element (bf16.py), so the update survives unbiased and the same fold gives
+  the same bytes; `rounding="nearest"` rounds to nearest even (the bytes of earlier versions).
+  float32 by numpy's round to nearest even. Several LoRAs add up in the order given before that
+  one rounding; what survived is measured per module class (survival.py);
 - memory is bounded: tensors are read from memory-mapped shards a block of rows at a time
   (CHUNK_ELEMENTS), so peak memory is a few such blocks plus the LoRA matrices of one tensor,
   whatever the size of the model or of its largest tensor;
 - before each block is written, a parity probe recomputes a few of its rows independently (the
   source row read again with pread, the update as a matrix-vector product) and checks that each
-  written value is the target dtype's nearest value to it;
+  written value is one of the two bf16 neighbours of it and the one the rounding rule picks;
 - the output carries a fold record (model/fold_record.py) that `info` shows and `verify` checks.
 """
 from __future__ import annotations
@@ -32,6 +38,7 @@ import secrets
 import shutil
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,8 +52,10 @@ from ..files import non_regular_kind
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
-from . import keys
-from .bf16 import bf16_spacing, bf16_to_float64, float64_to_bf16
+from . import keys, layout
+from ..model import fold_survival as survival
+from .bf16 import (HIGH_HALF, bf16_neighbours, bf16_spacing, bf16_to_float64, dither16, float64_to_bf16,
+                   float64_to_bf16_stochastic)
 from .place import CLONE, clone_file, clone_supported, copy_range, not_a_model_file, place_file, same_file_system
 from ..model.fold_record import (
     PROVENANCE_FILE,
@@ -59,12 +68,17 @@ from ..model.fold_record import (
     write_provenance,
 )
 
-CHUNK_ELEMENTS = 1 << 22          # rows per block: ~32 MiB of float64 per working array
+CHUNK_ELEMENTS = 1 << 18          # elements per block: 2 MiB per float64 working array
 PROBE_ROWS = 3                    # rows per block the parity probe recomputes
 TEMP_MARK = ".h3bridge-fold-"     # in the temporary folder's name
 INCOMPLETE_FILE = "h3bridge-fold-incomplete"   # inside it: the folding process, until the rename
 PARTIAL_SUFFIX = ".partial"
 FOLD_PHASE = "fold"
+STOCHASTIC, NEAREST = "stochastic", "nearest"
+ROUNDINGS = (STOCHASTIC, NEAREST)
+BF16_MAX = float(np.float32(3.3895313892515355e38))
+# a module whose update can reach this is refused before folding: bf16's largest value is 3.39e38
+OVERFLOW_BOUND = BF16_MAX / 2
 _NUMPY_DTYPES = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8")}
 
 
@@ -102,6 +116,7 @@ class Update:
     lora_index: int
     module: keys.LoraModule
     factor: float             # strength * alpha / rank (or strength)
+    rows: np.ndarray | None = None    # the target row of each up row (None: row i is row i)
 
 
 @dataclass
@@ -130,6 +145,15 @@ class FoldPlan:
     partitions: list[str]
     shards: dict[Path, ShardJob]            # by source path, in checkpoint order
     distilled: list[bool]
+    qkv_layouts: list[str] = field(default_factory=list)    # each LoRA's qkv layout (layout.py)
+    rounding: str = STOCHASTIC
+    values_checked: bool = False            # NaN/Inf and bf16 overflow (reads every LoRA matrix)
+
+    def check_values(self) -> None:
+        """Refuse LoRAs holding NaN/Inf or updates that could overflow bf16 (reads their data)."""
+        if not self.values_checked:
+            _check_values(self.shards, self.specs, self.loras)
+            self.values_checked = True
 
     @property
     def targeted_bytes(self) -> int:
@@ -145,8 +169,10 @@ class FoldPlan:
 
     def content_key(self) -> str:
         """Base identity + LoRAs (by content) + strengths + partitions: equal keys, equal folds."""
-        return keys.content_digest(["h3bridge lora fold 1", base_identity(self.inventory), *self.partitions,
-                                    *(f"{lora.sha256}:{spec.strength!r}" for lora, spec in zip(self.loras, self.specs))])
+        return keys.content_digest(["h3bridge lora fold 2", base_identity(self.inventory), *self.partitions,
+                                    f"rounding {self.rounding}",
+                                    *(f"{lora.sha256}:{spec.strength!r}:{lora.peft_scale!r}:qkv {qkv}"
+                                      for lora, spec, qkv in zip(self.loras, self.specs, self.qkv_layouts))])
 
 
 @dataclass(frozen=True)
@@ -157,6 +183,7 @@ class FoldResult:
     tensors: int
     targeted_bytes: int
     seconds: float
+    survival: list[survival.Survival] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- planning (refusals)
@@ -183,9 +210,14 @@ def _load_matrix(path: Path, data_start: int, tensor: TensorInfo) -> np.ndarray:
 
 def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[object, float]], *,
               partitions: Sequence[str] = (FL2VA,), distilled: bool | None = None,
-              inventory: ModelInventory | None = None) -> FoldPlan:
+              inventory: ModelInventory | None = None, qkv_layout: str | None = None,
+              rounding: str = STOCHASTIC, check_values: bool = True) -> FoldPlan:
     """Map every LoRA onto the model's transformer(s); raise LoraError (with examples) for
-    anything that would not fold. Reads headers only (and each LoRA's bytes, for its SHA-256)."""
+    anything that would not fold. Reads headers, and each LoRA's bytes (its SHA-256; NaN/Inf and
+    updates that would overflow bf16 are refused here, before anything is written).
+    `qkv_layout`: the rows of every LoRA's qkv up/B ("flat" or "per-head"); None: each LoRA's
+    metadata, else flat. `rounding`: "stochastic" (default) or "nearest". `check_values=False`
+    leaves the LoRAs' data unread (a cache lookup); fold_model checks it before writing anyway."""
     specs = [LoraSpec.of(value) for value in loras]
     if not specs:
         raise RequestError("no LoRA given", field="lora", hint="pass --lora FILE[:STRENGTH] at least once")
@@ -193,6 +225,12 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
         if not math.isfinite(spec.strength):
             raise RequestError(f"LoRA strength {spec.strength} for {spec.path} is not a finite number",
                                field="lora", hint="give a strength such as 1.0 or 0.8")
+    if qkv_layout is not None and qkv_layout not in layout.QKV_LAYOUTS:
+        raise RequestError(f"unknown qkv layout {qkv_layout!r}", field="qkv_layout",
+                           hint=f"use --qkv-layout {' or '.join(layout.QKV_LAYOUTS)}")
+    if rounding not in ROUNDINGS:
+        raise RequestError(f"unknown rounding {rounding!r}", field="rounding",
+                           hint=f"use --rounding {' or '.join(ROUNDINGS)}")
     unknown = [p for p in partitions if p not in PARTITIONS]
     if unknown or not partitions:
         raise RequestError(f"unknown partition(s) {', '.join(unknown) or '(none)'}", field="partition",
@@ -211,7 +249,9 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
                 table[tensor.name] = (shard.path, tensor, shard.data_start)
         targets[partition] = table
     read = [keys.read_lora(spec.path) for spec in specs]
+    layouts = [qkv_layout or layout.layout_from_metadata(lora.header.metadata) or layout.FLAT for lora in read]
     indexes = {partition: keys.target_index(table) for partition, table in targets.items()}
+    infos = {partition: {name: info for name, (_, info, _) in table.items()} for partition, table in targets.items()}
     shards: dict[Path, ShardJob] = {}
     unmatched: list[str] = []
     foreign: list[str] = []
@@ -219,28 +259,49 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
     dtypes: list[str] = []
     duplicates: list[str] = []
     unpaired: list[str] = []
+    diffs: list[str] = []
+    feed_forward: list[str] = []
+    no_heads: list[str] = []
     for index, (spec, lora) in enumerate(zip(specs, read)):
-        unpaired += [f"{name} (in {lora.path.name})" for name in lora.unsupported]
-        seen: set[tuple[str, str]] = set()
+        diffs += [f"{name} (in {lora.path.name})" for name in lora.diffs]
+        unpaired += [f"{name} (in {lora.path.name})" for name in lora.unsupported if name not in lora.diffs]
+        seen: set[tuple[str, str, int | None]] = set()
         for module in lora.modules:
+            if module.module.endswith(("ff.net.0.proj", "ff_net_0_proj", "ff.net.2", "ff_net_2")):
+                feed_forward.append(f"{module.module} (in {lora.path.name})")
+                continue
+            fused, slot = layout.split_slot(module.module)
             for partition, table in targets.items():
                 names, flat = indexes[partition]
-                target = keys.map_module(module.module, names, flat)
+                target = keys.map_module(fused, names, flat)
+                if target is not None and slot is not None and not layout.is_qkv(target):
+                    target = None
                 if target is None:
                     part = keys.foreign_part(module.module)
                     (foreign if part else unmatched).append(
                         f"{module.module} (in {lora.path.name}{', for ' + part if part else ''})")
                     break
-                if (partition, target) in seen:
+                if (partition, target, slot) in seen:
                     duplicates.append(f"{target} (twice in {lora.path.name})")
                     continue
-                seen.add((partition, target))
+                seen.add((partition, target, slot))
                 path, tensor, data_start = table[target]
+                heads = layout.head_shape(infos[partition], target) if layout.is_qkv(target) else None
+                rows_map = None
+                out_rows = tensor.shape[0] if tensor.shape else -1
+                if layout.is_qkv(target) and (slot is not None or layouts[index] == layout.FLAT):
+                    if heads is None:
+                        no_heads.append(f"{target} (for {module.module} in {lora.path.name})")
+                        continue
+                    if slot is not None:
+                        rows_map, out_rows = layout.slot_to_per_head(heads, slot), heads.inner
+                    else:
+                        rows_map = layout.flat_to_per_head(heads)
                 rank = module.rank
-                expected = f"[{tensor.shape[0] if tensor.shape else '?'}, {rank}] @ [{rank}, " \
+                expected = f"[{out_rows if out_rows >= 0 else '?'}, {rank}] @ [{rank}, " \
                            f"{tensor.shape[1] if len(tensor.shape) > 1 else '?'}]"
                 if (len(tensor.shape) != 2 or len(module.down.shape) != 2 or len(module.up.shape) != 2
-                        or module.up.shape[1] != rank or module.up.shape[0] != tensor.shape[0]
+                        or module.up.shape[1] != rank or module.up.shape[0] != out_rows
                         or module.down.shape[1] != tensor.shape[1]
                         or (module.alpha is not None and module.alpha.elements != 1)):
                     shapes.append(f"{module.module}: up {list(module.up.shape)} @ down {list(module.down.shape)} "
@@ -249,16 +310,26 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
                 if tensor.dtype not in keys.TARGET_DTYPES:
                     dtypes.append(f"{target} is {tensor.dtype}")
                     continue
-                scale = _read_scalar(lora, module.alpha) / rank if module.alpha is not None and rank else 1.0
+                if module.alpha is not None and rank:
+                    scale = _read_scalar(lora, module.alpha) / rank
+                else:
+                    scale = lora.peft_scale if lora.peft_scale is not None else 1.0
                 shard = shards.setdefault(path, ShardJob(path, path.relative_to(inventory.root), data_start))
                 shard.tensors.setdefault(target, TensorJob(tensor)).updates.append(
-                    Update(index, module, spec.strength * scale))
+                    Update(index, module, spec.strength * scale, rows_map))
     kinds = (
         (foreign, "LoRA module(s) are for another part of the model, which h3bridge does not fold (it folds "
                   "the transformer)"),
         (unmatched, "LoRA module(s) match no tensor of the transformer"),
-        (unpaired, "LoRA tensor(s) are no part of a down/up pair (biases, full diffs or a lone half)"),
+        (diffs, "full-weight difference tensor(s) (.diff/.diff_b), which are no low-rank update and which "
+                "h3bridge does not fold"),
+        (feed_forward, "diffusers feed-forward module(s) (ff.net.*), whose gate/value halves are stored in "
+                       "either order by different exports, so h3bridge does not guess which is mlp.fc1's gate "
+                       "half (h3 and ComfyUI: gate first)"),
+        (unpaired, "LoRA tensor(s) are no part of a down/up pair (biases or a lone half)"),
         (shapes, "LoRA module(s) do not fit their tensor's shape"),
+        (no_heads, "qkv tensor(s) whose heads cannot be told from the checkpoint (no attn.q_norm.weight, or rows "
+                   "that are not 3 x heads x its length), so flat rows cannot be placed"),
         (dtypes, f"targeted tensor(s) have dtypes h3bridge cannot rewrite for h3 (it rewrites "
                  f"{'/'.join(sorted(keys.TARGET_DTYPES))})"),
         (duplicates, "tensor(s) are updated twice by one LoRA file"),
@@ -272,8 +343,51 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
     ordered = dict(sorted(shards.items(), key=lambda item: str(item[1].relative)))
     flags = [distilled if distilled is not None else keys.looks_distilled(lora.path, lora.header.metadata)
              for lora in read]
-    return FoldPlan(inventory=inventory, specs=specs, loras=read, partitions=list(partitions), shards=ordered,
-                    distilled=flags)
+    plan = FoldPlan(inventory=inventory, specs=specs, loras=read, partitions=list(partitions), shards=ordered,
+                    distilled=flags, qkv_layouts=layouts, rounding=rounding)
+    if check_values:
+        plan.check_values()
+    return plan
+
+
+def _check_values(shards: dict[Path, ShardJob], specs: list[LoraSpec], loras: list[keys.LoraFile]) -> None:
+    """Refuse, before writing, LoRAs holding NaN or infinity and updates that can overflow bf16.
+    The bound: |strength * scale * (up @ down)[i, j]| <= |factor| * ||up[i]|| * ||down[:, j]||
+    (Cauchy-Schwarz), its largest value taken over i and j."""
+    bounds: dict[tuple[int, str], float] = {}
+    not_finite: list[str] = []
+    too_large: list[str] = []
+    for shard in shards.values():
+        for job in shard.tensors.values():
+            for update in job.updates:
+                lora = loras[update.lora_index]
+                key = (update.lora_index, update.module.module)
+                if key not in bounds:
+                    down = _load_matrix(lora.path, lora.header.data_start, update.module.down)
+                    up = _load_matrix(lora.path, lora.header.data_start, update.module.up)
+                    bad = [t.name for t, v in ((update.module.down, down), (update.module.up, up))
+                           if not np.isfinite(v).all()]
+                    if bad:
+                        not_finite += [f"{name} (in {lora.path.name})" for name in bad]
+                        bounds[key] = math.nan
+                        continue
+                    with np.errstate(over="ignore"):
+                        bounds[key] = float(np.sqrt((up * up).sum(axis=1).max(initial=0.0))
+                                            * np.sqrt((down * down).sum(axis=0).max(initial=0.0)))
+                bound = abs(update.factor) * bounds[key]
+                if math.isfinite(bounds[key]) and not bound < OVERFLOW_BOUND:
+                    spec = specs[update.lora_index]
+                    too_large.append(f"{job.tensor.name} by {update.module.module} (in {lora.path.name}, strength "
+                                     f"{spec.strength:g}: update up to {bound:.3g})")
+    if not_finite:
+        raise LoraError(f"cannot fold: {len(not_finite)} LoRA tensor(s) hold NaN or infinity: "
+                        f"{_examples(sorted(set(not_finite)))}; nothing was written",
+                        hint="use an intact copy of the LoRA (a NaN in a LoRA is a broken training run or download)")
+    if too_large:
+        raise LoraError(f"cannot fold: {len(too_large)} update(s) can exceed bf16's largest value "
+                        f"({BF16_MAX:.3g}): {_examples(too_large)}; nothing was written",
+                        hint="use a strength near 1.0 (e.g. --lora FILE:1.0), or check the LoRA was trained for "
+                             "this model (its values are far too large for a weight update)")
 
 
 # ----------------------------------------------------------------------------- output folder
@@ -362,6 +476,13 @@ def _disk_need(plan: FoldPlan, folder: Path, files: list[Path]) -> int:
 
 def _check_disk(plan: FoldPlan, folder: Path, files: list[Path]) -> None:
     from ..engines.disk import DiskNeed, check_disk_space
+    try:                                # can the folder take a file at all (before probing for clones there)
+        check_disk_space([DiskNeed(folder, "the output folder", 0)])
+    except DiskError as error:
+        raise DiskError(error.message + ", so the folded model cannot be written there",
+                        folder=error.folder, before_start=True,
+                        hint="choose -o in a folder you can write to, on a writable disk "
+                             "(e.g. -o ~/models/MiniMax-H3-folded)") from None
     need = _disk_need(plan, folder, files)
     try:
         check_disk_space([DiskNeed(folder, "the output folder", need)])
@@ -375,83 +496,229 @@ def _check_disk(plan: FoldPlan, folder: Path, files: list[Path]) -> None:
 # ----------------------------------------------------------------------------- the fold itself
 
 
-def _decode_rows(raw: np.ndarray, dtype: str) -> np.ndarray:
-    return bf16_to_float64(raw) if dtype == "BF16" else raw.astype(np.float64)
+@dataclass
+class _FoldRun:
+    """What one fold carries from tensor to tensor: its identity (the dither's key) and the tallies."""
+
+    plan: FoldPlan
+    key: str
+    tallies: dict[str, survival.Tally] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    # draws the next block's dither while this one is computed (Philox releases the GIL)
+    helper: ThreadPoolExecutor | None = None
+
+    def seed(self, shard: "ShardJob", tensor: TensorInfo) -> int:
+        """The dither's seed for one tensor: (fold identity, partition, tensor name)."""
+        digest = keys.content_digest([self.key, shard.relative.parts[0], tensor.name])
+        return int(digest[:32], 16)
+
+    def tally(self, target: str) -> survival.Tally:
+        name = survival.module_class(target)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return self.tallies.setdefault(name, survival.Tally())
 
 
-def _encode_rows(values: np.ndarray, dtype: str) -> np.ndarray:
-    return float64_to_bf16(values) if dtype == "BF16" else values.astype("<f4")
+def _encode_rows(values: np.ndarray, dtype: str, rounding: str = NEAREST, seed: int = 0,
+                 first_index: int = 0, dither: np.ndarray | None = None) -> np.ndarray:
+    """Values -> the tensor's dtype. bf16: stochastic (dither by seed and element index; `dither`:
+    dither16(seed, first_index, values.size) drawn ahead) or nearest."""
+    if dtype != "BF16":
+        return values.astype("<f4")
+    if rounding == STOCHASTIC:
+        if dither is None:
+            dither = dither16(seed, first_index, values.size)
+        return float64_to_bf16_stochastic(values, dither)
+    return float64_to_bf16(values)
 
 
 def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, data_start: int,
-           matrices: list[tuple[np.ndarray, np.ndarray, float]]) -> None:
-    """Recompute a few rows of a block independently and check each written value is the target
-    dtype's nearest value to W + sum(factor * up @ down). Raises LoraError."""
+           matrices: list[tuple[np.ndarray, np.ndarray, float]], rounding: str = NEAREST, seed: int = 0) -> None:
+    """Recompute a few rows of a block independently (the source row read again, the update as a
+    matrix-vector product) and check each written value: nearest rounding, the target dtype's
+    nearest value; stochastic, one of the two bf16 neighbours of the exact value and the one the
+    dither picks. The rows are checked together (one pass over all of them). Raises LoraError."""
     tensor = job.tensor
     columns = tensor.shape[1]
     item = DTYPE_SIZES[tensor.dtype]
     picks = sorted({rows.start, rows.stop - 1, rows.start + (zlib.crc32(tensor.name.encode()) % len(rows))})[:PROBE_ROWS]
-    for row in picks:
+    exact = np.empty((len(picks), columns), dtype=np.float64)
+    for number, row in enumerate(picks):
         raw = os.pread(source_fd, columns * item, data_start + tensor.begin + row * columns * item)
         if tensor.dtype == "BF16":
-            exact = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
+            value = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
         else:
-            exact = np.frombuffer(raw, "<f4").astype(np.float64)
+            value = np.frombuffer(raw, "<f4").astype(np.float64)
         for down, up, factor in matrices:
-            exact = exact + factor * (down.T @ up[row])
-        written = encoded[row - rows.start]
-        value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if tensor.dtype == "BF16" \
-            else written.astype(np.float64)
+            value = value + factor * (down.T @ up[row])
+        exact[number] = value
+    written = encoded[[row - rows.start for row in picks]]
+    value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if tensor.dtype == "BF16" \
+        else written.astype(np.float64)
+    if tensor.dtype == "BF16" and rounding == STOCHASTIC:
+        low, high = bf16_neighbours(exact)
+        dither = np.concatenate([dither16(seed, row * columns, columns) for row in picks])
+        picked = (float64_to_bf16_stochastic(exact, dither).astype("<u4") << 16).view("<f4").astype(np.float64)
+        bad = np.argwhere(~(((value == low) | (value == high)) & (value == picked)))
+        detail = lambda r, c: (f" (its bf16 neighbours {low[r, c]!r} and {high[r, c]!r}; the dither picks "
+                               f"{picked[r, c]!r})")
+    else:
         magnitude = np.maximum(np.abs(exact), np.abs(value))
         spacing = bf16_spacing(magnitude) if tensor.dtype == "BF16" else np.spacing(magnitude.astype(np.float32))
         error = np.abs(value - exact)
-        bad = np.flatnonzero(~(error <= spacing * 0.5 * (1 + 1e-9) + 1e-300))
-        if bad.size:
-            column = int(bad[0])
-            raise LoraError(f"parity probe failed for {tensor.name} row {row} column {column}: about to write "
-                            f"{value[column]!r}, an independent recomputation gives {exact[column]!r}; nothing was "
-                            "published", hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
+        bad = np.argwhere(~(error <= spacing * 0.5 * (1 + 1e-9) + 1e-300))
+        detail = lambda r, c: ""
+    if bad.size:
+        number, column = (int(v) for v in bad[0])
+        raise LoraError(f"parity probe failed for {tensor.name} row {picks[number]} column {column}: about to write "
+                        f"{value[number, column]!r}, an independent recomputation gives {exact[number, column]!r}"
+                        f"{detail(number, column)}; nothing was published",
+                        hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
 
 
-def _fold_tensor(job: TensorJob, plan: FoldPlan, shard: ShardJob, source_fd: int, target_fd: int,
-                 advance: Callable[[int], None], cancel: CancelToken | None) -> None:
-    tensor = job.tensor
-    rows, columns = tensor.shape
+def _load_updates(job: TensorJob, plan: FoldPlan) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """(down [rank, in], up [rows, rank] in the tensor's row order, factor) for each update."""
+    rows = job.tensor.shape[0]
     matrices = []
     for update in job.updates:
         lora = plan.loras[update.lora_index]
-        matrices.append((_load_matrix(lora.path, lora.header.data_start, update.module.down),
-                         _load_matrix(lora.path, lora.header.data_start, update.module.up), update.factor))
+        down = _load_matrix(lora.path, lora.header.data_start, update.module.down)
+        up = _load_matrix(lora.path, lora.header.data_start, update.module.up)
+        if update.rows is not None:                 # flat or split Q/K/V rows -> the per-head rows h3 reads
+            placed = np.zeros((rows, up.shape[1]), dtype=np.float64)
+            placed[update.rows] = up
+            up = placed
+        matrices.append((down, up, update.factor))
+    return matrices
+
+
+def _overflow(job: TensorJob, plan: FoldPlan) -> LoraError:
+    named = ", ".join(f"{plan.loras[u.lora_index].path.name} at strength {plan.specs[u.lora_index].strength:g}"
+                      for u in job.updates)
+    return LoraError(f"folding {named} pushes {job.tensor.name} past the largest value {job.tensor.dtype} holds; "
+                     "nothing was published", hint="use a lower strength (e.g. --lora FILE:1.0), or check the LoRA "
+                                                   "was trained for this model", before_start=False)
+
+
+class _Scratch:
+    """One tensor's working arrays, allocated once and reused block after block: fresh arrays
+    per block cost a page fault per 4 KiB each time, and blocks sized for the CPU's caches
+    (CHUNK_ELEMENTS) keep every pass over them out of main memory."""
+
+    def __init__(self, rows: int, columns: int, dtype: str, updates: int) -> None:
+        self.raw = np.empty((rows, columns), dtype=_NUMPY_DTYPES[dtype])       # the bytes read
+        self.weight = np.zeros((rows, columns), dtype=np.uint32)                # W's float32 bits
+        self.exact = np.empty((rows, columns), dtype=np.float64)               # W + updates
+        self.term = np.empty((rows, columns), dtype=np.float64) if updates > 1 else None
+        self.rounded = np.empty((rows, columns), dtype=np.float32)             # nearest float32
+        self.update = np.empty((rows, columns), dtype=np.float32)              # for the tally
+        self.stored = np.zeros((rows, columns), dtype=np.uint32)               # written - W
+
+    def decode(self, raw: np.ndarray, dtype: str, into: np.ndarray) -> np.ndarray:
+        """bf16 or float32 rows as float32 in `into` (exact: every bf16 value is a float32 value).
+        bf16 bits go into the high halves; the low halves stay zero from the allocation."""
+        rows = len(raw)
+        if dtype != "BF16":
+            target = into[:rows].view(np.float32)
+            np.copyto(target, raw)
+            return target
+        halves = into[:rows].view(np.uint16)
+        halves[:, HIGH_HALF::2] = raw
+        return into[:rows].view(np.float32)
+
+
+def _read_rows(fd: int, into: np.ndarray, offset: int) -> None:
+    """Fill `into` (C-contiguous) with the file's bytes at `offset`, without a memory map (whose
+    page faults cost more than the copy)."""
+    view = memoryview(into).cast("B")
+    done = 0
+    while done < len(view):
+        if hasattr(os, "preadv"):
+            count = os.preadv(fd, [view[done:]], offset + done)
+        else:                                           # platforms without preadv
+            chunk = os.pread(fd, len(view) - done, offset + done)
+            count = len(chunk)
+            view[done:done + count] = chunk
+        if count <= 0:
+            raise LoraError(f"the model file ended early at byte {offset + done}; nothing was published",
+                            hint="check the model with `h3bridge verify`", before_start=False)
+        done += count
+
+
+def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int,
+                 advance: Callable[[int], None], cancel: CancelToken | None) -> None:
+    """Fold one tensor a block of rows at a time. Per block: x = W + sum(up @ down) in float64
+    (W exact in it), rounded once (bf16.py), checked by the parity probe, tallied for the survival
+    report (in float32: the report is read to 3 digits), written. The float64 result is narrowed
+    to float32 for stochastic rounding: that never crosses a bf16 value (bf16 values are float32
+    values, and rounding to nearest is monotone). Each element's float64 arithmetic is the same
+    whatever the block (a matrix product's element is its own sum over the rank), so the block
+    size changes the speed, not the bytes."""
+    tensor = job.tensor
+    rows, columns = tensor.shape
+    plan = run.plan
+    matrices = _load_updates(job, plan)
+    tally = run.tally(tensor.name)
     if rows == 0 or columns == 0:
         return
-    source = np.memmap(shard.source, dtype=_NUMPY_DTYPES[tensor.dtype], mode="r",
-                       offset=shard.data_start + tensor.begin, shape=(rows, columns))
+    seed = run.seed(shard, tensor)
     item = DTYPE_SIZES[tensor.dtype]
-    step = max(1, CHUNK_ELEMENTS // columns)
-    try:
-        for start in range(0, rows, step):
-            if cancel is not None and cancel.cancelled:
-                raise GenerationCancelled("fold cancelled; no output was left behind")
-            block = range(start, min(rows, start + step))
-            values = _decode_rows(np.asarray(source[block.start:block.stop]), tensor.dtype)
-            update = np.empty_like(values)                    # one working array beside `values`
-            for down, up, factor in matrices:
-                np.matmul(up[block.start:block.stop], down, out=update)
-                update *= factor
-                values += update
-            del update
-            if not np.isfinite(values).all():
-                raise LoraError(f"folding makes {tensor.name} non-finite (an overflow); nothing was published",
-                                hint="use a lower strength, or check the LoRA was trained for this model", before_start=False)
-            encoded = _encode_rows(values, tensor.dtype)
-            _probe(job, block, encoded, source_fd, shard.data_start, matrices)
-            os.pwrite(target_fd, encoded.tobytes(), shard.data_start + tensor.begin + block.start * columns * item)
-            advance(len(block) * columns * item)
-    finally:
-        del source
+    step = min(rows, max(1, CHUNK_ELEMENTS // columns))
+    stochastic = tensor.dtype == "BF16" and plan.rounding == STOCHASTIC
+    scratch = _Scratch(step, columns, tensor.dtype, len(matrices))
+    offset = shard.data_start + tensor.begin
+
+    def draw(start: int) -> Future[np.ndarray] | None:
+        if not stochastic or start >= rows:
+            return None
+        count = min(rows, start + step) - start
+        if run.helper is None:
+            done: Future[np.ndarray] = Future()
+            done.set_result(dither16(seed, start * columns, count * columns))
+            return done
+        return run.helper.submit(dither16, seed, start * columns, count * columns)
+
+    pending = draw(0)
+    for start in range(0, rows, step):
+        if cancel is not None and cancel.cancelled:
+            raise GenerationCancelled("fold cancelled; no output was left behind")
+        block = range(start, min(rows, start + step))
+        count = len(block)
+        dither = None if pending is None else pending.result()
+        pending = draw(start + step)
+        raw = scratch.raw[:count]
+        _read_rows(source_fd, raw, offset + start * columns * item)
+        weight = scratch.decode(raw, tensor.dtype, scratch.weight)
+        # x = ((W + f1 * up1 @ down1) + f2 * up2 @ down2) ..., float64, in the order earlier
+        # versions added (so --rounding nearest writes their bytes) and the probe recomputes
+        exact = scratch.exact[:count]
+        for number, (down, up, factor) in enumerate(matrices):
+            term = exact if number == 0 else scratch.term[:count]
+            np.matmul(up[block.start:block.stop], down, out=term)
+            if factor != 1.0:                             # x * 1.0 == x: skip the pass
+                term *= factor
+            if number == 0:
+                np.add(term, weight, out=exact)           # W widened exactly inside the add
+            else:
+                exact += term
+        rounded = scratch.rounded[:count]
+        np.copyto(rounded, exact, casting="same_kind")    # nearest float32 (finite: refused up front)
+        update = np.subtract(rounded, weight, out=scratch.update[:count])   # dW to float32, for the tally
+        encoded = _encode_rows(rounded if stochastic else exact, tensor.dtype, plan.rounding, seed,
+                               block.start * columns, dither)    # stochastic: overwrites `rounded`
+        if tensor.dtype == "BF16":
+            if np.bitwise_and(encoded, np.uint16(0x7FFF)).max() >= 0x7F80:
+                raise _overflow(job, plan)
+        elif not np.isfinite(encoded).all():
+            raise _overflow(job, plan)
+        _probe(job, block, encoded, source_fd, shard.data_start, matrices, plan.rounding, seed)
+        stored = scratch.decode(encoded, tensor.dtype, scratch.stored)
+        stored -= weight
+        tally.add(weight, update, stored)
+        os.pwrite(target_fd, np.ascontiguousarray(encoded), offset + start * columns * item)
+        advance(count * columns * item)
 
 
-def _write_shard(plan: FoldPlan, shard: ShardJob, target: Path, advance: Callable[[int], None],
+def _write_shard(run: _FoldRun, shard: ShardJob, target: Path, advance: Callable[[int], None],
                  cancel: CancelToken | None) -> str:
     """The rewritten shard at `target`: a clone patched in place, or written whole. Returns how."""
     cloned = clone_file(shard.source, target)
@@ -463,14 +730,14 @@ def _write_shard(plan: FoldPlan, shard: ShardJob, target: Path, advance: Callabl
                 # the header, then every untouched tensor's bytes (in file order)
                 copy_range(source.fileno(), target_fd, 0, shard.data_start)
                 rewritten = {job.tensor.name for job in shard.tensors.values()}
-                header = next(s for c in plan.inventory.partitions.values() for comp in c.components.values()
+                header = next(s for c in run.plan.inventory.partitions.values() for comp in c.components.values()
                               for s in comp.shards if s.path == shard.source)
                 for tensor in sorted(header.tensors, key=lambda t: t.begin):
                     if tensor.name not in rewritten and tensor.nbytes:
                         copy_range(source.fileno(), target_fd, shard.data_start + tensor.begin, tensor.nbytes)
                 os.ftruncate(target_fd, header.file_size)
             for job in shard.tensors.values():
-                _fold_tensor(job, plan, shard, source.fileno(), target_fd, advance, cancel)
+                _fold_tensor(job, run, shard, source.fileno(), target_fd, advance, cancel)
             os.fsync(target_fd)
         finally:
             os.close(target_fd)
@@ -483,15 +750,19 @@ def _write_shard(plan: FoldPlan, shard: ShardJob, target: Path, advance: Callabl
 def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[object, float]], output: str | Path, *,
                partitions: Sequence[str] = (FL2VA,), distilled: bool | None = None, progress: bool | None = None,
                on_progress: ProgressCallback | None = None, cancel: CancelToken | None = None,
-               plan: FoldPlan | None = None) -> FoldResult:
+               plan: FoldPlan | None = None, qkv_layout: str | None = None,
+               rounding: str = STOCHASTIC) -> FoldResult:
     """Fold `loras` (LoraSpec, "FILE[:STRENGTH]" or (path, strength)) into a copy of the model at
     `model_dir`, published at `output` (which must not exist). `progress`: a tqdm bar (None: only
-    on a terminal). `distilled`: whether the LoRAs are step-distillation LoRAs (None: by name)."""
+    on a terminal). `distilled`: whether the LoRAs are step-distillation LoRAs (None: by name).
+    `qkv_layout` and `rounding`: as plan_fold takes them."""
     started = time.monotonic()
     output = Path(output).expanduser()
     base_root = Path(model_dir).expanduser()
     _check_output(base_root, output)
-    plan = plan or plan_fold(model_dir, loras, partitions=partitions, distilled=distilled)
+    plan = plan or plan_fold(model_dir, loras, partitions=partitions, distilled=distilled, qkv_layout=qkv_layout,
+                             rounding=rounding)
+    plan.check_values()
     root = plan.inventory.root
     _check_output(root, output)
     remove_stale_folds(output)
@@ -510,6 +781,7 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     (temporary / INCOMPLETE_FILE).write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
     placed: dict[str, int] = {}
     records: list[FileRecord] = []
+    run = _FoldRun(plan, plan.content_key(), helper=ThreadPoolExecutor(1, thread_name_prefix="h3bridge-fold"))
     bar = tqdm(total=plan.targeted_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="fold",
                disable=None if progress is None else not progress, leave=False)
     done = 0
@@ -523,6 +795,10 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             on_progress(ProgressEvent(FOLD_PHASE, done, total, done / total, time.monotonic() - started))
 
     try:
+        from threadpoolctl import threadpool_limits
+        # one BLAS thread: a block's matmul is small, and threaded BLAS hand-offs cost the whole
+        # fold 5x on a busy 2-core machine (bench/bench_lora.py)
+        blas = threadpool_limits(limits=1, user_api="blas")
         rewritten = {shard.source: shard for shard in plan.shards.values()}
         for path in files:                                       # untouched files first: cheap
             if path in rewritten:
@@ -538,7 +814,7 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             final = temporary / shard.relative
             partial = final.with_name(final.name + PARTIAL_SUFFIX)
             final.parent.mkdir(parents=True, exist_ok=True)
-            _write_shard(plan, shard, partial, advance, cancel)
+            _write_shard(run, shard, partial, advance, cancel)
             records.append(FileRecord(str(shard.relative), partial.stat().st_size, "folded",
                                       header_sha256=header_sha256(partial), sha256=sha256_file(partial),
                                       tensors=len(shard.tensors)))
@@ -547,11 +823,12 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             base_path=str(root.resolve()), base_identity=base_identity(plan.inventory),
             loras=[LoraRecord(name=lora.path.name, path=str(lora.path.resolve()), sha256=lora.sha256,
                               strength=spec.strength, conventions=list(lora.conventions), modules=len(lora.modules),
-                              distilled=flag)
-                   for lora, spec, flag in zip(plan.loras, plan.specs, plan.distilled)],
+                              distilled=flag, qkv_layout=qkv)
+                   for lora, spec, flag, qkv in zip(plan.loras, plan.specs, plan.distilled, plan.qkv_layouts)],
             partitions=plan.partitions, files=sorted(records, key=lambda r: r.relative),
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"), content_key=plan.content_key(),
-            base_provenance=None if base_record is None else base_record.to_dict())
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"), content_key=run.key,
+            base_provenance=None if base_record is None else base_record.to_dict(), rounding=plan.rounding,
+            survival=survival.report(run.tallies, run.counts))
         write_provenance(temporary, provenance)
         (temporary / INCOMPLETE_FILE).unlink()
         try:
@@ -563,6 +840,10 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     finally:
+        run.helper.shutdown(wait=True, cancel_futures=True)
         bar.close()
+        if "blas" in locals():
+            blas.restore_original_limits()
     return FoldResult(output=output, provenance=provenance, placed=placed, tensors=plan.tensor_count,
-                      targeted_bytes=plan.targeted_bytes, seconds=time.monotonic() - started)
+                      targeted_bytes=plan.targeted_bytes, seconds=time.monotonic() - started,
+                      survival=provenance.survival)

@@ -11,10 +11,12 @@ MODULE is the checkpoint's own key without `.weight`, after an optional prefix
 flattened form `lora_unet_blocks_0_attn_qkv_proj` (dots turned into underscores), which is mapped
 back through the checkpoint's own names (never by guessing where the dots were).
 Upstream's Turbo LoRA (h3.c PR #14, larryvrh/MiniMax-H3-Turbo-Lora) is the PEFT form over the
-transformer's key space, with no alpha: scale 1.
+transformer's key space, with no alpha: scale 1. A PEFT folder (adapter_model.safetensors beside
+adapter_config.json) is read with its config's `lora_alpha` and `r` (scale lora_alpha / r, or
+lora_alpha / sqrt(r) with `use_rslora`).
 
 A module's update is strength * scale * (up @ down), scale = alpha / rank when the file has an
-alpha, else 1.
+alpha, else the PEFT config's, else 1.
 """
 from __future__ import annotations
 
@@ -67,6 +69,12 @@ class LoraFile:
     sha256: str
     modules: tuple[LoraModule, ...]
     unsupported: tuple[str, ...] = ()      # tensors that are no part of a down/up pair (biases, diffs, ...)
+    peft_scale: float | None = None        # lora_alpha / r from a PEFT adapter_config.json
+
+    @property
+    def diffs(self) -> tuple[str, ...]:
+        """Full-weight differences (kohya/LyCORIS `.diff`, `.diff_b`): not low-rank, never folded."""
+        return tuple(name for name in self.unsupported if name.endswith((".diff", ".diff_b")))
 
     @property
     def conventions(self) -> tuple[str, ...]:
@@ -97,10 +105,41 @@ def sha256_of(path: Path) -> str:
     return digest
 
 
+PEFT_WEIGHTS, PEFT_CONFIG = "adapter_model.safetensors", "adapter_config.json"
+
+
+def peft_scale(config_path: Path) -> float:
+    """lora_alpha / r (or / sqrt(r) with use_rslora) from a PEFT adapter_config.json. LoraError for
+    a config h3bridge cannot apply exactly (per-module rank or alpha patterns)."""
+    import json
+    import math
+    try:
+        config = json.loads(config_path.read_text())
+        rank, alpha = config["r"], config.get("lora_alpha", config["r"])
+        if isinstance(rank, bool) or isinstance(alpha, bool) or not isinstance(rank, int) or rank <= 0 \
+                or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+            raise ValueError(f"r {rank!r}, lora_alpha {alpha!r}")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise LoraError(f"{config_path} cannot be read as a PEFT adapter config ({error})",
+                        hint="give the adapter_model.safetensors of an intact PEFT folder, with its "
+                             "adapter_config.json (r, lora_alpha)") from None
+    patterns = [key for key in ("rank_pattern", "alpha_pattern") if config.get(key)]
+    if patterns:
+        raise LoraError(f"{config_path} sets {' and '.join(patterns)} (per-module ranks or alphas), which h3bridge "
+                        "does not apply", hint="merge the adapter with PEFT (merge_and_unload) or export it with one "
+                                               "r and lora_alpha")
+    return alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
+
+
 def read_lora(path: str | Path, *, sha256: str | None = None) -> LoraFile:
     """Read a LoRA file's header (never its data) and group its tensors into modules. Raises
-    LoraError for a file that is not a usable LoRA, naming examples."""
+    LoraError for a file that is not a usable LoRA, naming examples. A PEFT folder (or its
+    adapter_model.safetensors) is read with its adapter_config.json's scale."""
     path = Path(path).expanduser()
+    if path.is_dir() and (path / PEFT_WEIGHTS).is_file():
+        path = path / PEFT_WEIGHTS
+    config = path.with_name(PEFT_CONFIG)
+    scale = peft_scale(config) if path.name == PEFT_WEIGHTS and config.is_file() else None
     if not path.is_file():
         raise LoraError(f"LoRA file {path} does not exist or is not a file",
                         hint="give the path of the LoRA's .safetensors file")
@@ -136,7 +175,7 @@ def read_lora(path: str | Path, *, sha256: str | None = None) -> LoraFile:
         raise LoraError(f"LoRA {path}: {len(bad_dtypes)} tensor(s) have dtypes that cannot be folded, e.g. {examples}",
                         hint=f"use a LoRA saved as {'/'.join(sorted(LORA_DTYPES))}")
     return LoraFile(path=path, header=header, sha256=sha256 or sha256_of(path), modules=tuple(modules),
-                    unsupported=unsupported)
+                    unsupported=unsupported, peft_scale=scale)
 
 
 def _flat(name: str) -> str:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .fold_survival import INT8_NOTE, Survival, format_report, warnings
 from .problem import Problem
 from .safetensors import open_regular_file
 
@@ -41,6 +42,9 @@ class LoraRecord:
     conventions: list[str]
     modules: int
     distilled: bool
+    # the rows its qkv up/B were taken as: "flat" (permuted to h3's per-head rows) or "per-head"
+    # (added in place; what every fold before layouts were handled did, hence the default)
+    qkv_layout: str = "per-head"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Provenance:
     created: str
     content_key: str
     base_provenance: dict[str, Any] | None = None   # when the base was itself a folded model
+    rounding: str = "nearest"            # bf16 rounding: "stochastic" or "nearest" (records before it: nearest)
+    survival: list[Survival] = field(default_factory=list)    # what survived, per module class (survival.py)
     format: str = FORMAT
     version: int = VERSION
 
@@ -85,6 +91,7 @@ class Provenance:
         values = dict(document)
         values["loras"] = [LoraRecord(**entry) for entry in values["loras"]]
         values["files"] = [FileRecord(**entry) for entry in values["files"]]
+        values["survival"] = [Survival(**entry) for entry in values.get("survival", [])]
         return cls(**values)
 
     def summary(self) -> str:
@@ -94,7 +101,14 @@ class Provenance:
                  f"{sum(f.tensors for f in self.folded_files)} tensors rewritten in {len(self.folded_files)} shard(s)"]
         for number, lora in enumerate(self.loras, 1):
             lines.append(f"  LoRA {number}: {lora.name} x{lora.strength:g} (sha256 {lora.sha256[:16]}, "
-                         f"{lora.modules} modules{', step-distilled' if lora.distilled else ''})")
+                         f"{lora.modules} modules, qkv rows {lora.qkv_layout}"
+                         f"{', step-distilled' if lora.distilled else ''})")
+        if self.survival:
+            lines += ["  " + line for line in format_report(self.survival, self.rounding).splitlines()]
+            lines += [f"  warning: {text}" for text in warnings(self.survival, self.rounding)]
+            lines.append(f"  note: {INT8_NOTE}")
+        else:
+            lines.append(f"  (folded before h3bridge measured what survives; rounding {self.rounding})")
         if self.distilled:
             lines.append(f"  sample with --preset turbo (--steps {DISTILLED_STEPS[-1]}), no --reuse/--core-reuse")
         return "\n".join(lines)

@@ -636,9 +636,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="released tensor shapes as sparse files (full nominal size, no disk used)")
     parser.add_argument("--no-ref2va", dest="ref2va", action="store_false",
                         help="leave out the optional Ref2VA partition")
+    parser.add_argument("--lora", type=Path, metavar="FILE",
+                        help="also write a small demo LoRA for the (tiny) model at FILE, in the flat qkv layout of "
+                             "published MiniMax-H3 LoRAs, to try `h3bridge lora fold` on")
     args = parser.parse_args(argv)
+    if args.lora is not None and args.realistic:
+        parser.error("--lora writes a LoRA for the tiny model; leave out --realistic")
     root = write_fixture_model(args.directory, realistic=args.realistic, ref2va=args.ref2va)
     print(f"wrote {root} ({fixture_size_note(root)})")
+    if args.lora is not None:
+        from .fixture_lora import write_fixture_lora
+        print(f"wrote {write_fixture_lora(args.lora)} (a demo LoRA: try `h3bridge lora fold {root} --lora "
+              f"{args.lora} -o {root}-folded`)")
     return 0
 
 
