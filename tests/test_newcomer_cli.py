@@ -13,7 +13,7 @@ from h3bridge.cli import main, preflight_generate
 from h3bridge.model.memory import MachineFacts, preflight
 from h3bridge.model.inventory import format_bytes
 from h3bridge.request import GenerationRequest
-from h3bridge.sim import fixture
+from h3bridge.sim import fixture, fixture_cli
 
 
 @pytest.fixture(autouse=True)
@@ -95,11 +95,11 @@ def test_verify_lists_only_problems_and_a_summary_unless_verbose(
 
 def test_h3_sim_model_reports_the_size_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It printed "(0.0 GB nominal)" for the tiny fixture."""
-    assert fixture.main([str(tmp_path / "tiny")]) == 0
+    assert fixture_cli.main([str(tmp_path / "tiny")]) == 0
     out = capsys.readouterr().out
     size = sum(p.stat().st_size for p in (tmp_path / "tiny").rglob("*") if p.is_file())
     assert f"({format_bytes(size)}, synthetic weights for h3-sim)" in out and "0.0 GB" not in out
-    assert fixture.main([str(tmp_path / "real"), "--realistic", "--no-ref2va"]) == 0
+    assert fixture_cli.main([str(tmp_path / "real"), "--realistic", "--no-ref2va"]) == 0
     out = capsys.readouterr().out
     files = [p.stat() for p in (tmp_path / "real").rglob("*") if p.is_file()]
     nominal, disk = sum(f.st_size for f in files), sum(f.st_blocks * 512 for f in files)

@@ -24,7 +24,6 @@ sizes), so shard counts and names are the same.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -626,31 +625,6 @@ def _matches_this_version(folder: Path) -> bool:
         return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="h3-sim-model",
-        description="Write a MiniMax-H3 model directory with the official layout (fake weights) "
-                    "for h3-sim and tests.")
-    parser.add_argument("directory", type=Path)
-    parser.add_argument("--realistic", action="store_true",
-                        help="released tensor shapes as sparse files (full nominal size, no disk used)")
-    parser.add_argument("--no-ref2va", dest="ref2va", action="store_false",
-                        help="leave out the optional Ref2VA partition")
-    parser.add_argument("--lora", type=Path, metavar="FILE",
-                        help="also write a small demo LoRA for the (tiny) model at FILE, in the flat qkv layout of "
-                             "published MiniMax-H3 LoRAs, to try `h3bridge lora fold` on")
-    args = parser.parse_args(argv)
-    if args.lora is not None and args.realistic:
-        parser.error("--lora writes a LoRA for the tiny model; leave out --realistic")
-    root = write_fixture_model(args.directory, realistic=args.realistic, ref2va=args.ref2va)
-    print(f"wrote {root} ({fixture_size_note(root)})")
-    if args.lora is not None:
-        from .fixture_lora import write_fixture_lora
-        print(f"wrote {write_fixture_lora(args.lora)} (a demo LoRA: try `h3bridge lora fold {root} --lora "
-              f"{args.lora} -o {root}-folded`)")
-    return 0
-
-
 def fixture_size_note(root: Path) -> str:
     """The model's size as its files report it (nominal: what h3 and `h3bridge info` see) and,
     when that differs, the disk it really takes (sparse shards), in units that fit the size: a
@@ -663,6 +637,3 @@ def fixture_size_note(root: Path) -> str:
         return f"{format_bytes(nominal)} nominal in sparse files, {format_bytes(on_disk)} on disk"
     return f"{format_bytes(nominal)}, synthetic weights for h3-sim"
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
