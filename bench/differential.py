@@ -373,6 +373,15 @@ _EMPTY_NUMBER = re.compile(r"^h3: invalid (width|height|render width|render heig
                            r"layers|core reuse|zoom|seed): $")
 
 
+def _error_lines(observation: dict[str, object]) -> list[str]:
+    """The engine's error text of an observation: the CLI's stderr message lines, and the
+    h3_last_error text of each C-API call (the library reports the same failures)."""
+    lines = [str(line) for line in observation.get("messages") or []]   # type: ignore[union-attr]
+    lines += [str(call.get("error")) for call in observation.get("calls") or []   # type: ignore[union-attr]
+              if isinstance(call, dict) and call.get("error")]
+    return lines
+
+
 def platform_reason(sim: dict[str, object], upstream: dict[str, object]) -> str | None:
     """Why a difference is the C library's, not h3-sim's (None when it is not explained)."""
     messages = sim.get("messages") or []
@@ -381,9 +390,8 @@ def platform_reason(sim: dict[str, object], upstream: dict[str, object]) -> str 
         return ("an empty number: macOS strtol/strtoull set EINVAL when nothing converts, so "
                 "upstream on a Mac (and h3-sim) refuses `--width ''`; glibc sets no error, so the "
                 "Linux build takes it as 0 and goes on")
-    if any(re.match(r"^h3: cannot read (video|audio) VAE config ", str(line)) for line in messages) and any(
-            re.match(r"^h3: invalid (video|audio) VAE config ", str(line))
-            for line in upstream.get("messages") or []):   # type: ignore[union-attr]
+    if any(re.match(r"^(h3: )?cannot read (video|audio) VAE config ", line) for line in _error_lines(sim)) and any(
+            re.match(r"^(h3: )?invalid (video|audio) VAE config ", line) for line in _error_lines(upstream)):
         return ("a folder where a VAE config.json belongs: on macOS fopen/fseek/ftell accept it and "
                 "fread fails (\"cannot read\"); on Linux ftell of a directory is not a size, so "
                 "the size check fails first (\"invalid\")")
