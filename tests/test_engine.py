@@ -631,7 +631,9 @@ def test_e2big_from_exec_is_the_same_clear_error(engine: OneShotEngine, tmp_path
     import h3bridge.engines.oneshot as engine_module
     from h3bridge import RequestError
     monkeypatch.setattr(engine_module, "check_argument_limits", lambda argv, env, prompt: None)
-    prompt = "snow " * 40000                                                     # 200 KB: the kernel says E2BIG
+    # 150 KB: one argument over the kernel's 128 KiB MAX_ARG_STRLEN (E2BIG), yet under h3's own
+    # prompt limit (request.MAX_PROMPT_BYTES, 167,772 bytes), which refuses longer ones first
+    prompt = "snow " * 30000
     with pytest.raises(RequestError) as caught:
         engine.generate(fast_request(prompt.strip()), tmp_path / "x.mp4")
     assert caught.value.field == "prompt" and "command-line argument" in caught.value.message

@@ -244,7 +244,7 @@ def test_the_demo_lora_folds_end_to_end_and_the_fold_says_what_survived(tmp_path
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=300, env=env)
 
-    made = run("h3bridge.sim.fixture", str(tmp_path / "m"), "--no-ref2va", "--lora", str(tmp_path / "demo.safetensors"))
+    made = run("h3bridge.sim.fixture_cli", str(tmp_path / "m"), "--no-ref2va", "--lora", str(tmp_path / "demo.safetensors"))
     assert made.returncode == 0, made.stderr
     assert "h3bridge lora fold" in made.stdout
     folded = run("h3bridge.cli", "lora", "fold", str(tmp_path / "m"), "--lora", str(tmp_path / "demo.safetensors"),

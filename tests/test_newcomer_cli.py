@@ -120,7 +120,9 @@ def test_the_summary_says_which_time_is_wall_time_and_which_is_clip_length(
     assert main(["generate", "-p", "a fox", "-o", str(tmp_path / "b.mp4"), "--json", *flags]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["clip_seconds"] == pytest.approx(FAST["frames"] / 24)
-    assert summary["wall_seconds"] == summary["timings"]["total"] > 0
+    # the wall time is the whole job here: the engine's own total, plus any wait for the engine
+    assert summary["wall_seconds"] >= summary["timings"]["total"] > 0
+    assert summary["waited_seconds"] >= 0
 
 
 # ----------------------------------------------------------------------------- doctor

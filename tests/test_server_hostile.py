@@ -51,9 +51,9 @@ NESTED = "[" * DEEP + "]" * DEEP
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ('{"prompt": "x", "use_slower": {"a": 1}}', "use_slower"),
-    ('{"prompt": "x", "use_slower": [["bf16-mlp"]]}', "use_slower"),
-    ('{"prompt": "x", "use_slower": [{"a": []}]}', "use_slower"),
+    ('{"prompt": "x", "slower_paths": {"a": 1}}', "slower_paths"),
+    ('{"prompt": "x", "slower_paths": [["bf16-mlp"]]}', "slower_paths"),
+    ('{"prompt": "x", "slower_paths": [{"a": []}]}', "slower_paths"),
     ('{"prompt": "x", "seed": {"a": 1}}', "seed"),
     ('{"prompt": ["a", ["b"]]}', "prompt"),
     ('{"prompt": "x", "seed": %s}' % NESTED, "seed"),
