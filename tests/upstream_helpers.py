@@ -25,6 +25,9 @@ UPSTREAM_SOURCE_ENV = "H3_UPSTREAM_SOURCE"
 # The parametrization ids of tests that run against both engines.
 SIM, UPSTREAM = "h3-sim", "upstream"
 BOTH_ENGINES = (SIM, UPSTREAM)
+# The user's cache folder, read once when the suite is collected: the build is made the first time
+# a test asks for it, and a test that points HOME at a folder of its own must not move it there.
+USER_CACHE = platform_cache_dir()
 
 
 @functools.cache
@@ -32,7 +35,7 @@ def _build(source: str) -> BuiltEngine | str:
     # The user's cache, not H3BRIDGE_CACHE_DIR, which many tests point at a folder of their own:
     # the build is shared by every test, every session and `h3bridge build-engine` itself.
     try:
-        return build_engine(Path(source), cache_root=platform_cache_dir())
+        return build_engine(Path(source), cache_root=USER_CACHE)
     except LibraryBuildError as error:
         return f"upstream h3.c cannot be built here: {error} ({error.hint})"
 
