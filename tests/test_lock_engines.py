@@ -1,12 +1,14 @@
 """The engine lock as the one-shot engine uses it (engines/oneshot.py holds it around each run)."""
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from core_helpers import fast_request, model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401
+from core_helpers import fast_request, model_dir, sim_engine_path, sim_invocations, sim_log, wait_until  # noqa: F401
 from h3bridge import OneShotEngine
 from h3bridge.cancel import CancelToken
 from h3bridge.errors import GenerationCancelled
@@ -62,13 +64,10 @@ def test_an_engine_whose_host_died_is_stopped_before_the_next_one_starts(model_d
     model in memory; the kernel freed the lock with the host. The next job stops that engine and
     removes the files it was writing before starting its own."""
     import os
-    import signal
-    import subprocess
     import sys
     import textwrap
     from core_helpers import assert_group_gone
     from h3bridge.engines.process import group_alive
-    from core_helpers import wait_until
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -83,12 +82,7 @@ def test_an_engine_whose_host_died_is_stopped_before_the_next_one_starts(model_d
     host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "H3_SIM_HANG_PHASE": "video VAE load:36",
                                  "H3_SIM_HANG_NOTICE": str(silent)})
-    try:
-        assert wait_until(silent.exists, timeout=60), "the engine never reached its silent phase"
-        host.send_signal(signal.SIGKILL)
-        host.wait(10)
-    finally:
-        host.kill()
+    _sigkill_when(host, silent, "the engine never reached its silent phase")
     orphan = sim_invocations(sim_log)[0]
     frames_dir = Path(orphan["argv"][orphan["argv"].index("--frames-dir") + 1])
     assert group_alive(orphan["pid"]) and frames_dir.parent.is_dir()
@@ -106,7 +100,6 @@ def test_two_homes_rendering_at_once_never_run_two_engines(model_dir: Path, tmp_
     sampled every 50 ms while both run; the machine-wide folder is this test's own
     (H3BRIDGE_MACHINE_DIR, from the conftest), not the real one."""
     import os
-    import subprocess
     import sys
     import textwrap
     import time
@@ -189,11 +182,8 @@ def _killed_host(model_dir: Path, tmp_path: Path, output: Path, *, stop_at: str,
     lock (its work folder made), or "probing" the output folder (its probe file made, before the
     probe's name is removed). Returns its pid."""
     import os
-    import signal
-    import subprocess
     import sys
     import textwrap
-    from core_helpers import wait_until
     notice = tmp_path / f"host-stopped-{stop_at}"
     script = textwrap.dedent(f"""
         import sys, time
@@ -212,13 +202,19 @@ def _killed_host(model_dir: Path, tmp_path: Path, output: Path, *, stop_at: str,
             on_progress=lambda event: stop_here() if event.phase == "waiting for the engine" else None)
     """)
     host = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **env})
+    _sigkill_when(host, notice, "the host never reached the point where it is killed")
+    return host.pid
+
+
+def _sigkill_when(host: subprocess.Popen, marker: Path, never: str) -> None:
+    """SIGKILL `host` (a host dying with no chance to clean up) once `marker` exists; a host that
+    never gets there fails the test with `never`, and is killed all the same."""
     try:
-        assert wait_until(notice.exists, timeout=60), "the host never reached the point where it is killed"
+        assert wait_until(marker.exists, timeout=60), never
         host.send_signal(signal.SIGKILL)
         host.wait(10)
     finally:
         host.kill()
-    return host.pid
 
 
 def test_a_work_folder_a_killed_host_left_is_removed_by_the_next_job(model_dir: Path, tmp_path: Path,  # noqa: F811
