@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from .cancel import CancelToken
-from .errors import GenerationCancelled, UnsupportedRequestError
+from .errors import GenerationCancelled, RequestError, UnsupportedRequestError
 from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from .progress import WAITING_PHASE, ProgressEvent
 from .request import GenerationRequest
@@ -224,6 +224,10 @@ def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) 
     if getattr(args, "remote", None):
         from .remote_cli import remote_engine_from_args      # refuses the local-only flags first
         return EngineChoice(remote_engine_from_args(args))
+    if getattr(args, "remote_dialect", "h3bridge") != "h3bridge":
+        raise RequestError(f"--remote-dialect {args.remote_dialect} says how to talk to a --remote server, and no "
+                           "--remote was given", field="remote_dialect",
+                           hint="add --remote URL, or drop --remote-dialect to render on this machine")
     from .engines.oneshot import OneShotEngine
     from .engines.session import SessionEngine
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None

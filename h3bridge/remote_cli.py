@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from .engines.remote import RemoteEngine
+from .server.peer_wire import DIALECTS, Dialect
 from .errors import RequestError
 from .server.wire import API_KEY_ENV
 
@@ -30,6 +31,10 @@ def add_remote_option(parser: argparse.ArgumentParser) -> None:
                         help="render on a video server instead of this machine: `h3bridge serve` on another Mac, "
                              "or an SGLang Diffusion / vLLM-Omni server (e.g. http://studio-mac.local:8765). "
                              f"The API key, if the server needs one, is read from ${API_KEY_ENV}")
+    parser.add_argument("--remote-dialect", choices=DIALECTS, default=Dialect.H3BRIDGE.value,
+                        help="the request shape --remote's server speaks: h3bridge (default: `h3bridge serve`, "
+                             "every setting), vllm-omni or sglang (their MiniMax-H3 servers; settings they have no "
+                             "field for are refused before sending; docs/dialects.md)")
 
 
 def refuse_local_only_flags(args: argparse.Namespace) -> None:
@@ -48,7 +53,7 @@ def refuse_local_only_flags(args: argparse.Namespace) -> None:
 def remote_engine_from_args(args: argparse.Namespace) -> RemoteEngine:
     """The engine `generate --remote URL` renders on (refusing local-only flags first)."""
     refuse_local_only_flags(args)
-    return RemoteEngine(args.remote)
+    return RemoteEngine(args.remote, dialect=getattr(args, "remote_dialect", Dialect.H3BRIDGE.value))
 
 
 __all__ = ["LOCAL_ONLY_FLAGS", "add_remote_option", "refuse_local_only_flags", "remote_engine_from_args"]

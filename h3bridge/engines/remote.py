@@ -38,6 +38,7 @@ from ..media.decode import decode_video_frames, remove_quietly
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
+from ..server.peer_wire import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
 from ..server.wire import API_KEY_ENV, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
 from .lock import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
@@ -105,6 +106,9 @@ class RemoteEngine:
     poll_interval: seconds between status polls.
     timeout: seconds any one HTTP exchange may take (connect, a poll, one download chunk).
     transport: an httpx transport (tests pass `httpx.MockTransport`).
+    dialect: whose request shape to send: "h3bridge" (this project's server, every h3 setting),
+      "vllm-omni" or "sglang" (their MiniMax-H3 servers' own shapes, docs/dialects.md). A setting
+      the chosen peer has no field for is refused before anything is sent, naming it.
     """
 
     # The clip is rendered elsewhere and its frames are decoded from the downloaded H.264 MP4;
@@ -114,8 +118,9 @@ class RemoteEngine:
 
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None, *,
                  poll_interval: float = POLL_SECONDS, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, dialect: "str | Dialect" = Dialect.H3BRIDGE) -> None:
         self.base_url = normalise_base_url(base_url)
+        self.dialect = dialect_of(dialect)
         self._api_key = api_key
         self.model = model
         self.poll_interval = poll_interval
@@ -124,13 +129,17 @@ class RemoteEngine:
         self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:       # never the key
-        return f"RemoteEngine({self.base_url!r}, model={self.model!r})"
+        shown = "" if self.dialect is Dialect.H3BRIDGE else f", dialect={self.dialect.value!r}"
+        return f"RemoteEngine({self.base_url!r}, model={self.model!r}{shown})"
 
     # ------------------------------------------------------------------ the Engine protocol
 
     def check_supported(self, request: GenerationRequest) -> None:
-        """Every request the wire format carries can be sent; the server refuses (HTTP 400, its
-        message verbatim) what its engine cannot take."""
+        """Every request the wire format carries can be sent to an h3bridge server, which refuses
+        (HTTP 400, its message verbatim) what its engine cannot take. In a peer's dialect, an h3
+        setting that peer has no field for is refused here (RequestError naming it)."""
+        if self.dialect is not Dialect.H3BRIDGE:
+            request_to_peer(request, self.dialect, model=self.model, encode_files=False)
 
     def close(self) -> None:
         """Close the HTTP connections; a later `generate` opens new ones."""
@@ -284,7 +293,7 @@ class RemoteEngine:
             if isinstance(error, dict) and "code" not in error:
                 # SGLang Diffusion's failed jobs carry {"message": ...} alone.
                 body["error"] = {"code": "error", **error}
-            return VideoJob.model_validate(body)
+            return VideoJob.model_validate(body) if self.dialect is Dialect.H3BRIDGE else job_from_peer(body)
         except ValueError:           # not JSON, or not a job (pydantic's ValidationError is a ValueError)
             raise RemoteError(f"the server at {self.base_url} answered {what} with something that is not a "
                               f"Videos API job: {response.text[:200]!r}", url=self.base_url,
@@ -299,6 +308,11 @@ class RemoteEngine:
         A server that reads only forms (vLLM-Omni's `/v1/videos` takes multipart/form-data, as the
         official openai client sends it) answers a JSON body 415 or 422 before queueing anything:
         the same body is then sent once more as a form."""
+        if self.dialect is not Dialect.H3BRIDGE:
+            peer = request_to_peer(request, self.dialect, model=self.model)
+            response = self._post_peer(peer)
+            self._raise_for_status(response, what="submitting the job")
+            return self._job(response, "the submission")
         body = request_to_wire(request, model=self.model)
         response = self._post(body, multipart=bool(body.files))
         if not body.files and response.status_code in (415, 422):
@@ -319,6 +333,19 @@ class RemoteEngine:
                 options: dict[str, Any] = {"files": parts}
             else:
                 options = {"json": body.fields}
+            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
+
+    def _post_peer(self, body: PeerBody) -> httpx.Response:
+        """A peer's body: vLLM-Omni's form (always multipart: its endpoint reads forms only), or
+        SGLang's JSON."""
+        with ExitStack() as stack:
+            if body.json is not None:
+                options: dict[str, Any] = {"json": body.json}
+            else:
+                parts: list[tuple[str, tuple[Any, ...]]] = [(name, (None, value)) for name, value in body.form]
+                parts += [(name, (path.name, stack.enter_context(open(path, "rb")), media_type))
+                          for name, path, media_type in body.files]
+                options = {"files": parts}
             return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
 
     def _follow(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,

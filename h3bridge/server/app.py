@@ -15,11 +15,13 @@ and the library's message before it is queued. With an API key every route but /
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import logging
 import shutil
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -32,7 +34,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import H3BridgeError, RequestError
 from ..request import GenerationRequest
-from .jobs import JobStore, is_job_id, new_job_id
+from . import dialects
+from .jobs import JobStore, StoredJob, is_job_id, new_job_id
+from .peer_wire import Dialect
 from .uploads import ReceivedBody, UploadLimits, receive_body
 from .wire import (
     DEFAULT_MODEL,
@@ -55,6 +59,7 @@ _log = logging.getLogger("h3bridge.serve")
 # After a refusal mid-upload, read (and drop) at most this much more of the body, so the client
 # gets the 400 rather than a connection reset while it is still sending.
 DRAIN_LIMIT = 64 * 1024 * 1024
+SYNC_POLL_SECONDS = 0.25      # how often POST /v1/videos/sync looks at its job
 
 
 @dataclass
@@ -68,6 +73,7 @@ class ServeSettings:
     # (cli.preflight_generate: the model check and the memory plan); raises H3BridgeError.
     preflight: Callable[[GenerationRequest], None] | None = None
     model: dict[str, object] | None = None     # /health's model state (server/command.py model_health)
+    sync_timeout: float = 1800.0               # POST /v1/videos/sync waits at most this long for its clip
 
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
@@ -120,38 +126,95 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
     def health() -> dict[str, object]:
         return {"status": "ok", "engine": settings.engine_name, "model": settings.model}
 
-    @app.post(VIDEOS_PATH)
-    async def create_video(request: Request) -> JSONResponse:
+    def job_json(job: StoredJob) -> dict[str, object]:
+        """The job as its submitter's dialect reads it (dialects.py)."""
+        return dialects.job_body(job.video_job(), Dialect(job.shape.get(dialects.DIALECT_KEY, Dialect.H3BRIDGE)))
+
+    async def submit(request: Request) -> tuple[StoredJob | None, JSONResponse | None]:
+        """Receive, translate (a peer's dialect), validate and queue one body: the job, or the refusal."""
         job_id = new_job_id()
         inputs = store.inputs_dir(job_id)
         stream = request.stream()
         received: ReceivedBody | None = None
+        translated: dialects.TranslatedBody | None = None
+        dialect = Dialect.H3BRIDGE
         try:
             received = await receive_body(request.headers.get("content-type", ""),
                                           request.headers.get("content-length"), stream, inputs, settings.limits)
-            job = await run_in_threadpool(_accept, job_id, received)
+            dialect = dialects.detect([name for name, _ in received.pairs] + [u.field for u in received.uploads])
+            translated = await run_in_threadpool(dialects.translate, received.pairs, received.uploads, inputs,
+                                                 settings.limits)
+            job = await run_in_threadpool(_accept, job_id, translated)
         except RequestError as error:
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             await _drain(stream)
-            uploads = received.uploads if received is not None else ()
-            return JSONResponse(refusal_body(error, uploads).model_dump(mode="json"), status_code=400)
+            uploads = translated.uploads if translated is not None else received.uploads if received is not None else ()
+            body = refusal_body(error, uploads)
+            return None, JSONResponse(dialects.error_body(400, body.error, dialect), status_code=400)
         except H3BridgeError as error:     # the model check or the memory plan refused it
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
-            return error_response(400, ErrorCode.INVALID_REQUEST, error.message, hint=error.hint)
+            refusal = VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message, hint=error.hint,
+                                 type="invalid_request_error")
+            return None, JSONResponse(dialects.error_body(400, refusal, dialect), status_code=400)
         except BaseException:
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             raise
         worker.notify()
-        return JSONResponse(job.video_job().model_dump(mode="json"))
+        return job, None
 
-    def _accept(job_id: str, received: ReceivedBody):
-        request, model = request_from_wire(received.pairs, received.uploads)
+    @app.post(VIDEOS_PATH)
+    async def create_video(request: Request) -> JSONResponse:
+        job, refusal = await submit(request)
+        if refusal is not None:
+            return refusal
+        assert job is not None
+        return JSONResponse(job_json(job))
+
+    @app.post(VIDEOS_PATH + "/sync")
+    async def create_video_sync(request: Request):
+        """vLLM-Omni's synchronous variant: the job is queued as any other, and the answer is its
+        MP4 once complete (X-Request-Id names the job). Past settings.sync_timeout the answer is 504
+        naming the job, which keeps running: poll it and download its content."""
+        job, refusal = await submit(request)
+        if refusal is not None:
+            return refusal
+        assert job is not None
+        dialect = Dialect(job.shape.get(dialects.DIALECT_KEY, Dialect.H3BRIDGE))
+        started = time.monotonic()
+        while True:
+            current = await run_in_threadpool(store.get, job.id)
+            if current is None:
+                error = VideoError(code=ErrorCode.NOT_FOUND.value, message=f"video {job.id} was deleted before it "
+                                   "completed", type="not_found_error", param="video_id")
+                return JSONResponse(dialects.error_body(404, error, dialect), status_code=404)
+            if current.status is JobStatus.COMPLETED and store.video_path(job.id).is_file():
+                return FileResponse(store.video_path(job.id), media_type="video/mp4", filename=f"{job.id}.mp4",
+                                    headers={"X-Request-Id": job.id,
+                                             "X-Inference-Time-S": f"{time.monotonic() - started:.3f}"})
+            if current.status is JobStatus.FAILED:
+                error = current.error or VideoError(code=ErrorCode.ENGINE_FAILED.value, message="the job failed")
+                return JSONResponse(dialects.error_body(500, error, dialect), status_code=500,
+                                    headers={"X-Request-Id": job.id})
+            if time.monotonic() - started > settings.sync_timeout:
+                error = VideoError(code="timeout", type="server_error", param="video_id",
+                                   message=f"video {job.id} did not complete within {settings.sync_timeout:g} s; it is "
+                                           "still queued or rendering",
+                                   hint=f"poll GET {VIDEOS_PATH}/{job.id} and download {VIDEOS_PATH}/{job.id}/content "
+                                        f"once it is completed (POST {VIDEOS_PATH} does this without waiting)")
+                return JSONResponse(dialects.error_body(504, error, dialect), status_code=504,
+                                    headers={"X-Request-Id": job.id})
+            await asyncio.sleep(SYNC_POLL_SECONDS)
+
+    def _accept(job_id: str, translated: "dialects.TranslatedBody"):
+        request, model = request_from_wire(translated.pairs, translated.uploads)
         request.validate()
         if settings.preflight is not None:
             settings.preflight(request)
         fields = request_to_wire(request).fields     # canonical names: what the job re-reads after a restart
-        return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=received.uploads,
-                         shape=clip_shape(request))
+        shape = clip_shape(request)
+        if translated.dialect is not Dialect.H3BRIDGE:
+            shape[dialects.DIALECT_KEY] = translated.dialect.value
+        return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=translated.uploads, shape=shape)
 
     @app.get(VIDEOS_PATH)
     def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:
@@ -163,15 +226,17 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         jobs, more = store.list(after=after, limit=limit, newest_first=order == "desc")
         data = [job.video_job().listed() for job in jobs]
         page = VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
-                         has_more=more)
-        return JSONResponse(page.model_dump(mode="json"))
+                         has_more=more).model_dump(mode="json")
+        page["data"] = [dialects.job_body(item, Dialect(job.shape.get(dialects.DIALECT_KEY, Dialect.H3BRIDGE)))
+                        for item, job in zip(data, jobs)]
+        return JSONResponse(page)
 
     @app.get(VIDEOS_PATH + "/{video_id}")
     def retrieve_video(video_id: str) -> JSONResponse:
         job = store.get(video_id) if is_job_id(video_id) else None
         if job is None:
             return not_found(video_id)
-        return JSONResponse(job.video_job().model_dump(mode="json"))
+        return JSONResponse(job_json(job))
 
     @app.get(VIDEOS_PATH + "/{video_id}/content")
     def download_video(video_id: str, variant: str = "video"):

@@ -20,6 +20,7 @@ from typing import AsyncIterator
 from ..errors import RequestError, shown_value
 from ..request import MAX_PROMPT_BYTES
 from .wire import (
+    PEER_INLINE_FILE_FIELDS,
     LongNumber,
     UploadedFile,
     decode_data_url,
@@ -134,6 +135,19 @@ class _UploadWriter:
             self._file = None
         if self._temporary is not None:
             self._temporary.unlink(missing_ok=True)
+
+
+def store_bytes(inputs: Path, limits: UploadLimits, stored: list[UploadedFile], field_name: str, data: bytes,
+                filename: str | None) -> UploadedFile:
+    """Store one more file of a body (a peer's data URL, dialects.py) beside the uploads already
+    `stored`, under the same rules: numbered after them, atomic, within the file size and count."""
+    writer = _UploadWriter(inputs, limits)
+    writer.uploads = list(stored)
+    try:
+        writer.add_bytes(field_name, data, filename)
+    finally:
+        writer.abort()
+    return writer.uploads[-1]
 
 
 async def receive_body(content_type: str, content_length: str | None, stream: AsyncIterator[bytes],
@@ -306,7 +320,10 @@ async def _receive_multipart(content_type: str, stream: AsyncIterator[bytes], wr
             writer.write(data[start:end])
             return
         text += data[start:end]  # type: ignore[operator]
-        if len(text) > limits.max_field_bytes:  # type: ignore[arg-type]
+        # A peer's JSON-text file field (a data URL) is held to the JSON body's cap, not a text field's.
+        cap = limits.max_json_bytes if normalise_name(str(state["name"]))[0] in PEER_INLINE_FILE_FIELDS \
+            else limits.max_field_bytes
+        if len(text) > cap:  # type: ignore[arg-type]
             raise limits.field_too_large(str(state["name"]))
 
     def part_end() -> None:

@@ -136,6 +136,12 @@ FIRST_FRAME_FIELDS = ("input_reference", "first_frame")
 LAST_FRAME_FIELD = "last_frame"
 REFERENCE_FIELDS: dict[str, ReferenceKind] = {f"ref_{kind.value}": kind for kind in ReferenceKind}
 FILE_FIELDS: tuple[str, ...] = (*FIRST_FRAME_FIELDS, LAST_FRAME_FIELD, *REFERENCE_FIELDS)
+# The peers' file parts (vLLM-Omni's repeated `input_references`, and the guides and controls it
+# takes that h3 has no use for): stored like ours, then read by dialects.py, never by request_from_wire.
+PEER_FILE_FIELDS: tuple[str, ...] = ("input_references", "guide_files", "control_reference")
+# vLLM-Omni's JSON-text form fields that carry a file as a data URL (`{"image_url": "data:..."}`):
+# held to the JSON body's size cap rather than a text field's.
+PEER_INLINE_FILE_FIELDS: tuple[str, ...] = ("image_reference", "video_reference", "audio_reference")
 _INLINE_FILE_KEY = "image_url"      # OpenAI's ImageInputReferenceParam: {"image_url": data URL}
 
 
@@ -154,12 +160,13 @@ class UploadedFile:
     field: str
     path: Path
     filename: str | None = None
+    sent_as: str | None = None     # the client's part name, when a peer dialect's was translated (dialects.py)
 
     @property
     def label(self) -> str:
         """How messages name this upload: the client's words, never the server's path."""
         shown = self.filename if self.filename and self.filename.isprintable() else "(unnamed)"
-        return f"{self.field} upload {shown}"
+        return f"{self.sent_as or self.field} upload {shown}"
 
 
 def normalise_name(name: str) -> tuple[str, str | None]:
@@ -173,7 +180,7 @@ def normalise_name(name: str) -> tuple[str, str | None]:
 
 
 def is_file_field(name: str) -> bool:
-    return normalise_name(name)[0] in FILE_FIELDS
+    return normalise_name(name)[0] in FILE_FIELDS or normalise_name(name)[0] in PEER_FILE_FIELDS
 
 
 def pairs_from_json(body: object) -> list[tuple[str, object]]:
@@ -609,8 +616,8 @@ def error_from_body(body: object) -> VideoError | None:
     if isinstance(body, Mapping):
         inner = body.get("error")
         if isinstance(inner, Mapping):
-            try:
-                return VideoError.model_validate(inner)
+            try:       # vLLM's error code is the HTTP status, a number
+                return VideoError.model_validate({**inner, "code": str(inner.get("code", "error"))})
             except ValueError:
                 return None
         detail = body.get("detail")
@@ -621,7 +628,7 @@ def error_from_body(body: object) -> VideoError | None:
 
 __all__ = [
     "API_KEY_ENV", "DEFAULT_MODEL", "ErrorBody", "ErrorCode", "FIELDS", "FILE_FIELDS", "HEALTH_PATH",
-    "JobStatus", "LISTED_PROMPT_CHARS", "LongNumber", "UploadedFile", "VIDEOS_PATH", "VideoDeleted", "VideoError", "VideoJob", "VideoList",
+    "JobStatus", "LISTED_PROMPT_CHARS", "LongNumber", "PEER_FILE_FIELDS", "PEER_INLINE_FILE_FIELDS", "UploadedFile", "VIDEOS_PATH", "VideoDeleted", "VideoError", "VideoJob", "VideoList",
     "WireBody", "clip_shape", "decode_data_url", "error_from_body", "in_wire_words", "inline_file_text",
     "is_file_field", "normalise_name", "pairs_from_json", "progress_percent", "refusal_body",
     "request_from_wire", "request_to_wire", "json_int", "whole_number",
