@@ -367,6 +367,17 @@ def test_a_peer_job_with_a_numeric_error_code_is_read() -> None:
     assert job.error is not None and job.error.code == "500" and job.error.message == "CUDA out of memory"
 
 
+def test_the_cli_sends_the_dialect_or_refuses_before_sending(capsys) -> None:
+    from h3bridge.cli import main
+    base = ["generate", "-p", "a fox", "--width", "96", "--height", "64", "--frames", "107", "--steps", "2",
+            "-o", "never.mp4"]
+    # Port 9 (discard) has no server: a refusal that names the flag was made before anything was sent.
+    assert main([*base, "--reuse", "2", "--remote", "http://127.0.0.1:9", "--remote-dialect", "vllm-omni"]) == 2
+    assert "--reuse 2 is an h3 setting vLLM-Omni" in capsys.readouterr().err
+    assert main([*base, "--remote-dialect", "sglang"]) == 2
+    assert "add --remote URL, or drop --remote-dialect" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- (c) end to end, against our server
 
 @pytest.fixture(scope="module")

@@ -308,6 +308,9 @@ class _Translation:
                     raise _refuse(shown, f"task fl2va anchors frames with images; {item.upload.label} is a "
                                   f"{item.kind}", "upload images for fl2va, or use task ref2va for video and audio "
                                   "references")
+                if self.frame_indices is None and len(media) > 2:
+                    raise _refuse(media[2][1], f"task fl2va anchors the first and the last frame: at most 2 images, "
+                                  f"not {len(media)}", "send one or two images, or use task ref2va for references")
                 indices = self.frame_indices if self.frame_indices is not None else [0, -1][:len(media)]
                 if len(indices) != len(media):
                     raise _refuse("extra_params.frame_indices", f"extra_params.frame_indices {indices} names "

@@ -155,14 +155,15 @@ def _refuse_h3_only(request: GenerationRequest, dialect: Dialect) -> None:
         if getattr(request, name) != default:
             raise RequestError(f"{name}={shown_value(getattr(request, name))} is an h3 setting {peer}'s /v1/videos "
                                f"has no field for; the request would render without it", field=name,
-                               hint=f"drop {name}, or render on an h3bridge server (dialect h3bridge)")
+                               hint=f"drop {name}={shown_value(getattr(request, name))}, or render on an h3bridge "
+                                    "server (h3bridge's own dialect)")
     seconds = request.frame_count / FPS
     if not PEER_MIN_SECONDS <= seconds <= PEER_MAX_SECONDS:
         shortest = next(n for n in legal_frame_counts() if n / FPS >= PEER_MIN_SECONDS)
         longest = max(n for n in legal_frame_counts() if n / FPS <= PEER_MAX_SECONDS)
-        raise RequestError(f"{request.frame_count} frames ({seconds:.3f} s): {peer}'s MiniMax-H3 renders "
+        raise RequestError(f"frames={request.frame_count} ({seconds:.3f} s): {peer}'s MiniMax-H3 renders "
                            f"{PEER_MIN_SECONDS:g} to {PEER_MAX_SECONDS:g} seconds", field="frames",
-                           hint=f"use frames from {shortest} to {longest}")
+                           hint=f"use frames={shortest} up to frames={longest}")
     if request.seed > PEER_MAX_SEED:
         raise RequestError(f"seed={request.seed} is over {peer}'s largest seed ({PEER_MAX_SEED}, a signed 64-bit "
                            f"number)", field="seed", hint=f"use a seed of at most {PEER_MAX_SEED}")
@@ -230,7 +231,7 @@ def _anchor_list(request: GenerationRequest) -> list[tuple[int, Path]]:
 def _to_vllm(request: GenerationRequest, model: str | None) -> PeerBody:
     if request.steps > VLLM_MAX_STEPS:
         raise RequestError(f"steps={request.steps} is over vLLM-Omni's num_inference_steps limit of {VLLM_MAX_STEPS}",
-                           field="steps", hint=f"use steps<={VLLM_MAX_STEPS}")
+                           field="steps", hint=f"use steps={VLLM_MAX_STEPS} or fewer")
     task = _task_of(request)
     anchors = _anchor_list(request)
     if request.references and anchors:
@@ -282,7 +283,7 @@ def _require_keyframe_canvas(request: GenerationRequest) -> None:
     anchor = request.first_frame if request.first_frame is not None else request.last_frame
     canvas = keyframe_canvas(Path(anchor)) if anchor is not None else None
     if canvas is not None and canvas != (request.width, request.height):
-        raise RequestError(f"{request.width}x{request.height}: SGLang's MiniMax-H3 renders a first/last-frame clip at "
+        raise RequestError(f"width={request.width} height={request.height}: SGLang's MiniMax-H3 renders a first/last-frame clip at "
                            f"its first image's aspect with a 768-pixel short edge, {canvas[0]}x{canvas[1]} for this "
                            "image", field="width", hint=f"use width={canvas[0]} and height={canvas[1]}")
 
@@ -298,7 +299,7 @@ def _to_sglang(request: GenerationRequest, model: str | None, encode) -> PeerBod
     if task == "fl2va":
         _require_keyframe_canvas(request)
     elif ratio is None:
-        raise RequestError(f"{request.width}x{request.height}: SGLang's MiniMax-H3 picks the canvas from a 768-pixel "
+        raise RequestError(f"width={request.width} height={request.height}: SGLang's MiniMax-H3 picks the canvas from a 768-pixel "
                            f"short edge and a named aspect ratio, so it can render only "
                            f"{', '.join(peer_canvases())}", field="width",
                            hint="use one of those canvases, or render on an h3bridge or vLLM-Omni server")
