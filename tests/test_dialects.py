@@ -153,6 +153,52 @@ def test_each_sglang_example_is_accepted_or_refused_naming_its_field(app_client,
         assert job[name] == value, (name, job)
 
 
+def _litellm_form(params: dict, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, tuple]:
+    """The multipart form LiteLLM's hosted_vllm video provider (the proxy's vLLM-Omni dialect) makes
+    of a videos.create call: its own transform_video_create_request, run here."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")     # no network at import
+    transformation = pytest.importorskip("litellm.llms.hosted_vllm.videos.transformation")
+    from litellm.types.router import GenericLiteLLMParams
+    data, request_files, _ = transformation.HostedVLLMVideoConfig().transform_video_create_request(
+        model="MiniMax-H3", prompt="A red fox runs through snow", api_base="http://127.0.0.1:1/v1/videos",
+        video_create_optional_request_params=params, litellm_params=GenericLiteLLMParams(), headers={})
+    return data, request_files
+
+
+@pytest.mark.parametrize(("params", "expect"), [
+    ({"size": "1344x768", "seconds": "8", "seed": 1101, "num_inference_steps": 50, "flow_shift": 12.0,
+      "extra_params": {"task": "t2va", "audio_flow_shift": 3.0}}, {"size": "1344x768", "num_frames": 192}),
+    ({"input_reference": "image", "width": 768, "height": 768, "extra_params": {"task": "fl2va", "duration": 5.0}},
+     {"size": "768x768", "num_frames": 124}),
+    ({"image_reference": {"image_url": "@image"}, "audio_reference": [{"audio_url": "@audio"}],
+      "aspect_ratio": "16:9", "extra_params": {"task": "ref2va", "duration": 5.0}}, {"size": "1344x768"}),
+    ({"negative_prompt": "blurry", "extra_params": {"task": "t2va"}}, "negative_prompt"),
+    ({"guidance_scale": 4.5, "extra_params": {"task": "t2va"}}, "guidance_scale"),
+])
+def test_litellm_hosted_vllm_forms_are_read(app_client, files, params, expect, monkeypatch) -> None:
+    """Skips without litellm (the fleet's proxy installs it)."""
+    def resolved(value):
+        if isinstance(value, dict):
+            return {k: resolved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolved(v) for v in value]
+        return data_url(files[value[1:]]) if isinstance(value, str) and value.startswith("@") else value
+    params = resolved(params)
+    if params.get("input_reference") == "image":
+        params["input_reference"] = files["image"].read_bytes()
+    data, request_files = _litellm_form(params, monkeypatch)
+    parts = [(name, (None, value)) for name, value in data.items()] + list(request_files)
+    response = app_client.post("/v1/videos", files=parts)
+    if isinstance(expect, str):
+        assert response.status_code == 400 and response.json()["error"]["param"] == expect, response.text[:400]
+        return
+    assert response.status_code == 200, response.text[:600]
+    job = response.json()
+    check_vllm_job(job)
+    for name, value in expect.items():
+        assert job[name] == value, (name, job)
+
+
 def test_h3bridge_bodies_are_answered_as_before(app_client) -> None:
     """A body of the fields all three share is h3bridge's own dialect: its job object unchanged."""
     job = app_client.post("/v1/videos", json={"prompt": "a fox", "size": "96x64", "num_frames": 56}).json()
