@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from h3bridge import GenerationRequest, RemoteEngine, RequestError
 from h3bridge.request import Reference, ReferenceKind
@@ -197,6 +199,32 @@ def test_litellm_hosted_vllm_forms_are_read(app_client, files, params, expect, m
     check_vllm_job(job)
     for name, value in expect.items():
         assert job[name] == value, (name, job)
+
+
+PEER_NAMES = st.sampled_from(sorted(MODELS["vllm-omni"]["text_fields"]) + sorted(MODELS["sglang"]["fields"])
+                             + ["frame_indices", "duration", "short_edge", "aspect_ratio", "type", "uri", "role"])
+PEER_VALUE = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70), st.floats(),
+              st.text(max_size=10), st.sampled_from(["t2va", "fl2va", "ref2va", "auto", "16:9", "keyframe",
+                                                     "reference", "image", "data:image/png;base64,AAAA", "/etc/passwd"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(PEER_NAMES, inner, max_size=3)),
+    max_leaves=8)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(members=st.dictionaries(PEER_NAMES, PEER_VALUE, max_size=6), as_form=st.booleans())
+def test_fuzzed_peer_bodies_are_answered_200_or_400_never_500(app_client, members, as_form) -> None:
+    body = {"prompt": "a fox", **members}
+    if as_form:
+        text = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in body.items()]
+        response = app_client.post("/v1/videos", files=[(k, (None, v)) for k, v in text])
+    else:
+        response = app_client.post("/v1/videos", content=json.dumps(body).encode(),
+                                   headers={"content-type": "application/json"})
+    assert response.status_code in (200, 400), (response.status_code, body, response.text[:300])
+    if response.status_code == 400:
+        assert response.json()["error"]["message"]
 
 
 def test_h3bridge_bodies_are_answered_as_before(app_client) -> None:
