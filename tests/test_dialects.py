@@ -233,6 +233,12 @@ def test_h3bridge_bodies_are_answered_as_before(app_client) -> None:
     assert job["seconds"] == "2.333" and "media_type" not in job and "quality" not in job
 
 
+def test_a_condition_of_no_known_type_is_refused_naming_it(app_client) -> None:
+    response = app_client.post("/v1/videos", json={"prompt": "x", "task": "ref2va", "conditions": [
+        {"type": ["image"], "uri": "data:image/png;base64,AAAA", "role": "reference"}]})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "conditions[0].type"
+
+
 def test_a_body_mixing_both_peers_is_refused_naming_a_field_of_each(app_client) -> None:
     response = app_client.post("/v1/videos", json={"prompt": "x", "task": "t2va", "extra_params": {"task": "t2va"}})
     assert response.status_code == 400
@@ -247,6 +253,7 @@ def test_a_body_mixing_both_peers_is_refused_naming_a_field_of_each(app_client) 
     ({"task": "i2v"}, "extra_params.task"),
     ({"task": "fl2va", "frame_indices": [0, 40]}, "extra_params.frame_indices"),
     ({"task": "t2va", "start_time_seconds": [1.5]}, "extra_params.start_time_seconds"),
+    ({"task": ["t2va"]}, "extra_params.task"),
 ])
 def test_extra_params_h3_cannot_honour_are_refused_by_name(app_client, files, extra, field) -> None:
     parts = [("prompt", (None, "x")), ("extra_params", (None, json.dumps(extra)))]

@@ -253,7 +253,6 @@ class _Translation:
         self.limits = limits
         self.stored: list[UploadedFile] = list(uploads)      # every file on disk, in order (numbering)
         self.pairs: list[tuple[str, object]] = []
-        self.values: dict[str, object] = {}
         self.task: str | None = None
         self.task_field = "task"
         self.frame_indices: list[int] | None = None
@@ -583,7 +582,7 @@ def _sglang_condition(t: _Translation, index: int, item: object) -> None:
         raise _refuse(f"{path}.{unknown[0]}", f"{path} has unknown fields {unknown}",
                       "a condition takes type, uri, role, frame_index and start_time_seconds")
     kind = item.get("type")
-    if kind not in _SGLANG_TYPES:
+    if not isinstance(kind, str) or kind not in _SGLANG_TYPES:
         raise _refuse(f"{path}.type", f"{path}.type={shown_value(kind)} is not a condition type",
                       f"use one of: {', '.join(_SGLANG_TYPES)}")
     role = item.get("role")
