@@ -128,7 +128,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
 
     def job_json(job: StoredJob) -> dict[str, object]:
         """The job as its submitter's dialect reads it (dialects.py)."""
-        return dialects.job_body(job.video_job(), Dialect(job.shape.get(dialects.DIALECT_KEY, Dialect.H3BRIDGE)))
+        return dialects.job_body(job.video_job(), dialects.job_dialect(job.shape))
 
     async def submit(request: Request) -> tuple[StoredJob | None, JSONResponse | None]:
         """Receive, translate (a peer's dialect), validate and queue one body: the job, or the refusal."""
@@ -179,7 +179,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         if refusal is not None:
             return refusal
         assert job is not None
-        dialect = Dialect(job.shape.get(dialects.DIALECT_KEY, Dialect.H3BRIDGE))
+        dialect = dialects.job_dialect(job.shape)
         started = time.monotonic()
         while True:
             current = await run_in_threadpool(store.get, job.id)
@@ -227,7 +227,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         data = [job.video_job().listed() for job in jobs]
         page = VideoList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                          has_more=more).model_dump(mode="json")
-        page["data"] = [dialects.job_body(item, Dialect(job.shape.get(dialects.DIALECT_KEY, Dialect.H3BRIDGE)))
+        page["data"] = [dialects.job_body(item, dialects.job_dialect(job.shape))
                         for item, job in zip(data, jobs)]
         return JSONResponse(page)
 

@@ -666,6 +666,11 @@ def translate(pairs: Sequence[tuple[str, object]], uploads: Sequence[UploadedFil
 DIALECT_KEY = "dialect"      # where a job's dialect is kept: its stored shape (ignored by VideoJob)
 
 
+def job_dialect(shape: Mapping[str, object]) -> Dialect:
+    """The dialect a stored job was submitted in (h3bridge's for jobs from before dialects)."""
+    return Dialect(shape.get(DIALECT_KEY, Dialect.H3BRIDGE.value))
+
+
 def _whole_seconds(job: VideoJob) -> str:
     frames = job.num_frames or 0
     return str(max(1, round(frames / FPS)))
@@ -707,4 +712,4 @@ def error_body(status: int, error: VideoError, dialect: Dialect) -> dict[str, An
 
 
 __all__ = ["DIALECT_KEY", "SGLANG_MARKERS", "TranslatedBody", "VLLM_MARKERS", "check_shift", "detect", "error_body",
-           "job_body", "media_kind", "translate"]
+           "job_body", "job_dialect", "media_kind", "translate"]
