@@ -1,7 +1,7 @@
 """h3bridge: MiniMax-H3 on Apple Silicon through antirez's native h3.c engine.
 
-The public API is what this module exports; everything else is internal. The README's
-"Architecture" section says which package owns what.
+The public API is what this module exports; everything else is internal. docs/architecture.md
+says which package owns what.
 """
 from __future__ import annotations
 

@@ -265,22 +265,20 @@ def test_the_demo_lora_folds_end_to_end_and_the_fold_says_what_survived(tmp_path
     assert "what survived the fold" in info.stdout and "token refiner" in info.stdout and "qkv rows flat" in info.stdout
 
 
-def test_the_readme_lora_demo_runs_as_written(tmp_path: Path) -> None:
-    """The README's LoRA section on any machine: its two lines, with /tmp moved into this test's folder."""
+def test_the_docs_lora_demo_folds_with_the_flat_layout_and_stochastic_rounding(tmp_path: Path) -> None:
+    """docs/loras.md's any-machine block, run as written in a fresh folder (tests/test_docs.py runs it
+    too): the fold it makes assumed the demo LoRA's flat layout and rounded stochastically."""
     import os
     import re
-    import shlex
     import subprocess
     import sys
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## LoRAs: fold them into the model", 1)[1].split("\n## ", 1)[0]
-    [block] = [b for b in re.findall(r"```bash\n(.*?)```", section, flags=re.S) if "h3-sim-model" in b]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "loras.md").read_text()
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", page, flags=re.S) if "h3-sim-model" in b]
     scripts = Path(sys.executable).parent
-    env = {**os.environ, "H3BRIDGE_CACHE_DIR": str(tmp_path / "cache")}
-    for line in block.strip().splitlines():
-        argv = shlex.split(line.replace("/tmp/", f"{tmp_path}/"))
-        done = subprocess.run([str(scripts / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=300,
-                              env=env)
-        assert done.returncode == 0, (line, done.stderr)
+    env = {**os.environ, "H3BRIDGE_CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", "")])}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, (block, done.stderr)
     record = read_provenance(tmp_path / "h3-demo-model-folded")
     assert record.loras[0].qkv_layout == "flat" and record.rounding == "stochastic" and record.survival

@@ -368,11 +368,10 @@ def test_cli_refusals_name_flags_and_exit_2(tmp_path: Path, model_dir: Path, sim
     assert sim_invocations(sim_log) == []
 
 
-def test_readme_storyboard_example_is_a_valid_story() -> None:
+def test_the_docs_storyboard_example_is_a_valid_story() -> None:
     import re
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Longer films: storyboards", 1)[1].split("\n## ", 1)[0]
-    [toml] = re.findall(r"```toml\n(.*?)```", section, flags=re.S)
+    page = (Path(__file__).resolve().parent.parent / "docs" / "storyboards.md").read_text()
+    [toml] = re.findall(r"```toml\n(.*?)```", page, flags=re.S)
     import tomllib
     story = Storyboard.from_dict(tomllib.loads(toml))
     plan = plan_story(story)

@@ -1,5 +1,5 @@
 """A video server of the OpenAI Videos API shape, driven as an engine: `h3bridge serve` on another
-Mac, or an SGLang Diffusion / vLLM-Omni server (README "Remote engines" says what those take).
+Mac, or an SGLang Diffusion / vLLM-Omni server (docs/remote.md says what those take).
 
     from h3bridge import GenerationRequest, RemoteEngine
     with RemoteEngine("http://studio-mac.local:8765") as engine:     # key: $H3BRIDGE_API_KEY

@@ -32,7 +32,7 @@ text", "precompute AdaLN" n/50, "load transformer core" n/50) or cache hit; opti
 VAE load"; "denoise" (or "denoise enqueue" + final "denoise" on M5); "audio VAE" 0..7/7;
 "video VAE load" n/36 (0/36 first when caching); frames to on_frame; "FFmpeg" 0/F, F/F.
 
-Simulation-only environment variables (documented again in the README "h3-sim" section):
+Simulation-only environment variables (documented again in docs/sim-and-testing.md, "h3-sim"):
   H3_SIM_TIME_SCALE    seconds of sleep per simulated M1-Ultra second (default 0.002: the phases
                        of a default 864x480x56/20-step job sleep ~0.3 s in all; 1 = realistic,
                        ~2 min; real work such as frame rendering and x264 comes on top)

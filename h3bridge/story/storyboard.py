@@ -222,7 +222,7 @@ def _check_integers(value: Any, key: str, where: str = "") -> None:
         if not INT64_MIN <= value <= INT64_MAX:
             raise RequestError(f"{where}{key} = {shown(value)} is outside TOML's 64-bit integers "
                                f"({INT64_MIN} to {INT64_MAX})", field=key.split("[")[0].split(".")[0] or None,
-                               hint=f"give {key} a value of at most 19 digits (see the storyboard keys in the README)")
+                               hint=f"give {key} a value of at most 19 digits (see the storyboard keys in docs/storyboards.md)")
     elif isinstance(value, Mapping):
         for name, item in value.items():
             if key == "" and name == "shot" and isinstance(item, list):
