@@ -580,6 +580,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_
 from .engine_build import add_build_engine_command   # noqa: E402 (upstream's h3 + libh3 from h3.c's source)
 from .engines.library_build import add_build_library_command   # noqa: E402 (deprecated: build-engine)
 SUBCOMMANDS += [add_build_engine_command, add_build_library_command]
+from .model.download_cli import add_model_command   # noqa: E402 (`model download`: the checkpoint from the hub)
+SUBCOMMANDS += [add_model_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
