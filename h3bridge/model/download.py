@@ -117,14 +117,22 @@ class DownloadPlan:
             return 0
 
     @property
+    def in_place(self) -> dict[str, Path]:
+        """Contents already here (a verified file at one of their destinations): the files still
+        missing with the same content are linked to it, not downloaded (FL2VA first, Ref2VA later)."""
+        return {f.key: self.directory / f.path for f in self.files if f.path in self.done}
+
+    @property
     def remaining_bytes(self) -> int:
         """Disk the rest of the download takes: each missing content once, less what a previous
         run left in its .part; one more copy per extra destination where links do not work."""
         total = 0
+        here = self.in_place
         for key, items in self.groups.items():
-            total += max(items[0].size - self.kept_bytes(key), 0)
+            if key not in here:
+                total += max(items[0].size - self.kept_bytes(key), 0)
             if not self.links:
-                total += items[0].size * (len(items) - 1)
+                total += items[0].size * (len(items) - (0 if key in here else 1))
         return total
 
     @property
@@ -421,7 +429,8 @@ def _endpoint() -> str:
     return constants.ENDPOINT.rstrip("/")
 
 
-def _place(plan: DownloadPlan, part: Path, items: list[HubFile], record: dict[str, object]) -> None:
+def _place(plan: DownloadPlan, part: Path, items: list[HubFile], record: dict[str, object], *,
+           downloaded: bool) -> None:
     """Put one verified content at each of its destinations: a hard link (one inode for files
     FL2VA and Ref2VA share), else a copy; each appears atomically and never replaces a file
     h3bridge did not put there."""
@@ -456,7 +465,8 @@ def _place(plan: DownloadPlan, part: Path, items: list[HubFile], record: dict[st
         plan.done.add(item.path)
     _write_record(plan.directory, record)
     cache.save()
-    part.unlink(missing_ok=True)
+    if downloaded:
+        part.unlink(missing_ok=True)     # the .part; its content now lives at the destinations
 
 
 def _rename_new(source: Path, destination: Path) -> None:
@@ -490,9 +500,12 @@ def download_model(directory: str | Path, *, partition: str = ALL, revision: str
     for number, (key, items) in enumerate(groups.items(), 1):
         names = items[0].path + (f" (+ {len(items) - 1} identical)" if len(items) > 1 else "")
         say(f"[{number}/{len(groups)}] {names}, {format_bytes(items[0].size)}")
-        part = _fetch(plan, key, items[0], progress=progress)
-        _place(plan, part, items, record)
-        fetched.append(items[0].path)
+        source = plan.in_place.get(key)
+        if source is None:
+            _place(plan, _fetch(plan, key, items[0], progress=progress), items, record, downloaded=True)
+            fetched.append(items[0].path)
+        else:
+            _place(plan, source, items, record, downloaded=False)   # verified already: linked, not fetched
     report = verify_model(plan.directory, checksums=True, progress=progress)
     if not report.ok:
         report.raise_for_errors()
