@@ -268,3 +268,23 @@ def test_a_disk_that_fills_up_mid_download_is_reported_and_the_rerun_continues(h
     assert not (root / path).exists() and not (root / "FL2VA/transformer/config.json").exists()
     filler.unlink()
     assert _quiet_download(root, partition="FL2VA").report.ok
+
+
+def test_the_documented_commands_run_against_a_local_hub(hub: TestHub, tmp_path: Path) -> None:
+    """docs/model-download.md's tested-by block, run as written (bash -euo pipefail, a fresh
+    folder as the working directory, HOME in tmp, HF_ENDPOINT at the local hub)."""
+    import re
+    docs = Path(__file__).resolve().parents[1] / "docs" / "model-download.md"
+    name = "tests/test_model_download.py::test_the_documented_commands_run_against_a_local_hub"
+    found = re.search(rf"<!-- tested-by: {re.escape(name)} -->\n```sh\n(.*?)```", docs.read_text(), re.DOTALL)
+    assert found, f"no block in {docs} names this test"
+    work = tmp_path / "work"
+    work.mkdir()
+    env = hub_env(tmp_path, hub)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", found[1]], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=BOUND * 4)
+    assert done.returncode == 0, done.stderr
+    assert "OK" in done.stdout and (work / "MiniMax-H3/Ref2VA/transformer/model.safetensors.index.json").is_file()
+    shared = "text_encoder/model-00001-of-00014.safetensors"
+    assert os.path.samefile(work / "MiniMax-H3/FL2VA" / shared, work / "MiniMax-H3/Ref2VA" / shared)
