@@ -288,3 +288,13 @@ def test_the_documented_commands_run_against_a_local_hub(hub: TestHub, tmp_path:
     assert "OK" in done.stdout and (work / "MiniMax-H3/Ref2VA/transformer/model.safetensors.index.json").is_file()
     shared = "text_encoder/model-00001-of-00014.safetensors"
     assert os.path.samefile(work / "MiniMax-H3/FL2VA" / shared, work / "MiniMax-H3/Ref2VA" / shared)
+
+
+def test_a_file_name_pointing_outside_dir_is_refused(hub: TestHub, tmp_path: Path) -> None:
+    from hub_helpers import ServedFile
+    evil = "FL2VA/../../escaped.safetensors"
+    hub.files[evil] = ServedFile(evil, b"\0" * 64)
+    with pytest.raises(ModelError) as caught:
+        _quiet_download(tmp_path / "deep" / "m", partition="FL2VA")
+    assert repr(evil) in caught.value.message and "HF_ENDPOINT" in (caught.value.hint or "")
+    assert not (tmp_path / "escaped.safetensors").exists() and not (tmp_path / "deep" / "m").exists()

@@ -30,13 +30,13 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError
 from .inventory import (
@@ -48,13 +48,13 @@ from .inventory import (
     REF2VA_MARKER,
     REQUIRED_FILES,
     Component,
-    COMPONENTS,
     format_bytes,
     inspect_model,
 )
 from .problem import Problem
 from .safetensors import read_header
 
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 PINNED_REVISION = "main"         # see the module doc: no commit hash is published upstream
 ALL = "all"
 PARTITION_CHOICES = (FL2VA, REF2VA, ALL)
@@ -206,6 +206,13 @@ def _list_hub_files(repo_id: str, revision: str, endpoint: str) -> tuple[str, li
     if not info.sha:
         raise ModelError(f"{endpoint} gave no commit for {repo_id} at {revision!r}",
                          hint="check HF_ENDPOINT: it must point to a Hugging Face hub")
+    for item in files:
+        # names and hashes become paths here: nothing may point outside DIR
+        parts = item.path.split("/")
+        if item.path.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in item.path \
+                or not _HEX.fullmatch(item.key.removeprefix("git-")):
+            raise ModelError(f"{endpoint} lists a file h3bridge will not write: {item.path!r} (hash {item.key!r})",
+                             hint="check HF_ENDPOINT: it must point to a Hugging Face hub or a faithful mirror")
     return info.sha, files
 
 
