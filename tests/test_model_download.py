@@ -206,6 +206,10 @@ def test_ctrl_c_mid_file_then_a_rerun_continues_and_fetches_no_finished_file(hub
     assert not (root / path).exists() and part.stat().st_size == 3 * chunk
     finished = {p for method, p, r in hub.log if method == "GET" and p != path}
     assert finished and all((root / p).exists() for p in finished)
+    from h3bridge.model.inventory import inspect_model
+    problems = {p.kind: p for p in inspect_model(root).problems}      # `h3bridge info` on the unfinished folder
+    assert f"`h3bridge model download {root}` continues" in problems["partial-download"].fix
+    assert "missing-file" in problems         # h3's marker files come last: not a model h3 would load yet
     hub.release.set()
 
     rerun = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=BOUND * 2)
