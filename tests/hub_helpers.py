@@ -11,6 +11,7 @@ and http_get), served by FastAPI/uvicorn on a free loopback port, pointed to wit
 
 Faults a test can set: `drop_after[path] = n` (the first GET of `path` sends n bytes and drops the
 connection), `corrupt.add(path)` (every GET serves one byte changed; the published hash stays),
+`fail_with[path] = status` (every GET of `path` answers that HTTP status),
 `pause_after[path] = n` (the first GET sends n bytes, sets `paused`, and waits for `release`),
 `before_get` (called with the path before a GET is answered). `log` records every request.
 """
@@ -61,6 +62,7 @@ class TestHub:
     commit: str = COMMIT
     drop_after: dict[str, int] = field(default_factory=dict)
     corrupt: set[str] = field(default_factory=set)
+    fail_with: dict[str, int] = field(default_factory=dict)     # path -> HTTP status of every GET
     pause_after: dict[str, int] = field(default_factory=dict)
     paused: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
@@ -115,6 +117,8 @@ class TestHub:
                 return Response(status_code=200, headers=headers)
             if hub.before_get is not None:
                 hub.before_get(path)
+            if path in hub.fail_with:
+                return JSONResponse({"error": "test hub: failing on purpose"}, status_code=hub.fail_with[path])
             data = item.data
             if path in hub.corrupt:
                 data = data[:-1] + bytes([data[-1] ^ 0xFF])
@@ -228,7 +232,10 @@ def hub(fixture_files: dict[str, ServedFile], tmp_path: Path, monkeypatch: pytes
                 monkeypatch.setenv(key, value)
         # what huggingface_hub.constants computes from HF_ENDPOINT when it is imported
         monkeypatch.setattr(constants, "ENDPOINT", running.url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", running.url + "/{repo_id}/resolve/{revision}/{filename}")
+        template = running.url + "/{repo_id}/resolve/{revision}/{filename}"
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+        from huggingface_hub import file_download         # huggingface_hub < 1 keeps its own copy here
+        monkeypatch.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template, raising=False)
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         yield running
     shutil.rmtree(tmp_path / "hf-home", ignore_errors=True)

@@ -302,3 +302,13 @@ def test_a_file_name_pointing_outside_dir_is_refused(hub: TestHub, tmp_path: Pat
         _quiet_download(tmp_path / "deep" / "m", partition="FL2VA")
     assert repr(evil) in caught.value.message and "HF_ENDPOINT" in (caught.value.hint or "")
     assert not (tmp_path / "escaped.safetensors").exists() and not (tmp_path / "deep" / "m").exists()
+
+
+def test_a_server_that_delivers_nothing_is_reported_not_retried_forever(hub: TestHub, tmp_path: Path) -> None:
+    path = "FL2VA/audio_vae/config.json"
+    hub.fail_with[path] = 500
+    with pytest.raises(ModelError) as caught:
+        _quiet_download(tmp_path / "m", partition="FL2VA")
+    assert f"the download of {path} stopped" in caught.value.message
+    assert f"h3bridge model download {tmp_path / 'm'} --partition FL2VA" in (caught.value.hint or "")
+    assert 1 <= len(hub.gets(path)) <= 6        # huggingface_hub's own retries at most, then one report

@@ -34,9 +34,10 @@ import re
 import shutil
 import sys
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError
 from .inventory import (
@@ -97,6 +98,7 @@ class DownloadPlan:
     done: set[str] = field(default_factory=set)                 # paths already in place and verified
     replaceable: set[str] = field(default_factory=set)          # h3bridge's own files of another commit
     links: bool = True                                          # the disk can hard-link
+    partition: str = ALL                                        # as asked (--partition), for messages
 
     @property
     def groups(self) -> dict[str, list[HubFile]]:
@@ -305,7 +307,8 @@ def plan_download(directory: str | Path, *, partition: str = ALL, revision: str 
     _refuse_repack(repo_id, files)
     wanted = PARTITIONS if partition == ALL else (partition,)
     files = [f for f in files if f.path.split("/", 1)[0] in wanted]
-    plan = DownloadPlan(repo_id=repo_id, revision=asked, commit=commit, directory=directory, files=files)
+    plan = DownloadPlan(repo_id=repo_id, revision=asked, commit=commit, directory=directory, files=files,
+                        partition=partition)
     placed = record.get("placed") if isinstance(record.get("placed"), dict) else {}
     _find_done(plan, placed)      # type: ignore[arg-type]
     directory.mkdir(parents=True, exist_ok=True)
@@ -369,34 +372,39 @@ def _fetch(plan: DownloadPlan, key: str, item: HubFile, *, progress: bool) -> Pa
     """Bring one content to its .part file (continuing a previous run's), and check it."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers, silent_tqdm
+    from huggingface_hub.utils import build_hf_headers
     part = plan.part_path(key)
     part.parent.mkdir(parents=True, exist_ok=True)
     if plan.kept_bytes(key) > item.size:
         part.unlink()              # longer than the file: not a prefix of it
     url = hf_hub_url(plan.repo_id, item.path, revision=plan.commit, endpoint=_endpoint())
-    try:
-        with open(part, "ab") as handle:
-            http_get(url, handle, resume_size=handle.tell(), headers=build_hf_headers(),
-                     expected_size=item.size, displayed_filename=item.path,
-                     tqdm_class=None if progress else silent_tqdm)   # hf's bar: bytes, rate, ETA
-    except OSError as error:
-        if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskError(f"the disk filled up while downloading {item.path} into {plan.directory}",
-                            folder=plan.directory, free=free_bytes(plan.directory), needed=plan.remaining_bytes,
-                            hint=f"free {format_bytes(plan.remaining_bytes)} on that disk, then run the same "
-                                 f"command again: it continues from the {format_bytes(plan.kept_bytes(key))} kept") from None
-        if isinstance(error, H3BridgeError):
+    again = f"run the same command again (`{download_command(plan.directory, plan.partition)}`)"
+    while True:
+        before = plan.kept_bytes(key)
+        try:
+            with open(part, "ab") as handle:
+                with _progress_bars(progress):     # huggingface_hub's own bar: bytes, rate, ETA
+                    http_get(url, handle, resume_size=handle.tell(), headers=build_hf_headers(),
+                             expected_size=item.size, displayed_filename=item.path)
+            break
+        except H3BridgeError:
             raise
-        raise ModelError(f"the download of {item.path} stopped: {error}",
-                         hint=f"run the same command again (`{download_command(plan.directory)}`): it continues "
-                              f"from the {format_bytes(plan.kept_bytes(key))} already downloaded") from None
-    except Exception as error:      # httpx errors after huggingface_hub's own retries
-        if isinstance(error, H3BridgeError):
-            raise
-        raise ModelError(f"the download of {item.path} stopped: {error}",
-                         hint=f"check the network, then run the same command again: it continues from the "
-                              f"{format_bytes(plan.kept_bytes(key))} already downloaded") from None
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskError(f"the disk filled up while downloading {item.path} into {plan.directory}",
+                                folder=plan.directory, free=free_bytes(plan.directory), needed=plan.remaining_bytes,
+                                hint=f"free {format_bytes(plan.remaining_bytes)} on that disk, then {again}: it "
+                                     f"continues from the {format_bytes(plan.kept_bytes(key))} kept") from None
+            failure: Exception = error
+        except Exception as error:      # the HTTP client's errors, after huggingface_hub's own retries
+            failure = error
+        # A connection that delivered bytes before it broke is picked up again at once (a Range
+        # request from what is kept: huggingface_hub < 1 does not retry a broken body itself);
+        # one that delivers nothing is reported.
+        if plan.kept_bytes(key) <= before:
+            raise ModelError(f"the download of {item.path} stopped: {failure}",
+                             hint=f"check the network, then {again}: it continues from the "
+                                  f"{format_bytes(plan.kept_bytes(key))} already downloaded") from None
     found = _hash_of(part, item)
     if found != _expected(item):
         part.unlink()
@@ -429,6 +437,20 @@ def _refuse_unloadable(part: Path, item: HubFile, plan: DownloadPlan) -> None:
         part.unlink()
         raise ModelError(f"{item.path} from {plan.repo_id}: {problems[0].message}",
                          hint=f"pass --repo {OFFICIAL_REPO} (the BF16 release)")
+
+
+@contextmanager
+def _progress_bars(shown: bool) -> Iterator[None]:
+    """huggingface_hub's progress bars on or off for one transfer (its public switch, which every
+    version since 0.14 has; `tqdm_class` is newer)."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    was_disabled = are_progress_bars_disabled()
+    if shown == was_disabled:
+        (enable_progress_bars if shown else disable_progress_bars)()
+    try:
+        yield
+    finally:
+        (disable_progress_bars if was_disabled else enable_progress_bars)()
 
 
 def _endpoint() -> str:
