@@ -528,14 +528,17 @@ def download_model(directory: str | Path, *, partition: str = ALL, revision: str
     groups = plan.groups
     for number, (key, items) in enumerate(groups.items(), 1):
         names = items[0].path + (f" (+ {len(items) - 1} identical)" if len(items) > 1 else "")
-        say(f"[{number}/{len(groups)}] {names}, {format_bytes(items[0].size)}")
         source = plan.in_place.get(key)
+        how = (f"identical to {source.relative_to(plan.directory)}: linked, not downloaded" if source is not None
+               else format_bytes(items[0].size))
+        say(f"[{number}/{len(groups)}] {names}, {how}")
         if source is None:
             _place(plan, _fetch(plan, key, items[0], progress=progress), items, record, downloaded=True)
             fetched.append(items[0].path)
         else:
             _place(plan, source, items, record, downloaded=False)   # verified already: linked, not fetched
-    report = verify_model(plan.directory, checksums=True, progress=progress)
+    # every hash is in the hash cache by now (put there as each file was placed): nothing to show
+    report = verify_model(plan.directory, checksums=True, progress=False)
     if not report.ok:
         report.raise_for_errors()
     if plan.directory.joinpath(PARTS).is_dir() and not any(plan.directory.joinpath(PARTS).iterdir()):
