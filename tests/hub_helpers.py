@@ -149,12 +149,6 @@ class TestHub:
         return app
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def serve_folder(root: Path) -> dict[str, ServedFile]:
     return {str(p.relative_to(root)): ServedFile(str(p.relative_to(root)), p.read_bytes())
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -182,10 +176,14 @@ class RunningHub:
     def __init__(self, hub: TestHub) -> None:
         import uvicorn
         self.hub = hub
-        port = _free_port()
+        # the listening socket is bound here and handed to uvicorn: no other process can take the
+        # port between choosing it and serving on it
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        port = self.socket.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(hub.app(), host="127.0.0.1", port=port, log_level="critical",
                                                     lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
         hub.url = f"http://127.0.0.1:{port}"
 
     def __enter__(self) -> TestHub:
@@ -203,6 +201,7 @@ class RunningHub:
         self.hub.release.set()
         self.server.should_exit = True
         self.thread.join(READY_TIMEOUT)
+        self.socket.close()
 
 
 def hub_env(tmp_path: Path, hub: TestHub) -> dict[str, str]:
