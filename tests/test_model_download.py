@@ -312,3 +312,12 @@ def test_a_server_that_delivers_nothing_is_reported_not_retried_forever(hub: Tes
     assert f"the download of {path} stopped" in caught.value.message
     assert f"h3bridge model download {tmp_path / 'm'} --partition FL2VA" in (caught.value.hint or "")
     assert 1 <= len(hub.gets(path)) <= 6        # huggingface_hub's own retries at most, then one report
+
+
+def test_offline_mode_is_named_with_its_fix(hub: TestHub, tmp_path: Path) -> None:
+    env = hub_env(tmp_path, hub)
+    env["HF_HUB_OFFLINE"] = "1"
+    done = subprocess.run([str(Path(sys.executable).with_name("h3bridge")), "model", "download", str(tmp_path / "m")],
+                          env=env, capture_output=True, text=True, timeout=BOUND * 2)
+    assert done.returncode == 2 and "HF_HUB_OFFLINE is set" in done.stderr and "unset HF_HUB_OFFLINE" in done.stderr
+    assert not hub.log

@@ -178,7 +178,11 @@ def _write_record(directory: Path, record: dict[str, object]) -> None:
 
 
 def _hub_error(error: Exception, repo_id: str, revision: str, endpoint: str) -> H3BridgeError:
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import (GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+    if isinstance(error, OfflineModeIsEnabled):
+        return ModelError("huggingface_hub is in offline mode (HF_HUB_OFFLINE is set), so nothing can be downloaded",
+                          hint="unset HF_HUB_OFFLINE (`unset HF_HUB_OFFLINE`), then run the same command again")
     if isinstance(error, RevisionNotFoundError):
         return ModelError(f"revision {revision!r} does not exist in {repo_id}",
                           hint=f"pass --revision with a branch, tag or commit of {repo_id}, or leave --revision out "
