@@ -375,6 +375,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         # The real h3 compiles this file at run time from its own directory; simulators need none.
         note = "" if shaders.is_file() else f" (no h3_shaders.metal in {shaders.parent}: the real h3 needs it there)"
         record("engine", True, f"{engine_path}{note}")
+        record(*engine_commit_check(engine_path))
     except H3BridgeError as error:
         record("engine", False, error.message, error.hint)
     tools = locate_media_tools()
@@ -409,6 +410,28 @@ def run_doctor(args: argparse.Namespace) -> int:
             if check["fix"]:
                 print(f"          fix: {check['fix']}")
     return EXIT_OK if all(c["ok"] for c in checks) else EXIT_FAILURE
+
+
+def engine_commit_check(engine_path: Path) -> tuple[str, bool, str, str | None]:
+    """doctor's "h3 build" line: the h3.c commit the engine was built from (as build-engine
+    recorded it: h3 itself does not report its commit) and whether it is the pinned one."""
+    from .engine_build.record import PINNED_COMMIT, build_record
+    pinned = PINNED_COMMIT[:7]
+    if engine_path.name.startswith("h3-sim"):
+        return ("h3 build", True, f"h3-sim, h3bridge's simulator of h3.c {pinned}", None)
+    found = build_record(engine_path)
+    if found is None or found.commit is None:
+        why = ("h3 does not report its commit (its --info prints only H3_VERSION) and build-engine has no "
+               "record of building it" if found is None else f"built from {found.source}, which is not a git "
+               "clone or `git archive` tarball")
+        return ("h3 build", True, f"commit unknown: {why}; h3bridge is tested with h3.c {pinned}", None)
+    changes = " with local changes" if found.commit.endswith("+changes") else ""
+    commit = found.commit.split("+")[0][:7]
+    if found.matches_pin:
+        return ("h3 build", True, f"h3.c {commit}{changes}, the pinned commit", None)
+    return ("h3 build", False, f"h3.c {commit}{changes}, not the pinned {pinned} h3bridge is tested with",
+            f"build the pinned commit: `git -C {found.source} checkout {pinned}`, then "
+            f"`h3bridge build-engine {found.source}`")
 
 
 # ----------------------------------------------------------------------------- model: info, verify, plan
@@ -580,6 +603,8 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_
 from .engine_build import add_build_engine_command   # noqa: E402 (upstream's h3 + libh3 from h3.c's source)
 from .engines.library_build import add_build_library_command   # noqa: E402 (deprecated: build-engine)
 SUBCOMMANDS += [add_build_engine_command, add_build_library_command]
+from .model.download_cli import add_model_command   # noqa: E402 (`model download`: the checkpoint from the hub)
+SUBCOMMANDS += [add_model_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

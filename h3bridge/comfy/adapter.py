@@ -114,15 +114,39 @@ def resolve_model_dir(value: str, search_roots: Sequence[Path]) -> Path:
         if candidate.is_dir():
             return candidate
         raise ModelError(f"model directory {candidate} does not exist or is not a directory",
-                         hint="give the folder that holds FL2VA/ (and Ref2VA/)")
+                         hint=f"give the folder that holds FL2VA/ (and Ref2VA/), or {download_advice(candidate)}")
     tried = [root / candidate for root in search_roots]
     for path in tried:
         if path.is_dir():
             return path.resolve()
     where = ", ".join(str(p) for p in tried) or "(no model folders registered)"
+    download = f"{download_advice(tried[0])}; or " if tried else ""
     raise ModelError(f"model directory {text!r} was not found (looked in {where})",
-                     hint=f"put the MiniMax-H3 folder in ComfyUI/models/{MODEL_FOLDER}/{text}, "
+                     hint=f"{download}put the MiniMax-H3 folder in ComfyUI/models/{MODEL_FOLDER}/{text}, "
                           "or give an absolute path")
+
+
+def download_advice(directory: Path) -> str:
+    """The exact command that puts the model at `directory`, with its size."""
+    from ..model.download import FL2VA, PARTITION_SIZE_NOTE, download_command
+    return (f"download it: `{download_command(directory)}` ({PARTITION_SIZE_NOTE}; "
+            f"`--partition {FL2VA}` alone serves every job without references)")
+
+
+def installed_models(search_roots: Sequence[Path]) -> list[str]:
+    """The model folders under the registered model folders (ComfyUI/models/h3/*): those holding
+    FL2VA/ or Ref2VA/ (an unfinished download is listed too: H3 Engine says what it lacks)."""
+    from ..model.inventory import PARTITIONS
+    names: dict[str, None] = {}
+    for root in search_roots:
+        try:
+            children = sorted(root.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if child.is_dir() and any((child / partition).is_dir() for partition in PARTITIONS):
+                names.setdefault(child.name, None)
+    return list(names)
 
 
 def resolve_engine_path(value: str) -> Path:
@@ -171,6 +195,14 @@ def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path | 
     if model_dir.strip() == DEFAULT_MODEL_NAME and not any((root / DEFAULT_MODEL_NAME).is_dir()
                                                            for root in search_roots):
         return None
+    model = resolve_model_dir(model_dir, search_roots)
+    check_model_layout(model)
+    return model
+
+
+def check_model_setting_strict(model_dir: str, search_roots: Sequence[Path]) -> Path:
+    """H3 Model's queue-time check: the chosen folder must be there and laid out right (the
+    default name included: that node has no remote mode that would not read it)."""
     model = resolve_model_dir(model_dir, search_roots)
     check_model_layout(model)
     return model

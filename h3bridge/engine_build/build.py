@@ -45,6 +45,8 @@ from filelock import FileLock, Timeout
 
 from ..errors import EngineNotFoundError, LibraryBuildError
 from ..userdirs import cache_dir
+from .diagnose import diagnose
+from .record import commit_of_clone, commit_of_tarball, record_build
 
 PORTABLE_DIR = Path(__file__).resolve().parent / "portable"
 PORTABLE_SOURCES = ("h3_portable_gpu.c", "h3_portable_metal.c", "h3_portable_tokenizer.c",
@@ -269,7 +271,7 @@ def _engines_dir(cache_root: Path | None = None) -> Path:
     return (cache_root if cache_root is not None else cache_dir()) / "engines"
 
 
-def _build_portable(folder: Path, log: Log, cache_root: Path | None = None) -> BuiltEngine:
+def _build_portable(folder: Path, log: Log, cache_root: Path | None = None, commit: str | None = None) -> BuiltEngine:
     source = read_source(folder)
     compiler = find_compiler()
     identity = compiler_identity(compiler)
@@ -280,6 +282,7 @@ def _build_portable(folder: Path, log: Log, cache_root: Path | None = None) -> B
     built = BuiltEngine(program=final / PROGRAM_NAME, library=final / LIBRARY_NAME, source_hash=digest,
                         backend="portable", cached=True)
     if (final / MANIFEST_NAME).is_file():
+        record_build(built.program, commit, source.folder, cache_root)
         return built
     try:
         with FileLock(str(engines / f"{digest[:16]}.lock"), timeout=LOCK_TIMEOUT):
@@ -294,7 +297,7 @@ def _build_portable(folder: Path, log: Log, cache_root: Path | None = None) -> B
                     leftover.unlink()
                 _check_built(work)
                 manifest = {"format": BUILD_FORMAT, "source": str(source.folder), "source_hash": digest,
-                            "compiler": identity, "flags": list(C_FLAGS)}
+                            "compiler": identity, "flags": list(C_FLAGS), "commit": commit}
                 (work / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
                 if final.exists():          # a half-made folder from an older, interrupted layout
                     shutil.rmtree(final)
@@ -305,22 +308,33 @@ def _build_portable(folder: Path, log: Log, cache_root: Path | None = None) -> B
     except Timeout:
         raise LibraryBuildError(f"another build of this engine has held {engines / (digest[:16] + '.lock')} "
                                 f"for {LOCK_TIMEOUT:.0f} s", hint="wait for it, or stop the other build-engine") from None
+    record_build(built.program, commit, source.folder, cache_root)
     return BuiltEngine(program=built.program, library=built.library, source_hash=digest, backend="portable",
                        cached=False)
 
 
 # ----------------------------------------------------------------------------- macOS: upstream's make
 
-def _build_metal(folder: Path, log: Log) -> BuiltEngine:
+def _build_metal(folder: Path, log: Log, cache_root: Path | None = None, commit: str | None = None) -> BuiltEngine:
     from ..engines.library_build import build_library, make_program
     source = read_source(folder)
     make = make_program()
     log(f"make in {source.folder}")
-    done = subprocess.run([make], cwd=str(source.folder), timeout=COMPILE_TIMEOUT)
+    # the compiler's errors are read (diagnose.py) as well as shown
+    done = subprocess.run([make], cwd=str(source.folder), timeout=COMPILE_TIMEOUT, stderr=subprocess.PIPE, text=True,
+                          errors="replace")
     if done.returncode != 0:
+        known = diagnose(done.stderr or "", source.folder)
+        if known is not None:
+            raise LibraryBuildError(f"`make` failed in {source.folder}: {known[0]}", hint=known[1],
+                                    compiler_output=done.stderr or "")
         raise LibraryBuildError(f"`make` failed in {source.folder} (exit {done.returncode}); its errors are above",
-                                hint="upstream builds only on Apple Silicon with Xcode's command line tools")
+                                hint="upstream builds only on Apple Silicon with Xcode's command line tools",
+                                compiler_output=done.stderr or "")
+    if done.stderr:
+        print(done.stderr, end="", file=sys.stderr)       # make's warnings, as it would have shown them
     library = build_library(source.folder, log=log)
+    record_build(source.folder / PROGRAM_NAME, commit, source.folder, cache_root)
     digest = source_hash(source, "make")
     return BuiltEngine(program=source.folder / PROGRAM_NAME, library=library, source_hash=digest,
                        backend="metal", cached=False)
@@ -336,7 +350,10 @@ def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda 
                                   hint="give a clone (`git clone https://github.com/antirez/h3.c`) or its "
                                        "source tarball")
     if source.is_dir():
-        return _build_metal(source, log) if system == "darwin" else _build_portable(source, log, cache_root)
+        commit = commit_of_clone(source)
+        return (_build_metal(source, log, cache_root, commit) if system == "darwin"
+                else _build_portable(source, log, cache_root, commit))
+    commit = commit_of_tarball(source)
     if not tarfile.is_tarfile(source):
         raise EngineNotFoundError(f"{source} is neither a folder nor a tar archive",
                                   hint="give an h3.c clone, or a .tar.gz made by `git archive`")
@@ -348,10 +365,10 @@ def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda 
             target.mkdir(parents=True, exist_ok=True)
             _unpack(source, target)
         folder = target if (target / "h3.h").is_file() else next(target.glob("*/h3.h")).parent
-        return _build_metal(folder, log)
+        return _build_metal(folder, log, cache_root, commit)
     _engines_dir(cache_root).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".source.", dir=_engines_dir(cache_root)) as unpacked:
-        return _build_portable(_unpack(source, Path(unpacked)), log, cache_root)
+        return _build_portable(_unpack(source, Path(unpacked)), log, cache_root, commit)
 
 
 # ----------------------------------------------------------------------------- the command

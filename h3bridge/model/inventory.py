@@ -49,7 +49,8 @@ from .problem import Problem
 FL2VA, REF2VA = "FL2VA", "Ref2VA"
 PARTITIONS = (FL2VA, REF2VA)
 OFFICIAL_REPO = "MiniMaxAI/MiniMax-H3"
-DOWNLOAD_HINT = f"download the official layout: `huggingface-cli download {OFFICIAL_REPO} --local-dir DIR`"
+DOWNLOAD_HINT = (f"download the official layout: `h3bridge model download DIR` (or "
+                 f"`huggingface-cli download {OFFICIAL_REPO} --local-dir DIR`)")
 HF_DOWNLOAD_CACHE = Path(".cache") / "huggingface" / "download"   # `--local-dir` keeps partial files here
 
 
@@ -402,10 +403,13 @@ def _report_tree_findings(root: Path, add: Callable[[Problem], None], appledoubl
             + ("; h3 skips them in --info but tries to load them as weights and fails" if weights else ""),
             f"delete them: `dot_clean -m {root}` or `find {root} -name '._*' -delete`", appledouble[0]))
     if partial:
+        ours = root / ".cache" / "h3bridge" in partial[0].parents     # `h3bridge model download`'s .part files
+        resume = (f"`h3bridge model download {root}`" if ours
+                  else f"`huggingface-cli download {OFFICIAL_REPO} --local-dir {root}`")
         add(Problem("error", "partial-download",
                     f"unfinished download: {len(partial)} partial file(s), e.g. {partial[0]}",
-                    f"resume the download (`huggingface-cli download {OFFICIAL_REPO} --local-dir {root}` "
-                    "continues where it stopped), then run `h3bridge verify --checksums`", partial[0]))
+                    f"resume the download ({resume} continues where it stopped), then run "
+                    "`h3bridge verify --checksums`", partial[0]))
     if gguf:
         add(Problem("error", "gguf",
                     f"GGUF file(s) h3 cannot read (it reads BF16/F32 safetensors only), e.g. {gguf[0]}",

@@ -1,0 +1,550 @@
+"""`h3bridge model download`: the official MiniMax-H3 checkpoint from the Hugging Face hub, on
+`huggingface_hub`.
+
+What upstream says about the files (h3.c 8974cc0 and its pull requests, see inventory.py):
+  - the repository is `MiniMaxAI/MiniMax-H3` (antirez/h3.c PR 22 and PR 43 README:
+    `hf download MiniMaxAI/MiniMax-H3 --local-dir ./MiniMax-H3 --include "FL2VA/*"`);
+  - h3 reads the `FL2VA/` tree for every job and `Ref2VA/` for reference jobs (h3.c h3_load_dir,
+    h3_generate); Ref2VA is "that optional 62 GiB checkpoint" (h3.c h3_load_dir's comment), i.e.
+    its own transformer: the other Ref2VA components are published identical to FL2VA's.
+    Which files are identical is not assumed here: it is read from the hub's own SHA-256 (the LFS
+    oid) of each file at the revision, and an identical file is downloaded and stored once (one
+    inode, hard-linked into both partitions; a copy where the disk cannot link).
+
+Pinned revision: `main`. No commit hash of MiniMaxAI/MiniMax-H3 appears in upstream's source,
+README or pull requests (they all download the default branch), and the hub cannot be reached
+from where h3bridge is developed, so the pin is the name upstream documents. What pins the files
+is the commit `main` resolves to at the first run: it is recorded in DIR/.cache/h3bridge/download.json
+and every rerun continues that same commit, so a moved `main` never mixes two snapshots.
+
+Resuming: each file is fetched with huggingface_hub's `http_get` (Range requests, retries on a
+dropped connection) into DIR/.cache/h3bridge/download/<hash>.part, which survives Ctrl-C and is
+continued from its size by the next run; a finished file is hashed (SHA-256 against the hub's
+LFS oid; the git blob id for small files), its safetensors header checked (what h3 cannot load:
+misaligned data, quantized tensors), then linked into place atomically. A file at a destination
+that h3bridge did not put there and that differs from the hub's is never replaced.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError
+from .inventory import (
+    FL2VA,
+    OFFICIAL_REPO,
+    PARTITIONS,
+    QUANTIZED_NAME,
+    REF2VA,
+    REF2VA_MARKER,
+    REQUIRED_FILES,
+    Component,
+    format_bytes,
+    inspect_model,
+)
+from .problem import Problem
+from .safetensors import read_header
+
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+PINNED_REVISION = "main"         # see the module doc: no commit hash is published upstream
+ALL = "all"
+PARTITION_CHOICES = (FL2VA, REF2VA, ALL)
+RECORD = Path(".cache") / "h3bridge" / "download.json"
+PARTS = Path(".cache") / "h3bridge" / "download"
+# What upstream measured (README's sizes table): one partition is ~134 GiB (DiT 61.7 GiB,
+# text encoder 62.1 GiB, VAEs 10.2 GiB); the exact figure is printed before a download starts.
+PARTITION_SIZE_NOTE = "about 134 GiB per partition; Ref2VA adds its own ~62 GiB transformer, the rest is shared"
+# h3 recognises a model by these (h3.c h3_load_dir): they are placed last, so an unfinished
+# download never looks like a model h3 would load.
+_MARKERS = tuple(f"{FL2VA}/{name}" for name in REQUIRED_FILES) + (f"{REF2VA}/{REF2VA_MARKER}",)
+
+
+def download_command(directory: str | Path, partition: str = ALL) -> str:
+    """The exact command that downloads the model into `directory` (for messages and nodes)."""
+    extra = "" if partition == ALL else f" --partition {partition}"
+    return f"h3bridge model download {directory}{extra}"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str                # relative to the repository root, e.g. FL2VA/transformer/config.json
+    size: int
+    sha256: str | None       # the LFS oid (large files)
+    blob_id: str | None      # the git blob id (small files, not in LFS)
+
+    @property
+    def key(self) -> str:
+        """What identical files share: the content hash the hub publishes."""
+        return self.sha256 or f"git-{self.blob_id}"
+
+
+@dataclass
+class DownloadPlan:
+    repo_id: str
+    revision: str
+    commit: str
+    directory: Path
+    files: list[HubFile]
+    done: set[str] = field(default_factory=set)                 # paths already in place and verified
+    replaceable: set[str] = field(default_factory=set)          # h3bridge's own files of another commit
+    links: bool = True                                          # the disk can hard-link
+    partition: str = ALL                                        # as asked (--partition), for messages
+
+    @property
+    def groups(self) -> dict[str, list[HubFile]]:
+        """Files still to place, by content: identical files are fetched once. Markers last."""
+        grouped: dict[str, list[HubFile]] = defaultdict(list)
+        for item in sorted(self.files, key=lambda f: (f.path in _MARKERS, f.path)):
+            if item.path not in self.done:
+                grouped[item.key].append(item)
+        return dict(grouped)
+
+    def part_path(self, key: str) -> Path:
+        return self.directory / PARTS / f"{key}.part"
+
+    def kept_bytes(self, key: str) -> int:
+        try:
+            return self.part_path(key).stat().st_size
+        except OSError:
+            return 0
+
+    @property
+    def in_place(self) -> dict[str, Path]:
+        """Contents already here (a verified file at one of their destinations): the files still
+        missing with the same content are linked to it, not downloaded (FL2VA first, Ref2VA later)."""
+        return {f.key: self.directory / f.path for f in self.files if f.path in self.done}
+
+    @property
+    def remaining_bytes(self) -> int:
+        """Disk the rest of the download takes: each missing content once, less what a previous
+        run left in its .part; one more copy per extra destination where links do not work."""
+        total = 0
+        here = self.in_place
+        for key, items in self.groups.items():
+            if key not in here:
+                total += max(items[0].size - self.kept_bytes(key), 0)
+            if not self.links:
+                total += items[0].size * (len(items) - (0 if key in here else 1))
+        return total
+
+    @property
+    def shared(self) -> list[HubFile]:
+        """Ref2VA files identical (by the hub's hash) to an FL2VA file."""
+        fl2va = {f.key for f in self.files if f.path.startswith(FL2VA + "/")}
+        return [f for f in self.files if f.path.startswith(REF2VA + "/") and f.key in fl2va]
+
+    def summary(self) -> str:
+        by_partition = {name: sum(f.size for f in self.files if f.path.startswith(name + "/")) for name in PARTITIONS}
+        parts = ", ".join(f"{name} {format_bytes(size)}" for name, size in by_partition.items() if size)
+        shared = self.shared
+        stored = sum(f.size for f in {f.key: f for f in self.files}.values())
+        line = (f"{self.repo_id} at {self.revision} (commit {self.commit[:12]}): {len(self.files)} files, {parts}; "
+                f"{format_bytes(stored)} on disk")
+        if shared:
+            line += (f" ({len(shared)} Ref2VA files, {format_bytes(sum(f.size for f in shared))}, are identical to "
+                     f"FL2VA's by the hub's SHA-256 and are stored once)")
+        return line + f"; still to download: {format_bytes(self.remaining_bytes)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The record of what h3bridge placed (so its own files of an older commit may be replaced)
+
+
+def _read_record(directory: Path) -> dict[str, object]:
+    try:
+        value = json.loads((directory / RECORD).read_text())
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_record(directory: Path, record: dict[str, object]) -> None:
+    from .verify import _atomic_write_json   # the one atomic JSON writer
+    _atomic_write_json(directory / RECORD, record)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: what the hub has, what is here, whether it fits
+
+
+def _hub_error(error: Exception, repo_id: str, revision: str, endpoint: str) -> H3BridgeError:
+    from huggingface_hub.errors import (GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+    if isinstance(error, OfflineModeIsEnabled):
+        return ModelError("huggingface_hub is in offline mode (HF_HUB_OFFLINE is set), so nothing can be downloaded",
+                          hint="unset HF_HUB_OFFLINE (`unset HF_HUB_OFFLINE`), then run the same command again")
+    if isinstance(error, RevisionNotFoundError):
+        return ModelError(f"revision {revision!r} does not exist in {repo_id}",
+                          hint=f"pass --revision with a branch, tag or commit of {repo_id}, or leave --revision out "
+                               f"(the pinned revision is {PINNED_REVISION!r})")
+    if isinstance(error, GatedRepoError):
+        return ModelError(f"{repo_id} needs you to accept its licence before downloading",
+                          hint=f"accept it on {endpoint}/{repo_id}, then log in with `hf auth login` and run the "
+                               "same command again")
+    if isinstance(error, RepositoryNotFoundError):
+        return ModelError(f"repository {repo_id} not found on {endpoint}",
+                          hint=f"pass --repo {OFFICIAL_REPO} (the official checkpoint), or log in with "
+                               "`hf auth login` if it is private")
+    return ModelError(f"cannot reach {endpoint}: {error}",
+                      hint="check the network (and HF_ENDPOINT if you set it), then run the same command again: "
+                           "it continues where it stopped")
+
+
+def _list_hub_files(repo_id: str, revision: str, endpoint: str) -> tuple[str, list[HubFile]]:
+    from huggingface_hub import HfApi
+    try:
+        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
+    except Exception as error:       # every hub/network failure is turned into a message with a fix
+        raise _hub_error(error, repo_id, revision, endpoint) from None
+    files = [HubFile(path=s.rfilename, size=int(s.lfs.size if s.lfs else (s.size or 0)),
+                     sha256=s.lfs.sha256 if s.lfs else None, blob_id=s.blob_id)
+             for s in (info.siblings or [])]
+    if not info.sha:
+        raise ModelError(f"{endpoint} gave no commit for {repo_id} at {revision!r}",
+                         hint="check HF_ENDPOINT: it must point to a Hugging Face hub")
+    for item in files:
+        # names and hashes become paths here: nothing may point outside DIR
+        parts = item.path.split("/")
+        if item.path.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in item.path \
+                or not _HEX.fullmatch(item.key.removeprefix("git-")):
+            raise ModelError(f"{endpoint} lists a file h3bridge will not write: {item.path!r} (hash {item.key!r})",
+                             hint="check HF_ENDPOINT: it must point to a Hugging Face hub or a faithful mirror")
+    return info.sha, files
+
+
+def _refuse_repack(repo_id: str, files: list[HubFile]) -> None:
+    """What h3 cannot load, told from the file list before anything is downloaded."""
+    names = [f.path for f in files]
+    if f"{FL2VA}/{REQUIRED_FILES[0]}" not in names:
+        singles = [n for n in names if n.endswith((".safetensors", ".gguf"))]
+        quantized = [n for n in singles if QUANTIZED_NAME.search(n)]
+        what = (f"single-file weights such as {singles[0]} (a ComfyUI-style repack"
+                + (f", quantized: {quantized[0]}" if quantized else "") + ")") if singles else "no FL2VA/ tree"
+        raise ModelError(f"{repo_id} is not the official MiniMax-H3 layout h3 reads (FL2VA/ and Ref2VA/ sharded "
+                         f"BF16/F32 safetensors): it has {what}; h3 cannot load it",
+                         hint=f"pass --repo {OFFICIAL_REPO} (or leave --repo out)")
+    quantized = [n for n in names if n.endswith(".safetensors") and QUANTIZED_NAME.search(n.rsplit("/", 1)[-1])]
+    if quantized:
+        raise ModelError(f"{repo_id} holds quantized weights ({quantized[0]}); h3 loads BF16/F32 weights only",
+                         hint=f"pass --repo {OFFICIAL_REPO} (or leave --repo out)")
+
+
+def _hash_of(path: Path, item: HubFile) -> str:
+    """The hash the hub publishes for `item`, computed over `path`: SHA-256 for LFS files, the
+    git blob id (sha1 of 'blob <size>\\0' + content) for small ones."""
+    from .verify import sha256_file
+    if item.sha256:
+        return sha256_file(path)
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _expected(item: HubFile) -> str:
+    return item.sha256 or item.blob_id or ""
+
+
+def _links_work(directory: Path) -> bool:
+    probe = directory / PARTS
+    probe.mkdir(parents=True, exist_ok=True)
+    source = probe / f".link-probe-{os.getpid()}"
+    target = probe / f".link-probe-{os.getpid()}.2"
+    try:
+        source.write_bytes(b"")
+        os.link(source, target)
+        return True
+    except OSError:
+        return False
+    finally:
+        for path in (source, target):
+            path.unlink(missing_ok=True)
+
+
+def _check_directory(directory: Path, partition: str) -> None:
+    """Before anything is fetched: DIR must be new, empty, or a model folder (ours or a
+    Hugging Face download) - never somebody's other files, never a repack."""
+    if directory.exists() and not directory.is_dir():
+        raise ModelError(f"{directory} is a file, not a folder",
+                         hint="pass a new folder as DIR, e.g. ~/models/MiniMax-H3")
+    if directory.is_dir():
+        entries = [p.name for p in directory.iterdir() if p.name != ".cache"]
+        if entries and not any(name in PARTITIONS for name in entries):
+            inventory = inspect_model(directory, read_headers=False)
+            reason = next((p.message for p in inventory.problems if p.kind in ("comfyui-repack", "gguf")),
+                          f"it holds other files ({', '.join(sorted(entries)[:3])})")
+            raise ModelError(f"{directory} is not a MiniMax-H3 folder: {reason}; h3bridge downloads only into a "
+                             "new or empty folder, or one that already holds FL2VA/ or Ref2VA/",
+                             hint=f"pass a new folder as DIR: `{download_command(directory.parent / 'MiniMax-H3', partition)}`")
+    if partition == REF2VA and not (directory / FL2VA).is_dir():
+        raise ModelError("--partition Ref2VA alone cannot run: h3 needs FL2VA for every job (Ref2VA only adds "
+                         "reference jobs)", hint=f"pass --partition all (Ref2VA shares most files with FL2VA): "
+                                                 f"`{download_command(directory)}`")
+
+
+def plan_download(directory: str | Path, *, partition: str = ALL, revision: str | None = None,
+                  repo_id: str = OFFICIAL_REPO, endpoint: str | None = None) -> DownloadPlan:
+    """Ask the hub what `partition` is at `revision`, and see what `directory` already holds.
+    Raises (ModelError, IntegrityError) before anything is downloaded."""
+    from huggingface_hub import constants
+    if partition not in PARTITION_CHOICES:
+        raise ModelError(f"unknown partition {partition!r}",
+                         hint=f"pass --partition with one of {', '.join(PARTITION_CHOICES)}")
+    directory = Path(directory).expanduser()
+    endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+    _check_directory(directory, partition)
+    record = _read_record(directory)
+    asked = revision or str(record.get("revision") or PINNED_REVISION)
+    same = record.get("repo_id") == repo_id and record.get("revision") == asked and isinstance(record.get("commit"), str)
+    commit, files = _list_hub_files(repo_id, str(record["commit"]) if same else asked, endpoint)
+    _refuse_repack(repo_id, files)
+    wanted = PARTITIONS if partition == ALL else (partition,)
+    files = [f for f in files if f.path.split("/", 1)[0] in wanted]
+    plan = DownloadPlan(repo_id=repo_id, revision=asked, commit=commit, directory=directory, files=files,
+                        partition=partition)
+    placed = record.get("placed") if isinstance(record.get("placed"), dict) else {}
+    _find_done(plan, placed)      # type: ignore[arg-type]
+    directory.mkdir(parents=True, exist_ok=True)
+    plan.links = _links_work(directory)
+    return plan
+
+
+def _find_done(plan: DownloadPlan, placed: dict[str, str]) -> None:
+    """Files already at their destination with the hub's hash are done; h3bridge's own files of
+    another commit may be replaced; anything else there is the user's and stops the download."""
+    from .verify import FileIdentity, HashCache
+    cache = HashCache().load()
+    for item in plan.files:
+        destination = plan.directory / item.path
+        if not destination.exists() and not destination.is_symlink():
+            continue
+        if not destination.is_file():
+            raise ModelError(f"{destination} is in the way: it is not a regular file",
+                             hint=f"move it away (`mv {destination} {destination}.mine`), then run the same command again")
+        identity = FileIdentity.of(destination)
+        known = cache.get(identity) if item.sha256 else None
+        found = known or _hash_of(destination, item)
+        if item.sha256 and not known:
+            cache.put(identity, found)
+        if found == _expected(item):
+            plan.done.add(item.path)
+        elif placed.get(item.path) == found:
+            plan.replaceable.add(item.path)     # ours, from another commit: the new one replaces it
+        else:
+            raise ModelError(f"{destination} already exists and differs from {plan.repo_id}'s file at commit "
+                             f"{plan.commit[:12]}; h3bridge does not overwrite files it did not download",
+                             hint=f"move it away (`mv {destination} {destination}.mine`), then run the same command again")
+    cache.save()
+
+
+def free_bytes(directory: Path) -> int:
+    """Free space on the disk that holds `directory` (its nearest existing folder)."""
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            return shutil.disk_usage(folder).free
+    return shutil.disk_usage("/").free
+
+
+def check_space(plan: DownloadPlan, free: int) -> None:
+    """Refuse before fetching anything when the rest of the download does not fit in `free` bytes."""
+    needed = plan.remaining_bytes
+    if needed > free:
+        smaller = ("" if len({f.path.split('/', 1)[0] for f in plan.files}) == 1 else
+                   f", or fetch only FL2VA for now (`{download_command(plan.directory, FL2VA)}`)")
+        raise DiskError(f"not enough free disk for the download into {plan.directory}: {format_bytes(needed)} still "
+                        f"to download, {format_bytes(free)} free", folder=plan.directory, free=free, needed=needed,
+                        before_start=True,
+                        hint=f"free {format_bytes(needed - free)} on that disk, or pass a DIR on a bigger disk{smaller}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetching
+
+
+def _fetch(plan: DownloadPlan, key: str, item: HubFile, *, progress: bool) -> Path:
+    """Bring one content to its .part file (continuing a previous run's), and check it."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+    part = plan.part_path(key)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    if plan.kept_bytes(key) > item.size:
+        part.unlink()              # longer than the file: not a prefix of it
+    url = hf_hub_url(plan.repo_id, item.path, revision=plan.commit, endpoint=_endpoint())
+    again = f"run the same command again (`{download_command(plan.directory, plan.partition)}`)"
+    while True:
+        before = plan.kept_bytes(key)
+        try:
+            with open(part, "ab") as handle:
+                with _progress_bars(progress):     # huggingface_hub's own bar: bytes, rate, ETA
+                    http_get(url, handle, resume_size=handle.tell(), headers=build_hf_headers(),
+                             expected_size=item.size, displayed_filename=item.path)
+            break
+        except H3BridgeError:
+            raise
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskError(f"the disk filled up while downloading {item.path} into {plan.directory}",
+                                folder=plan.directory, free=free_bytes(plan.directory), needed=plan.remaining_bytes,
+                                hint=f"free {format_bytes(plan.remaining_bytes)} on that disk, then {again}: it "
+                                     f"continues from the {format_bytes(plan.kept_bytes(key))} kept") from None
+            failure: Exception = error
+        except Exception as error:      # the HTTP client's errors, after huggingface_hub's own retries
+            failure = error
+        # A connection that delivered bytes before it broke is picked up again at once (a Range
+        # request from what is kept: huggingface_hub < 1 does not retry a broken body itself);
+        # one that delivers nothing is reported.
+        if plan.kept_bytes(key) <= before:
+            raise ModelError(f"the download of {item.path} stopped: {failure}",
+                             hint=f"check the network, then {again}: it continues from the "
+                                  f"{format_bytes(plan.kept_bytes(key))} already downloaded") from None
+    found = _hash_of(part, item)
+    if found != _expected(item):
+        part.unlink()
+        kind = "sha256" if item.sha256 else "git blob id"
+        raise IntegrityError(f"{item.path}: the downloaded file has {kind} {found}, but {plan.repo_id} publishes "
+                             f"{_expected(item)} at commit {plan.commit[:12]}: it was damaged on the way and is "
+                             "discarded (nothing was put in place)", path=plan.directory / item.path,
+                             hint="run the same command again to download it again; if it fails the same way, a "
+                                  "proxy or the mirror in HF_ENDPOINT is serving a different file")
+    if item.path.endswith(".safetensors"):
+        _refuse_unloadable(part, item, plan)
+    return part
+
+
+def _refuse_unloadable(part: Path, item: HubFile, plan: DownloadPlan) -> None:
+    """The header checks `h3bridge info` makes (misaligned data, quantized tensors), on the file."""
+    from .inventory import ComponentSpec, _check_quantized
+    problems: list[Problem] = []
+    try:
+        header = read_header(part)
+    except IntegrityError as error:
+        part.unlink()
+        raise IntegrityError(f"{item.path} from {plan.repo_id}: {error.message.split(': ', 1)[-1]}; h3 cannot load it",
+                             path=plan.directory / item.path,
+                             hint=f"pass --repo {OFFICIAL_REPO} (the official shards)") from None
+    component = Component(partition=item.path.split("/", 1)[0], spec=ComponentSpec("file", item.path, item.path),
+                          directory=plan.directory / item.path, shards=[header])
+    _check_quantized(component, problems.append)
+    if problems:
+        part.unlink()
+        raise ModelError(f"{item.path} from {plan.repo_id}: {problems[0].message}",
+                         hint=f"pass --repo {OFFICIAL_REPO} (the BF16 release)")
+
+
+@contextmanager
+def _progress_bars(shown: bool) -> Iterator[None]:
+    """huggingface_hub's progress bars on or off for one transfer (its public switch, which every
+    version since 0.14 has; `tqdm_class` is newer)."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    was_disabled = are_progress_bars_disabled()
+    if shown == was_disabled:
+        (enable_progress_bars if shown else disable_progress_bars)()
+    try:
+        yield
+    finally:
+        (disable_progress_bars if was_disabled else enable_progress_bars)()
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+    return constants.ENDPOINT.rstrip("/")
+
+
+def _place(plan: DownloadPlan, part: Path, items: list[HubFile], record: dict[str, object], *,
+           downloaded: bool) -> None:
+    """Put one verified content at each of its destinations: a hard link (one inode for files
+    FL2VA and Ref2VA share), else a copy; each appears atomically and never replaces a file
+    h3bridge did not put there."""
+    from huggingface_hub._local_folder import write_download_metadata   # the format `hf download --local-dir` reads
+    from .verify import FileIdentity, HashCache
+    cache = HashCache().load()
+    placed = record.setdefault("placed", {})
+    for item in items:
+        destination = plan.directory / item.path
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        temporary = destination.with_name(f".{destination.name}.{os.getpid()}.h3bridge-tmp")
+        temporary.unlink(missing_ok=True)
+        if plan.links:
+            os.link(part, temporary)
+        else:
+            shutil.copyfile(part, temporary)
+        try:
+            if item.path in plan.replaceable:
+                os.replace(temporary, destination)
+            else:
+                os.link(temporary, destination) if plan.links else _rename_new(temporary, destination)
+        except FileExistsError:
+            raise ModelError(f"{destination} appeared while downloading; h3bridge does not overwrite it",
+                             hint=f"move it away (`mv {destination} {destination}.mine`), then run the same command "
+                                  "again") from None
+        finally:
+            temporary.unlink(missing_ok=True)
+        if item.sha256:
+            cache.put(FileIdentity.of(destination), item.sha256)
+            write_download_metadata(plan.directory, item.path, plan.commit, item.sha256)
+        placed[item.path] = _expected(item)           # type: ignore[index]
+        plan.done.add(item.path)
+    _write_record(plan.directory, record)
+    cache.save()
+    if downloaded:
+        part.unlink(missing_ok=True)     # the .part; its content now lives at the destinations
+
+
+def _rename_new(source: Path, destination: Path) -> None:
+    if destination.exists():
+        raise FileExistsError(destination)
+    os.rename(source, destination)
+
+
+@dataclass
+class DownloadResult:
+    plan: DownloadPlan
+    fetched: list[str]
+    report: object          # verify.VerifyReport
+
+
+def download_model(directory: str | Path, *, partition: str = ALL, revision: str | None = None,
+                   repo_id: str = OFFICIAL_REPO, progress: bool = True,
+                   free: Callable[[Path], int] = free_bytes, say: Callable[[str], None] | None = None) -> DownloadResult:
+    """Download (or continue downloading) `partition` of the checkpoint into `directory`, then
+    verify it. `free` reports the free bytes of a folder's disk (replaceable in tests)."""
+    from .verify import verify_model
+    say = say or (lambda text: print(text, file=sys.stderr))
+    plan = plan_download(directory, partition=partition, revision=revision, repo_id=repo_id)
+    say(plan.summary())
+    check_space(plan, free(plan.directory))
+    record = _read_record(plan.directory)
+    record.update({"repo_id": plan.repo_id, "revision": plan.revision, "commit": plan.commit})
+    _write_record(plan.directory, record)
+    fetched: list[str] = []
+    groups = plan.groups
+    for number, (key, items) in enumerate(groups.items(), 1):
+        names = items[0].path + (f" (+ {len(items) - 1} identical)" if len(items) > 1 else "")
+        source = plan.in_place.get(key)
+        how = (f"identical to {source.relative_to(plan.directory)}: linked, not downloaded" if source is not None
+               else format_bytes(items[0].size))
+        say(f"[{number}/{len(groups)}] {names}, {how}")
+        if source is None:
+            _place(plan, _fetch(plan, key, items[0], progress=progress), items, record, downloaded=True)
+            fetched.append(items[0].path)
+        else:
+            _place(plan, source, items, record, downloaded=False)   # verified already: linked, not fetched
+    # every hash is in the hash cache by now (put there as each file was placed): nothing to show
+    report = verify_model(plan.directory, checksums=True, progress=False)
+    if not report.ok:
+        report.raise_for_errors()
+    if plan.directory.joinpath(PARTS).is_dir() and not any(plan.directory.joinpath(PARTS).iterdir()):
+        plan.directory.joinpath(PARTS).rmdir()
+    return DownloadResult(plan=plan, fetched=fetched, report=report)

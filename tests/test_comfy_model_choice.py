@@ -1,0 +1,48 @@
+"""The missing-model message of the ComfyUI nodes (the exact download command and the size) and
+the list behind the H3 Model node (adapter level: no ComfyUI needed). The node itself, in-process:
+tests/test_comfy_model_node.py."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from h3bridge.cli import build_parser
+from h3bridge.comfy import adapter
+from h3bridge.errors import ModelError
+from h3bridge.sim.fixture import write_fixture_model
+
+
+def _download_command(hint: str) -> list[str]:
+    start = hint.index("`h3bridge model download ") + 1
+    return shlex.split(hint[start:hint.index("`", start)])
+
+
+def test_a_missing_model_name_says_the_exact_download_command_and_the_size(tmp_path: Path) -> None:
+    roots = [tmp_path / "ComfyUI/models/h3", tmp_path / "elsewhere/h3"]
+    with pytest.raises(ModelError) as caught:
+        adapter.resolve_model_dir(adapter.DEFAULT_MODEL_NAME, roots)
+    hint = caught.value.hint or ""
+    command = _download_command(hint)
+    assert command == ["h3bridge", "model", "download", str(roots[0] / "MiniMax-H3")]
+    args = build_parser().parse_args(command[1:])          # the suggested command is one the CLI takes
+    assert args.directory == roots[0] / "MiniMax-H3" and args.partition == "all"
+    assert "134 GiB per partition" in hint and "--partition FL2VA" in hint
+
+
+def test_a_missing_absolute_path_says_the_download_command_for_that_path(tmp_path: Path) -> None:
+    missing = tmp_path / "models" / "MiniMax-H3"
+    with pytest.raises(ModelError) as caught:
+        adapter.resolve_model_dir(str(missing), [])
+    assert _download_command(caught.value.hint or "") == ["h3bridge", "model", "download", str(missing)]
+
+
+def test_installed_models_lists_the_model_folders_under_every_root(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_fixture_model(first / "MiniMax-H3", ref2va=False)
+    (first / "not-a-model").mkdir()
+    (first / "loose.txt").write_text("x")
+    (second / "turbo" / "Ref2VA").mkdir(parents=True)        # an unfinished download is listed too
+    assert adapter.installed_models([first, second, tmp_path / "absent"]) == ["MiniMax-H3", "turbo"]
+    assert adapter.installed_models([]) == []
