@@ -259,6 +259,24 @@ def test_remote_engine_polls_a_server_without_the_stream(tmp_path: Path) -> None
     assert len([r for r in server.sent("GET") if r.url.path.endswith("/events")]) == 1
 
 
+def test_a_busy_stream_is_polled_for_that_job_and_asked_again_for_the_next(tmp_path: Path) -> None:
+    """429 (too many open streams) says nothing about the server's streams in general: that job is
+    polled, and the next job asks for its stream again."""
+    from core_helpers import ffmpeg
+    from test_remote import completed_server, job
+    mp4 = ffmpeg(tmp_path / "clip.mp4", "-f", "lavfi", "-i", "testsrc=s=96x64:r=24:d=0.9166667", "-f", "lavfi",
+                 "-i", "sine=sample_rate=32000:d=0.9166667", "-ac", "2", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+                 "-c:a", "aac").read_bytes()
+    server = completed_server(mp4)
+    server.answers[("GET", "/v1/videos/video_1/events")] = httpx.Response(
+        429, headers={"retry-after": "5"}, json={"error": {"code": "invalid_request", "message": "too many"}})
+    with server.engine() as engine:
+        engine.generate(fast_request(), tmp_path / "one.mp4")
+        server.answers[("GET", "/v1/videos/video_1")] = httpx.Response(200, json=job("completed", 100))
+        engine.generate(fast_request(), tmp_path / "two.mp4")
+    assert len([r for r in server.sent("GET") if r.url.path.endswith("/events")]) == 2
+
+
 class DropFirstStream(httpx.HTTPTransport):
     """A real transport that breaks the first event stream after its second event (as a proxy or
     a network would), and records each stream's Last-Event-ID."""

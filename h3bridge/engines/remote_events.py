@@ -87,7 +87,9 @@ class _Reader:
                 response.close()
             except Exception:        # noqa: BLE001 - closing a stream another thread reads; nothing to save
                 pass
-        self._thread.join(5.0)
+        # A read blocked in the socket may only return at the server's next keep-alive: the
+        # daemon thread is not waited for beyond a moment (it only ever puts into a queue nobody reads).
+        self._thread.join(0.5)
 
 
 def follow_events(engine: "RemoteEngine", job: VideoJob, started: float, on_progress: ProgressCallback | None,
@@ -110,8 +112,8 @@ def follow_events(engine: "RemoteEngine", job: VideoJob, started: float, on_prog
                                               "was kept") from None
                 continue
             if item.kind == "unavailable":
-                if opened_once:
-                    return None          # it was there a moment ago: the job is followed by polling
+                if opened_once or not _has_no_streams(item.value):
+                    return None          # busy, or the job is gone: this job is polled (which says why)
                 raise StreamUnavailable()
             if item.kind == "open":
                 opened_once, failures = True, 0
@@ -138,6 +140,21 @@ def follow_events(engine: "RemoteEngine", job: VideoJob, started: float, on_prog
                 return ended
     finally:
         reader.close()
+
+
+def _has_no_streams(response: httpx.Response) -> bool:
+    """Whether an answer to the stream's URL says the server has no event streams at all (no such
+    route, or not an event stream), rather than that it has none for now (429: too many open; a
+    job it no longer has: its 404 names `video_id`; a refused key)."""
+    if response.status_code == 200:
+        return True          # answered, but not with an event stream
+    if response.status_code == 404:
+        try:
+            error = response.json().get("error")
+        except (ValueError, AttributeError):
+            return True
+        return not (isinstance(error, dict) and error.get("param") == "video_id")
+    return response.status_code in (405, 501)
 
 
 def _handle(engine: "RemoteEngine", job: VideoJob, kind: str, data: str, started: float,
