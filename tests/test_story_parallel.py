@@ -74,25 +74,40 @@ def assert_same_film(path: Path, expected: tuple[np.ndarray, np.ndarray]) -> Non
 class GatedEngine(RemoteEngine):
     """A RemoteEngine that holds shot 1 back until shot 3 (after a cut) has started: a serial run
     would wait here forever (the bounded wait fails the test); a parallel one goes on at once.
-    It records when each shot starts and ends, to check that continuing shots wait."""
+    Neither of the two returns before the other has reported progress, so the story's progress
+    has them in flight together at that report (no timing involved). It records when each shot
+    starts and ends, to check that continuing shots wait."""
 
     def __init__(self, url: str, first: str, after_cut: str) -> None:
         super().__init__(url, api_key=KEY)
         self.first, self.after_cut = first, after_cut
         self.cut_started = threading.Event()
+        self.reported = {first: threading.Event(), after_cut: threading.Event()}
         self.log: list[tuple[str, str]] = []
         self._guard = threading.Lock()
 
     def generate(self, request, output=None, **options):
+        prompt = request.prompt
         with self._guard:
-            self.log.append(("start", request.prompt))
-        if request.prompt == self.after_cut:
+            self.log.append(("start", prompt))
+        if prompt == self.after_cut:
             self.cut_started.set()
-        if request.prompt == self.first:
+        if prompt == self.first:
             assert self.cut_started.wait(WAIT), "the shot after the cut never started while shot 1 was in flight"
+        if prompt in self.reported:
+            report = options.get("on_progress")
+
+            def reported(event) -> None:
+                if report is not None:
+                    report(event)
+                self.reported[prompt].set()
+            options["on_progress"] = reported
         result = super().generate(request, output, **options)
+        if prompt in self.reported:
+            other = self.after_cut if prompt == self.first else self.first
+            assert self.reported[other].wait(WAIT), f"{other!r} never reported progress"
         with self._guard:
-            self.log.append(("end", request.prompt))
+            self.log.append(("end", prompt))
         return result
 
 
@@ -131,6 +146,7 @@ def test_a_failing_shot_stops_the_others_and_keeps_what_finished(tmp_path: Path,
         def generate(self, request, output=None, **options):
             if request.prompt == prompts[2]:
                 self.cut_started.set()
+                self.reported[prompts[2]].set()      # (shot 1 does not wait for a shot that failed)
                 raise RemoteError("the server failed the job", url=self.base_url, engine_message="boom")
             return super().generate(request, output, **options)
 
@@ -153,7 +169,9 @@ def test_cancel_stops_every_shot_in_flight(tmp_path: Path, server) -> None:
         if len(report.in_flight) >= 2:
             cancel.cancel()
 
-    with RemoteEngine(server.url, api_key=KEY) as engine, pytest.raises(GenerationCancelled):
+    prompts = [shot.prompt for shot in storyboard.shots]
+    # (GatedEngine: shots 1 and 3 are reported in flight together, whatever the machine's load)
+    with GatedEngine(server.url, first=prompts[0], after_cut=prompts[2]) as engine, pytest.raises(GenerationCancelled):
         run_story(storyboard, tmp_path / "film.mp4", engine=engine, parallel=3,
                   on_progress=cancel_once_two_are_in_flight, cancel=cancel)
     assert not (tmp_path / "film.mp4").exists()
