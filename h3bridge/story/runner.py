@@ -382,8 +382,12 @@ class _Runner:
 
         with ThreadPoolExecutor(max_workers=min(self.parallel, len(chains)),
                                 thread_name_prefix="h3bridge-story-shot") as pool:
-            for future in [pool.submit(render_chain, chain) for chain in chains]:
-                future.result()
+            try:
+                for future in [pool.submit(render_chain, chain) for chain in chains]:
+                    future.result()
+            except BaseException:      # Ctrl-C in this thread: the shots in flight are cancelled, then it is raised
+                stop.cancel()
+                raise
         if failures:
             # the failure that stopped the story, not the cancels it caused in the other chains
             first = next((error for error in failures if not isinstance(error, GenerationCancelled)), failures[0])
