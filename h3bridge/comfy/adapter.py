@@ -797,7 +797,9 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             output = new_output_path(output_dir)
             options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
                            cancel=cancel)
-            if handle.previews and on_preview is not None:     # library mode (the preview VAE's memory is planned)
+            # library mode (the preview VAE's memory is planned), and remote mode: the previews a
+            # server streams (an `h3bridge serve` whose engine makes them; others send none)
+            if (handle.previews or handle.mode == REMOTE) and on_preview is not None:
                 options["on_preview"] = on_preview
             ran_on, notes = handle, [f"model warning: {warning}" for warning in model_warnings]
             # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.

@@ -139,8 +139,9 @@ def _settings(values: dict[str, Any], prompt: str = "") -> adapter.GenerateSetti
 
 
 def _preview_on_node(bar: Any, progress: adapter.ProgressForwarder) -> Callable[[Any], None]:
-    """A library-mode denoise preview, shown on the node as KSampler shows its previews: the
-    progress bar's update with a ("JPEG", PIL image, size limit) preview (latent_preview.py)."""
+    """A denoise preview (library mode, or the previews a remote server streams), shown on the node
+    as KSampler shows its previews: the progress bar's update with a ("JPEG", PIL image, size
+    limit) preview (latent_preview.py)."""
     def show(preview: Any) -> None:
         from PIL import Image
         try:

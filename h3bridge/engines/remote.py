@@ -5,8 +5,9 @@ Mac, or an SGLang Diffusion / vLLM-Omni server (docs/remote.md says what those t
     with RemoteEngine("http://studio-mac.local:8765") as engine:     # key: $H3BRIDGE_API_KEY
         result = engine.generate(GenerationRequest("A red fox runs through snow"), "fox.mp4")
 
-One job is `POST /v1/videos` (JSON, or multipart when the request carries files), polling
-`GET /v1/videos/{id}` into ProgressEvents, and `GET /v1/videos/{id}/content` streamed under a
+One job is `POST /v1/videos` (JSON, or multipart when the request carries files), following
+`GET /v1/videos/{id}/events` (server-sent events, remote_events.py) into ProgressEvents and
+PreviewFrames, or polling `GET /v1/videos/{id}` on a server without that stream, and `GET /v1/videos/{id}/content` streamed under a
 staging name beside the output and renamed into place when complete; a cancel sends
 `DELETE /v1/videos/{id}`. The request body is the wire module's (one mapping for the server and
 this client). No machine-wide engine lock is taken here: the engine is on the server, which
@@ -17,6 +18,7 @@ from __future__ import annotations
 import mimetypes
 import os
 import shutil
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -103,7 +105,10 @@ class RemoteEngine:
       (so a key set later applies). None and no variable: no header (a loopback server needs none).
     model: the `model` field of each job (servers that host several models pick by it); None
       sends none and the server uses its own.
-    poll_interval: seconds between status polls.
+    poll_interval: seconds between status polls (for servers without an event stream).
+    events: follow jobs through the server's event stream when it has one (`h3bridge serve`:
+      progress as it happens, and previews when its engine makes them); False always polls, and
+      so does a peer dialect.
     timeout: seconds any one HTTP exchange may take (connect, a poll, one download chunk).
     transport: an httpx transport (tests pass `httpx.MockTransport`).
     dialect: whose request shape to send: "h3bridge" (this project's server, every h3 setting),
@@ -112,13 +117,15 @@ class RemoteEngine:
     """
 
     # The clip is rendered elsewhere and its frames are decoded from the downloaded H.264 MP4;
-    # whether the server keeps its model warm is its business, not this client's promise.
+    # whether the server keeps its model warm is its business, not this client's promise, and so
+    # are previews (an `h3bridge serve` whose engine makes them streams them; others never do).
     capabilities = EngineCapabilities(warm_model=False, previews=False, exact_frames=False, remote=True,
                                       multiline_prompts=True)
 
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None, *,
                  poll_interval: float = POLL_SECONDS, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None, dialect: "str | Dialect" = Dialect.H3BRIDGE) -> None:
+                 transport: httpx.BaseTransport | None = None, events: bool = True,
+                 dialect: "str | Dialect" = Dialect.H3BRIDGE) -> None:
         self.base_url = normalise_base_url(base_url)
         self.dialect = dialect_of(dialect)
         self._api_key = api_key
@@ -126,7 +133,10 @@ class RemoteEngine:
         self.poll_interval = poll_interval
         self.timeout = timeout
         self._transport = transport
+        self.events = events
+        self._events_offered: bool | None = None     # whether the server has event streams (None: not asked yet)
         self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()     # one client for the threads of a parallel story
 
     def __repr__(self) -> str:       # never the key
         shown = "" if self.dialect is Dialect.H3BRIDGE else f", dialect={self.dialect.value!r}"
@@ -168,8 +178,9 @@ class RemoteEngine:
         The request is validated here first (every `generate` rule, the input files included),
         then submitted; the MP4 is downloaded under a staging name beside `output` and renamed
         into place when complete (a failed or cancelled download leaves nothing). `on_preview`
-        is accepted and never called (the Videos API has no previews). Cancelling deletes the
-        server's job (`DELETE`) and raises GenerationCancelled.
+        gets the denoise previews a server's event stream carries (an `h3bridge serve` whose
+        engine makes them); other servers send none. Cancelling deletes the server's job
+        (`DELETE`) and raises GenerationCancelled.
 
         Raises RequestError (a bad request, refused here or by the server with its words),
         OutputExistsError, RemoteAuthError (401/403), RemoteUnreachableError (no server at the
@@ -192,7 +203,7 @@ class RemoteEngine:
                 mp4 = workdir / "remote.mp4"
             job = self._submit(request)
             job_id = job.id
-            job = self._follow(job, started, on_progress, cancel)
+            job = self._follow(job, started, on_progress, on_preview, cancel)
             if mp4 is not None:
                 self._download(job_id, mp4, started, on_progress, cancel)
             raise_if_cancelled(cancel)
@@ -228,6 +239,10 @@ class RemoteEngine:
         return self._api_key if self._api_key is not None else (os.environ.get(API_KEY_ENV) or None)
 
     def _http(self) -> httpx.Client:
+        with self._client_lock:
+            return self._open_client()
+
+    def _open_client(self) -> httpx.Client:
         if self._client is None:
             self._client = httpx.Client(base_url=self.base_url, transport=self._transport,
                                         timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 15.0)),
@@ -349,7 +364,26 @@ class RemoteEngine:
             return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
 
     def _follow(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,
-                cancel: CancelToken | None) -> VideoJob:
+                on_preview: PreviewCallback | None, cancel: CancelToken | None) -> VideoJob:
+        """Follow the job until it is completed (returned) or failed (raised), reporting progress:
+        through its event stream when the server has one (remote_events.py: progress and previews
+        as they happen), else by polling. A server found without the stream is polled from then on."""
+        # The event stream is h3bridge's own (its end event carries the job in h3bridge's shape): a
+        # job sent in a peer's dialect is polled, as those servers are.
+        if (self.events and self.dialect is Dialect.H3BRIDGE and self._events_offered is not False
+                and job.status is not JobStatus.COMPLETED):
+            from .remote_events import StreamUnavailable, follow_events
+            try:
+                followed = follow_events(self, job, started, on_progress, on_preview, cancel)
+                self._events_offered = True
+                if followed is not None:
+                    return followed
+            except StreamUnavailable:
+                self._events_offered = False
+        return self._poll(job, started, on_progress, cancel)
+
+    def _poll(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,
+              cancel: CancelToken | None) -> VideoJob:
         """Poll until the job is completed (returned) or failed (raised); report progress."""
         last: ProgressEvent | None = None
         while True:

@@ -5,6 +5,7 @@ vLLM-Omni implement, over the durable queue (jobs.py) and the worker (worker.py)
     GET    /v1/videos               list jobs (after, limit, order)
     GET    /v1/videos/{id}          the job: status, progress 0-100, error
     GET    /v1/videos/{id}/content  the MP4, once completed
+    GET    /v1/videos/{id}/events   the job's progress as server-sent events (event_stream.py)
     DELETE /v1/videos/{id}          cancel (a running job's engine is stopped) and delete its files
     GET    /health                  readiness (no key needed; says nothing about jobs)
 
@@ -37,6 +38,7 @@ from ..request import GenerationRequest
 from . import dialects
 from .jobs import JobStore, StoredJob, is_job_id, new_job_id
 from .peer_wire import Dialect
+from .progress_feed import EVENTS_PATH, StreamSlots
 from .uploads import ReceivedBody, UploadLimits, receive_body
 from .wire import (
     DEFAULT_MODEL,
@@ -74,6 +76,7 @@ class ServeSettings:
     preflight: Callable[[GenerationRequest], None] | None = None
     model: dict[str, object] | None = None     # /health's model state (server/command.py model_health)
     sync_timeout: float = 1800.0               # POST /v1/videos/sync waits at most this long for its clip
+    stream_slots: StreamSlots = field(default_factory=StreamSlots)     # open event streams, bounded
 
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
@@ -254,12 +257,30 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
                                   hint="poll GET /v1/videos/{id} until status is completed")
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
 
+    @app.get(EVENTS_PATH)
+    async def video_events(video_id: str, request: Request):
+        job = await run_in_threadpool(store.get, video_id) if is_job_id(video_id) else None
+        if job is None:
+            return not_found(video_id)
+        client = request.client.host if request.client is not None else ""
+        slots = settings.stream_slots
+        if not slots.take(client):
+            return error_response(429, ErrorCode.INVALID_REQUEST,
+                                  f"too many open event streams (at most {slots.per_client} per client, "
+                                  f"{slots.total} in all)", param="video_id", kind="rate_limit_error",
+                                  hint="close the streams of jobs you no longer follow, or poll GET /v1/videos/{id}",
+                                  headers={"Retry-After": "5"})
+        from .event_stream import event_stream_response
+        return event_stream_response(video_id, store, worker.events, slots, client,
+                                     request.headers.get("last-event-id"), request.is_disconnected)
+
     @app.delete(VIDEOS_PATH + "/{video_id}")
     def delete_video(video_id: str) -> JSONResponse:
         if not is_job_id(video_id) or not store.remove(video_id):
             return not_found(video_id)
         worker.cancel(video_id)          # stops its engine if it is running, and waits for that
         store.remove_files(video_id)
+        worker.events.end(video_id, "cancelled", None)      # its event streams end
         return JSONResponse(VideoDeleted(id=video_id).model_dump(mode="json"))
 
     return app

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from ..cancel import CancelToken
 from ..engines.protocol import Engine
 from ..errors import GenerationCancelled, H3BridgeError, RequestError, UnsupportedRequestError
-from ..progress import ProgressEvent
+from ..progress import PreviewFrame, ProgressEvent
 from .jobs import JobStore
+from .progress_feed import ProgressHub
 from .wire import ErrorCode, VideoError, progress_percent
 
 _log = logging.getLogger("h3bridge.serve")
@@ -32,12 +33,18 @@ class _Running:
 
 class Worker:
     """Runs the queue on `engine`; `fallback` takes what `engine` cannot run (the one-shot
-    engine behind a warm session, as `generate --session` does)."""
+    engine behind a warm session, as `generate --session` does). Every job's progress (and,
+    with `previews` on an engine that makes them, its denoise previews) is published to
+    `events`, which GET /v1/videos/{id}/events streams."""
 
-    def __init__(self, store: JobStore, engine: Engine, fallback: Engine | None = None) -> None:
+    def __init__(self, store: JobStore, engine: Engine, fallback: Engine | None = None, *,
+                 previews: bool = False) -> None:
         self.store = store
         self.engine = engine
         self.fallback = fallback
+        self.events = ProgressHub()
+        # previews cost the engine its preview VAE (library engine: ~10 GiB), so they are asked for
+        self.previews = previews
         self._wake = threading.Condition()
         self._stopping = False
         self._running: _Running | None = None
@@ -107,6 +114,10 @@ class Worker:
             if report != last[0]:
                 last[0] = report
                 self.store.report(job_id, *report)
+            self.events.progress(job_id, event, progress=report[0])
+
+        def on_preview(preview: PreviewFrame) -> None:
+            self.events.preview(job_id, preview)
 
         try:
             request = self.store.request_of(job).validate()
@@ -117,9 +128,10 @@ class Worker:
                 if self.fallback is None:
                     raise
                 engine = self.fallback
+            previews = {"on_preview": on_preview} if self.previews and engine.capabilities.previews else {}
             try:
                 engine.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
-                                want_audio=False, on_progress=on_progress, cancel=cancel)
+                                want_audio=False, on_progress=on_progress, cancel=cancel, **previews)
             except UnsupportedRequestError:
                 if self.fallback is None or engine is self.fallback:
                     raise
@@ -132,14 +144,22 @@ class Worker:
             return
         except H3BridgeError as error:
             self.store.fail(job_id, failure(error))
+            self._ended(job_id, "failed")
             _log.warning("h3bridge serve: job %s failed: %s", job_id, error.message)
             return
         except Exception as error:  # an unforeseen failure fails the job, with its words, not the server
             self.store.fail(job_id, VideoError(code=ErrorCode.ENGINE_FAILED.value, type="server_error",
                                                message=f"{type(error).__name__}: {error}"))
+            self._ended(job_id, "failed")
             _log.exception("h3bridge serve: job %s", job_id)
             return
         self.store.complete(job_id)
+        self._ended(job_id, "completed")
+
+    def _ended(self, job_id: str, status) -> None:
+        """The job's event streams end, with the job as it now is."""
+        job = self.store.get(job_id)
+        self.events.end(job_id, status, job.video_job() if job is not None else None)
 
 
 def failure(error: H3BridgeError) -> VideoError:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from .assemble import FilmChunk, FilmPiece, iter_film
 from .jobdir import JobDir, JobDirError, Manifest, ShotRecord
 from .plan import PlannedShot, StoryPlan, plan_story, tail_frames
-from .runner import ShotOutcome, StoryProgress, StoryResult, default_job_dir, run_story
+from .runner import MAX_PARALLEL, ShotInFlight, ShotOutcome, StoryProgress, StoryResult, default_job_dir, run_story
 from .storyboard import Continuation, Shot, Storyboard
 
-__all__ = ["Continuation", "FilmChunk", "FilmPiece", "JobDir", "JobDirError", "Manifest", "PlannedShot", "Shot",
+__all__ = ["MAX_PARALLEL", "ShotInFlight", "Continuation", "FilmChunk", "FilmPiece", "JobDir", "JobDirError", "Manifest", "PlannedShot", "Shot",
            "ShotOutcome", "ShotRecord", "StoryPlan", "StoryProgress", "StoryResult", "Storyboard",
            "default_job_dir", "iter_film", "plan_story", "run_story", "tail_frames"]

@@ -12,7 +12,7 @@ from ..cancel import CancelToken
 from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
                           cancelled_status, engines_from_args)
 from ..errors import GenerationCancelled, RequestError
-from .runner import StoryProgress, default_job_dir
+from .runner import MAX_PARALLEL, StoryProgress, default_job_dir
 from .storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
 
 # The storyboard's own words: its keys, and what its checks name ("shot", the file itself). A
@@ -41,6 +41,10 @@ def add_story_command(subparsers: argparse._SubParsersAction) -> None:
                         help="render shots 1..N and stop, for a look (their MP4s are in the job directory)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a film at -o that this story's job did not write")
+    parser.add_argument("--parallel", type=int, default=1, metavar="N",
+                        help=f"with --remote: render up to N independent shots at once (1-{MAX_PARALLEL}; default "
+                             "1). Shots after a cut start at once; an anchor or tail shot waits for the shot it "
+                             "continues. The film is the same as one rendered shot after shot")
     parser.add_argument("--json", action="store_true", help="print a summary as JSON on stdout")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     add_engine_run_options(parser, warm_by_default=True)
@@ -50,7 +54,14 @@ def add_story_command(subparsers: argparse._SubParsersAction) -> None:
 class StoryProgressDisplay(PhaseProgressBars):
     """Shot k/N, the engine's phase, the overall fraction and the ETA: one tqdm bar on a
     terminal, a line per shot and phase otherwise (PhaseProgressBars' rules: it turns itself
-    off if stderr breaks)."""
+    off if stderr breaks). With --parallel, every shot in flight has a bar of its own under
+    the overall one (a line per shot and phase without a terminal)."""
+
+    def __init__(self, enabled: bool = True, *, terminal: bool | None = None, parallel: int = 1) -> None:
+        super().__init__(enabled, terminal=terminal)
+        self.parallel = parallel
+        self._shot_phases: dict[int, str] = {}     # without a terminal: the phase each shot last showed
+        self._lanes: list = []                     # with --parallel on a terminal: one bar per shot in flight
 
     def _show(self, progress: StoryProgress) -> None:   # type: ignore[override]
         eta = "" if progress.eta is None else f", ETA {_duration(progress.eta)}"
@@ -58,9 +69,11 @@ class StoryProgressDisplay(PhaseProgressBars):
         if not self.terminal:
             if progress.phase == "reused":
                 return           # the notice said so
-            if f"{where} {progress.phase}" != self._phase:
-                self._phase = f"{where} {progress.phase}"
-                print(f"h3bridge: {where}: {progress.phase} (overall {progress.fraction:.0%}{eta})",
+            if self._shot_phases.get(progress.shot) != progress.phase:
+                self._shot_phases[progress.shot] = progress.phase
+                flight = ", ".join(str(shot.shot) for shot in progress.in_flight)
+                others = f"; shots in flight: {flight}" if self.parallel > 1 and flight else ""
+                print(f"h3bridge: {where}: {progress.phase} (overall {progress.fraction:.0%}{eta}{others})",
                       file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
@@ -68,10 +81,41 @@ class StoryProgressDisplay(PhaseProgressBars):
         if self._bar is None:
             self._bar = tqdm(total=1000, file=sys.stderr, leave=True, ncols=bar_columns(),
                              bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}]{postfix}")
-        self._bar.set_description_str(f"{where} {progress.phase:<18.18}", refresh=False)
+        if self.parallel > 1:
+            flight = len(progress.in_flight)
+            self._bar.set_description_str(f"story: {flight} shot{'s' if flight != 1 else ''} in flight", refresh=False)
+            self._bar.set_postfix_str(f"{progress.fraction:4.0%} of {progress.shots} shots{eta}", refresh=False)
+        else:
+            self._bar.set_description_str(f"{where} {progress.phase:<18.18}", refresh=False)
+            self._bar.set_postfix_str(f"shot {progress.shot_fraction:4.0%}{eta}", refresh=False)
         self._bar.n = int(progress.fraction * 1000)
-        self._bar.set_postfix_str(f"shot {progress.shot_fraction:4.0%}{eta}", refresh=False)
         self._bar.refresh()
+        if self.parallel > 1:
+            self._show_lanes(progress, tqdm)
+
+    def _show_lanes(self, progress: StoryProgress, tqdm) -> None:
+        """One bar per shot in flight, in shot order, below the overall bar; an empty lane is blank."""
+        while len(self._lanes) < len(progress.in_flight):
+            self._lanes.append(tqdm(total=1000, file=sys.stderr, leave=False, ncols=bar_columns(),
+                                    position=len(self._lanes) + 1, bar_format="{desc} {percentage:3.0f}%|{bar}|"))
+        for lane, bar in enumerate(self._lanes):
+            if lane < len(progress.in_flight):
+                shot = progress.in_flight[lane]
+                bar.set_description_str(f"  shot {shot.shot}/{progress.shots} {shot.phase:<22.22}", refresh=False)
+                bar.n = int(shot.fraction * 1000)
+            else:
+                bar.set_description_str(" " * 30, refresh=False)
+                bar.n = 0
+            bar.refresh()
+
+    def close(self) -> None:
+        for bar in self._lanes:
+            try:
+                bar.close()
+            except (OSError, ValueError):
+                pass
+        self._lanes = []
+        super().close()
 
 
 def _duration(seconds: float) -> str:
@@ -101,9 +145,23 @@ def storyboard_refusal(error: RequestError) -> int:
     return EXIT_USAGE
 
 
+def check_parallel_flags(args: argparse.Namespace) -> None:
+    """--parallel N: a number from 1 to MAX_PARALLEL, and above 1 only with --remote (said in flags)."""
+    if not 1 <= args.parallel <= MAX_PARALLEL:
+        raise RequestError(f"--parallel {args.parallel}: shots rendered at once must be from 1 to {MAX_PARALLEL}",
+                           field="parallel", hint=f"give --parallel a number from 1 to {MAX_PARALLEL}, or drop it "
+                                                  "to render shot after shot")
+    if args.parallel > 1 and not getattr(args, "remote", None):
+        raise RequestError(f"--parallel {args.parallel} needs --remote URL: this machine's engine renders one clip "
+                           "at a time, so shots can only render at once on servers", field="parallel",
+                           hint="add --remote URL (an `h3bridge serve`, or a proxy in front of several), "
+                                "or drop --parallel")
+
+
 def run_story_command(args: argparse.Namespace) -> int:
     if args.seed is not None and args.redo is None:
         raise RequestError("--seed is for a shot being re-rolled", field="seed", hint="add --redo N")
+    check_parallel_flags(args)
     with warnings.catch_warnings(record=True) as renamed:
         warnings.simplefilter("always", DeprecationWarning)
         try:
@@ -126,7 +184,7 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
     output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
     job_dir = args.job_dir if args.job_dir is not None else default_job_dir(output)
     engines = engines_from_args(args)
-    display = StoryProgressDisplay(enabled=not args.quiet)
+    display = StoryProgressDisplay(enabled=not args.quiet, parallel=args.parallel)
 
     def notice(text: str) -> None:
         display.close()
@@ -141,7 +199,7 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
             result = run_story(storyboard, output, engine=engines.preferred, fallback=engines.one_shot,
                                job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
                                overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard),
-                               on_progress=display, on_notice=notice, cancel=cancel)
+                               on_progress=display, on_notice=notice, cancel=cancel, parallel=args.parallel)
         except GenerationCancelled as error:
             display.close()
             error.message = (f"{error.message}; finished shots are kept in {job_dir}: run the same command "

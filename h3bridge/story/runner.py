@@ -5,14 +5,22 @@
 
 A shot renders on `engine` (by default the warm session, so the model stays loaded from shot to
 shot); one it cannot take (`check_supported`) runs on `fallback`. The manifest is saved after
-every shot, so a crash, a kill or Ctrl-C costs at most the shot that was running.
+every shot, so a crash, a kill or Ctrl-C costs at most the shots that were running.
+
+With `parallel=N` (a remote engine only: a server, or a proxy in front of several) the story
+is cut into chains, each a `cut` shot and the `anchor`/`tail` shots that continue from it, and
+up to N chains render at once, each in its own thread: a shot after a cut starts at once, a
+continuing shot waits for the shot it continues (it is next in its chain). Every shot renders
+exactly the request it would render in a serial run, so the film is the same.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import secrets
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -32,6 +40,8 @@ from .plan import PlannedShot, StoryPlan, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
 
 JOB_DIR_SUFFIX = ".h3story"
+# Shots rendered at once at most (`parallel`): each holds a server job, a thread and an open download.
+MAX_PARALLEL = 16
 
 
 def default_job_dir(output: Path) -> Path:
@@ -40,8 +50,18 @@ def default_job_dir(output: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class ShotInFlight:
+    """A shot being rendered now (with `parallel`, several are): its phase and its own fraction."""
+
+    shot: int
+    phase: str
+    fraction: float
+
+
+@dataclass(frozen=True)
 class StoryProgress:
-    """Where a story is: shot `shot` of `shots`, the engine's phase, overall fraction and ETA."""
+    """Where a story is: shot `shot` of `shots` (the one this report is about), the engine's
+    phase, overall fraction and ETA, and every shot being rendered at this moment."""
 
     shot: int
     shots: int
@@ -51,6 +71,7 @@ class StoryProgress:
     elapsed: float
     eta: float | None            # seconds left, from the shots so far (None until it can be told)
     event: ProgressEvent | None = None
+    in_flight: tuple[ShotInFlight, ...] = ()     # the shots rendering now, in shot order
 
 
 StoryProgressCallback = Callable[[StoryProgress], None]
@@ -98,7 +119,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
               redo: int | None = None, redo_seed: int | None = None, only: int | None = None,
               overwrite: bool = False, force: bool = False, storyboard_path: str | None = None,
               on_progress: StoryProgressCallback | None = None, on_notice: Callable[[str], None] | None = None,
-              cancel: CancelToken | None = None) -> StoryResult:
+              cancel: CancelToken | None = None, parallel: int = 1) -> StoryResult:
     """Render `storyboard` into `output` (an MP4), resuming what its job directory holds.
 
     engine: any Engine; None means the warm session for $H3_BIN / $H3_MODEL_DIR (shared_session),
@@ -108,9 +129,14 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     overwrite: replace an `output` this job did not write (the film it wrote itself is replaced
       when the story changed).
     on_notice: one-line messages for the user (a shot reused, a damaged file redone, ...).
+    parallel: render up to this many independent shots at once (1 to MAX_PARALLEL); more than 1
+      needs a remote engine (one local engine renders one clip at a time). A failing shot stops
+      the others (their server jobs are cancelled); finished shots are kept for the next run.
+    on_progress and on_notice are called from the rendering threads with `parallel` > 1, one at a time.
     Everything the plan can refuse is refused before the first shot starts.
     """
     started = time.monotonic()
+    check_parallel(parallel, engine)
     notice = on_notice or (lambda text: None)
     if engine is None:
         from ..engines.oneshot import OneShotEngine
@@ -163,7 +189,8 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             notice(f"warning: {warning}")
         manifest.seed_overrides = overrides
         manifest.storyboard = storyboard_path or manifest.storyboard
-        runner = _Runner(plan, jobs, manifest, engine, fallback, on_progress, notice, cancel, started, last)
+        runner = _Runner(plan, jobs, manifest, engine, fallback, on_progress, notice, cancel, started, last,
+                         parallel)
         try:
             outcomes = runner.render_shots()
         except BaseException:
@@ -181,6 +208,31 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
         result.pieces = _pieces(plan, manifest.shots, folder)[:last]
         result.wall_seconds = time.monotonic() - started
         return result
+
+
+def check_parallel(parallel: object, engine: Engine | None) -> None:
+    """`parallel` is a whole number from 1 to MAX_PARALLEL, and above 1 only on a remote engine."""
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= MAX_PARALLEL:
+        raise RequestError(f"parallel={parallel!r}: shots rendered at once must be a whole number from 1 to "
+                           f"{MAX_PARALLEL}", field="parallel",
+                           hint=f"give parallel a number from 1 to {MAX_PARALLEL} (1 renders shot after shot)")
+    if parallel > 1 and (engine is None or not engine.capabilities.remote):
+        raise RequestError(f"parallel={parallel} needs a remote engine: one local engine renders one clip at a "
+                           "time, so shots cannot render at once on it", field="parallel",
+                           hint="give engine=RemoteEngine(URL) (a server, or a proxy in front of several), "
+                                "or parallel=1")
+
+
+def story_chains(shots: list[PlannedShot]) -> list[list[PlannedShot]]:
+    """The shots cut into chains that can render independently: each starts at a `cut` shot (or
+    the first shot) and holds the `anchor`/`tail` shots that continue from it, in order."""
+    chains: list[list[PlannedShot]] = []
+    for shot in shots:
+        if shot.continues and chains:
+            chains[-1].append(shot)
+        else:
+            chains.append([shot])
+    return chains
 
 
 def _chapters_of(plan: StoryPlan) -> list[tuple[int, int, str]]:
@@ -240,15 +292,31 @@ def _request_record(request: GenerationRequest) -> dict:
 class _Runner:
     def __init__(self, plan: StoryPlan, jobs: JobDir, manifest: Manifest, engine: Engine,
                  fallback: Engine | None, on_progress: StoryProgressCallback | None,
-                 notice: Callable[[str], None], cancel: CancelToken | None, started: float, last: int) -> None:
+                 notice: Callable[[str], None], cancel: CancelToken | None, started: float, last: int,
+                 parallel: int = 1) -> None:
         self.plan, self.jobs, self.manifest = plan, jobs, manifest
         self.engine, self.fallback = engine, fallback
-        self.on_progress, self.notice, self.cancel = on_progress, notice, cancel
-        self.started, self.last = started, last
+        self.on_progress, self._notice, self.cancel = on_progress, notice, cancel
+        self.started, self.last, self.parallel = started, last, parallel
         self.weights = {shot.index: shot.request.frame_count * shot.request.steps for shot in plan.shots}
         self.to_render: list[int] = []
         self.done_weight = 0.0
         self.render_seconds = 0.0
+        # With parallel shots: the manifest (and its file) change under `_manifest_lock`, the
+        # progress bookkeeping and the caller's callbacks under `_report_lock`.
+        self._manifest_lock = threading.RLock()
+        self._report_lock = threading.RLock()
+        self.in_flight: dict[int, ShotInFlight] = {}
+
+    def notice(self, text: str) -> None:
+        with self._report_lock:
+            self._notice(text)
+
+    def _record(self, record: ShotRecord) -> None:
+        """Make `record` its shot's take and save the manifest (atomically): from here on it is finished."""
+        with self._manifest_lock:
+            self.manifest.use(record)
+            self.jobs.save(self.manifest)
 
     # ------------------------------------------------------------------ shots
 
@@ -288,28 +356,66 @@ class _Runner:
             else:
                 expected[shot.index] = record
         self.total_weight = sum(self.weights[i] for i in self.to_render) or 1.0
-        outcomes = []
-        for shot in self.plan.shots[:self.last]:
-            if self.cancel is not None and self.cancel.cancelled:
-                raise GenerationCancelled("the story was cancelled; run it again to resume")
-            record, reason = self._reusable(shot, self.manifest.shots)
-            if record is not None:
-                if self.manifest.shots.get(shot.index) is not record:     # an earlier take, back in use
-                    self.manifest.use(record)
-                    self.jobs.save(self.manifest)
-                self.notice(f"shot {shot.index}/{len(self.plan.shots)}: kept from the job directory "
-                            f"({record.video})")
-                self._report(shot.index, "reused", 1.0, None)
-                outcomes.append(ShotOutcome(shot.index, self.jobs.path / record.video, record.seed,
-                                            record.frame_count, True, record.wall_seconds))
-                continue
+        chains = story_chains(self.plan.shots[:self.last])
+        if self.parallel == 1 or len(chains) == 1:
+            return [self._take(shot, self.cancel) for shot in self.plan.shots[:self.last]]
+        return self._render_chains(chains)
+
+    def _render_chains(self, chains: list[list[PlannedShot]]) -> list[ShotOutcome]:
+        """Up to `parallel` chains at once, each shot after shot in its own thread. The first
+        failure stops the other chains (their running shots are cancelled) and is raised once
+        every thread has let go; the shots finished by then are in the manifest."""
+        stop = CancelToken(check=(lambda: self.cancel.cancelled) if self.cancel is not None else None)
+        outcomes: dict[int, ShotOutcome] = {}
+        failures: list[BaseException] = []
+
+        def render_chain(chain: list[PlannedShot]) -> None:
+            try:
+                for shot in chain:
+                    if stop.cancelled:
+                        return
+                    outcomes[shot.index] = self._take(shot, stop)
+            except BaseException as error:      # noqa: BLE001 - raised below, in the caller's thread
+                with self._report_lock:
+                    failures.append(error)
+                stop.cancel()
+
+        with ThreadPoolExecutor(max_workers=min(self.parallel, len(chains)),
+                                thread_name_prefix="h3bridge-story-shot") as pool:
+            try:
+                for future in [pool.submit(render_chain, chain) for chain in chains]:
+                    future.result()
+            except BaseException:      # Ctrl-C in this thread: the shots in flight are cancelled, then it is raised
+                stop.cancel()
+                raise
+        if failures:
+            # the failure that stopped the story, not the cancels it caused in the other chains
+            first = next((error for error in failures if not isinstance(error, GenerationCancelled)), failures[0])
+            raise first
+        if stop.cancelled:
+            raise GenerationCancelled("the story was cancelled; run it again to resume")
+        return [outcomes[index] for index in sorted(outcomes)]
+
+    def _take(self, shot: PlannedShot, cancel: CancelToken | None) -> ShotOutcome:
+        """Reuse the shot's recorded take, or render it."""
+        if cancel is not None and cancel.cancelled:
+            raise GenerationCancelled("the story was cancelled; run it again to resume")
+        record, reason = self._reusable(shot, self.manifest.shots)
+        if record is not None:
+            if self.manifest.shots.get(shot.index) is not record:     # an earlier take, back in use
+                self._record(record)
+            self.notice(f"shot {shot.index}/{len(self.plan.shots)}: kept from the job directory "
+                        f"({record.video})")
+            self._report(shot.index, "reused", 1.0, None)
+            return ShotOutcome(shot.index, self.jobs.path / record.video, record.seed,
+                               record.frame_count, True, record.wall_seconds)
+        with self._report_lock:
             if shot.index not in self.to_render:
                 self.to_render.append(shot.index)
                 self.total_weight += self.weights[shot.index]
-            if reason is not None:
-                self.notice(f"shot {shot.index}: rendering it again: {reason}")
-            outcomes.append(self._render(shot, reason))
-        return outcomes
+        if reason is not None:
+            self.notice(f"shot {shot.index}: rendering it again: {reason}")
+        return self._render(shot, reason, cancel)
 
     def _engine_for(self, request: GenerationRequest) -> Engine:
         try:
@@ -321,7 +427,7 @@ class _Runner:
             self.notice(f"{error.message}; this shot runs one-shot instead")
             return self.fallback
 
-    def _render(self, shot: PlannedShot, reason: str | None) -> ShotOutcome:
+    def _render(self, shot: PlannedShot, reason: str | None, cancel: CancelToken | None) -> ShotOutcome:
         jobs = self.jobs
         video = jobs.shot_file(shot.index, shot.key, ".mp4")
         last_frame = jobs.shot_file(shot.index, shot.key, ".last.png")
@@ -335,8 +441,13 @@ class _Runner:
         def progress(event: ProgressEvent) -> None:
             self._report(shot.index, event.phase, event.fraction, event)
 
-        result = engine.generate(request, video, want_frames=True, want_audio=True, on_progress=progress,
-                                 cancel=self.cancel)
+        try:
+            result = engine.generate(request, video, want_frames=True, want_audio=True, on_progress=progress,
+                                     cancel=cancel)
+        except BaseException:
+            with self._report_lock:
+                self.in_flight.pop(shot.index, None)
+            raise
         frames, audio = result.frames, result.audio
         assert frames is not None and audio is not None
         from ..media.references import write_png
@@ -353,11 +464,11 @@ class _Runner:
                     "variables": dict(result.engine_variables)},
             wall_seconds=seconds)
         record.continued_from = self._continued_from(shot, self.manifest.shots) if shot.continues else ""
-        self.manifest.use(record)
-        self.jobs.save(self.manifest)              # the shot is finished from here on
-        self.done_weight += self.weights[shot.index]
-        self.render_seconds += seconds
-        self._report(shot.index, "done", 1.0, None)
+        self._record(record)              # the shot is finished from here on
+        with self._report_lock:
+            self.done_weight += self.weights[shot.index]
+            self.render_seconds += seconds
+            self._report(shot.index, "done", 1.0, None)
         return ShotOutcome(shot.index, video, request.seed, record.frame_count, False, seconds, reason)
 
     def _continuity_inputs(self, shot: PlannedShot) -> tuple[Path | None, Path | None]:
@@ -400,28 +511,37 @@ class _Runner:
         pieces = _pieces(self.plan, self.manifest.shots, self.jobs.path)
         first = self.plan.shot(1).request
         film = assemble_film(pieces, output, first.width, first.height, replace=True, cancel=self.cancel)
-        self.manifest.film = FilmRecord(path=str(output.resolve()), sha256=file_sha256(output), shot_keys=keys,
-                                        frames=film.frames, samples=film.samples)
-        self.jobs.save(self.manifest)
+        with self._manifest_lock:
+            self.manifest.film = FilmRecord(path=str(output.resolve()), sha256=file_sha256(output), shot_keys=keys,
+                                            frames=film.frames, samples=film.samples)
+            self.jobs.save(self.manifest)
         self._report(len(self.plan.shots), "assembled", 1.0, None)
         return film
 
     # ------------------------------------------------------------------ progress
 
     def _report(self, index: int, phase: str, shot_fraction: float, event: ProgressEvent | None) -> None:
-        if self.on_progress is None:
-            return
-        running = self.weights[index] * shot_fraction if index in self.to_render and phase != "done" else 0.0
-        fraction = min(1.0, (self.done_weight + running) / self.total_weight) if self.to_render else 1.0
-        elapsed = time.monotonic() - self.started
-        eta = None
-        if self.done_weight > 0:           # from the shots rendered so far: seconds per unit of work
-            rate = self.render_seconds / self.done_weight
-            eta = rate * (self.total_weight - self.done_weight - running)
-        elif fraction > 0.02:
-            eta = elapsed * (1.0 - fraction) / fraction
-        self.on_progress(StoryProgress(index, len(self.plan.shots), phase, shot_fraction, fraction, elapsed,
-                                       None if eta is None else max(0.0, eta), event))
+        with self._report_lock:
+            if index in self.to_render and phase not in ("done", "reused", "assembling", "assembled"):
+                self.in_flight[index] = ShotInFlight(index, phase, shot_fraction)
+            else:
+                self.in_flight.pop(index, None)
+            if self.on_progress is None:
+                return
+            running = sum(self.weights[shot.shot] * shot.fraction for shot in self.in_flight.values())
+            fraction = min(1.0, (self.done_weight + running) / self.total_weight) if self.to_render else 1.0
+            elapsed = time.monotonic() - self.started
+            eta = None
+            if self.done_weight > 0:           # from the shots rendered so far: seconds per unit of work
+                # (shots rendered at once: each took its own wall time, the story's runs `parallel` at a time)
+                rate = self.render_seconds / self.done_weight / min(self.parallel, max(1, len(self.in_flight)))
+                eta = rate * (self.total_weight - self.done_weight - running)
+            elif fraction > 0.02:
+                eta = elapsed * (1.0 - fraction) / fraction
+            self.on_progress(StoryProgress(index, len(self.plan.shots), phase, shot_fraction, fraction, elapsed,
+                                           None if eta is None else max(0.0, eta), event,
+                                           tuple(self.in_flight[key] for key in sorted(self.in_flight))))
 
 
-__all__ = ["ShotOutcome", "StoryProgress", "StoryResult", "default_job_dir", "run_story"]
+__all__ = ["MAX_PARALLEL", "ShotInFlight", "ShotOutcome", "StoryProgress", "StoryResult", "check_parallel",
+           "default_job_dir", "run_story", "story_chains"]
