@@ -8,6 +8,10 @@ vLLM-Omni implement, over the durable queue (jobs.py) and the worker (worker.py)
     DELETE /v1/videos/{id}          cancel (a running job's engine is stopped) and delete its files
     GET    /health                  readiness (no key needed; says nothing about jobs)
 
+With `max_queued` (serve --max-queued) a submission that finds that many jobs waiting is refused
+with HTTP 429 and `Retry-After` before its body is read: a load balancer in front of several
+servers (LiteLLM's proxy, h3bridge fleet) cools this one down and sends the job to another.
+
 A submission is validated exactly as `h3bridge generate` validates its flags (the same
 GenerationRequest.validate, and the same model check and memory plan) and refused with HTTP 400
 and the library's message before it is queued. With an API key every route but /health needs
@@ -30,9 +34,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import H3BridgeError, RequestError
+from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
-from .jobs import JobStore, is_job_id, new_job_id
+from .jobs import DEFAULT_MAX_QUEUED, JobStore, is_job_id, new_job_id
 from .uploads import ReceivedBody, UploadLimits, receive_body
 from .wire import (
     DEFAULT_MODEL,
@@ -68,6 +72,7 @@ class ServeSettings:
     # (cli.preflight_generate: the model check and the memory plan); raises H3BridgeError.
     preflight: Callable[[GenerationRequest], None] | None = None
     model: dict[str, object] | None = None     # /health's model state (server/command.py model_health)
+    max_queued: int | None = DEFAULT_MAX_QUEUED    # jobs waiting behind the running one; None: no bound
 
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
@@ -120,12 +125,22 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
     def health() -> dict[str, object]:
         return {"status": "ok", "engine": settings.engine_name, "model": settings.model}
 
+    def queue_full(error: QueueFullError) -> JSONResponse:
+        return error_response(429, ErrorCode.QUEUE_FULL, error.message, hint=error.hint, kind="rate_limit_error",
+                              headers={"Retry-After": str(error.retry_after)})
+
     @app.post(VIDEOS_PATH)
     async def create_video(request: Request) -> JSONResponse:
         job_id = new_job_id()
         inputs = store.inputs_dir(job_id)
         stream = request.stream()
         received: ReceivedBody | None = None
+        if settings.max_queued is not None:
+            try:
+                await run_in_threadpool(store.check_room, settings.max_queued)
+            except QueueFullError as error:
+                await _drain(stream)
+                return queue_full(error)
         try:
             received = await receive_body(request.headers.get("content-type", ""),
                                           request.headers.get("content-length"), stream, inputs, settings.limits)
@@ -135,6 +150,9 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             await _drain(stream)
             uploads = received.uploads if received is not None else ()
             return JSONResponse(refusal_body(error, uploads).model_dump(mode="json"), status_code=400)
+        except QueueFullError as error:     # the last place went to a submission beside this one
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            return queue_full(error)
         except H3BridgeError as error:     # the model check or the memory plan refused it
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             return error_response(400, ErrorCode.INVALID_REQUEST, error.message, hint=error.hint)
@@ -151,7 +169,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             settings.preflight(request)
         fields = request_to_wire(request).fields     # canonical names: what the job re-reads after a restart
         return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=received.uploads,
-                         shape=clip_shape(request))
+                         shape=clip_shape(request), max_queued=settings.max_queued)
 
     @app.get(VIDEOS_PATH)
     def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:
