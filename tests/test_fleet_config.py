@@ -61,7 +61,7 @@ def test_the_config_has_one_deployment_per_server_keys_from_the_environment_and_
     assert ids == ["h3bridge-mac1.local-8765", "h3bridge-10.0.0.2-8765", "vllm-omni-gpu.lan-8091", "sglang-gpu.lan-30000"]
     router = config["router_settings"]
     assert router["routing_strategy"] == "simple-shuffle"
-    assert router["num_retries"] == 3 and router["cooldown_time"] == 30.0 and router["allowed_fails"] == 0
+    assert router["num_retries"] == 3 and router["disable_cooldowns"] is True and "cooldown_time" not in router
     assert config["general_settings"] == {"master_key": "os.environ/LITELLM_MASTER_KEY"}
 
 
@@ -71,7 +71,9 @@ def test_printed_without_a_file(tmp_path: Path, run) -> None:
     assert done.returncode == 0, done.stderr
     config = yaml.safe_load(done.stdout)
     assert config["router_settings"]["routing_strategy"] == "least-busy"
-    assert config["router_settings"]["num_retries"] == 5 and config["router_settings"]["cooldown_time"] == 12.0
+    router = config["router_settings"]
+    assert router["num_retries"] == 5 and router["cooldown_time"] == 12.0 and "disable_cooldowns" not in router
+    assert router["allowed_fails_policy"] == {"RateLimitErrorAllowedFails": 1_000_000}     # a full server never cools
     assert list(tmp_path.iterdir()) == []
 
 
@@ -97,7 +99,7 @@ def test_the_users_file_is_never_overwritten_without_overwrite(tmp_path: Path, r
     (("--server", "http://a:1", "--server", "http://a:1/v1"), ["names the same server", "give each server once"]),
     (("--server", "http://a:1", "--key-env", SECRET), ["--key-env takes the name of an environment variable"]),
     (("--server", "http://a:1", "--master-key-env", "my key"), ["--master-key-env"]),
-    (("--server", "http://a:1", "--cooldown", "0"), ["--cooldown 0 must be more than 0"]),
+    (("--server", "http://a:1", "--cooldown", "-1"), ["--cooldown -1 must be 0 (no cooldown) or more"]),
     (("--server", "http://a:1", "--retries", "-1"), ["--retries -1 must be 0 or more"]),
     (("--server", "http://a:1", "-o", "missing/litellm.yaml"), ["-o missing/litellm.yaml", "mkdir -p missing"]),
 ])

@@ -55,7 +55,9 @@ def add_fleet_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--retries", type=int, metavar="N",
                         help="how often the proxy retries a create elsewhere (default: once per other server)")
     parser.add_argument("--cooldown", type=float, default=DEFAULT_COOLDOWN_SECONDS, metavar="SECONDS",
-                        help=f"how long a server that failed is left alone (default {DEFAULT_COOLDOWN_SECONDS:g})")
+                        help="leave a server that failed alone this long (default 0: no cooldown; with "
+                             "LiteLLM 1.110 a cooling server's jobs are polled on another server, "
+                             "docs/fleet.md)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
                         help=f"the proxy's wait for one answer of a server (default {DEFAULT_TIMEOUT_SECONDS:g})")
     parser.set_defaults(handler=run_fleet)

@@ -9,14 +9,18 @@ its real proxy (tests/test_fleet_litellm.py, bench/bench_fleet.py):
   proxy's own count of requests in flight) nor usage-based routing (tokens and requests per
   minute, counted by the proxy) can see a server's queue; the router reads no `x-ratelimit-*`
   header and no /health of a backend. What moves a job is the server saying it is full: an HTTP
-  429 (`h3bridge serve --max-queued N`) cools that deployment down for its `Retry-After` seconds
-  (router_rust/core.py retry_after_seconds) and the router retries the create on another
-  deployment (`num_retries`). With `--max-queued 1` on every server, jobs spread.
-* A server that does not answer (connection refused) is retried on another deployment too, and
-  cooled down for `cooldown_time` seconds once its failures pass `allowed_fails` in a minute.
-* The proxy encodes the deployment's `model_info.id` in every video id it returns, so status and
-  content reach the server that holds the job; the ids here are stable (kind, host and port), so
-  a restarted proxy still finds the jobs of its clients.
+  429 (`h3bridge serve --max-queued N`), which the router retries on another deployment
+  (`num_retries`). With `--max-queued 1` on every server, jobs spread.
+* The proxy encodes the deployment's `model_info.id` in every video id it returns and pins the
+  job's status and content calls to that deployment; the ids here are stable (kind, host and
+  port), so a restarted proxy still finds the jobs of its clients.
+* Cooldowns are off unless asked for (`--cooldown`). Measured with 1.110.2: while a deployment
+  cools down (after a 429 it does, for its Retry-After; after a failure, for `cooldown_time`), the
+  pin of its jobs' polls is dropped and the poll goes to another server, which answers 404 "no
+  video" for a job that is alive, or, when every deployment cools, the proxy answers 429. Without
+  cooldowns a full server costs a create one retry, and a dead one one refused connection (a
+  machine that is off: a connect timeout), and the polls of its jobs fail with the connection's
+  reason until it is back.
 
 Keys never appear in the file: the servers' key and the proxy's master key are `os.environ/NAME`
 references that the proxy resolves when it starts.
@@ -41,11 +45,11 @@ DEFAULT_MASTER_KEY_ENV = "LITELLM_MASTER_KEY"      # the key clients give the pr
 # (see above); with full servers answering 429 it spreads jobs evenly (bench/bench_fleet.py).
 DEFAULT_ROUTING = "simple-shuffle"
 ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "usage-based-routing-v2", "latency-based-routing")
-# A dead server is left alone this long before the router tries it again (LiteLLM's own default is
-# 5 s, which has every fifth second's creates knock on a machine that is off).
-DEFAULT_COOLDOWN_SECONDS = 30.0
-# Failures a server may have in a minute before it is cooled down: the first refused connection.
+# No cooldown by default (see above); with --cooldown S a failing server is left alone S seconds
+# after its first failure in a minute, and a full one (429) is never cooled down.
+DEFAULT_COOLDOWN_SECONDS = 0.0
 DEFAULT_ALLOWED_FAILS = 0
+_NEVER = 1_000_000      # RateLimitErrorAllowedFails: a 429 is a full queue, not a failing server
 # The proxy's wait for one answer of a server: a create uploads the references, a download
 # carries the clip; neither waits for a render.
 DEFAULT_TIMEOUT_SECONDS = 600.0
@@ -143,9 +147,9 @@ def fleet_config(settings: FleetSettings) -> dict[str, object]:
     if settings.retries is not None and settings.retries < 0:
         raise RequestError(f"--retries {settings.retries} must be 0 or more", field="--retries",
                            hint="leave it out: one retry per other server")
-    if not settings.cooldown_seconds > 0:
-        raise RequestError(f"--cooldown {settings.cooldown_seconds:g} must be more than 0 seconds",
-                           field="--cooldown", hint=f"use e.g. --cooldown {DEFAULT_COOLDOWN_SECONDS:g}")
+    if not settings.cooldown_seconds >= 0:
+        raise RequestError(f"--cooldown {settings.cooldown_seconds:g} must be 0 (no cooldown) or more seconds",
+                           field="--cooldown", hint="leave it out: no cooldown (docs/fleet.md says why)")
     if not settings.timeout_seconds > 0:
         raise RequestError(f"--timeout {settings.timeout_seconds:g} must be more than 0 seconds",
                            field="--timeout", hint=f"use e.g. --timeout {DEFAULT_TIMEOUT_SECONDS:g}")
@@ -164,17 +168,18 @@ def fleet_config(settings: FleetSettings) -> dict[str, object]:
         model_list.append({"model_name": settings.model_name, "litellm_params": params,
                            "model_info": {"id": server.deployment_id, "mode": "video_generation"}})
     retries = settings.retries if settings.retries is not None else max(len(settings.servers) - 1, 1)
-    config: dict[str, object] = {
-        "model_list": model_list,
-        "router_settings": {
-            "routing_strategy": settings.routing,
-            "num_retries": retries,
-            "retry_after": 0,          # retry on another server at once; a full one said when to come back
-            "allowed_fails": settings.allowed_fails,
-            "cooldown_time": settings.cooldown_seconds,
-        },
-        "litellm_settings": {"drop_params": False},
+    router: dict[str, object] = {
+        "routing_strategy": settings.routing,
+        "num_retries": retries,
+        "retry_after": 0,          # retry on another server at once
     }
+    if settings.cooldown_seconds > 0:
+        router.update({"allowed_fails": settings.allowed_fails, "cooldown_time": settings.cooldown_seconds,
+                       "allowed_fails_policy": {"RateLimitErrorAllowedFails": _NEVER}})
+    else:
+        router["disable_cooldowns"] = True
+    config: dict[str, object] = {"model_list": model_list, "router_settings": router,
+                                 "litellm_settings": {"drop_params": False}}
     if settings.master_key_env is not None:
         config["general_settings"] = {"master_key": f"os.environ/{settings.master_key_env}"}
     return config
