@@ -613,12 +613,13 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from .fleet.cli import add_fleet_command         # a LiteLLM proxy config for many servers, h3bridge/fleet
     from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
     from .history.cli import add_history_command, add_stats_command     # the job history, h3bridge/history
     from .lora.cli import add_lora_command           # LoRAs folded into a copy of the model, h3bridge/lora
     from .server.command import add_serve_command    # the OpenAI Videos API server, h3bridge/server
     from .story.cli import add_story_command         # storyboards of chained shots, h3bridge/story
-    for add_command in [*SUBCOMMANDS, add_hexgrid_command, add_history_command, add_stats_command,
+    for add_command in [*SUBCOMMANDS, add_fleet_command, add_hexgrid_command, add_history_command, add_stats_command,
                         add_lora_command, add_serve_command, add_story_command]:
         add_command(subparsers)
     return parser

@@ -152,6 +152,17 @@ class DataDirectoryInUse(H3BridgeError):
     before_start = True
 
 
+class QueueFullError(H3BridgeError):
+    """A server's queue holds as many waiting jobs as it was told to take (`serve --max-queued`);
+    nothing was queued. `retry_after` is the seconds after which asking again is worth it."""
+
+    before_start = True
+
+    def __init__(self, message: str, *, retry_after: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
+
+
 class GenerationCancelled(H3BridgeError):
     """The caller cancelled the job; the engine is gone and no output was left behind."""
 

@@ -9,6 +9,10 @@ vLLM-Omni implement, over the durable queue (jobs.py) and the worker (worker.py)
     DELETE /v1/videos/{id}          cancel (a running job's engine is stopped) and delete its files
     GET    /health                  readiness (no key needed; says nothing about jobs)
 
+With `max_queued` (serve --max-queued) a submission that finds that many jobs waiting is refused
+with HTTP 429 and `Retry-After` before its body is read: a load balancer in front of several
+servers (LiteLLM's proxy, h3bridge fleet) cools this one down and sends the job to another.
+
 A submission is validated exactly as `h3bridge generate` validates its flags (the same
 GenerationRequest.validate, and the same model check and memory plan) and refused with HTTP 400
 and the library's message before it is queued. With an API key every route but /health needs
@@ -33,10 +37,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import H3BridgeError, RequestError
+from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
 from . import dialects
-from .jobs import JobStore, StoredJob, is_job_id, new_job_id
+from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, is_job_id, new_job_id
 from .peer_wire import Dialect
 from .progress_feed import EVENTS_PATH, StreamSlots
 from .uploads import ReceivedBody, UploadLimits, receive_body
@@ -77,6 +81,7 @@ class ServeSettings:
     model: dict[str, object] | None = None     # /health's model state (server/command.py model_health)
     sync_timeout: float = 1800.0               # POST /v1/videos/sync waits at most this long for its clip
     stream_slots: StreamSlots = field(default_factory=StreamSlots)     # open event streams, bounded
+    max_queued: int | None = DEFAULT_MAX_QUEUED    # jobs waiting behind the running one; None: no bound
 
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
@@ -133,6 +138,12 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         """The job as its submitter's dialect reads it (dialects.py)."""
         return dialects.job_body(job.video_job(), dialects.job_dialect(job.shape))
 
+    def queue_full(error: QueueFullError) -> JSONResponse:
+        # h3bridge's own error shape in every dialect: the refusal comes before the body (and so the
+        # dialect) is read, and what a router (LiteLLM) acts on is the status and Retry-After.
+        return error_response(429, ErrorCode.QUEUE_FULL, error.message, hint=error.hint, kind="rate_limit_error",
+                              headers={"Retry-After": str(error.retry_after)})
+
     async def submit(request: Request) -> tuple[StoredJob | None, JSONResponse | None]:
         """Receive, translate (a peer's dialect), validate and queue one body: the job, or the refusal."""
         job_id = new_job_id()
@@ -141,6 +152,12 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         received: ReceivedBody | None = None
         translated: dialects.TranslatedBody | None = None
         dialect = Dialect.H3BRIDGE
+        if settings.max_queued is not None:
+            try:
+                await run_in_threadpool(store.check_room, settings.max_queued)
+            except QueueFullError as error:
+                await _drain(stream)
+                return None, queue_full(error)
         try:
             received = await receive_body(request.headers.get("content-type", ""),
                                           request.headers.get("content-length"), stream, inputs, settings.limits)
@@ -154,6 +171,9 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             uploads = translated.uploads if translated is not None else received.uploads if received is not None else ()
             body = refusal_body(error, uploads)
             return None, JSONResponse(dialects.error_body(400, body.error, dialect), status_code=400)
+        except QueueFullError as error:     # the last place went to a submission beside this one
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            return None, queue_full(error)
         except H3BridgeError as error:     # the model check or the memory plan refused it
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             refusal = VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message, hint=error.hint,
@@ -217,7 +237,8 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         shape = clip_shape(request)
         if translated.dialect is not Dialect.H3BRIDGE:
             shape[dialects.DIALECT_KEY] = translated.dialect.value
-        return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=translated.uploads, shape=shape)
+        return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=translated.uploads, shape=shape,
+                         max_queued=settings.max_queued)
 
     @app.get(VIDEOS_PATH)
     def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:

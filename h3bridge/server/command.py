@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError
+from .jobs import DEFAULT_MAX_QUEUED
 from .uploads import MiB, UploadLimits
 from .wire import API_KEY_ENV
 
@@ -50,12 +51,27 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                         help=f"largest file one request may upload (default {UploadLimits.max_file_bytes // MiB})")
     parser.add_argument("--max-uploads", type=int, default=UploadLimits.max_files, metavar="N",
                         help=f"most files one request may upload (default {UploadLimits.max_files})")
+    parser.add_argument("--max-queued", type=_max_queued, default=DEFAULT_MAX_QUEUED, metavar="N",
+                        help=f"jobs that may wait behind the running one (default {DEFAULT_MAX_QUEUED}; 0: no "
+                             "bound); one more is refused with HTTP 429 and Retry-After, so a load balancer "
+                             "sends it to another server (h3bridge fleet: use 1)")
     parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                         help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(parser)
     add_engine_safety_options(parser)
     parser.set_defaults(handler=run_serve)
+
+
+def _max_queued(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0 (0: no bound; "
+                                         f"default {DEFAULT_MAX_QUEUED})")
+    return value
 
 
 def model_health(inventory: ModelInventory) -> dict[str, object]:
@@ -109,7 +125,8 @@ def run_serve(args: argparse.Namespace) -> int:
     limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,
                              cors_origins=tuple(args.cors_origin), engine_name=args.engine,
-                             preflight=check_like_generate, model=model_health(inventory))
+                             preflight=check_like_generate, model=model_health(inventory),
+                             max_queued=args.max_queued or None)
     worker = Worker(store, session or one_shot, one_shot if session is not None else None)
     app = create_app(settings, store, worker)
     worker.start()

@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 from filelock import FileLock, Timeout
 
 from ..engines.lock import remove_dead_scratch
-from ..errors import DataDirectoryInUse
+from ..errors import DataDirectoryInUse, QueueFullError
 from .wire import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
 
 DATABASE_NAME = "jobs.sqlite3"
@@ -38,6 +38,18 @@ VIDEO_NAME = "video.mp4"
 ID_PREFIX = "video_"
 # A job the server was running when it stopped is run again this many times in all, then failed.
 MAX_ATTEMPTS = 2
+# `serve --max-queued`'s default: jobs waiting behind the running one. A storyboard of a 2-minute
+# film is 8-10 shots, and `story --parallel N` submits N at once, so one client on one server never
+# meets this bound; what it bounds is a runaway client filling the data directory with uploads.
+# A fleet behind a load balancer wants 1 (h3bridge fleet says so): a full server answers 429 and
+# the balancer sends the job to a server that can start it sooner.
+DEFAULT_MAX_QUEUED = 16
+# Retry-After of a full queue's 429, seconds. LiteLLM's router cools the deployment down for
+# exactly this long (router_rust/core.py retry_after_seconds) and retries the create on another
+# one; but a cooled-down deployment also answers its own jobs' status and content polls with 429
+# ("all deployments in cooldown") until it is over, so the shortest whole second: a full server
+# costs one cheap refusal per second at most, and a poll is turned away for at most a second.
+QUEUE_FULL_RETRY_AFTER = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -149,11 +161,15 @@ class JobStore:
     # ------------------------------------------------------------------ the queue
 
     def add(self, job_id: str, *, model: str, fields: dict[str, object], uploads: Sequence[UploadedFile],
-            shape: dict[str, object]) -> StoredJob:
-        """Accept a job: its uploads are already in its inputs folder. Committed when this returns."""
+            shape: dict[str, object], max_queued: int | None = None) -> StoredJob:
+        """Accept a job: its uploads are already in its inputs folder. Committed when this returns.
+        With `max_queued`, raises QueueFullError instead when that many jobs already wait (counted
+        and inserted under one lock, so concurrent submissions cannot both take the last place)."""
         inputs = self.inputs_dir(job_id)
         stored = [[u.field, u.path.relative_to(inputs).as_posix(), u.filename] for u in uploads]
         with self._guard:
+            if max_queued is not None:
+                self._raise_if_full(max_queued)
             self._db.execute(
                 "INSERT INTO jobs (id, created_at, status, model, fields, uploads, shape) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (job_id, int(time.time()), JobStatus.QUEUED.value, model, json.dumps(fields), json.dumps(stored),
@@ -161,6 +177,24 @@ class JobStore:
         job = self.get(job_id)
         assert job is not None
         return job
+
+    def check_room(self, max_queued: int) -> None:
+        """QueueFullError if `max_queued` jobs wait already behind the running one (a cheap early
+        answer, before uploads are read; `add` checks again)."""
+        with self._guard:
+            self._raise_if_full(max_queued)
+
+    def _raise_if_full(self, max_queued: int) -> None:
+        # Unfinished jobs less the one the worker runs (or is about to take): counting only the
+        # `queued` rows would make the bound depend on whether the worker has picked up the job
+        # submitted a moment ago, and a burst of submissions would see a server hold one job fewer.
+        unfinished = self._db.execute("SELECT COUNT(*) FROM jobs WHERE status IN (?, ?)",
+                                      (JobStatus.QUEUED.value, JobStatus.IN_PROGRESS.value)).fetchone()[0]
+        waiting = max(unfinished - 1, 0)
+        if unfinished > max_queued:
+            raise QueueFullError(f"this server's queue is full: {waiting} jobs wait (its --max-queued is {max_queued})",
+                                 retry_after=QUEUE_FULL_RETRY_AFTER,
+                                 hint=f"submit it again in {QUEUE_FULL_RETRY_AFTER} s, or to another server")
 
     def get(self, job_id: str) -> StoredJob | None:
         with self._guard:

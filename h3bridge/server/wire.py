@@ -87,6 +87,7 @@ class ErrorCode(str, enum.Enum):
     NOT_FOUND = "not_found"               # no such job (HTTP 404)
     NOT_READY = "not_ready"               # content asked for before the job completed (HTTP 409)
     TOO_LARGE = "too_large"               # an upload over the server's limits (HTTP 413)
+    QUEUE_FULL = "queue_full"             # --max-queued jobs wait already (HTTP 429, Retry-After)
 
 
 # ----------------------------------------------------------------------------- the field table

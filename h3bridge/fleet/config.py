@@ -1,0 +1,230 @@
+"""The LiteLLM proxy configuration for a fleet of video servers (`h3bridge fleet`).
+
+Every server becomes one deployment of one model group (`model_name`), so a client asks the proxy
+for that model and the router picks a server. What we read in LiteLLM 1.110's router (installed
+package, litellm/router_utils/cooldown_handlers.py, litellm/router_rust/core.py) and measured with
+its real proxy (tests/test_fleet_litellm.py, bench/bench_fleet.py):
+
+* A create returns at once (the job waits in the server's queue), so neither least-busy (the
+  proxy's own count of requests in flight) nor usage-based routing (tokens and requests per
+  minute, counted by the proxy) can see a server's queue; the router reads no `x-ratelimit-*`
+  header and no /health of a backend. What moves a job is the server saying it is full: an HTTP
+  429 (`h3bridge serve --max-queued N`), which the router retries on another deployment
+  (`num_retries`). With `--max-queued 1` on every server, jobs spread.
+* The proxy encodes the deployment's `model_info.id` in every video id it returns and pins the
+  job's status and content calls to that deployment; the ids here are stable (kind, host and
+  port), so a restarted proxy still finds the jobs of its clients.
+* Cooldowns are off unless asked for (`--cooldown`). Measured with 1.110.2: while a deployment
+  cools down (after a 429 it does, for its Retry-After; after a failure, for `cooldown_time`), the
+  pin of its jobs' polls is dropped and the poll goes to another server, which answers 404 "no
+  video" for a job that is alive, or, when every deployment cools, the proxy answers 429. Without
+  cooldowns a full server costs a create one retry, and a dead one one refused connection (a
+  machine that is off: a connect timeout), and the polls of its jobs fail with the connection's
+  reason until it is back.
+
+Keys never appear in the file: the servers' key and the proxy's master key are `os.environ/NAME`
+references that the proxy resolves when it starts.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+from urllib.parse import urlsplit
+
+from ..errors import OutputExistsError, RequestError
+from ..server.wire import API_KEY_ENV, DEFAULT_MODEL
+
+DEFAULT_MODEL_NAME = DEFAULT_MODEL                 # what clients ask the proxy for
+DEFAULT_MASTER_KEY_ENV = "LITELLM_MASTER_KEY"      # the key clients give the proxy
+# Of the router's strategies only simple-shuffle is not counting something our servers never show
+# (see above); with full servers answering 429 it spreads jobs evenly (bench/bench_fleet.py).
+DEFAULT_ROUTING = "simple-shuffle"
+ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "usage-based-routing-v2", "latency-based-routing")
+# No cooldown by default (see above); with --cooldown S a failing server is left alone S seconds
+# after its first failure in a minute, and a full one (429) is never cooled down.
+DEFAULT_COOLDOWN_SECONDS = 0.0
+DEFAULT_ALLOWED_FAILS = 0
+_NEVER = 1_000_000      # RateLimitErrorAllowedFails: a 429 is a full queue, not a failing server
+# The proxy's wait for one answer of a server: a create uploads the references, a download
+# carries the clip; neither waits for a render.
+DEFAULT_TIMEOUT_SECONDS = 600.0
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ServerKind(str, enum.Enum):
+    """What a server speaks, and so which LiteLLM provider drives it."""
+
+    H3BRIDGE = "h3bridge"      # `h3bridge serve`: vLLM-Omni's multipart /v1/videos
+    VLLM_OMNI = "vllm-omni"
+    SGLANG = "sglang"          # SGLang Diffusion: the OpenAI Videos API
+
+    @property
+    def provider(self) -> str:
+        return "openai" if self is ServerKind.SGLANG else "hosted_vllm"
+
+
+@dataclass(frozen=True)
+class FleetServer:
+    """One server: its base URL (`http://mac1.local:8765`, with or without `/v1`) and the name of
+    the environment variable holding its API key on the proxy's machine (None: no key)."""
+
+    url: str
+    kind: ServerKind = ServerKind.H3BRIDGE
+    key_env: str | None = API_KEY_ENV
+
+    @property
+    def api_base(self) -> str:
+        base = self.url.rstrip("/")
+        return (base if base.endswith("/v1") else base + "/v1")
+
+    @property
+    def deployment_id(self) -> str:
+        parts = urlsplit(self.url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{self.kind.value}-{parts.hostname}-{port}"
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    model_name: str = DEFAULT_MODEL_NAME
+    routing: str = DEFAULT_ROUTING
+    retries: int | None = None            # None: one per other server, so a create can try each
+    cooldown_seconds: float = DEFAULT_COOLDOWN_SECONDS
+    allowed_fails: int = DEFAULT_ALLOWED_FAILS
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    master_key_env: str | None = DEFAULT_MASTER_KEY_ENV
+    servers: tuple[FleetServer, ...] = field(default_factory=tuple)
+
+
+def check_env_name(name: str, flag: str) -> None:
+    """An environment variable's name, never a key pasted in its place."""
+    if not _ENV_NAME.fullmatch(name):
+        # not echoed: what was given in place of a name may well be the key itself
+        raise RequestError(f"{flag} takes the name of an environment variable (letters, digits and _, not "
+                           "starting with a digit), not what was given; the key itself never goes into the "
+                           "proxy's file", field=flag,
+                           hint=f"put the key in a variable and name it: export {API_KEY_ENV}=...; {flag} {API_KEY_ENV}")
+
+
+def check_server(server: FleetServer, flag: str) -> None:
+    parts = urlsplit(server.url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or parts.query or parts.fragment \
+            or parts.username or parts.password or parts.path.rstrip("/") not in ("", "/v1"):
+        raise RequestError(f"{flag} {server.url!r} is not a server's base URL", field=flag,
+                           hint=f"give it as the server prints it at start, e.g. {flag} http://mac1.local:8765")
+    if server.key_env is not None:
+        check_env_name(server.key_env, "--key-env" if server.kind is ServerKind.H3BRIDGE else "--peer-key-env")
+
+
+def fleet_config(settings: FleetSettings) -> dict[str, object]:
+    """The proxy's configuration (a mapping `yaml.safe_dump` writes); RequestError names the flag
+    of anything that cannot work."""
+    if not settings.servers:
+        raise RequestError("a fleet needs at least one server", field="--server",
+                           hint="name each one: h3bridge fleet --server http://mac1.local:8765 "
+                                "--server http://mac2.local:8765 -o litellm.yaml")
+    seen: dict[str, str] = {}
+    for server in settings.servers:
+        flag = "--server" if server.kind is ServerKind.H3BRIDGE else f"--{server.kind.value}"
+        check_server(server, flag)
+        if server.deployment_id in seen:
+            raise RequestError(f"{flag} {server.url} names the same server as {seen[server.deployment_id]}",
+                               field=flag, hint="give each server once")
+        seen[server.deployment_id] = server.url
+    if settings.routing not in ROUTING_STRATEGIES:
+        raise RequestError(f"--routing {settings.routing!r} is not one of LiteLLM's routing strategies here",
+                           field="--routing", hint=f"use one of {', '.join(ROUTING_STRATEGIES)} "
+                                                   f"(default {DEFAULT_ROUTING})")
+    if settings.retries is not None and settings.retries < 0:
+        raise RequestError(f"--retries {settings.retries} must be 0 or more", field="--retries",
+                           hint="leave it out: one retry per other server")
+    if not settings.cooldown_seconds >= 0:
+        raise RequestError(f"--cooldown {settings.cooldown_seconds:g} must be 0 (no cooldown) or more seconds",
+                           field="--cooldown", hint="leave it out: no cooldown (docs/fleet.md says why)")
+    if not settings.timeout_seconds > 0:
+        raise RequestError(f"--timeout {settings.timeout_seconds:g} must be more than 0 seconds",
+                           field="--timeout", hint=f"use e.g. --timeout {DEFAULT_TIMEOUT_SECONDS:g}")
+    if not settings.model_name.strip() or ";" in settings.model_name:
+        raise RequestError(f"--model-name {settings.model_name!r} must be a non-empty name without ';'",
+                           field="--model-name", hint=f"use e.g. --model-name {DEFAULT_MODEL_NAME}")
+    if settings.master_key_env is not None:
+        check_env_name(settings.master_key_env, "--master-key-env")
+
+    model_list = []
+    for server in settings.servers:
+        params: dict[str, object] = {"model": f"{server.kind.provider}/{settings.model_name}",
+                                     "api_base": server.api_base, "timeout": settings.timeout_seconds}
+        if server.key_env is not None:
+            params["api_key"] = f"os.environ/{server.key_env}"
+        model_list.append({"model_name": settings.model_name, "litellm_params": params,
+                           "model_info": {"id": server.deployment_id, "mode": "video_generation"}})
+    retries = settings.retries if settings.retries is not None else max(len(settings.servers) - 1, 1)
+    router: dict[str, object] = {
+        "routing_strategy": settings.routing,
+        "num_retries": retries,
+        "retry_after": 0,          # retry on another server at once
+    }
+    if settings.cooldown_seconds > 0:
+        router.update({"allowed_fails": settings.allowed_fails, "cooldown_time": settings.cooldown_seconds,
+                       "allowed_fails_policy": {"RateLimitErrorAllowedFails": _NEVER}})
+    else:
+        router["disable_cooldowns"] = True
+    config: dict[str, object] = {"model_list": model_list, "router_settings": router,
+                                 "litellm_settings": {"drop_params": False}}
+    if settings.master_key_env is not None:
+        config["general_settings"] = {"master_key": f"os.environ/{settings.master_key_env}"}
+    return config
+
+
+def render_fleet_config(settings: FleetSettings) -> str:
+    try:
+        import yaml
+    except ImportError:
+        raise RequestError("h3bridge fleet writes YAML and needs PyYAML", field="fleet",
+                           hint="pip install 'h3bridge[fleet]'") from None
+    config = fleet_config(settings)
+    header = ("# LiteLLM proxy configuration written by `h3bridge fleet` (docs/fleet.md).\n"
+              "# Keys are read from the environment when the proxy starts (os.environ/NAME).\n"
+              "# Start every h3bridge server with --max-queued 1, so a full one answers 429 and the\n"
+              "# router sends the job to another; then: litellm --config THIS_FILE --port 4000\n")
+    return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+
+
+def write_fleet_config(settings: FleetSettings, path: Path, *, overwrite: bool = False) -> Path:
+    """Write the configuration to `path` atomically (a temporary file beside it, fsynced, then
+    linked or renamed into place); an existing file is kept unless `overwrite`."""
+    text = render_fleet_config(settings)      # every refusal before anything is written
+    path = Path(path)
+    if not overwrite and os.path.lexists(path):
+        raise OutputExistsError(f"{path} exists; h3bridge fleet does not overwrite it",
+                                hint="pass --overwrite to replace it, or give another -o FILE")
+    if not path.parent.is_dir():
+        raise RequestError(f"-o {path}: the folder {path.parent} does not exist", field="-o",
+                           hint=f"create it first (mkdir -p {path.parent}) or write elsewhere")
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(temporary, path)
+        else:
+            try:
+                os.link(temporary, path)      # fails if the file appeared meanwhile: nothing is replaced
+            except FileExistsError:
+                raise OutputExistsError(f"{path} appeared while h3bridge fleet wrote it; it was kept",
+                                        hint="pass --overwrite to replace it, or give another -o FILE") from None
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+    return path

@@ -1,0 +1,138 @@
+"""`h3bridge fleet`: the LiteLLM proxy configuration it writes (keys as os.environ references only,
+retries, cooldown, routing), its refusals naming the flag, and its file handling (atomic, never
+over the user's file without --overwrite). The proxy itself runs in tests/test_fleet_litellm.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from h3bridge.errors import OutputExistsError, RequestError
+from h3bridge.fleet import FleetServer, FleetSettings, ServerKind, fleet_config, write_fleet_config
+
+SECRET = "sk-do-not-write-me-0123456789"
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """`h3bridge fleet ARGS` (in this process: the CLI's own main) in tmp_path, with keys in the environment."""
+    from h3bridge.cli import main
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("H3BRIDGE_API_KEY", SECRET)
+    monkeypatch.setenv("LITELLM_MASTER_KEY", SECRET)
+
+    def run_fleet(*args: str) -> Ran:
+        capsys.readouterr()
+        try:
+            status = main(["fleet", *args])
+        except SystemExit as exit_:     # argparse's own refusals
+            status = int(exit_.code or 0)
+        out, err = capsys.readouterr()
+        return Ran(status, out, err)
+    return run_fleet
+
+
+def test_the_config_has_one_deployment_per_server_keys_from_the_environment_and_retries(tmp_path: Path, run) -> None:
+    done = run("--server", "http://mac1.local:8765", "--server", "http://10.0.0.2:8765/",
+                "--vllm-omni", "http://gpu.lan:8091/v1", "--sglang", "http://gpu.lan:30000",
+                "--peer-key-env", "GPU_KEY", "-o", "litellm.yaml")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "litellm.yaml").read_text()
+    assert SECRET not in text
+    config = yaml.safe_load(text)
+    deployments = config["model_list"]
+    assert [d["model_name"] for d in deployments] == ["MiniMax-H3"] * 4
+    assert [d["litellm_params"]["model"] for d in deployments] == [
+        "hosted_vllm/MiniMax-H3", "hosted_vllm/MiniMax-H3", "hosted_vllm/MiniMax-H3", "openai/MiniMax-H3"]
+    assert [d["litellm_params"]["api_base"] for d in deployments] == [
+        "http://mac1.local:8765/v1", "http://10.0.0.2:8765/v1", "http://gpu.lan:8091/v1", "http://gpu.lan:30000/v1"]
+    assert [d["litellm_params"]["api_key"] for d in deployments] == [
+        "os.environ/H3BRIDGE_API_KEY", "os.environ/H3BRIDGE_API_KEY", "os.environ/GPU_KEY", "os.environ/GPU_KEY"]
+    ids = [d["model_info"]["id"] for d in deployments]
+    assert ids == ["h3bridge-mac1.local-8765", "h3bridge-10.0.0.2-8765", "vllm-omni-gpu.lan-8091", "sglang-gpu.lan-30000"]
+    router = config["router_settings"]
+    assert router["routing_strategy"] == "simple-shuffle"
+    assert router["num_retries"] == 3 and router["disable_cooldowns"] is True and "cooldown_time" not in router
+    assert config["general_settings"] == {"master_key": "os.environ/LITELLM_MASTER_KEY"}
+
+
+def test_printed_without_a_file(tmp_path: Path, run) -> None:
+    done = run("--server", "http://127.0.0.1:8765", "--routing", "least-busy", "--retries", "5",
+                "--cooldown", "12")
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)
+    assert config["router_settings"]["routing_strategy"] == "least-busy"
+    router = config["router_settings"]
+    assert router["num_retries"] == 5 and router["cooldown_time"] == 12.0 and "disable_cooldowns" not in router
+    assert router["allowed_fails_policy"] == {"RateLimitErrorAllowedFails": 1_000_000}     # a full server never cools
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_users_file_is_never_overwritten_without_overwrite(tmp_path: Path, run) -> None:
+    mine = tmp_path / "litellm.yaml"
+    mine.write_text("# my own config\n")
+    done = run("--server", "http://127.0.0.1:8765", "-o", "litellm.yaml")
+    assert done.returncode == 2
+    assert "litellm.yaml exists" in done.stderr and "--overwrite" in done.stderr
+    assert mine.read_text() == "# my own config\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["litellm.yaml"]      # no temporary left
+    done = run("--server", "http://127.0.0.1:8765", "-o", "litellm.yaml", "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(mine.read_text())["model_list"][0]["litellm_params"]["api_base"] == "http://127.0.0.1:8765/v1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["litellm.yaml"]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    ((), ["--server", "at least one server"]),
+    (("--server", "mac1.local:8765"), ["--server 'mac1.local:8765' is not a server's base URL",
+                                       "--server http://mac1.local:8765"]),
+    (("--server", "http://mac1.local:8765/v1/videos"), ["is not a server's base URL"]),
+    (("--server", "http://a:1", "--server", "http://a:1/v1"), ["names the same server", "give each server once"]),
+    (("--server", "http://a:1", "--key-env", SECRET), ["--key-env takes the name of an environment variable"]),
+    (("--server", "http://a:1", "--master-key-env", "my key"), ["--master-key-env"]),
+    (("--server", "http://a:1", "--cooldown", "-1"), ["--cooldown -1 must be 0 (no cooldown) or more"]),
+    (("--server", "http://a:1", "--retries", "-1"), ["--retries -1 must be 0 or more"]),
+    (("--server", "http://a:1", "-o", "missing/litellm.yaml"), ["-o missing/litellm.yaml", "mkdir -p missing"]),
+])
+def test_refusals_name_the_flag_and_write_nothing(tmp_path: Path, run, args: tuple[str, ...],
+                                                  words: list[str]) -> None:
+    done = run(*args)
+    assert done.returncode == 2
+    for word in words:
+        assert word in done.stderr
+    assert SECRET not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_suggested_fix_is_itself_valid() -> None:
+    with pytest.raises(RequestError) as refused:
+        fleet_config(FleetSettings(servers=(FleetServer("mac1.local:8765"),)))
+    suggested = refused.value.hint.split("e.g. ")[1].split()
+    assert suggested[0] == "--server"
+    fleet_config(FleetSettings(servers=(FleetServer(suggested[1]),)))
+
+
+def test_write_is_atomic_and_refuses_a_file_that_appears(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    target = tmp_path / "fleet.yaml"
+    settings = FleetSettings(servers=(FleetServer("http://127.0.0.1:8765", ServerKind.H3BRIDGE),))
+    real_link = os.link
+
+    def someone_else_writes_first(source, destination, *args, **kwargs):
+        Path(destination).write_text("theirs\n")
+        return real_link(source, destination, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", someone_else_writes_first)
+    with pytest.raises(OutputExistsError):
+        write_fleet_config(settings, target)
+    assert target.read_text() == "theirs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
