@@ -81,3 +81,98 @@ def test_max_queued_refuses_a_bad_value_naming_the_flag(tmp_path: Path, model: P
                           env={**isolated_env(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 2
     assert "--max-queued" in done.stderr and "'-3' is not a whole number >= 0" in done.stderr
+
+
+def _hold_full_then_render(tmp_path: Path, model: Path, *, cancel_while_full: bool):  # noqa: F811
+    """A server with --max-queued 1 whose engine the test holds: two jobs fill it, then
+    RemoteEngine submits a third. Its first answers are 429 for as long as the lock is held (no
+    timing involved): the engine waits, reporting it, until the test cancels or lets go."""
+    import threading
+
+    from h3bridge import GenerationRequest, RemoteEngine
+    from h3bridge.cancel import CancelToken
+    from h3bridge.engines.remote import FULL_SERVER_PHASE
+
+    env = isolated_env(tmp_path)
+    outcome: dict[str, object] = {}
+    waiting = threading.Event()
+    phases: list[str] = []
+    cancel = CancelToken()
+
+    def on_progress(event) -> None:
+        phases.append(event.phase)
+        if event.phase == FULL_SERVER_PHASE:
+            waiting.set()
+
+    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="oneshot", env=env,
+                       extra_args=["--max-queued", "1"]) as server:
+        lock = engine_lock(path=Path(env["H3BRIDGE_LOCK_PATH"]))
+        lock.__enter__()
+        try:
+            filled = [_submit(server, seed=seed) for seed in (1, 2)]
+            assert [answer.status_code for answer in filled] == [200, 200], [a.text for a in filled]
+            engine = RemoteEngine(server.url, api_key=KEY, poll_interval=0.05)
+
+            def render() -> None:
+                try:
+                    outcome["result"] = engine.generate(
+                        GenerationRequest("a third fox", width=96, height=64, frames=22, steps=2, seed=3),
+                        tmp_path / "third.mp4", on_progress=on_progress, cancel=cancel)
+                except BaseException as error:     # noqa: BLE001 - handed to the test thread
+                    outcome["error"] = error
+
+            thread = threading.Thread(target=render, daemon=True)
+            thread.start()
+            assert waiting.wait(120), f"RemoteEngine never reported the full queue: {phases} {outcome}"
+            if cancel_while_full:
+                cancel.cancel()
+                thread.join(60)
+        finally:
+            lock.__exit__(None, None, None)
+        thread.join(180)
+        assert not thread.is_alive(), "the render did not end"
+        listed = httpx.get(f"{server.api}/videos", headers=AUTH, timeout=30).json()["data"]
+        return outcome, listed, phases
+
+
+def test_remote_engine_submits_again_after_retry_after_while_the_queue_is_full(
+        tmp_path: Path, model: Path) -> None:  # noqa: F811
+    """RemoteEngine used to fail the job with the server's 429 (a --parallel story over more shots
+    than a server's queue, or a proxy's burst, lost shots). Now it waits Retry-After, reports the
+    wait as progress, submits again, and the job is queued exactly once."""
+    outcome, listed, phases = _hold_full_then_render(tmp_path, model, cancel_while_full=False)
+    assert "error" not in outcome, outcome.get("error")
+    assert (tmp_path / "third.mp4").is_file()
+    assert len(listed) == 3, [job["id"] for job in listed]      # the 429s queued nothing twice
+    assert phases.index("waiting for room in the server's queue") < len(phases) - 1
+
+
+def test_a_cancel_while_the_queue_is_full_stops_at_once_and_queues_nothing(tmp_path: Path, model: Path) -> None:  # noqa: F811
+    from h3bridge.errors import GenerationCancelled
+    outcome, listed, _ = _hold_full_then_render(tmp_path, model, cancel_while_full=True)
+    assert isinstance(outcome.get("error"), GenerationCancelled), outcome
+    assert "queue was full" in str(outcome["error"])
+    assert len(listed) == 2 and not (tmp_path / "third.mp4").exists()
+
+
+def test_a_server_full_for_longer_than_full_server_wait_fails_the_job_naming_the_fixes() -> None:
+    from h3bridge import GenerationRequest, RemoteEngine
+    from h3bridge.errors import RemoteError
+    asked: list[str] = []
+
+    def always_full(request: httpx.Request) -> httpx.Response:
+        asked.append(request.method)
+        return httpx.Response(429, headers={"Retry-After": "0.2"},
+                              json={"error": {"code": "queue_full", "message": "the queue is full"}})
+
+    engine = RemoteEngine("http://studio.test:8765", transport=httpx.MockTransport(always_full),
+                          full_server_wait=0.5)
+    try:
+        engine.generate(GenerationRequest("a fox", width=96, height=64, frames=22, steps=2), None,
+                        want_frames=False, want_audio=False)
+    except RemoteError as error:
+        assert error.status == 429 and "queue is full" in error.message
+        assert "--max-queued" in error.hint and "full_server_wait" in error.hint
+    else:
+        raise AssertionError("a server that is always full must fail the job")
+    assert asked == ["POST"] * 3      # 0.2 s apart, within 0.5 s: three tries, no poll, no DELETE

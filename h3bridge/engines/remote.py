@@ -47,6 +47,12 @@ from .output import finish_result, missing_folders, raise_if_cancelled, resolve_
 from .protocol import EngineCapabilities
 
 POLL_SECONDS = 0.25           # between status polls; a cancel interrupts the wait at once
+# A server whose queue is full (`h3bridge serve --max-queued`, any server behind a rate limit)
+# answers a submission 429 with Retry-After: the same body is submitted again after that many
+# seconds (at least FULL_RETRY_MIN, at most FULL_RETRY_MAX; 1 s without the header), for at most
+# RemoteEngine.full_server_wait seconds in all. Nothing was queued by a 429, so nothing is doubled.
+FULL_RETRY_MIN, FULL_RETRY_MAX = 0.2, 30.0
+FULL_SERVER_PHASE = "waiting for room in the server's queue"
 DOWNLOAD_CHUNK = 1 << 20
 # Phase names of the ProgressEvents a remote job reports (the server's own phases when it sends them).
 QUEUED_PHASE = "queued on the server"
@@ -114,6 +120,8 @@ class RemoteEngine:
     dialect: whose request shape to send: "h3bridge" (this project's server, every h3 setting),
       "vllm-omni" or "sglang" (their MiniMax-H3 servers' own shapes, docs/dialects.md). A setting
       the chosen peer has no field for is refused before anything is sent, naming it.
+    full_server_wait: seconds to keep submitting again to a server whose queue is full (HTTP 429,
+      after its Retry-After each time) before giving up with RemoteError; 0 gives up at once.
     """
 
     # The clip is rendered elsewhere and its frames are decoded from the downloaded H.264 MP4;
@@ -125,7 +133,7 @@ class RemoteEngine:
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None, *,
                  poll_interval: float = POLL_SECONDS, timeout: float = 60.0,
                  transport: httpx.BaseTransport | None = None, events: bool = True,
-                 dialect: "str | Dialect" = Dialect.H3BRIDGE) -> None:
+                 dialect: "str | Dialect" = Dialect.H3BRIDGE, full_server_wait: float = 1800.0) -> None:
         self.base_url = normalise_base_url(base_url)
         self.dialect = dialect_of(dialect)
         self._api_key = api_key
@@ -134,6 +142,7 @@ class RemoteEngine:
         self.timeout = timeout
         self._transport = transport
         self.events = events
+        self.full_server_wait = full_server_wait
         self._events_offered: bool | None = None     # whether the server has event streams (None: not asked yet)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()     # one client for the threads of a parallel story
@@ -201,7 +210,7 @@ class RemoteEngine:
             elif want_audio or want_frames:
                 workdir = make_work_folder()
                 mp4 = workdir / "remote.mp4"
-            job = self._submit(request)
+            job = self._submit(request, started, on_progress, cancel)
             job_id = job.id
             job = self._follow(job, started, on_progress, on_preview, cancel)
             if mp4 is not None:
@@ -317,21 +326,51 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ a job
 
-    def _submit(self, request: GenerationRequest) -> VideoJob:
-        """POST the request (the wire module's body): JSON, or multipart when it carries files.
+    def _submit(self, request: GenerationRequest, started: float, on_progress: ProgressCallback | None,
+                cancel: CancelToken | None) -> VideoJob:
+        """POST the request (the wire module's body, or a peer's): JSON, or multipart when it
+        carries files; submitted again while the server answers 429 (its queue is full), after its
+        Retry-After, for at most `full_server_wait` seconds, each wait reported as progress and
+        cut short by a cancel (nothing was queued, so there is nothing to delete).
 
         A server that reads only forms (vLLM-Omni's `/v1/videos` takes multipart/form-data, as the
         official openai client sends it) answers a JSON body 415 or 422 before queueing anything:
         the same body is then sent once more as a form."""
         if self.dialect is not Dialect.H3BRIDGE:
             peer = request_to_peer(request, self.dialect, model=self.model)
-            response = self._post_peer(peer)
-            self._raise_for_status(response, what="submitting the job")
-            return self._job(response, "the submission")
-        body = request_to_wire(request, model=self.model)
-        response = self._post(body, multipart=bool(body.files))
-        if not body.files and response.status_code in (415, 422):
-            response = self._post(body, multipart=True)
+            send = lambda: self._post_peer(peer)     # noqa: E731
+        else:
+            body = request_to_wire(request, model=self.model)
+
+            def send() -> httpx.Response:
+                response = self._post(body, multipart=bool(body.files))
+                if not body.files and response.status_code in (415, 422):
+                    response = self._post(body, multipart=True)
+                return response
+        waited, tries = 0.0, 0
+        while True:
+            response = send()
+            if response.status_code != 429:
+                break
+            pause = _retry_after(response)
+            if waited + pause > self.full_server_wait:
+                raise RemoteError(
+                    f"the server at {self.base_url} kept refusing the job for {waited:.0f} s: its queue is full "
+                    f"(HTTP 429: {server_message(response)})", url=self.base_url, status=429,
+                    engine_message=server_message(response), before_start=True,
+                    hint="submit it later, give the server a longer queue (`h3bridge serve --max-queued N`), "
+                         "spread the work over several servers (docs/fleet.md), or wait longer "
+                         "(RemoteEngine(full_server_wait=SECONDS))")
+            tries += 1
+            if on_progress is not None:
+                on_progress(ProgressEvent(FULL_SERVER_PHASE, tries, tries + 1, 0.0, time.monotonic() - started))
+            if cancel is not None:
+                if cancel.wait(pause):
+                    raise GenerationCancelled("generation cancelled while the server's queue was full; nothing "
+                                              "was queued there")
+            else:
+                time.sleep(pause)
+            waited += pause
         self._raise_for_status(response, what="submitting the job")
         return self._job(response, "the submission")
 
@@ -454,6 +493,18 @@ class RemoteEngine:
         except httpx.HTTPError:
             return False
         return response.status_code < 300 or response.status_code == 404
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The seconds a 429 asks to wait (Retry-After in seconds; an HTTP date or none: 1 s), kept within
+    [FULL_RETRY_MIN, FULL_RETRY_MAX] so a server cannot make a client spin or sleep for a day."""
+    try:
+        seconds = float(response.headers.get("retry-after", "1"))
+    except ValueError:
+        seconds = 1.0
+    if seconds != seconds:      # NaN
+        seconds = 1.0
+    return min(max(seconds, FULL_RETRY_MIN), FULL_RETRY_MAX)
 
 
 def _transport_words(error: httpx.TransportError) -> str:
