@@ -427,8 +427,8 @@ VAE_CONFIG_FOLDER = KnownDifference(
     "283-297 (and h3_audio_vae.c 311-327, h3_video_encoder.c 250-264) fopen it, fseek to the end "
     "and check 1 <= ftell <= 1 MiB before fread. On macOS a directory's end is its small "
     "st_size, the check passes and fread fails with EISDIR: \"cannot read video VAE config\"; on "
-    "Linux lseek(SEEK_END) of an ext4/overlayfs directory returns a hash-space end far above "
-    "1 MiB, so the size check fails first: \"invalid video VAE config\"")
+    "Linux lseek(SEEK_END) of an ext4 directory returns the end of its htree hash space "
+    "(ftell = LLONG_MAX, measured here), so the size check fails first: \"invalid video VAE config\"")
 KNOWN_DIFFERENCES = (EMPTY_NUMBER, VAE_CONFIG_FOLDER)
 
 
@@ -528,8 +528,9 @@ def print_differences(cases: list[dict[str, object]], sim: dict[str, dict], upst
         key = str(case["id"])
         a, b = sim.get(key), upstream.get(key)
         if not (ran(a) and ran(b)):
-            who = " and ".join(name for name, o in (("h3-sim", a), ("upstream", b)) if not ran(o))
-            groups[f"did not run: {who} timed out or is missing"].append(key)
+            why = ", ".join(f"{name} {'not run' if o is None else o.get('status')}"
+                            for name, o in (("h3-sim", a), ("upstream", b)) if not ran(o))
+            groups[f"did not run to an outcome: {why}"].append(key)
             continue
         aspects = differing_aspects(a, b)   # type: ignore[arg-type]
         if not aspects:
