@@ -21,7 +21,8 @@ What is normalised, on both sides alike (and nothing else):
   - a random seed ("Seed: " followed by 6+ digits, only ever printed for `!seed random`) and
     `!save`'s default name h3-<time(NULL)>.mp4
 Both programs run with argv[0] = "h3", cwd = the case folder, HOME = {CASE}/home, TERM=dumb,
-LANG=C.UTF-8, and H3_SIM_TIME_SCALE=0 (a simulator variable upstream ignores).
+LANG=C.UTF-8, H3_SIM_TIME_SCALE=0 (a simulator variable upstream ignores), and a silent `open`
+first on PATH (the session's `!open` spawns it; see _environment).
 
 Results are kept in DIR (default bench/.differential): each side's observations as JSON
 lines, appended as each case ends (OUT/sim.jsonl, OUT/upstream.jsonl), so `--resume` after a
@@ -109,8 +110,26 @@ def _resolve(text: str, workspace: Path, case_dir: Path) -> str:
     return re.sub(r"\{(MODEL|MEDIA|CASE)(?::([^}]*))?\}", replace, text)
 
 
+OPEN_STAND_IN = Path("bin/open")     # under the workspace; see _environment
+
+
+def _write_open_stand_in(workspace: Path) -> None:
+    path = workspace / OPEN_STAND_IN
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        temporary = path.with_name(f".open.{os.getpid()}.{threading.get_ident()}")
+        temporary.write_text("#!/bin/sh\n# macOS open(1) prints nothing when it opens a file\nexit 0\n")
+        temporary.chmod(0o755)
+        temporary.rename(path)
+
+
 def _environment(case: dict[str, object], workspace: Path, case_dir: Path) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(case_dir / "home"),
+    # The session's `!open` spawns `open PATH` (h3_cli.c open_video, and h3-sim alike) without
+    # waiting: on a Mac LaunchServices opens the clip and prints nothing; Linux's `open` is
+    # xdg-open, whose "not found" lines land in the session's stderr at a moment of its own.
+    # Both sides get a silent `open`, as on a Mac.
+    path = f"{workspace / OPEN_STAND_IN.parent.name}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {"PATH": path, "HOME": str(case_dir / "home"),
            "TERM": "dumb", "LANG": "C.UTF-8", "H3_SIM_TIME_SCALE": "0", "H3_SIM_SHADERS": "1",
            "PYTHONPATH": str(HERE.parent)}
     for key, value in dict(case.get("env") or {}).items():
@@ -303,6 +322,7 @@ def run_case(side: Side, case: dict[str, object], workspace: Path, runs: Path,
     # Upstream compiles its shaders from the working directory: every case runs beside them
     # (and h3-sim checks the same with H3_SIM_SHADERS=1, set in _environment).
     (case_dir / SHADERS).symlink_to(shaders)
+    _write_open_stand_in(workspace)
     env = _environment(case, workspace, case_dir)
     started = time.monotonic()
     if case["kind"] == "capi":
