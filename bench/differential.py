@@ -587,15 +587,16 @@ def _first_difference(a: object, b: object) -> str:
     return f"sim {json.dumps(a)[:200]} | upstream {json.dumps(b)[:200]}"
 
 
-def sample_cases(cases: list[dict[str, object]], per_category: int) -> list[dict[str, object]]:
-    """A deterministic few cases of every category (evenly spaced in generation order)."""
+def sample_cases(cases: list[dict[str, object]], per_category: int, start: int = 0) -> list[dict[str, object]]:
+    """A deterministic few cases of every category (evenly spaced in generation order, from the
+    category's case number `start`)."""
     by_category: dict[str, list[dict[str, object]]] = defaultdict(list)
     for case in cases:
         by_category[str(case["category"])].append(case)
     chosen = []
     for items in by_category.values():
         step = max(len(items) // per_category, 1)
-        chosen += items[::step][:per_category]
+        chosen += items[start::step][:per_category]
     return chosen
 
 
