@@ -444,7 +444,7 @@ EMPTY_NUMBER = KnownDifference(
 VAE_CONFIG_FOLDER = KnownDifference(
     "a folder as a VAE config.json (kernel/libc)",
     "a directory where the video or audio VAE's config.json belongs: h3_video_vae.c lines "
-    "283-297 (and h3_audio_vae.c 311-327, h3_video_encoder.c 250-264) fopen it, fseek to the end "
+    "280-297 (and h3_audio_vae.c 311-327, h3_video_encoder.c 250-264) fopen it, fseek to the end "
     "and check 1 <= ftell <= 1 MiB before fread. On macOS a directory's end is its small "
     "st_size, the check passes and fread fails with EISDIR: \"cannot read video VAE config\"; on "
     "Linux lseek(SEEK_END) of an ext4 directory returns the end of its htree hash space "

@@ -28,6 +28,9 @@ SAMPLE_START = 3
 # beside the sample so that each explanation stays checked against upstream's own build.
 KNOWN_DIFFERENCE_CASES = {differential.EMPTY_NUMBER: "args-0002",
                           differential.VAE_CONFIG_FOLDER: "model-job-video-vae-config-dir"}
+# Cases that differed once because h3-sim or the double was wrong, run beside the sample: a cancel
+# during FFmpeg leaves its text in h3_last_error of a successful h3_generate.
+FIXED_CASES = ["capi-0170"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def workspace(upstream_engine, tmp_path_factory: pytest.TempPathFactory) -> Path
 def observed(upstream_engine, workspace: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
     every = generate_cases(22)
     cases = differential.sample_cases(every, CASES_PER_CATEGORY, SAMPLE_START)
-    known = [case for case in every if case["id"] in KNOWN_DIFFERENCE_CASES.values()]
+    known = [case for case in every if case["id"] in [*KNOWN_DIFFERENCE_CASES.values(), *FIXED_CASES]]
     sides = [differential.Side.sim(),
              differential.Side.upstream(str(upstream_engine.program), str(upstream_engine.library))]
     runs = tmp_path_factory.mktemp("runs")
@@ -58,7 +61,7 @@ def test_the_sample_covers_every_category(observed) -> None:
 def test_h3_sim_and_the_double_agree_with_upstream(observed) -> None:
     cases, results = observed
     differing = {}
-    for case in cases:
+    for case in [*cases, *({"id": key} for key in FIXED_CASES)]:
         key = str(case["id"])
         sim, upstream = results["sim"][key], results["upstream"][key]
         aspects = differential.differing_aspects(sim, upstream)
