@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import differential  # noqa: E402
 from differential_cases import build_workspace, generate_cases  # noqa: E402
 
-CASES_PER_CATEGORY = 3
+CASES_PER_CATEGORY = 2
 # From each category's fourth case: session-0000, the first of the sample otherwise, renders three
 # clips (53 s for both sides on a loaded machine); session-0003 renders one (12 s).
 SAMPLE_START = 3
