@@ -1,7 +1,7 @@
 """Differential checks: h3-sim and the libh3 C double against upstream h3.c's own code.
 
     python bench/differential.py --upstream-h3 PATH/h3 --upstream-lib PATH/libh3.so [-j2]
-        [--out DIR] [--only CATEGORY ...] [--sample N] [--timeout S] [--reuse-upstream]
+        [--out DIR] [--only CATEGORY ...] [--sample N] [--timeout S] [--resume] [--report]
 
 Runs every case of bench/differential_cases.py (>= 2,000 CLI argument lists, >= 200
 interactive-session scripts, >= 500 C-API calls) on both sides and prints, per category, how
@@ -21,11 +21,20 @@ What is normalised, on both sides alike (and nothing else):
   - a random seed ("Seed: " followed by 6+ digits, only ever printed for `!seed random`) and
     `!save`'s default name h3-<time(NULL)>.mp4
 Both programs run with argv[0] = "h3", cwd = the case folder, HOME = {CASE}/home, TERM=dumb,
-LANG=C.UTF-8, and H3_SIM_TIME_SCALE=0 (a simulator variable upstream ignores).
+LANG=C.UTF-8, H3_SIM_TIME_SCALE=0 (a simulator variable upstream ignores), and a silent `open`
+first on PATH (the session's `!open` spawns it; see _environment).
 
-Results are kept in DIR (default bench/.differential): observations per side as JSON lines,
-and differences.jsonl with both sides of every disagreement; --reuse-upstream takes the
-upstream observations of the previous run instead of running upstream again.
+Results are kept in DIR (default bench/.differential): each side's observations as JSON
+lines, appended as each case ends (OUT/sim.jsonl, OUT/upstream.jsonl), so `--resume` after a
+stop runs only what is missing (and what timed out); differences.jsonl holds both sides of every
+disagreement; `--report` prints the figures and every difference again from the stored
+observations without running anything; --reuse-upstream takes the upstream observations of the
+previous run instead of running upstream again.
+
+The figures: per category, the cases, those both sides ran to an outcome (neither timed out),
+those that agree and those that differ, each difference listed under its cause; a cause that is
+the platform's (glibc vs macOS libc, Linux vs macOS kernel) is a KnownDifference naming the place
+in upstream's source. The exit status is 1 when some difference has no known cause.
 """
 from __future__ import annotations
 
@@ -38,6 +47,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
+import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -99,8 +110,26 @@ def _resolve(text: str, workspace: Path, case_dir: Path) -> str:
     return re.sub(r"\{(MODEL|MEDIA|CASE)(?::([^}]*))?\}", replace, text)
 
 
+OPEN_STAND_IN = Path("bin/open")     # under the workspace; see _environment
+
+
+def _write_open_stand_in(workspace: Path) -> None:
+    path = workspace / OPEN_STAND_IN
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        temporary = path.with_name(f".open.{os.getpid()}.{threading.get_ident()}")
+        temporary.write_text("#!/bin/sh\n# macOS open(1) prints nothing when it opens a file\nexit 0\n")
+        temporary.chmod(0o755)
+        temporary.rename(path)
+
+
 def _environment(case: dict[str, object], workspace: Path, case_dir: Path) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(case_dir / "home"),
+    # The session's `!open` spawns `open PATH` (h3_cli.c open_video, and h3-sim alike) without
+    # waiting: on a Mac LaunchServices opens the clip and prints nothing; Linux's `open` is
+    # xdg-open, whose "not found" lines land in the session's stderr at a moment of its own.
+    # Both sides get a silent `open`, as on a Mac.
+    path = f"{workspace / OPEN_STAND_IN.parent.name}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {"PATH": path, "HOME": str(case_dir / "home"),
            "TERM": "dumb", "LANG": "C.UTF-8", "H3_SIM_TIME_SCALE": "0", "H3_SIM_SHADERS": "1",
            "PYTHONPATH": str(HERE.parent)}
     for key, value in dict(case.get("env") or {}).items():
@@ -293,6 +322,7 @@ def run_case(side: Side, case: dict[str, object], workspace: Path, runs: Path,
     # Upstream compiles its shaders from the working directory: every case runs beside them
     # (and h3-sim checks the same with H3_SIM_SHADERS=1, set in _environment).
     (case_dir / SHADERS).symlink_to(shaders)
+    _write_open_stand_in(workspace)
     env = _environment(case, workspace, case_dir)
     started = time.monotonic()
     if case["kind"] == "capi":
@@ -382,20 +412,56 @@ def _error_lines(observation: dict[str, object]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class KnownDifference:
+    """A cause of differences that is the platform's, not h3-sim's: upstream on a Mac (which h3-sim
+    and the double mirror) and upstream built here part because the C library or the kernel does,
+    in the named place of upstream's source."""
+
+    name: str
+    explanation: str
+
+    def matches(self, sim: dict[str, object], upstream: dict[str, object]) -> bool:
+        if self is EMPTY_NUMBER:
+            messages = sim.get("messages") or []
+            return bool(messages) and bool(_EMPTY_NUMBER.match(str(messages[0]))) and not any(  # type: ignore[index]
+                _EMPTY_NUMBER.match(str(line)) for line in upstream.get("messages") or [])   # type: ignore[union-attr]
+        if self is VAE_CONFIG_FOLDER:
+            return any(re.match(r"^(h3: )?cannot read (video|audio) VAE config ", line)
+                       for line in _error_lines(sim)) and any(
+                re.match(r"^(h3: )?invalid (video|audio) VAE config ", line) for line in _error_lines(upstream))
+        return False
+
+
+EMPTY_NUMBER = KnownDifference(
+    "empty number (libc strtol)",
+    "`--width ''` and the other numeric flags given an empty value: main.c parse_int (lines 66-75) "
+    "and parse_u64 (lines 95-103) refuse a value when strtol/strtoull set errno or stop before "
+    "its end. On an empty string nothing converts; macOS libc sets errno = EINVAL, so upstream on "
+    "a Mac (and h3-sim) prints \"h3: invalid width: \" and exits 2; glibc leaves errno 0 (C and "
+    "POSIX make EINVAL optional) and *end is the terminating NUL, so the Linux build takes 0 and "
+    "goes on to a later check or a render")
+VAE_CONFIG_FOLDER = KnownDifference(
+    "a folder as a VAE config.json (kernel/libc)",
+    "a directory where the video or audio VAE's config.json belongs: h3_video_vae.c lines "
+    "280-297 (and h3_audio_vae.c 311-327, h3_video_encoder.c 250-264) fopen it, fseek to the end "
+    "and check 1 <= ftell <= 1 MiB before fread. On macOS a directory's end is its small "
+    "st_size, the check passes and fread fails with EISDIR: \"cannot read video VAE config\"; on "
+    "Linux lseek(SEEK_END) of an ext4 directory returns the end of its htree hash space "
+    "(ftell = LLONG_MAX, measured here), so the size check fails first: \"invalid video VAE config\"")
+KNOWN_DIFFERENCES = (EMPTY_NUMBER, VAE_CONFIG_FOLDER)
+
+
+def known_difference(sim: dict[str, object], upstream: dict[str, object]) -> KnownDifference | None:
+    """The platform cause of a difference (None when h3-sim or the double is to blame)."""
+    sim, upstream = libc_normalise(sim), libc_normalise(upstream)
+    return next((known for known in KNOWN_DIFFERENCES if known.matches(sim, upstream)), None)
+
+
 def platform_reason(sim: dict[str, object], upstream: dict[str, object]) -> str | None:
     """Why a difference is the C library's, not h3-sim's (None when it is not explained)."""
-    messages = sim.get("messages") or []
-    if messages and _EMPTY_NUMBER.match(str(messages[0])) and not any(   # type: ignore[index]
-            _EMPTY_NUMBER.match(str(line)) for line in upstream.get("messages") or []):   # type: ignore[union-attr]
-        return ("an empty number: macOS strtol/strtoull set EINVAL when nothing converts, so "
-                "upstream on a Mac (and h3-sim) refuses `--width ''`; glibc sets no error, so the "
-                "Linux build takes it as 0 and goes on")
-    if any(re.match(r"^(h3: )?cannot read (video|audio) VAE config ", line) for line in _error_lines(sim)) and any(
-            re.match(r"^(h3: )?invalid (video|audio) VAE config ", line) for line in _error_lines(upstream)):
-        return ("a folder where a VAE config.json belongs: on macOS fopen/fseek/ftell accept it and "
-                "fread fails (\"cannot read\"); on Linux ftell of a directory is not a size, so "
-                "the size check fails first (\"invalid\")")
-    return None
+    known = known_difference(sim, upstream)
+    return known.explanation if known else None
 
 
 def differing_aspects(a: dict[str, object], b: dict[str, object], *, libc: bool = True) -> list[str]:
@@ -413,17 +479,30 @@ def calls_agreeing(a: dict[str, object], b: dict[str, object], case: dict[str, o
     return agree, total
 
 
-def summarise(cases: list[dict[str, object]], sim: dict[str, dict], upstream: dict[str, dict]) -> dict[str, object]:
+def ran(observation: dict[str, object] | None) -> bool:
+    """The side produced an outcome: not killed by the runner's timeout (and, for the C API, it
+    has a library)."""
+    return observation is not None and observation.get("status") not in ("timeout", "no library")
+
+
+CLI_CATEGORIES = ("cli-args", "cli-validate", "cli-model", "cli-env", "cli-render")
+
+
+def summarise(cases: list[dict[str, object]], sim: dict[str, dict], upstream: dict[str, dict]) -> dict[str, Counter]:
+    """Per category: cases, both ran, agree, differ (of those, explained by a KnownDifference),
+    the differing aspects and, for the C API, the calls."""
     table: dict[str, Counter] = defaultdict(Counter)
     for case in cases:
         key = str(case["id"])
-        if key not in sim or key not in upstream:
-            continue
         row = table[str(case["category"])]
         row["cases"] += 1
+        if not (ran(sim.get(key)) and ran(upstream.get(key))):
+            continue
+        row["both ran"] += 1
         aspects = differing_aspects(sim[key], upstream[key])
         row["agree"] += not aspects
-        row["platform"] += bool(aspects) and platform_reason(sim[key], upstream[key]) is not None
+        row["differ"] += bool(aspects)
+        row["explained"] += bool(aspects) and known_difference(sim[key], upstream[key]) is not None
         row["libc"] += not aspects and bool(differing_aspects(sim[key], upstream[key], libc=False))
         for aspect in aspects:
             row[aspect] += 1
@@ -435,23 +514,64 @@ def summarise(cases: list[dict[str, object]], sim: dict[str, dict], upstream: di
 
 
 def print_table(table: dict[str, Counter]) -> None:
-    print(f"{'category':<14} {'cases':>6} {'agree':>6} {'%':>6} {'libc':>5} {'platf':>5}   "
-          "differing aspects")
-    total = Counter()
-    for category in sorted(table):
-        row = table[category]
-        total.update(row)
+    print(f"{'category':<14} {'cases':>6} {'both ran':>8} {'agree':>6} {'%':>6} {'differ':>6} "
+          f"{'explained':>9}   differing aspects")
+
+    def line(name: str, row: Counter) -> None:
         aspects = ", ".join(f"{a} {row[a]}" for a in ASPECTS if a != "calls" and row[a])
-        share = 100.0 * row["agree"] / row["cases"] if row["cases"] else 0.0
-        extra = f"; calls {row['calls agree']}/{row['calls']}" if row["calls"] else ""
-        print(f"{category:<14} {row['cases']:6d} {row['agree']:6d} {share:6.1f} {row['libc']:5d} "
-              f"{row['platform']:5d}   {aspects}{extra}")
-    share = 100.0 * total["agree"] / total["cases"] if total["cases"] else 0.0
-    print(f"{'all':<14} {total['cases']:6d} {total['agree']:6d} {share:6.1f} {total['libc']:5d} "
-          f"{total['platform']:5d}")
-    print("(agree: every aspect equal after the normalisations in the module docstring; libc: of "
-          "those, cases that agree only once getopt's libc wording is compared as kinds; platf: "
-          "differing cases explained by glibc vs macOS libc, see platform_reason)")
+        share = 100.0 * row["agree"] / row["both ran"] if row["both ran"] else 0.0
+        extra = f"{'; ' if aspects else ''}calls {row['calls agree']}/{row['calls']} agree" if row["calls"] else ""
+        print(f"{name:<14} {row['cases']:6d} {row['both ran']:8d} {row['agree']:6d} {share:6.1f} "
+              f"{row['differ']:6d} {row['explained']:9d}   {aspects}{extra}")
+
+    order = [c for c in CLI_CATEGORIES if c in table] + sorted(c for c in table if c not in CLI_CATEGORIES)
+    cli, total = Counter(), Counter()
+    for category in order:
+        line(category, table[category])
+        total.update(table[category])
+        if category in CLI_CATEGORIES:
+            cli.update(table[category])
+            if category == [c for c in order if c in CLI_CATEGORIES][-1]:
+                line("  CLI, all", cli)
+    line("all", total)
+    print("(both ran: neither side timed out; agree: every aspect equal after the normalisations in "
+          "the module docstring, getopt's libc wording compared as kinds (" f"{total['libc']}"
+          " cases); explained: differing by a platform cause listed below)")
+
+
+def print_differences(cases: list[dict[str, object]], sim: dict[str, dict], upstream: dict[str, dict]) -> int:
+    """Every case that did not agree, grouped by cause, with its explanation; returns how many
+    are not explained by a known platform cause."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    reasons: dict[str, str] = {}
+    for case in cases:
+        key = str(case["id"])
+        a, b = sim.get(key), upstream.get(key)
+        if not (ran(a) and ran(b)):
+            why = ", ".join(f"{name} {'not run' if o is None else o.get('status')}"
+                            for name, o in (("h3-sim", a), ("upstream", b)) if not ran(o))
+            groups[f"did not run to an outcome: {why}"].append(key)
+            continue
+        aspects = differing_aspects(a, b)   # type: ignore[arg-type]
+        if not aspects:
+            continue
+        known = known_difference(a, b)   # type: ignore[arg-type]
+        if known:
+            groups[known.name].append(key)
+            reasons[known.name] = known.explanation
+            continue
+        left, right = libc_normalise(a), libc_normalise(b)   # type: ignore[arg-type]
+        where = _first_difference(left.get(aspects[0]), right.get(aspects[0]))
+        groups[f"NOT EXPLAINED, {aspects[0]}: {where}"].append(key)
+    unexplained = 0
+    print("Differences by cause (every case):" if groups else "No differences.")
+    for name, ids in sorted(groups.items(), key=lambda item: (item[0].startswith("NOT"), -len(item[1]))):
+        unexplained += len(ids) if name.startswith("NOT") else 0
+        print(f"{len(ids):5d}  {name}")
+        if name in reasons:
+            print(textwrap.fill(reasons[name], 100, initial_indent="       ", subsequent_indent="       "))
+        print(textwrap.fill(" ".join(ids), 100, initial_indent="       cases: ", subsequent_indent="       "))
+    return unexplained
 
 
 def _first_difference(a: object, b: object) -> str:
@@ -467,56 +587,73 @@ def _first_difference(a: object, b: object) -> str:
     return f"sim {json.dumps(a)[:200]} | upstream {json.dumps(b)[:200]}"
 
 
-def explain(path: Path, limit: int = 3) -> None:
-    """Group the differences of a run by the aspect and the first point where they part."""
-    groups: dict[str, list[str]] = defaultdict(list)
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        sim, upstream = libc_normalise(record["sim"]), libc_normalise(record["upstream"])
-        if platform_reason(sim, upstream):
-            groups[f"platform: {platform_reason(sim, upstream)[:60]}"].append(record["id"])
-            continue
-        aspect = record["aspects"][0]
-        where = _first_difference(sim.get(aspect), upstream.get(aspect))
-        where = re.sub(r"\d+", "#", where) if aspect in ("phases", "calls") else where
-        groups[f"{record['case']['category']} {aspect}: {where}"].append(record["id"])
-    for key, ids in sorted(groups.items(), key=lambda item: -len(item[1])):
-        print(f"{len(ids):5d}  {key}\n       e.g. {' '.join(ids[:limit])}")
-
-
-def sample_cases(cases: list[dict[str, object]], per_category: int) -> list[dict[str, object]]:
-    """A deterministic few cases of every category (evenly spaced in generation order)."""
+def sample_cases(cases: list[dict[str, object]], per_category: int, start: int = 0) -> list[dict[str, object]]:
+    """A deterministic few cases of every category (evenly spaced in generation order, from the
+    category's case number `start`)."""
     by_category: dict[str, list[dict[str, object]]] = defaultdict(list)
     for case in cases:
         by_category[str(case["category"])].append(case)
     chosen = []
     for items in by_category.values():
         step = max(len(items) // per_category, 1)
-        chosen += items[::step][:per_category]
+        chosen += items[start::step][:per_category]
     return chosen
 
 
+def load_journal(path: Path) -> dict[str, dict]:
+    """The observations of a side's journal (OUT/<side>.jsonl), later lines winning; a line cut
+    short by a kill is skipped (that case runs again)."""
+    found: dict[str, dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            found[record["id"]] = record["observation"]
+    return found
+
+
 def run_all(cases: list[dict[str, object]], sides: list[Side], workspace: Path, runs: Path,
-            jobs: int, timeout: float, progress: bool = True) -> dict[str, dict[str, dict]]:
+            jobs: int, timeout: float, progress: bool = True, journal: Path | None = None,
+            previous: dict[str, dict[str, dict]] | None = None) -> dict[str, dict[str, dict]]:
+    """Every case on every side. With `journal` (a folder), each observation is appended to
+    journal/<side>.jsonl as soon as it is made, so a run that is stopped loses only the cases
+    in flight (see --resume); the cases in `previous` (side -> id -> observation) are not run
+    again."""
     shaders = workspace / SHADERS
     upstream = [side for side in sides if side.name == "upstream" and not side.forked]
     source = Path(upstream[0].command[0]).with_name(SHADERS) if upstream else None
     if not shaders.exists():
         shaders.write_bytes(source.read_bytes() if source and source.exists() else b"// stand-in\n")
-    observed: dict[str, dict[str, dict]] = {side.name: {} for side in sides}
-    tasks = [(side, case) for case in cases for side in sides]
+    observed: dict[str, dict[str, dict]] = {side.name: dict((previous or {}).get(side.name, {}))
+                                            for side in sides}
+    tasks = [(side, case) for case in cases for side in sides
+             if str(case["id"]) not in observed[side.name]]
     done = 0
+
+    handles = {side.name: open(journal / f"{side.name}.jsonl", "a") for side in sides} if journal else {}
+    writing = threading.Lock()
 
     def one(task: tuple[Side, dict[str, object]]) -> None:
         nonlocal done
         side, case = task
-        observed[side.name][str(case["id"])] = run_case(side, case, workspace, runs, timeout, shaders)
-        done += 1
+        observation = run_case(side, case, workspace, runs, timeout, shaders)
+        observed[side.name][str(case["id"])] = observation
+        with writing:
+            if side.name in handles:
+                handles[side.name].write(json.dumps({"id": str(case["id"]), "observation": observation}) + "\n")
+                handles[side.name].flush()
+            done += 1
         if progress and done % 100 == 0:
             print(f"  {done}/{len(tasks)} runs", file=sys.stderr, flush=True)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(one, tasks))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, tasks))
+    finally:
+        for handle in handles.values():
+            handle.close()
     return observed
 
 
@@ -540,15 +677,16 @@ def main(argv: list[str] | None = None) -> int:
                              "(repeatable; later files win) instead of running it")
     parser.add_argument("--upstream-from", type=Path,
                         help="take upstream's observations from this upstream.jsonl of an earlier run")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the observations already in OUT/<side>.jsonl (all but timeouts) "
+                             "and run only the rest")
     parser.add_argument("--sim-exec", action="store_true",
                         help="run h3-sim as a fresh process per case instead of forked")
     parser.add_argument("--count", action="store_true", help="print the case counts and exit")
-    parser.add_argument("--explain", action="store_true",
-                        help="group OUT/differences.jsonl of the last run and exit")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: print the figures and every difference of the "
+                             "observations stored in OUT/sim.jsonl and OUT/upstream.jsonl")
     args = parser.parse_args(argv)
-    if args.explain:
-        explain(args.out / "differences.jsonl")
-        return 0
 
     cases = generate_cases(args.seed)
     if args.count:
@@ -563,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = [case for case in cases if case["id"] in args.ids]
     if args.sample:
         cases = sample_cases(cases, args.sample)
+    if args.report:
+        return report(cases, load_journal(args.out / "sim.jsonl"), load_journal(args.out / "upstream.jsonl"))
     args.out.mkdir(parents=True, exist_ok=True)
     workspace = build_workspace(args.workspace or args.out / "workspace").resolve()
     runs = Path(tempfile.mkdtemp(prefix="runs-", dir=args.out))
@@ -578,8 +718,18 @@ def main(argv: list[str] | None = None) -> int:
         sides.append(Side("upstream", sim.command, sim.library))
     elif args.upstream_h3:
         sides.append(Side.upstream(args.upstream_h3, args.upstream_lib))
+    previous: dict[str, dict[str, dict]] = {}
+    for side in sides:
+        journal = args.out / f"{side.name}.jsonl"
+        if args.resume:
+            # A case that timed out (the machine was loaded) is run again.
+            previous[side.name] = {key: value for key, value in load_journal(journal).items()
+                                   if value.get("status") != "timeout"}
+        else:
+            journal.write_text("")
     started = time.monotonic()
-    observed = run_all(cases, sides, workspace, runs, args.jobs, args.timeout)
+    observed = run_all(cases, sides, workspace, runs, args.jobs, args.timeout,
+                       journal=args.out, previous=previous)
     shutil.rmtree(runs, ignore_errors=True)
     wanted = {str(c["id"]) for c in cases}
     for path in args.sim_from or []:
@@ -590,19 +740,12 @@ def main(argv: list[str] | None = None) -> int:
                 observed["sim"][record["id"]] = record["observation"]
     if reused:
         observed["upstream"] = {key: value for key, value in reused.items() if key in wanted}
-    for name, records in observed.items():
-        if (name == "upstream" and reused) or (name == "sim" and args.sim_from):
-            continue
-        with open(args.out / f"{name}.jsonl", "w") as handle:
-            for key, observation in records.items():
-                handle.write(json.dumps({"id": key, "observation": observation}) + "\n")
     print(f"{len(cases)} cases in {time.monotonic() - started:.0f} s "
           f"(sides: {', '.join(observed)}; -j{args.jobs})")
     if "upstream" not in observed:
         print("no upstream side: pass --upstream-h3 (and --upstream-lib) to compare")
         return 0
-    table = summarise(cases, observed["sim"], observed["upstream"])
-    print_table(table)
+    status = report(cases, observed["sim"], observed["upstream"])
     with open(args.out / "differences.jsonl", "w") as handle:
         for case in cases:
             key = str(case["id"])
@@ -613,7 +756,14 @@ def main(argv: list[str] | None = None) -> int:
             if aspects:
                 handle.write(json.dumps({"id": key, "case": case, "aspects": aspects,
                                          "sim": a, "upstream": b}) + "\n")
-    return 0
+    return status
+
+
+def report(cases: list[dict[str, object]], sim: dict[str, dict], upstream: dict[str, dict]) -> int:
+    """The figures and every difference; status 1 when a difference is not explained."""
+    print_table(summarise(cases, sim, upstream))
+    print()
+    return 1 if print_differences(cases, sim, upstream) else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ build links glibc). Skipped without H3_UPSTREAM_SOURCE (tests/upstream_helpers.p
 run and its agreement figures: bench/differential.py."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -19,19 +20,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import differential  # noqa: E402
 from differential_cases import build_workspace, generate_cases  # noqa: E402
 
-CASES_PER_CATEGORY = 5
+CASES_PER_CATEGORY = 2
+# From each category's fourth case: session-0000, the first of the sample otherwise, renders three
+# clips (53 s for both sides on a loaded machine); session-0003 renders one (12 s).
+SAMPLE_START = 3
+# One case of each platform cause of a difference (bench/differential.py KNOWN_DIFFERENCES), run
+# beside the sample so that each explanation stays checked against upstream's own build.
+KNOWN_DIFFERENCE_CASES = {differential.EMPTY_NUMBER: "args-0002",
+                          differential.VAE_CONFIG_FOLDER: "model-job-video-vae-config-dir"}
+# Cases that differed once because h3-sim or the double was wrong, run beside the sample: a cancel
+# during FFmpeg leaves its text in h3_last_error of a successful h3_generate.
+FIXED_CASES = ["capi-0170"]
 
 
 @pytest.fixture(scope="module")
-def observed(upstream_engine, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
-    cases = differential.sample_cases(generate_cases(22), CASES_PER_CATEGORY)
-    root = tmp_path_factory.mktemp("differential")
-    workspace = build_workspace(root / "workspace").resolve()
+def workspace(upstream_engine, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    return build_workspace(tmp_path_factory.mktemp("differential") / "workspace").resolve()
+
+
+@pytest.fixture(scope="module")
+def observed(upstream_engine, workspace: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+    every = generate_cases(22)
+    cases = differential.sample_cases(every, CASES_PER_CATEGORY, SAMPLE_START)
+    known = [case for case in every if case["id"] in [*KNOWN_DIFFERENCE_CASES.values(), *FIXED_CASES]]
     sides = [differential.Side.sim(),
              differential.Side.upstream(str(upstream_engine.program), str(upstream_engine.library))]
-    runs = root / "runs"
-    runs.mkdir()
-    return cases, differential.run_all(cases, sides, workspace, runs, jobs=2, timeout=240,
+    runs = tmp_path_factory.mktemp("runs")
+    return cases, differential.run_all(cases + known, sides, workspace, runs, jobs=2, timeout=240,
                                        progress=False)
 
 
@@ -46,13 +61,47 @@ def test_the_sample_covers_every_category(observed) -> None:
 def test_h3_sim_and_the_double_agree_with_upstream(observed) -> None:
     cases, results = observed
     differing = {}
-    for case in cases:
+    for case in [*cases, *({"id": key} for key in FIXED_CASES)]:
         key = str(case["id"])
         sim, upstream = results["sim"][key], results["upstream"][key]
         aspects = differential.differing_aspects(sim, upstream)
         if aspects and differential.platform_reason(sim, upstream) is None:
             differing[key] = {aspect: (sim.get(aspect), upstream.get(aspect)) for aspect in aspects}
     assert not differing, differing
+
+
+def test_every_known_platform_difference_is_still_upstreams(observed) -> None:
+    """Each cause the differential check excuses is seen on its case, and is that cause: glibc's
+    strtol and ext4's directory ends really make upstream's own code part from h3-sim here."""
+    _, results = observed
+    for known, key in KNOWN_DIFFERENCE_CASES.items():
+        sim, upstream = results["sim"][key], results["upstream"][key]
+        assert differential.differing_aspects(sim, upstream), key
+        assert differential.known_difference(sim, upstream) is known, key
+
+
+def test_the_bench_journals_resumes_and_reports_every_difference(upstream_engine, workspace: Path,  # noqa: F811
+                                                                 tmp_path: Path, capsys) -> None:
+    """docs/upstream.md's command on a few cases: the observations are journalled as they are made,
+    --resume runs only what is missing, --report prints the figures and every difference under
+    its cause from the stored observations alone."""
+    ids = ["args-0002", "args-0003", "session-0001"]
+    command = ["--upstream-h3", str(upstream_engine.program), "--upstream-lib", str(upstream_engine.library),
+               "--out", str(tmp_path), "--workspace", str(workspace), "--ids", *ids, "--timeout", "240"]
+    assert differential.main(command) == 0          # the one difference has a known cause
+    journal = tmp_path / "upstream.jsonl"
+    assert sorted(differential.load_journal(journal)) == sorted(ids)
+    kept = [line for line in journal.read_text().splitlines() if '"session-0001"' not in line]
+    journal.write_text("\n".join(kept) + "\n")
+    capsys.readouterr()
+    assert differential.main([*command, "--resume"]) == 0
+    assert len(journal.read_text().splitlines()) == len(ids)      # only the missing case ran again
+    assert differential.main(["--out", str(tmp_path), "--ids", *ids, "--report"]) == 0
+    report = capsys.readouterr().out
+    assert re.search(r"^cli-args +2 +2 +1 +50\.0 +1 +1 ", report, re.M), report
+    assert re.search(r"^session +1 +1 +1 +100\.0 +0 +0 ", report, re.M), report
+    assert re.search(rf"^ +1  {re.escape(differential.EMPTY_NUMBER.name)}$", report, re.M), report
+    assert "main.c parse_int" in report and "cases: args-0002" in report
 
 
 def _cache_bytes(side: differential.Side, workspace: Path, runs: Path) -> list[object]:

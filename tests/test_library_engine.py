@@ -54,9 +54,22 @@ def library() -> Path:
 
 
 def engine_kind(request: pytest.FixtureRequest) -> str:
-    """SIM, or UPSTREAM for the `both_engines` tests' upstream case."""
+    """SIM, or UPSTREAM for the upstream case of the `both_engines` and `both_libraries` tests."""
     callspec = getattr(request.node, "callspec", None)
-    return callspec.params.get("engine", SIM) if callspec is not None else SIM
+    if callspec is None:
+        return SIM
+    return callspec.params.get("engine", callspec.params.get("built", SIM))
+
+
+@pytest.fixture
+def built(request: pytest.FixtureRequest, model_dir: Path) -> tuple[Path, Path]:  # noqa: F811
+    """(libh3, model folder): the double on the tiny fixture, or for `both_libraries` tests also
+    upstream's own libh3 on the realistic fixture. The portable backend reads h3-sim's
+    H3_SIM_* device and fault variables (engine_build/portable/h3_portable_metal.c and
+    h3_portable_fault.c), so these tests give upstream's code the same faults and devices."""
+    if engine_kind(request) == UPSTREAM:
+        return upstream_engine_or_skip().library, request.getfixturevalue("realistic_model")
+    return request.getfixturevalue("library"), model_dir
 
 
 @pytest.fixture
@@ -80,6 +93,7 @@ def cli_engine(request: pytest.FixtureRequest, model_dir: Path) -> OneShotEngine
 
 
 both_engines = pytest.mark.parametrize("engine", BOTH_ENGINES, indirect=True)
+both_libraries = pytest.mark.parametrize("built", BOTH_ENGINES, indirect=True)
 
 
 def _fail_env(**variables: str) -> dict[str, str]:
@@ -107,8 +121,9 @@ def test_every_field_the_host_sets_is_an_h3_params_field_and_every_enum_name_exi
     assert references[0]["audio_path"] == str(tmp_path / "a.wav")
 
 
-def test_machine_facts_come_from_h3_device(library: Path, model_dir: Path,  # noqa: F811
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+@both_libraries
+def test_machine_facts_come_from_h3_device(built: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    library, model_dir = built
     monkeypatch.setenv("H3_SIM_PHYSICAL_MEMORY", "64G")
     monkeypatch.setenv("H3_SIM_RECOMMENDED_WORKING_SET", "40G")
     monkeypatch.setenv("H3_SIM_DEVICE_NAME", "Apple M4 Max")
@@ -120,8 +135,9 @@ def test_machine_facts_come_from_h3_device(library: Path, model_dir: Path,  # no
     assert machine_facts_from_device({"physical_memory": 64 << 30}).budget == (64 << 30) - int((64 << 30) * 0.2)
 
 
-def test_load_errors_are_one_sentence_before_anything_starts(library: Path, model_dir: Path,  # noqa: F811
-                                                             tmp_path: Path) -> None:
+@both_libraries
+def test_load_errors_are_one_sentence_before_anything_starts(built: tuple[Path, Path], tmp_path: Path) -> None:
+    library, model_dir = built
     with pytest.raises(LibraryLoadError) as missing:
         LibraryEngine(tmp_path / "libh3.dylib", model_dir)
     assert "no library at" in missing.value.message and "\n" not in missing.value.message
@@ -216,10 +232,12 @@ def test_cancel_while_the_worker_starts(engine: LibraryEngine, _private_tmp: Pat
     assert engine.pid is None and list(_private_tmp.iterdir()) == []
 
 
-def test_cancel_in_a_silent_phase_kills_the_group(library: Path, model_dir: Path, tmp_path: Path,  # noqa: F811
+@both_libraries
+def test_cancel_in_a_silent_phase_kills_the_group(built: tuple[Path, Path], tmp_path: Path,
                                                   _private_tmp: Path) -> None:
     """The tiled VAE decode reports nothing for minutes: the callback never gets to return 1, so
     the group is killed after the grace period."""
+    library, model_dir = built
     notice = tmp_path / "hung"
     env = _fail_env(H3_SIM_HANG_PHASE="video VAE load:36", H3_SIM_HANG_NOTICE=str(notice))
     engine = LibraryEngine(library, model_dir, env=env)
@@ -232,8 +250,10 @@ def test_cancel_in_a_silent_phase_kills_the_group(library: Path, model_dir: Path
     assert list(tmp_path.glob("*.mp4")) == [] and list(_private_tmp.iterdir()) == []
 
 
-def test_a_segfault_in_the_library_leaves_the_host_alive(library: Path, model_dir: Path,  # noqa: F811
-                                                          tmp_path: Path, _private_tmp: Path) -> None:
+@both_libraries
+def test_a_segfault_in_the_library_leaves_the_host_alive(built: tuple[Path, Path], tmp_path: Path,
+                                                          _private_tmp: Path) -> None:
+    library, model_dir = built
     crashing = LibraryEngine(library, model_dir, env=_fail_env(H3_SIM_CRASH_PHASE="audio VAE"))
     with pytest.raises(EngineCrashedError) as crashed:
         crashing.generate(fast_request(), tmp_path / "out.mp4")
@@ -246,13 +266,19 @@ def test_a_segfault_in_the_library_leaves_the_host_alive(library: Path, model_di
     crashing.close()
 
 
-def test_h3_last_error_is_kept_verbatim_and_the_worker_stays_warm(library: Path, model_dir: Path,  # noqa: F811
-                                                                   tmp_path: Path) -> None:
+@both_libraries
+def test_h3_last_error_is_kept_verbatim_and_the_worker_stays_warm(built: tuple[Path, Path], tmp_path: Path,
+                                                                   request: pytest.FixtureRequest) -> None:
+    library, model_dir = built
     message = "Metal command buffer failed: Internal Error (0000000e:Internal Error)"
     engine = LibraryEngine(library, model_dir, env=_fail_env(H3_SIM_FAIL_PHASE="audio VAE"))
     with pytest.raises(EngineError) as failed:
         engine.generate(fast_request(), tmp_path / "out.mp4")
-    assert type(failed.value) is EngineError and failed.value.engine_message == message
+    # Deliberate difference (as in test_engine.test_engine_failure_keeps_h3s_message): upstream
+    # prefixes a failed command buffer with the operation that submitted it ("submit AudioVAE
+    # input: <Metal's text>"); the double raises the injected text alone. Verbatim either way.
+    assert type(failed.value) is EngineError and failed.value.engine_message.endswith(message)
+    assert engine_kind(request) == UPSTREAM or failed.value.engine_message == message
     pid = engine.pid
     assert pid is not None                          # a refused job leaves the context warm
     with pytest.raises(EngineError):

@@ -114,7 +114,7 @@ def sim_params(c_params: libh3.h3_params) -> SimParams:
 
 
 def generate(sim: SimContext, prompt: bytes | None, params_address: int,
-             result_address: int) -> bytes | None:
+             result_address: int) -> bytes | tuple[bytes] | None:
     """h3_generate: the engine's run with the C callbacks; the h3_result filled on success."""
     c_params = libh3.h3_params.from_address(params_address) if params_address else None
     params = sim_params(c_params) if c_params is not None else None
@@ -155,4 +155,6 @@ def generate(sim: SimContext, prompt: bytes | None, params_address: int,
     target = libh3.h3_result.from_address(result_address)
     target.width, target.height, target.frames = result.width, result.height, result.frames
     target.fps, target.sample_rate, target.seed = result.fps, result.sample_rate, result.seed
-    return None
+    # A success that leaves text in h3_last_error (a cancel that came too late) goes back as a
+    # 1-tuple: the C side sets the error buffer and still returns the result.
+    return (result.last_error.encode("utf-8"),) if result.last_error else None

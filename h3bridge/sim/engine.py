@@ -145,6 +145,10 @@ class SimResult:
     fps: int
     sample_rate: int
     seed: int
+    # h3_last_error after the successful call: a cancel asked for during "FFmpeg" sets the text
+    # (h3.c h3_progress_emit) but nothing checks it after the mux starts, so the clip is written
+    # and the call succeeds with "generation cancelled during FFmpeg" left in the error buffer.
+    last_error: str = ""
 
 
 ProgressCallback = Callable[[str, int, int], object]
@@ -829,7 +833,8 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
         _media(lambda: media.write_av(p.output_path or "", content.iter_frames(spec, conditioning.media),
                                       shape.frame_count, p.width, p.height, FPS, pcm, SAMPLE_RATE))
         progress.emit("FFmpeg", shape.frame_count, shape.frame_count)
-    return SimResult(p.width, p.height, shape.frame_count, FPS, SAMPLE_RATE, p.seed)
+    return SimResult(p.width, p.height, shape.frame_count, FPS, SAMPLE_RATE, p.seed,
+                     progress.cancelled_message or "")
 
 
 def _acquire_video_decoder(ctx: SimContext, progress: _Progress, key: str, vae_path: str,

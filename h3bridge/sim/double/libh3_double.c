@@ -73,14 +73,19 @@ static PyObject *host(void) {
     return PyImport_ImportModule(host_module);
 }
 
-/* The host functions that can fail return None, or the error text as bytes. */
+/* The host functions that can fail return None, or the error text as bytes; generate returns
+ * a 1-tuple of bytes for a success that leaves text in h3_last_error (h3.c sets it for a cancel
+ * asked for during "FFmpeg", then writes the clip and returns the result all the same). */
 static int accept_status(h3_ctx *ctx, PyObject *status, const char *function) {
     if (!status) {
         set_python_error(ctx, function);
         return 0;
     }
     int ok = status == Py_None;
-    if (!ok) {
+    if (PyTuple_Check(status) && PyTuple_GET_SIZE(status) == 1 && PyBytes_Check(PyTuple_GET_ITEM(status, 0))) {
+        set_error(ctx, PyBytes_AS_STRING(PyTuple_GET_ITEM(status, 0)));
+        ok = 1;
+    } else if (!ok) {
         if (PyBytes_Check(status)) set_error(ctx, PyBytes_AS_STRING(status));
         else set_error(ctx, "libh3 double: the Python host returned an unexpected status");
     }
