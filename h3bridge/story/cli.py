@@ -12,6 +12,7 @@ from ..cancel import CancelToken
 from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
                           cancelled_status, engines_from_args)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
+from ..progress import WAITING_PHASE
 from .plan import StoryMemoryError
 from .runner import StoryProgress, default_job_dir
 from .storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
@@ -54,6 +55,14 @@ class StoryProgressDisplay(PhaseProgressBars):
     off if stderr breaks)."""
 
     def _show(self, progress: StoryProgress) -> None:   # type: ignore[override]
+        if progress.event is not None and progress.event.phase == WAITING_PHASE:
+            # generate's wait display: who holds the engine, kept visible (a live line on a
+            # terminal; otherwise a line at the start, at 10, 30, 60 s, then each minute)
+            self._show_wait(progress.event)
+            return
+        if self._phase == WAITING_PHASE:       # the wait is over: its line stays, the shot's bar follows
+            self.close()
+            self._phase = None
         eta = "" if progress.eta is None else f", ETA {_duration(progress.eta)}"
         where = f"shot {progress.shot}/{progress.shots}"
         if not self.terminal:
