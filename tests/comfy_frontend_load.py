@@ -7,7 +7,7 @@ Prints one JSON object: {workflow file name: {"count": nodes loaded, "missing": 
 frontend does not know, "output": the API prompt from the frontend's own app.graphToPrompt(),
 "boxes": each node's [x, y, width, height] on the canvas, "labels": the labels our frontend
 extension drew on each node's text boxes, "sockets": each node's input sockets as the canvas names
-them, "runs": with --run N, the frontend's Run button clicked
+them, "widgets": each node's widget names, "runs": with --run N, the frontend's Run button clicked
 N times (a real mouse click), each run's history entry once it finished: {"prompt": the API
 prompt the frontend sent, "status", "outputs"}}}. --edits '[{}, {"2": {"shots": "..."}}]': before
 run i, set those widgets (node id -> widget name -> value) as typing into them would.
@@ -42,7 +42,9 @@ LOAD_SCRIPT = """(async () => {
     // The input sockets as the canvas names them (label, else localized name, else name).
     const sockets = nodes.map(n => ({id: n.id, type: n.type, inputs: (n.inputs || [])
         .map(i => i.label || i.localized_name || i.name)}));
-    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels, sockets});
+    // The widgets each node shows (a dynamic combo's: its chosen option's).
+    const widgets = nodes.map(n => ({id: n.id, type: n.type, widgets: (n.widgets || []).map(w => w.name)}));
+    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels, sockets, widgets});
 })()"""
 
 
