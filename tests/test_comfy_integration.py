@@ -536,6 +536,26 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
     assert any(entry["type"] == "H3Prompt" for entry in report[WORKFLOWS[0]]["labels"])
 
 
+@pytest.mark.timeout(900)
+def test_the_frontend_shows_the_nodes_in_chinese_with_the_zh_locale(server: Server, tmp_path: Path) -> None:
+    """Issue 24 item 5: ComfyUI serves locales/zh (app/custom_node_manager.py) and its frontend, set to
+    Chinese, titles the nodes and labels their widgets from it."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    zh = json.loads((REPO / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
+    assert server.get("/i18n")["zh"]["nodeDefs"][ENGINE] == zh[ENGINE]
+    script = Path(__file__).with_name("comfy_frontend_load.py")
+    run = subprocess.run([COMFYUI_PYTHON, str(script), server.url, "--locale", "zh", "--screenshots", str(tmp_path),
+                          str(EXAMPLES / WORKFLOWS[0])], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    shown = {entry["type"]: entry for entry in json.loads(run.stdout)[WORKFLOWS[0]]["shown"]}
+    for node_type in (ENGINE, "H3Generate", "H3Prompt"):
+        assert shown[node_type]["title"] == zh[node_type]["display_name"], shown[node_type]
+    assert shown[ENGINE]["widgets"] == [zh[ENGINE]["inputs"][key]["name"] for key in
+                                        ("mode", "mode_engine_path", "mode_model_dir", "mode_stall_timeout")]
+    assert "模型目录 model_dir" in shown[ENGINE]["widgets"]
+
+
 def _storyboard_workflow(object_info: dict, job_name: str) -> dict:
     """H3 Engine -> H3 Storyboard (two tiny shots, the second anchored on the first) -> its summary."""
     nodes = [dict(id=1, type=ENGINE, pos=[40, 80], size=[380, 160],
