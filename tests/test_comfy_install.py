@@ -135,7 +135,7 @@ def test_the_pack_loads_in_comfyui_with_requirements_txt_only(requirements_only:
         extension = asyncio.run(module.comfy_entrypoint())
         nodes = asyncio.run(extension.get_node_list())
         print(json.dumps({{"nodes": [node.define_schema().node_id for node in nodes],
-                          "files": {{name: sys.modules[name].__file__ for name in {dependencies!r}}}}}))
+                          "files": {{name: importlib.import_module(name).__file__ for name in {dependencies!r}}}}}))
     """)
     run = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, HOME=str(tmp_path / "home")))
