@@ -584,9 +584,13 @@ def test_storyboard_resumes_when_run_again_from_the_real_frontend(server: Server
     path = tmp_path / "storyboard.json"
     path.write_text(json.dumps(workflow))
     old = json.loads(json.dumps(workflow))          # as saved when the seed had the control widget
-    old_values = next(node for node in old["nodes"] if node["type"] == "H3Storyboard")["widgets_values"]
+    old_node = next(node for node in old["nodes"] if node["type"] == "H3Storyboard")
+    # shots, preset, width, height, seed, its control, crossfade_frames, job_name: the eight values
+    # saved before the seed lost its control (and before the trailing ssd_streaming and force)
+    old_values = old_node["widgets_values"][:7]
     old_values.insert(5, "randomize")
     old_values[-1] = "saved-before"
+    old_node["widgets_values"] = old_values
     old_path = tmp_path / "storyboard-saved-before.json"
     old_path.write_text(json.dumps(old))
     edited = STORY_SHOTS.replace("second shot", "second shot, edited")
