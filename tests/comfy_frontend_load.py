@@ -1,13 +1,13 @@
 """Load workflows in ComfyUI's real frontend (headless Chromium, DevTools protocol) and report
 what the frontend makes of them. Run with a python that has aiohttp (ComfyUI's own):
 
-    python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] [--run N] workflow.json ...
+    python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] [--run N] [--locale zh] workflow.json ...
 
 Prints one JSON object: {workflow file name: {"count": nodes loaded, "missing": node types the
 frontend does not know, "output": the API prompt from the frontend's own app.graphToPrompt(),
 "boxes": each node's [x, y, width, height] on the canvas, "labels": the labels our frontend
 extension drew on each node's text boxes, "sockets": each node's input sockets as the canvas names
-them, "runs": with --run N, the frontend's Run button clicked
+them, "widgets": each node's widget names, "shown": each node's title and widget labels as drawn, "runs": with --run N, the frontend's Run button clicked
 N times (a real mouse click), each run's history entry once it finished: {"prompt": the API
 prompt the frontend sent, "status", "outputs"}}}. --edits '[{}, {"2": {"shots": "..."}}]': before
 run i, set those widgets (node id -> widget name -> value) as typing into them would.
@@ -42,7 +42,13 @@ LOAD_SCRIPT = """(async () => {
     // The input sockets as the canvas names them (label, else localized name, else name).
     const sockets = nodes.map(n => ({id: n.id, type: n.type, inputs: (n.inputs || [])
         .map(i => i.label || i.localized_name || i.name)}));
-    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels, sockets});
+    // The widgets each node shows (a dynamic combo's: its chosen option's).
+    const widgets = nodes.map(n => ({id: n.id, type: n.type, widgets: (n.widgets || []).map(w => w.name)}));
+    // What a user reads: each node's title and its widgets' labels (translated with a locale set).
+    const shown = nodes.map(n => ({id: n.id, type: n.type, title: n.title,
+        widgets: (n.widgets || []).map(w => w.label || w.name)}));
+    return JSON.stringify({count: nodes.length, missing, output: prompt.output, boxes, labels, sockets, widgets,
+                           shown});
 })()"""
 
 
@@ -87,7 +93,7 @@ EDIT_SCRIPT = """(() => {
 
 
 async def _run(url: str, workflows: list[Path], screenshots: Path | None, runs: int = 0,
-               edits: list[dict] | None = None) -> dict:
+               edits: list[dict] | None = None, locale: str | None = None) -> dict:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         raise SystemExit("no chromium on PATH")
@@ -141,6 +147,16 @@ async def _run(url: str, workflows: list[Path], screenshots: Path | None, runs: 
             if not ready:
                 raise SystemExit("the ComfyUI frontend did not load")
             await asyncio.sleep(1.0)      # let extensions register their node types
+            if locale:      # the frontend's language setting, then a reload so node definitions use it
+                await evaluate("(async () => { await app.extensionManager.setting.set('Comfy.Locale', %s);"
+                               " return true; })()" % json.dumps(locale))
+                await call("Page.reload")
+                await asyncio.sleep(1.0)
+                for _ in range(600):
+                    if await evaluate("!!(window.app && window.app.graph && window.LiteGraph)"):
+                        break
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(2.0)
             if screenshots is not None:   # the minimap would cover part of the graph in the pictures
                 await evaluate("(async () => { try { await app.extensionManager.setting.set("
                                "'Comfy.Minimap.Visible', false); } catch (e) {} return true; })()")
@@ -205,10 +221,11 @@ def main() -> None:
     parser.add_argument("workflows", nargs="+", type=Path)
     parser.add_argument("--screenshots", type=Path)
     parser.add_argument("--run", type=int, default=0, help="click the frontend's Run button this many times")
+    parser.add_argument("--locale", help="the frontend's language (Comfy.Locale), e.g. zh, set before loading")
     parser.add_argument("--edits", type=json.loads, default=None,
                         help="JSON list, one entry per run: {node id: {widget: value}} set before that run")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(_run(args.url, args.workflows, args.screenshots, args.run, args.edits))))
+    print(json.dumps(asyncio.run(_run(args.url, args.workflows, args.screenshots, args.run, args.edits, args.locale))))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "example_workflows"
 # /api/workflow_templates/<pack>/<NAME>.jpg, served from example_workflows/ (app/custom_node_manager.py).
 THUMBNAIL_WIDTH = 640
 
-# H3 Engine is drawn about 232 px tall with its title (seven widgets): nodes below it start at y=360.
-ENGINE = dict(id=1, type="H3Engine", pos=[40, 80], size=[380, 200],
-              widgets={"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot"})
+# H3 Engine (H3EngineV2: only the chosen mode's inputs) is drawn well under 280 px tall with its
+# title: nodes below it start at y=360.
+ENGINE = dict(id=1, type="H3EngineV2", pos=[40, 80], size=[380, 160],
+              widgets={"mode": "one-shot", "mode.engine_path": "", "mode.model_dir": "MiniMax-H3"})
 
 
 def generate_node(node_id: int, pos: list[int], prompt: str, **widgets: object) -> dict:

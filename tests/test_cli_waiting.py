@@ -18,6 +18,8 @@ import pytest
 from core_helpers import model_dir, sim_engine_path  # noqa: F401  (fixture)
 from h3bridge.engine_cli import PhaseProgressBars
 from h3bridge.progress import WAITING_PHASE, ProgressEvent
+from h3bridge.story.cli import StoryProgressDisplay
+from h3bridge.story.runner import StoryProgress
 
 HOLDER = r"""
 import subprocess, sys
@@ -128,3 +130,53 @@ def test_quiet_still_counts_the_wait(capsys: pytest.CaptureFixture[str]) -> None
     for event in wait_events([0.0, 4.5]):
         bars(event)
     assert capsys.readouterr().err == "" and bars.waited == 4.5
+
+
+def test_story_says_who_holds_the_engine(model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """`story` waited in silence ("shot 1/1: waiting for the engine (overall 0%)" once): it says
+    who holds the engine as generate does."""
+    story = tmp_path / "story.toml"
+    story.write_text('width = 96\nheight = 64\nsteps = 2\n\n[[shot]]\nprompt = "a fox"\nframes = 22\n')
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    job = None
+    engine_pid = 0
+    try:
+        engine_pid = int(holder.stdout.readline())
+        job = subprocess.Popen([sys.executable, "-m", "h3bridge.cli", "story", str(story), "--one-shot",
+                                "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seen: list[str] = []
+        lines = line_reader(job.stderr)
+        first = read_until(lines, r"waiting for the engine: held by (.*)", seen, time.monotonic() + 120)
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        assert re.fullmatch(rf"sleep started by python\S* \(process {engine_pid} of user {re.escape(user)}\)",
+                            first[1]), first[1]
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
+        assert job.wait(timeout=120) == 0, "".join(seen)
+    finally:
+        for process in (job, holder):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=60)
+        if engine_pid and holder.returncode != 0:
+            try:
+                os.kill(engine_pid, 9)
+            except ProcessLookupError:
+                pass
+    assert (tmp_path / "story.mp4").is_file()
+
+
+def test_without_a_terminal_a_storys_long_wait_prints_a_few_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    display = StoryProgressDisplay(terminal=False)
+    for event in wait_events([i / 10 for i in range(0, 6000)]):      # ten minutes of 0.1 s polls
+        display(StoryProgress(1, 2, WAITING_PHASE, 0.0, 0.0, event.elapsed, None, event))
+    display(StoryProgress(1, 2, "text encoder", 0.0, 0.0, 600.0, None, ProgressEvent("text encoder", 0, 1, 0.0, 600.0)))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "h3bridge: waiting for the engine: held by h3 started by h3bridge serve (process 7 of " \
+                       "user ann)"
+    assert [int(re.search(r"\((\d+) s\)", line)[1]) for line in lines[1:-1]] == [10, 30, *range(60, 600, 60)]
+    assert all("held by h3 started by h3bridge serve" in line for line in lines[:-1])
+    assert lines[-1].startswith("h3bridge: shot 1/2: text encoder")

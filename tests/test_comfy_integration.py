@@ -206,6 +206,37 @@ def _generate_id(prompt: dict) -> str:
     return next(node_id for node_id, node in prompt.items() if node["class_type"] == "H3Generate")
 
 
+ENGINE = "H3EngineV2"          # H3 Engine: a dynamic combo of modes, each showing its own inputs
+
+
+def _engine_id(prompt: dict, class_type: str = ENGINE) -> str:
+    return next(node_id for node_id, node in prompt.items() if node["class_type"] == class_type)
+
+
+def _set_engine(server: Server, prompt: dict, **values: Any) -> str:
+    """Set H3 Engine's inputs by name (mode=..., model_dir=...) as the API prompt names them
+    (`mode.model_dir`): a changed mode brings its own inputs, kept where the old mode had them,
+    else their defaults. Returns the engine's node id."""
+    engine_id = _engine_id(prompt)
+    inputs = prompt[engine_id]["inputs"]
+    mode = values.pop("mode", inputs["mode"])
+    before = {key.split(".", 1)[1]: value for key, value in inputs.items() if key.startswith("mode.")}
+    option = next(o for o in server.object_info[ENGINE]["input"]["required"]["mode"][1]["options"] if o["key"] == mode)
+    children = {name: spec for section in option["inputs"].values() for name, spec in section.items()}
+    assert set(values) <= set(children), (mode, values)
+    prompt[engine_id]["inputs"] = {"mode": mode, **{
+        f"mode.{name}": values.get(name, before.get(name, spec[1].get("default"))) for name, spec in children.items()}}
+    return engine_id
+
+
+def _old_engine(prompt: dict, **values: Any) -> str:
+    """The example's engine as the deprecated all-modes H3 Engine (node id H3Engine) saved workflows hold."""
+    engine_id = _engine_id(prompt)
+    prompt[engine_id] = {"class_type": "H3Engine", "inputs": {
+        "engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot", "stall_timeout": 600, **values}}
+    return engine_id
+
+
 def _output_file(server: Server, item: dict) -> Path:
     return server.base / item.get("type", "output") / item.get("subfolder", "") / item["filename"]
 
@@ -215,6 +246,7 @@ def _output_file(server: Server, item: dict) -> Path:
 def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Server) -> None:
     info = server.object_info
     expected_outputs = {
+        "H3EngineV2": ["H3_ENGINE"],
         "H3Engine": ["H3_ENGINE"],
         "H3Generate": ["VIDEO", "IMAGE", "AUDIO", "STRING"],
         "H3References": ["H3_REFERENCES"],
@@ -259,6 +291,15 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
         "previous": "H3_REFERENCES", "image": "IMAGE", "video": "VIDEO", "audio": "AUDIO"}
     assert set(info["H3Prompt"]["input"]["required"]) >= {"scene", "action", "camera", "look", "audio"}
     assert info["H3Engine"]["input"]["required"]["mode"][1]["options"][0] == "one-shot"
+    assert info["H3Engine"]["deprecated"] is True and not info[ENGINE].get("deprecated")
+    # H3 Engine shows each mode's own inputs (issue 20 item 5): remote mode no model folder
+    mode = info[ENGINE]["input"]["required"]["mode"]
+    assert mode[0] == "COMFY_DYNAMICCOMBO_V3" and list(info[ENGINE]["input"]["required"]) == ["mode"]
+    assert {o["key"]: list(o["inputs"]["required"]) for o in mode[1]["options"]} == {
+        "one-shot": ["engine_path", "model_dir", "stall_timeout"],
+        "warm session": ["engine_path", "model_dir", "stall_timeout"],
+        "library": ["library_path", "model_dir", "previews", "engine_path", "stall_timeout"],
+        "remote": ["remote_url"]}
 
 
 # ----------------------------------------------------------------------------- example workflows
@@ -434,11 +475,35 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
         pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
     script = Path(__file__).with_name("comfy_frontend_load.py")
     names = [*WORKFLOWS, HEX_EXAMPLE]
+    # Beside the examples: one saved with the old all-modes H3 Engine (its seven widget values, the
+    # way every workflow made before H3EngineV2 holds them), and the new node switched to remote.
+    saved = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
+    old_engine = next(node for node in saved["nodes"] if node["type"] == ENGINE)
+    old_engine.update(type="H3Engine", properties={"Node name for S&R": "H3Engine"},
+                      widgets_values=["", "MiniMax-H3", "one-shot", 600, "", "", True])
+    (tmp_path / "saved_with_old_engine.json").write_text(json.dumps(saved))
+    remote = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
+    next(node for node in remote["nodes"] if node["type"] == ENGINE)["widgets_values"] = ["remote", "http://127.0.0.1:9"]
+    (tmp_path / "engine_in_remote_mode.json").write_text(json.dumps(remote))
     run = subprocess.run([COMFYUI_PYTHON, str(script), server.url, "--screenshots", str(tmp_path),
-                          *(str(EXAMPLES / name) for name in names)],
+                          *(str(EXAMPLES / name) for name in names), str(tmp_path / "saved_with_old_engine.json"),
+                          str(tmp_path / "engine_in_remote_mode.json")],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)
+    # The old node still loads (deprecated) with its values where they were, and runs as before.
+    old = report["saved_with_old_engine.json"]
+    assert old["missing"] == []
+    old_inputs = next(node["inputs"] for node in old["output"].values() if node["class_type"] == "H3Engine")
+    assert old_inputs == {"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot", "stall_timeout": 600,
+                          "remote_url": "", "library_path": "", "previews": True}
+    entry = server.wait(server.queue(old["output"]))
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    # Remote mode shows the server's URL and nothing else (issue 20 item 5).
+    shown = {entry["type"]: entry["widgets"] for entry in report["engine_in_remote_mode.json"]["widgets"]}
+    assert shown[ENGINE] == ["mode", "mode.remote_url"]
+    assert {entry["type"]: entry["widgets"] for entry in report[WORKFLOWS[0]]["widgets"]}[ENGINE] == [
+        "mode", "mode.engine_path", "mode.model_dir", "mode.stall_timeout"]
     for name in names:
         workflow = json.loads((EXAMPLES / name).read_text())
         loaded = report[name]
@@ -471,10 +536,30 @@ def test_example_workflows_load_in_the_real_frontend(server: Server, tmp_path: P
     assert any(entry["type"] == "H3Prompt" for entry in report[WORKFLOWS[0]]["labels"])
 
 
+@pytest.mark.timeout(900)
+def test_the_frontend_shows_the_nodes_in_chinese_with_the_zh_locale(server: Server, tmp_path: Path) -> None:
+    """Issue 24 item 5: ComfyUI serves locales/zh (app/custom_node_manager.py) and its frontend, set to
+    Chinese, titles the nodes and labels their widgets from it."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    zh = json.loads((REPO / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
+    assert server.get("/i18n")["zh"]["nodeDefs"][ENGINE] == zh[ENGINE]
+    script = Path(__file__).with_name("comfy_frontend_load.py")
+    run = subprocess.run([COMFYUI_PYTHON, str(script), server.url, "--locale", "zh", "--screenshots", str(tmp_path),
+                          str(EXAMPLES / WORKFLOWS[0])], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    shown = {entry["type"]: entry for entry in json.loads(run.stdout)[WORKFLOWS[0]]["shown"]}
+    for node_type in (ENGINE, "H3Generate", "H3Prompt"):
+        assert shown[node_type]["title"] == zh[node_type]["display_name"], shown[node_type]
+    assert shown[ENGINE]["widgets"] == [zh[ENGINE]["inputs"][key]["name"] for key in
+                                        ("mode", "mode_engine_path", "mode_model_dir", "mode_stall_timeout")]
+    assert "模型目录 model_dir" in shown[ENGINE]["widgets"]
+
+
 def _storyboard_workflow(object_info: dict, job_name: str) -> dict:
     """H3 Engine -> H3 Storyboard (two tiny shots, the second anchored on the first) -> its summary."""
-    nodes = [dict(id=1, type="H3Engine", pos=[40, 80], size=[380, 200],
-                  widgets={"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot"}),
+    nodes = [dict(id=1, type=ENGINE, pos=[40, 80], size=[380, 160],
+                  widgets={"mode": "one-shot", "mode.engine_path": "", "mode.model_dir": "MiniMax-H3"}),
              dict(id=2, type="H3Storyboard", pos=[460, 80], size=[420, 460],
                   widgets={"shots": STORY_SHOTS, "preset": "preview", "width": 64, "height": 32, "seed": 3,
                            "job_name": job_name}),
@@ -499,9 +584,13 @@ def test_storyboard_resumes_when_run_again_from_the_real_frontend(server: Server
     path = tmp_path / "storyboard.json"
     path.write_text(json.dumps(workflow))
     old = json.loads(json.dumps(workflow))          # as saved when the seed had the control widget
-    old_values = next(node for node in old["nodes"] if node["type"] == "H3Storyboard")["widgets_values"]
+    old_node = next(node for node in old["nodes"] if node["type"] == "H3Storyboard")
+    # shots, preset, width, height, seed, its control, crossfade_frames, job_name: the eight values
+    # saved before the seed lost its control (and before the trailing ssd_streaming and force)
+    old_values = old_node["widgets_values"][:7]
     old_values.insert(5, "randomize")
     old_values[-1] = "saved-before"
+    old_node["widgets_values"] = old_values
     old_path = tmp_path / "storyboard-saved-before.json"
     old_path.write_text(json.dumps(old))
     edited = STORY_SHOTS.replace("second shot", "second shot, edited")
@@ -576,8 +665,8 @@ def test_video_with_its_audio_needs_a_soundtrack(server: Server) -> None:
 
 def test_prompt_and_memory_plan_nodes(server: Server) -> None:
     prompt = {
-        "1": {"class_type": "H3Engine", "inputs": {"engine_path": "", "model_dir": "MiniMax-H3", "mode": "one-shot",
-                                                  "stall_timeout": 600}},
+        "1": {"class_type": ENGINE, "inputs": {"mode": "one-shot", "mode.engine_path": "",
+                                              "mode.model_dir": "MiniMax-H3", "mode.stall_timeout": 600}},
         "2": {"class_type": "H3MemoryPlan", "inputs": {
             "engine": ["1", 0], "preset": "quality", "preset.layers": 50, "preset.reuse": 1, "width": 1344,
             "height": 768, "length_unit": "seconds", "length_unit.seconds": 10.0, "core_reuse": 1, "token_reduction": False,
@@ -661,8 +750,7 @@ def test_library_errors_reach_the_user_with_the_librarys_message(server: Server)
 
 def test_engine_failures_show_hs_own_message(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"]["engine_path"] = str(server.failing_engine)
+    _set_engine(server, prompt, engine_path=str(server.failing_engine))
     prompt[_generate_id(prompt)]["inputs"]["seed"] = 555
     entry = server.wait(server.queue(prompt))
     error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
@@ -671,10 +759,21 @@ def test_engine_failures_show_hs_own_message(server: Server) -> None:
     assert list((server.base / "temp" / "h3bridge").rglob("*.partial.mp4")) == []
 
 
-def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
+def test_a_missing_model_is_one_report_under_h3_engine_before_any_engine_runs(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"]["model_dir"] = "NoSuchModel"
+    _set_engine(server, prompt, model_dir="NoSuchModel")
+    entry = server.wait(server.queue(prompt))
+    errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
+    assert len(errors) == 1 and errors[0]["node_type"] == ENGINE, errors
+    assert "model directory 'NoSuchModel' was not found" in errors[0]["exception_message"]
+    assert "models/h3" in errors[0]["exception_message"]
+    assert server.engine_processes() == []
+
+
+def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
+    """The deprecated all-modes node (workflows saved with it) keeps its queue-time model check."""
+    prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
+    engine_id = _old_engine(prompt, model_dir="NoSuchModel")
     request = urllib.request.Request(server.url + "/prompt", data=json.dumps({"prompt": prompt}).encode(),
                                      headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as info:
@@ -689,11 +788,10 @@ def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
 
 def test_a_missing_engine_is_reported_once_before_anything_runs(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"]["engine_path"] = str(server.base / "no-such-h3")
+    _set_engine(server, prompt, engine_path=str(server.base / "no-such-h3"))
     entry = server.wait(server.queue(prompt))
     errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
-    assert len(errors) == 1 and errors[0]["node_type"] == "H3Engine"
+    assert len(errors) == 1 and errors[0]["node_type"] == ENGINE
     assert errors[0]["exception_type"] == "Engine not found error"
     assert "no-such-h3" in errors[0]["exception_message"]
 
@@ -747,13 +845,12 @@ def test_comfyuis_own_range_and_option_checks_still_apply(server: Server) -> Non
     """validate_inputs takes only the inputs it checks, so ComfyUI keeps checking the others."""
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), server.object_info)
     generate_id = _generate_id(prompt)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
     prompt[generate_id]["inputs"].update({"ssd_streaming": "bogus", "preset.layers": 99})
-    prompt[engine_id]["inputs"]["stall_timeout"] = -5
+    _set_engine(server, prompt, stall_timeout=-5)
     errors = _queue_errors(server, prompt)
     kinds = {(error["type"], error["extra_info"]["input_name"]) for node in errors.values() for error in node["errors"]}
     assert {("value_not_in_list", "ssd_streaming"), ("value_bigger_than_max", "preset.layers"),
-            ("value_smaller_than_min", "stall_timeout")} <= kinds
+            ("value_smaller_than_min", "mode.stall_timeout")} <= kinds
 
 
 # ----------------------------------------------------------------------------- interrupt
@@ -761,8 +858,7 @@ def test_comfyuis_own_range_and_option_checks_still_apply(server: Server) -> Non
 @pytest.mark.parametrize("mode", ["one-shot", "warm session"])
 def test_interrupt_stops_the_engine(server: Server, mode: str) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"].update(engine_path=str(server.hanging_engine), mode=mode)
+    _set_engine(server, prompt, engine_path=str(server.hanging_engine), mode=mode)
     generate_id = _generate_id(prompt)
     prompt[generate_id]["inputs"]["seed"] = 777
     prompt[generate_id]["inputs"]["prompt"] = "A red fox walks through fresh snow."   # one line: the session takes it
@@ -785,10 +881,9 @@ def test_interrupt_stops_the_engine(server: Server, mode: str) -> None:
 def test_warm_session_mode_renders_and_falls_back_for_multiline_prompts(server: Server, tmp_path: Path) -> None:
     workflow = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
     prompt = ui_to_api(workflow, server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
     generate_id = _generate_id(prompt)
     summary_id = next(i for i, n in prompt.items() if n["class_type"] == "PreviewAny")
-    prompt[engine_id]["inputs"]["mode"] = "warm session"
+    _set_engine(server, prompt, mode="warm session")
     # The pack's own example (H3 Prompt's output) goes warm, twice with one process.
     summaries = []
     for seed in (5, 6):
@@ -851,8 +946,7 @@ def test_scratch_inputs_are_removed_when_the_server_is_terminated_mid_render(tmp
     engines: list[psutil.Process] = []
     try:
         prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[1]).read_text()), started.object_info)
-        engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-        prompt[engine_id]["inputs"]["engine_path"] = str(started.hanging_engine)
+        _set_engine(started, prompt, engine_path=str(started.hanging_engine))
         started.queue(prompt)
         engines = started.wait_for_silent_engine()
         assert engines, "the engine never started"
@@ -901,10 +995,10 @@ def test_h3_lora_feeds_h3_engine_a_folded_model_and_requeuing_folds_nothing(serv
                {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight": down,
                 "diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight": up})
     prompt = ui_to_api(json.loads((EXAMPLES / "h3_text_to_video_audio.json").read_text()), server.object_info)
-    engine_id = next(node_id for node_id, node in prompt.items() if node["class_type"] == "H3Engine")
-    prompt["80"] = {"class_type": "H3Lora", "inputs": {"model_dir": prompt[engine_id]["inputs"]["model_dir"],
+    engine_id = _engine_id(prompt)
+    prompt["80"] = {"class_type": "H3Lora", "inputs": {"model_dir": prompt[engine_id]["inputs"]["mode.model_dir"],
                                                       "lora": "h3-turbo.safetensors", "strength": 1.0}}
-    prompt[engine_id]["inputs"]["model_dir"] = ["80", 0]
+    prompt[engine_id]["inputs"]["mode.model_dir"] = ["80", 0]
     entry = server.wait(server.queue(prompt), timeout=300)
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:4000]
     [folded] = (base.parent / ".h3bridge-lora").iterdir()
@@ -927,9 +1021,8 @@ def test_library_mode_shows_denoise_previews_over_the_websocket(server: Server, 
     from double_helpers import double_library_path
 
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
     generate_id = _generate_id(prompt)
-    prompt[engine_id]["inputs"].update(mode="library", library_path=str(double_library_path()), previews=True)
+    _set_engine(server, prompt, mode="library", library_path=str(double_library_path()), previews=True)
     inputs = prompt[generate_id]["inputs"]
     inputs.update(seed=4242, width=96, height=64)
     steps = next(value for key, value in inputs.items() if key.endswith("steps") and isinstance(value, int))
@@ -955,12 +1048,11 @@ def test_a_library_of_the_wrong_kind_is_one_sentence_on_the_node(server: Server,
     archive = tmp_path / "libh3.a"
     archive.write_bytes(b"!<arch>\n" + b"\0" * 60)
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    engine_id = next(i for i, n in prompt.items() if n["class_type"] == "H3Engine")
-    prompt[engine_id]["inputs"].update(mode="library", library_path=str(archive))
+    _set_engine(server, prompt, mode="library", library_path=str(archive))
     entry = server.wait(server.queue(prompt))
     assert entry["status"]["status_str"] == "error"
     error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
-    assert error["node_type"] == "H3Engine" and error["exception_type"] == "Library load error"
+    assert error["node_type"] == ENGINE and error["exception_type"] == "Library load error"
     first, *rest = error["exception_message"].split("\n")
     assert "static archive" in first and str(archive) in first
     assert rest and "build-library" in rest[0]

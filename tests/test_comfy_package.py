@@ -52,7 +52,7 @@ def test_example_workflows_are_consistent_ui_graphs(path: Path) -> None:
     nodes = {node["id"]: node for node in workflow["nodes"]}
     assert workflow["last_node_id"] == max(nodes) and workflow["last_link_id"] == len(workflow["links"])
     types = [node["type"] for node in nodes.values()]
-    assert "H3Engine" in types and "H3Generate" in types and "SaveVideo" in types
+    assert "H3EngineV2" in types and "H3Generate" in types and "SaveVideo" in types     # H3 Engine, by mode
     for link_id, from_id, from_slot, to_id, to_slot, link_type in workflow["links"]:
         source, target = nodes[from_id], nodes[to_id]
         assert link_id in (source["outputs"][from_slot]["links"] or [])

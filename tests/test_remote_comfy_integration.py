@@ -20,7 +20,8 @@ import pytest
 
 from comfy_workflows import ui_to_api
 from remote_helpers import KEY, get, start_server
-from test_comfy_integration import COMFYUI_PYTHON, EXAMPLES, WORKFLOWS, Server, _output_file, _start_server
+from test_comfy_integration import (COMFYUI_PYTHON, ENGINE, EXAMPLES, WORKFLOWS, Server, _output_file,
+                                   _start_server)
 
 pytestmark = pytest.mark.comfyui
 
@@ -59,13 +60,12 @@ def h3_server(tmp_path_factory: pytest.TempPathFactory, comfy: Server):
 
 def test_remote_mode_renders_on_the_server_and_never_stores_the_key(comfy: Server, h3_server) -> None:
     workflow = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
-    engine = next(node for node in workflow["nodes"] if node["type"] == "H3Engine")
-    # engine_path, model_dir, mode, stall_timeout, remote_url: as a user sets them in the node, switching
-    # a local engine to remote without clearing its local inputs (remote mode does not read them).
-    engine["widgets_values"] = ["/opt/no-such/h3", "MiniMax-H3", "remote", 600, h3_server.url]
+    engine = next(node for node in workflow["nodes"] if node["type"] == ENGINE)
+    # H3 Engine switched to remote shows (and saves) only the server's URL: no model folder to clear.
+    engine["widgets_values"] = ["remote", h3_server.url]
     prompt = ui_to_api(workflow, comfy.object_info)
-    engine_inputs = next(node["inputs"] for node in prompt.values() if node["class_type"] == "H3Engine")
-    assert engine_inputs["mode"] == "remote" and engine_inputs["remote_url"] == h3_server.url
+    engine_inputs = next(node["inputs"] for node in prompt.values() if node["class_type"] == ENGINE)
+    assert engine_inputs == {"mode": "remote", "mode.remote_url": h3_server.url}
     # As the frontend queues it: the prompt, and the workflow for the saved files' metadata.
     prompt_id = comfy.post("/prompt", {"prompt": prompt, "extra_data": {"extra_pnginfo": {"workflow": workflow}}})[
         "prompt_id"]

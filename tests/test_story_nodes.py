@@ -50,3 +50,42 @@ def test_storyboard_node_renders_and_resumes(tmp_path: Path, monkeypatch: pytest
     assert "rendered 2" in summary and len(log.read_text().splitlines()) == 2
     again = H3StoryboardNode.execute(**values).result
     assert "rendered 0, kept 2" in again[3] and len(log.read_text().splitlines()) == 2
+
+
+def test_a_memory_refusal_names_the_nodes_inputs_and_ssd_streaming_or_force_run_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 2: the node said `--ssd-streaming` / `--force` (CLI flags) and had no way to
+    force; 24-32 GB Macs need SSD streaming for most stories."""
+    import folder_paths
+
+    from h3bridge.errors import MemoryPlanError
+    from h3bridge.model.memory import MachineFacts
+    monkeypatch.setattr(folder_paths, "get_output_directory", lambda: str(tmp_path / "output"))
+    monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(24, "Apple M4 Pro")))
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    sim = shutil.which("h3-sim") or str(Path(sys.executable).with_name("h3-sim"))
+    if not Path(sim).exists():
+        pytest.skip("h3-sim is not installed in this python")
+    log = tmp_path / "sim.jsonl"
+    monkeypatch.setenv("H3_SIM_LOG", str(log))
+    realistic = write_fixture_model(tmp_path / "model", realistic=True, ref2va=False)
+    handle = EngineHandle(Path(sim), realistic, ONE_SHOT, None)
+    values = dict(engine=handle, shots="[22f]\nfirst shot\n\n[22f anchor]\nsecond shot", preset="preview",
+                  width=864, height=480, seed=3, job_name="memory-film")
+    with pytest.raises(MemoryPlanError) as refused:
+        H3StoryboardNode.execute(**values)
+    said = str(refused.value)
+    assert "does not fit" in said and "the ssd_streaming input to true" in said and "force input" in said, said
+    assert "--" not in said and "force=True" not in said, said
+    assert not log.exists(), "nothing may render before the refusal"
+    with_streaming = H3StoryboardNode.execute(**values, ssd_streaming=True).result
+    assert "rendered 2" in with_streaming[3]
+    assert all("--ssd-streaming" in line for line in log.read_text().splitlines())
+    forced = H3StoryboardNode.execute(**{**values, "job_name": "forced-film"}, force=True).result
+    assert "rendered 2" in forced[3]
+
+
+def test_the_new_inputs_come_last_and_are_optional_so_saved_workflows_keep_their_values() -> None:
+    inputs = H3StoryboardNode.define_schema().inputs
+    assert [item.id for item in inputs[-2:]] == ["ssd_streaming", "force"]
+    assert all(item.optional for item in inputs[-2:])

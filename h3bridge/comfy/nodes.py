@@ -7,6 +7,8 @@ Importing this module starts no engine and reads no model.
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -155,15 +157,102 @@ def _preview_on_node(bar: Any, progress: adapter.ProgressForwarder) -> Callable[
 
 # ----------------------------------------------------------------------------- nodes
 
+def _engine_mode_input() -> io.Input:
+    """The engine mode as a dynamic combo: each mode shows only the inputs it reads (remote mode no
+    model folder, library mode its library and previews). The default mode comes first (the
+    frontend selects a new node's first option): the library when $H3_LIBRARY is set."""
+    def engine_path(tooltip: str) -> io.Input:
+        return io.String.Input("engine_path", default="", tooltip=tooltip)
+
+    def model_dir() -> io.Input:
+        return io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
+                               tooltip=f"Folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path "
+                                       "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/).")
+
+    def stall_timeout() -> io.Input:
+        return io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
+                            tooltip="Kill the engine after this many seconds without progress (0 = never).")
+
+    h3_binary = ("Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on PATH.")
+    options = {
+        adapter.ONE_SHOT: [engine_path(h3_binary), model_dir(), stall_timeout()],
+        adapter.WARM_SESSION: [engine_path(h3_binary), model_dir(), stall_timeout()],
+        adapter.LIBRARY: [
+            io.String.Input("library_path", default="",
+                            tooltip="libh3.dylib from `h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs "
+                                    "in the h3.c checkout it was built in."),
+            model_dir(),
+            io.Boolean.Input("previews", default=True,
+                             tooltip="Show a denoise preview on H3 Generate after every step. Costs upstream's "
+                                     "preview VAE (about 10 GiB more; the memory plan counts it)."),
+            engine_path("Optional: the h3 binary (or the h3.c checkout) for the clips the library hands to a "
+                        "one-shot h3 (a storyboard's multi-line prompts). Empty: none."),
+            stall_timeout(),
+        ],
+        adapter.REMOTE: [
+            io.String.Input("remote_url", default="",
+                            tooltip="The video server, e.g. http://studio-mac.local:8765 (`h3bridge serve` on "
+                                    "another Mac, or an SGLang Diffusion / vLLM-Omni server). Its API key is read "
+                                    "from H3BRIDGE_API_KEY in ComfyUI's environment, never stored in the workflow."),
+        ],
+    }
+    first = adapter.default_engine_mode()
+    order = [first, *(mode for mode in adapter.ENGINE_MODES if mode != first)]
+    return io.DynamicCombo.Input(
+        "mode", options=[io.DynamicCombo.Option(mode, options[mode]) for mode in order],
+        tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded between clips "
+                "(faster repeats, holds the memory until idle). library: libh3 in a warm worker, with denoise "
+                "previews on H3 Generate and exact frames. remote: render on a video server. Each mode shows "
+                "only the inputs it reads.")
+
+
+class H3EngineByModeNode(io.ComfyNode):
+    """H3 Engine: one mode's inputs at a time (issue 20 item 5). Replaces H3EngineNode, which showed
+    every mode's inputs and stays, deprecated, for workflows saved with it."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="H3EngineV2",
+            display_name="H3 Engine",
+            category=CATEGORY,
+            description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are, or (remote mode) the video "
+                        "server that renders. Nothing is loaded here; the engine runs when H3 Generate runs.",
+            search_aliases=["h3", "minimax", "engine"],
+            inputs=[_engine_mode_input()],
+            outputs=[H3Engine.Output(display_name="engine")],
+        )
+
+    # No validate_inputs: ComfyUI hands it only the inputs it names, so a dynamic combo arrives
+    # without its chosen mode's values ({'model_dir': None, ...}, ComfyUI 0.33), and with **kwargs it
+    # repeats the message under every input. The model folder is checked when this node runs, which
+    # is before any engine starts (H3 Generate and H3 Storyboard run after it), and reported once.
+
+    @classmethod
+    @user_facing_errors
+    def execute(cls, mode: dict[str, Any]) -> io.NodeOutput:
+        chosen = mode.get("mode", "")
+        stall_timeout = mode.get("stall_timeout", 600)
+        handle = adapter.check_engine_settings(str(mode.get("engine_path") or ""), str(mode.get("model_dir") or ""),
+                                               chosen, model_roots(),
+                                               stall_timeout=float(stall_timeout) if stall_timeout else None,
+                                               remote_url=str(mode.get("remote_url") or ""),
+                                               library_path=str(mode.get("library_path") or ""),
+                                               previews=bool(mode.get("previews", True)))
+        return io.NodeOutput(handle)
+
+
 class H3EngineNode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="H3Engine",
-            display_name="H3 Engine",
+            display_name="H3 Engine (all modes' inputs, deprecated)",
             category=CATEGORY,
-            description="Where the h3 engine (antirez/h3.c) and the MiniMax-H3 model are, or (remote mode) the video "
-                        "server that renders. Nothing is loaded here; the engine runs when H3 Generate runs.",
+            description="Replaced by H3 Engine, which shows only the chosen mode's inputs; kept so workflows saved "
+                        "with this node load and run as they were. Where the h3 engine (antirez/h3.c) and the "
+                        "MiniMax-H3 model are, or (remote mode) the video server that renders.",
+            is_deprecated=True,
             inputs=[
                 # Every mode's inputs are shown (a dynamic combo per mode would reorder the saved widget
                 # values of every workflow made so far); each tooltip says which modes read it.
@@ -418,12 +507,15 @@ class H3MemoryPlanNode(io.ComfyNode):
         return io.NodeOutput(adapter.describe_plan(engine, _settings(values, "memory plan")))
 
 
-NODES: list[type[io.ComfyNode]] = [H3EngineNode, H3GenerateNode, H3ReferencesNode, H3PromptNode, H3MemoryPlanNode]
+NODES: list[type[io.ComfyNode]] = [H3EngineByModeNode, H3EngineNode, H3GenerateNode, H3ReferencesNode, H3PromptNode, H3MemoryPlanNode]
 
 
 class H3BridgeExtension(ComfyExtension):
     async def on_load(self) -> None:
         model_roots()   # registers ComfyUI/models/h3 (no disk access)
+        # bin/h3-sim (the simulator as an engine path, for a checkout without console scripts)
+        # runs in ComfyUI's own python, which has the pack's requirements.
+        os.environ.setdefault("H3BRIDGE_PYTHON", sys.executable)
         try:
             # A server stopped with SIGTERM/SIGHUP mid-render would leave the job's scratch inputs in
             # temp/h3bridge/inputs: remove them first, then the signal does what it did before.

@@ -18,6 +18,7 @@ import folder_paths
 from ..cancel import CancelToken
 from ..request import DEFAULT_HEIGHT, DEFAULT_SEED, DEFAULT_WIDTH, MAX_SEED, PRESETS
 from ..story.host import render_story_text
+from ..story.plan import StoryMemoryError
 from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
 from . import adapter
 from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
@@ -66,6 +67,15 @@ class H3StoryboardNode(io.ComfyNode):
                 io.String.Input("job_name", default="storyboard",
                                 tooltip="Names the job folder in ComfyUI's output/h3bridge/stories; the same name "
                                         "resumes, another starts a new film."),
+                # Last and optional: workflows saved before them still load (widget values are positional).
+                io.Boolean.Input("ssd_streaming", default=False, optional=True,
+                                 tooltip="Stream DiT blocks from SSD for every shot (two resident blocks, much "
+                                         "less memory, slower): what 24-32 GB Macs need. A shot may set "
+                                         "ssd_streaming=false in its [ ] line."),
+                io.Boolean.Input("force", default=False, optional=True, advanced=True,
+                                 tooltip="Run even when the memory plan says the most demanding shot does not "
+                                         "fit this machine (macOS may swap or stop h3). Off: such a story is "
+                                         "refused before any shot renders, with the settings that fit."),
             ],
             outputs=[
                 io.Video.Output(display_name="video", tooltip="The film (MP4 with audio)."),
@@ -85,7 +95,8 @@ class H3StoryboardNode(io.ComfyNode):
     @classmethod
     @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, shots: str, preset: str, width: int, height: int, seed: int,
-                crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard") -> io.NodeOutput:
+                crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard",
+                ssd_streaming: bool = False, force: bool = False) -> io.NodeOutput:
         hidden = cls.hidden
         want_image = adapter.output_is_connected(hidden.prompt if hidden else None,
                                                  hidden.unique_id if hidden else None, IMAGE_OUTPUT_INDEX)
@@ -93,13 +104,19 @@ class H3StoryboardNode(io.ComfyNode):
         bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=hidden.unique_id if hidden else None)
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         defaults = {"preset": preset, "width": width, "height": height, "seed": seed,
-                    "crossfade_frames": crossfade_frames}
-        outputs = render_story_text(
-            shots, defaults, engine=adapter.open_engine(engine),
-            fallback=adapter.open_engine(adapter.one_shot_handle(engine)), jobs_root=stories_folder(),
-            job_name=job_name, want_frames=want_image,
-            on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS), adapter.PROGRESS_STEPS),
-            on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel)
+                    "crossfade_frames": crossfade_frames, "ssd_streaming": bool(ssd_streaming)}
+        try:
+            outputs = render_story_text(
+                shots, defaults, engine=adapter.open_engine(engine),
+                fallback=adapter.open_engine(adapter.one_shot_handle(engine)), jobs_root=stories_folder(),
+                job_name=job_name, want_frames=want_image,
+                on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
+                                                          adapter.PROGRESS_STEPS),
+                on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force))
+        except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
+            raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
+                                 in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",
+                                 force="set the force input to true") from None
         image = (adapter.frames_to_image_batch(outputs.frames) if outputs.frames is not None
                  else adapter.placeholder_image(width, height))
         return io.NodeOutput(
@@ -108,6 +125,16 @@ class H3StoryboardNode(io.ComfyNode):
             torch.from_numpy(image),
             outputs.summary,
         )
+
+
+def _node_setting(name: str, value: object) -> str:
+    """A story setting as H3 Storyboard takes it: its own input, else key=value in each shot's [ ] line."""
+    if name == "ssd_streaming":
+        return f"the ssd_streaming input to {str(value).lower()}"
+    if name == "frames":
+        return f"the length to {value}f"
+    shown = str(value).lower() if isinstance(value, bool) else value
+    return f"{name}={shown} in every shot's [ ] line"
 
 
 STORY_NODES: list[type[io.ComfyNode]] = [H3StoryboardNode]

@@ -646,6 +646,29 @@ class MemoryPlan:
         return (f"does not fit: {head}; fits with {' + '.join(self.suggestion.changes)} "
                 f"(peak {format_bytes(self.suggestion.peak)}): {' '.join(self.suggestion.flags)}")
 
+    def verdict_without_flags(self) -> str:
+        """The verdict without its closing CLI flags, for a refusal another interface words itself."""
+        text = self.verdict()
+        flags = ": " + " ".join(self.suggestion.flags) if self.suggestion else ""
+        return text[:-len(flags)] if flags and text.endswith(flags) else text
+
+    def suggested_changes(self) -> dict[str, object]:
+        """The suggestion as the request fields it changes (name -> new value, in the fix's order),
+        with "preview": False when the live preview has to go; empty without a suggestion. Each
+        interface words these in its own names (CLI flags are `suggestion.flags`)."""
+        if self.suggestion is None:
+            return {}
+        wanted, given = self.suggestion.request, self.request
+        changes: dict[str, object] = {}
+        if self.preview and not self.suggestion.preview:
+            changes["preview"] = False
+        for name in ("ssd_streaming", "int8_row_fc2", "layers", "render_width", "render_height"):
+            if getattr(wanted, name) != getattr(given, name):
+                changes[name] = getattr(wanted, name)
+        if wanted.frame_count != given.frame_count:
+            changes["frames"] = wanted.frame_count
+        return changes
+
     def render(self, *, verdict: bool = True) -> str:
         """The plan as a table (CLI `h3bridge plan`, ComfyUI Memory Plan node), ending with its
         verdict unless `verdict` is False (a refusal, whose message is the verdict)."""

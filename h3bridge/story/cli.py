@@ -11,7 +11,9 @@ from pathlib import Path
 from ..cancel import CancelToken
 from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
                           cancelled_status, engines_from_args)
-from ..errors import GenerationCancelled, RequestError
+from ..errors import GenerationCancelled, H3BridgeError, RequestError
+from ..progress import WAITING_PHASE
+from .plan import StoryMemoryError
 from .runner import MAX_PARALLEL, StoryProgress, default_job_dir
 from .storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
 
@@ -64,6 +66,14 @@ class StoryProgressDisplay(PhaseProgressBars):
         self._lanes: list = []                     # with --parallel on a terminal: one bar per shot in flight
 
     def _show(self, progress: StoryProgress) -> None:   # type: ignore[override]
+        if progress.event is not None and progress.event.phase == WAITING_PHASE:
+            # generate's wait display: who holds the engine, kept visible (a live line on a
+            # terminal; otherwise a line at the start, at 10, 30, 60 s, then each minute)
+            self._show_wait(progress.event)
+            return
+        if self._phase == WAITING_PHASE:       # the wait is over: its line stays, the shot's bar follows
+            self.close()
+            self._phase = None
         eta = "" if progress.eta is None else f", ETA {_duration(progress.eta)}"
         where = f"shot {progress.shot}/{progress.shots}"
         if not self.terminal:
@@ -136,7 +146,12 @@ def in_storyboard_words(text: str) -> str:
     return re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", key, text)
 
 
-def storyboard_refusal(error: RequestError) -> int:
+def storyboard_setting(name: str, value: object) -> str:
+    """One storyboard key as the storyboard writes it (TOML): `ssd_streaming = true`."""
+    return f"{name} = {str(value).lower() if isinstance(value, bool) else value}"
+
+
+def storyboard_refusal(error: H3BridgeError) -> int:
     """Say a refusal about the storyboard in its words (main would put CLI flags in it); exit 2."""
     try:
         print(f"h3bridge: {in_storyboard_words(str(error))}", file=sys.stderr)
@@ -173,6 +188,10 @@ def run_story_command(args: argparse.Namespace) -> int:
             print(f"h3bridge: notice: {args.storyboard}: {warning.message}", file=sys.stderr)
     try:
         return _run_story(args, storyboard)
+    except StoryMemoryError as error:     # the plan says CLI flags; the settings live in the storyboard
+        return storyboard_refusal(error.in_words(setting=storyboard_setting, everywhere="at the top of the storyboard (before "
+                             "the first [[shot]])", in_shot="in shot {shot}'s [[shot]] table (instead of seconds)",
+                             force="run the same command with --force"))
     except RequestError as error:
         if error.field in STORYBOARD_FIELDS:      # a shot's request, checked by story.plan
             return storyboard_refusal(error)

@@ -42,13 +42,13 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
                       jobs_root: Path, job_name: str, want_frames: bool,
                       on_progress: StoryProgressCallback | None = None,
                       on_notice: Callable[[str], None] | None = None,
-                      cancel: CancelToken | None = None) -> HostStoryOutputs:
+                      cancel: CancelToken | None = None, force: bool = False) -> HostStoryOutputs:
     storyboard = storyboard_from_text(shots_text, defaults)
     folder = job_folder(jobs_root, job_name)
     film = folder.with_name(folder.name + ".mp4")
     folder.parent.mkdir(parents=True, exist_ok=True)
     result = run_story(storyboard, film, engine=engine, fallback=fallback, job_dir=folder,
-                       on_progress=on_progress, on_notice=on_notice, cancel=cancel)
+                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force)
     first = storyboard.base_request(1)
     frames, audio = film_arrays(result.pieces, first.width, first.height, want_frames=want_frames, cancel=cancel)
     summary = (f"{len(result.shots)} shots, {result.film_frames} frames ({result.film_frames / 24:.1f} s) "

@@ -15,11 +15,11 @@ import json
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
-from ..errors import H3BridgeError, ModelError, RequestError
+from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
 from ..files import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind
@@ -231,11 +231,43 @@ def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], mo
     plan.most_demanding = demanding + 1
     try:
         memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
+    except MemoryPlanError as error:
+        raise StoryMemoryError(f"shot {demanding + 1} (the story's most demanding): {error.message}",
+                               plan=error.plan, hint=error.hint, shot=demanding + 1) from None
     except H3BridgeError as error:
         error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
         raise
     plan.memory_plan = memory
     plan.model_warnings = list(memory.model_warnings)
+
+
+class StoryMemoryError(MemoryPlanError):
+    """A story's most demanding shot does not fit: the plan's refusal, knowing which shot it is, so
+    each host says the fix in its own words (`in_words`)."""
+
+    def __init__(self, message: str, *, plan: object, hint: str | None, shot: int) -> None:
+        super().__init__(message, plan=plan, hint=hint)
+        self.shot = shot
+
+    def in_words(self, *, setting: "Callable[[str, object], str]", everywhere: str, in_shot: str,
+                 force: str) -> "StoryMemoryError":
+        """This refusal with its fix said by a host: `setting(name, value)` writes one setting
+        (`ssd_streaming = true` in a storyboard), `everywhere` / `in_shot` say where settings for
+        every shot / for this shot go ({shot} is its number), `force` how to run anyway."""
+        plan = self.plan
+        changes = plan.suggested_changes() if plan is not None else {}      # type: ignore[attr-defined]
+        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict_without_flags()}"  # type: ignore[attr-defined]
+                   if plan is not None else self.message)
+        frames = changes.pop("frames", None)
+        changes.pop("preview", None)          # a story shows no live preview
+        parts = []
+        if changes:
+            parts.append("set " + ", ".join(setting(name, value) for name, value in changes.items())
+                         + " " + everywhere)
+        if frames is not None:
+            parts.append("set " + setting("frames", frames) + " " + in_shot.format(shot=self.shot))
+        fix = "; ".join(parts) or "this machine has too little memory for MiniMax-H3 even at the smallest settings"
+        return StoryMemoryError(message, plan=plan, hint=f"{fix}; or {force} to try anyway", shot=self.shot)
 
 
 def _shot_key(request: GenerationRequest, continuation: Continuation, tail: int | None,
@@ -273,4 +305,4 @@ def _file_digest(path: Path) -> str | None:
         return None
 
 
-__all__ = ["PlannedShot", "StoryPlan", "continued_request", "plan_story", "tail_frames"]
+__all__ = ["PlannedShot", "StoryMemoryError", "StoryPlan", "continued_request", "plan_story", "tail_frames"]

@@ -6,14 +6,14 @@
 import { app } from "../../scripts/app.js";
 
 const CONTROL_VALUES = ["fixed", "increment", "decrement", "randomize"];
-const SEED_INDEX = 4;        // shots, preset, width, height, seed, [control], crossfade_frames, job_name
+const SEED_INDEX = 4;        // shots, preset, width, height, seed, [control], crossfade_frames, job_name[, ssd_streaming, force]
 
 export function dropStoryboardSeedControl(graph) {
   const graphs = [graph, ...(graph?.definitions?.subgraphs ?? [])];
   for (const nodes of graphs.map((g) => g?.nodes ?? [])) {
     for (const node of nodes) {
       const values = node?.widgets_values;
-      if (node?.type === "H3Storyboard" && Array.isArray(values) && values.length === 8
+      if (node?.type === "H3Storyboard" && Array.isArray(values) && values.length >= 8
           && CONTROL_VALUES.includes(values[SEED_INDEX + 1])) {
         values.splice(SEED_INDEX + 1, 1);
       }
