@@ -25,8 +25,10 @@ from h3bridge.userdirs import MACHINE_DIR_ENV
 
 REPOSITORY = Path(h3bridge.__file__).resolve().parent.parent
 # The stand-in engines of this file: `sleep` with this argument, each leading its own process
-# group as h3 does, so the process table tells exactly how many run.
-ENGINE_MARK = "86399.4242"
+# group as h3 does, so the process table tells exactly how many run. The fraction is this test
+# process's pid: a suite run in parallel (pytest-xdist) or a second checkout's suite on the same
+# machine has stand-ins of its own, which this file must neither count nor kill.
+ENGINE_MARK = f"86399.{os.getpid()}"
 # Everything here ends within seconds; a job not done after this is stuck (the deadlock).
 JOB_BOUND = 60.0
 
