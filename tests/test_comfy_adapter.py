@@ -1,6 +1,8 @@
 """What the ComfyUI nodes do, tested through h3bridge.comfy.adapter without ComfyUI or torch."""
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,7 +212,11 @@ def test_model_dir_resolves_names_under_model_folders(tmp_path: Path) -> None:
         adapter.resolve_model_dir(str(tmp_path / "nope"), [])
 
 
-def test_engine_settings_are_checked_without_running_anything(tmp_path: Path, fixture_model: Path) -> None:
+def test_engine_settings_are_checked_without_running_anything(tmp_path: Path, fixture_model: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # "h3-sim" is found on PATH, as a user types it: the suite's own environment's, first (the
+    # suite may run as .venv/bin/python without that folder on PATH)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     handle = adapter.check_engine_settings("h3-sim", fixture_model.name, adapter.ONE_SHOT, [fixture_model.parent])
     assert handle.engine_path.is_absolute() and handle.engine_path.name == "h3-sim"
     assert handle.model_dir == fixture_model.resolve()
