@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from core_helpers import model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixtures)
 from story_helpers import CANVAS, decode_film, run_cli, story_argv, write_story
@@ -108,6 +109,9 @@ def run_until_line(argv: list[str], kill_after: int | None) -> tuple[bool, str]:
     return killed, last
 
 
+# A fixed amount of work (20 kills, each a fresh CLI process, then the runs that finish the film),
+# no timing: about 90 s on an idle 2-core machine, over 300 s (the suite's default) on a loaded one.
+@pytest.mark.timeout(1200)
 def test_sigkill_at_random_points_then_resume(tmp_path: Path, model_dir: Path, sim_log: Path,
                                              monkeypatch) -> None:
     started = time.monotonic()
