@@ -142,3 +142,13 @@ def cancel_when_called(monkeypatch: pytest.MonkeyPatch, module: object, name: st
         token.cancel()
         return original(*args, **kwargs)
     monkeypatch.setattr(module, name, cancelling)
+
+
+@pytest.fixture
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME and h3bridge's cache in the test's own folder (a file that uses it makes it autouse)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(home / "cache"))
+    return home

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import httpx
 
+import pytest
+
 from server_helpers import KEY, ServerProcess, isolated_env
 
 __all__ = ["KEY", "ServerProcess", "get", "start_server"]
@@ -22,3 +24,10 @@ def start_server(root: Path, model: Path, *, extra_env: dict[str, str] | None = 
 def get(server: ServerProcess, path: str) -> httpx.Response:
     """GET a server path with the key, as the tests' client would."""
     return httpx.get(server.url + path, headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+
+
+@pytest.fixture
+def key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The servers' API key, given to RemoteEngine through the environment as a user does."""
+    monkeypatch.setenv("H3BRIDGE_API_KEY", KEY)
+    return KEY

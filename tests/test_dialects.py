@@ -36,7 +36,7 @@ from h3bridge.server.worker import Worker
 from h3bridge.sim.fixture import write_fixture_model
 
 from core_helpers import fast_request, make_audio, make_image, make_video
-from remote_helpers import KEY, ServerProcess, start_server
+from remote_helpers import KEY, key, ServerProcess, start_server  # noqa: F401 (key: a fixture)
 from server_helpers import mp4_frame_count
 
 PEERS = Path(__file__).parent / "fixtures" / "peers"
@@ -469,10 +469,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
     running.stop()
 
 
-@pytest.fixture
-def key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("H3BRIDGE_API_KEY", KEY)
-    return KEY
 
 
 def test_remote_engine_speaks_vllm_omni_to_our_server(server, key, files, tmp_path) -> None:

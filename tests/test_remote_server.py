@@ -31,7 +31,7 @@ from h3bridge.media.decode import decode_audio, decode_video_frames
 from h3bridge.sim.fixture import write_fixture_model
 
 from core_helpers import fast_request, make_image, sim_engine_path, wait_until
-from remote_helpers import KEY, ServerProcess, get, start_server
+from remote_helpers import KEY, key, ServerProcess, get, start_server  # noqa: F401 (key: a fixture)
 
 @pytest.fixture(scope="module")
 def sim_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -55,10 +55,6 @@ def hanging_server(tmp_path_factory: pytest.TempPathFactory, sim_model: Path) ->
     running.stop()
 
 
-@pytest.fixture
-def key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("H3BRIDGE_API_KEY", KEY)
-    return KEY
 
 
 # ----------------------------------------------------------------------------- the engine

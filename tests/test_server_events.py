@@ -28,7 +28,7 @@ from h3bridge.server.progress_feed import ProgressHub, StreamSlots
 from h3bridge.server.wire import request_to_wire
 from h3bridge.server.worker import Worker
 
-from core_helpers import fast_request, model_dir, sim_engine_path  # noqa: F401 (fixture)
+from core_helpers import fast_request, isolated_home, model_dir, sim_engine_path  # noqa: F401 (fixtures)
 from server_helpers import KEY
 
 WAIT = 120.0       # a safety net for a loaded machine, never an expected time
@@ -36,11 +36,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(home / "cache"))
+def _home(isolated_home: Path) -> None:
+    """Every test here with its own HOME and cache."""
 
 
 @dataclass

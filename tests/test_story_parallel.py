@@ -23,6 +23,7 @@ from h3bridge.story import Storyboard, run_story
 from h3bridge.story.jobdir import Manifest
 from h3bridge.story.runner import MAX_PARALLEL, StoryProgress, story_chains
 
+from core_helpers import isolated_home  # noqa: F401 (a fixture)
 from remote_helpers import KEY, start_server
 from server_helpers import model  # noqa: F401  (the module's fixture model)
 from story_helpers import CANVAS, FOUR_SHOTS, decode_film, write_story
@@ -39,11 +40,8 @@ continue = "cut"
 
 
 @pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(home / "cache"))
+def _home(isolated_home: Path) -> None:
+    """Every test here with its own HOME and cache."""
 
 
 @pytest.fixture(scope="module")

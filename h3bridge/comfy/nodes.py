@@ -231,15 +231,20 @@ class H3EngineByModeNode(io.ComfyNode):
     @classmethod
     @user_facing_errors
     def execute(cls, mode: dict[str, Any]) -> io.NodeOutput:
-        chosen = mode.get("mode", "")
-        stall_timeout = mode.get("stall_timeout", 600)
-        handle = adapter.check_engine_settings(str(mode.get("engine_path") or ""), str(mode.get("model_dir") or ""),
-                                               chosen, model_roots(),
-                                               stall_timeout=float(stall_timeout) if stall_timeout else None,
-                                               remote_url=str(mode.get("remote_url") or ""),
-                                               library_path=str(mode.get("library_path") or ""),
-                                               previews=bool(mode.get("previews", True)))
-        return io.NodeOutput(handle)
+        return _engine_output(str(mode.get("engine_path") or ""), str(mode.get("model_dir") or ""),
+                              mode.get("mode", ""), mode.get("stall_timeout", 600),
+                              remote_url=str(mode.get("remote_url") or ""),
+                              library_path=str(mode.get("library_path") or ""),
+                              previews=bool(mode.get("previews", True)))
+
+
+def _engine_output(engine_path: str, model_dir: str, mode: str, stall_timeout: int | float | None, *,
+                   remote_url: str, library_path: str, previews: bool) -> io.NodeOutput:
+    """Both engine nodes' output: the settings checked (nothing started), as one engine handle."""
+    handle = adapter.check_engine_settings(engine_path, model_dir, mode, model_roots(),
+                                           stall_timeout=float(stall_timeout) if stall_timeout else None,
+                                           remote_url=remote_url, library_path=library_path, previews=previews)
+    return io.NodeOutput(handle)
 
 
 class H3EngineNode(io.ComfyNode):
@@ -308,11 +313,8 @@ class H3EngineNode(io.ComfyNode):
     @user_facing_errors
     def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600, remote_url: str = "",
                 library_path: str = "", previews: bool = True) -> io.NodeOutput:
-        handle = adapter.check_engine_settings(engine_path, model_dir, mode, model_roots(),
-                                               stall_timeout=float(stall_timeout) if stall_timeout else None,
-                                               remote_url=remote_url or "", library_path=library_path or "",
-                                               previews=previews)
-        return io.NodeOutput(handle)
+        return _engine_output(engine_path, model_dir, mode, stall_timeout, remote_url=remote_url or "",
+                              library_path=library_path or "", previews=previews)
 
 
 class H3GenerateNode(io.ComfyNode):
