@@ -11,6 +11,7 @@ import pytest
 
 from lora_helpers import decode, low_rank, reference_dither, reference_exact, read_tensor_bytes, tensor_shapes, write_lora
 import model_helpers
+from h3bridge.errors import LoraError
 from h3bridge.lora import LoraSpec, fold_model
 from h3bridge.lora import fold as fold_module
 from h3bridge.lora.bf16 import dither16
@@ -122,3 +123,29 @@ def test_the_survival_report_equals_float64_sums_over_the_written_bytes(template
         assert math.isclose(row.rho, math.sqrt(update_sq / weight_sq), rel_tol=1e-4), name
         assert math.isclose(row.kept, stored_dot / update_sq, rel_tol=1e-4, abs_tol=1e-5), name
         assert math.isclose(row.noise, math.sqrt(noise_sq / update_sq), rel_tol=1e-3, abs_tol=1e-5), name
+
+
+def _huge(path: Path, target: str, shapes: dict, value: float) -> Path:
+    """A rank-1 LoRA whose update is value**2 on every element of `target`."""
+    out, inner = shapes[target][2]
+    module = "diffusion_model." + target.removesuffix(".weight")
+    return write_lora(path, {module + ".lora_A.weight": np.full((1, inner), value, np.float32),
+                             module + ".lora_B.weight": np.full((out, 1), value, np.float32)})
+
+
+@pytest.mark.parametrize("target", ["blocks.0.mlp.fc2.weight", "video_patch_proj.weight"], ids=["bf16", "float32"])
+def test_an_update_past_the_largest_value_stops_the_fold_and_a_large_one_is_reported(
+        template: Path, tmp_path: Path, target: str) -> None:
+    """Three LoRAs each under the per-LoRA bound (1.44e38 an element) add up past bf16's and
+    float32's largest value: the fold stops naming the tensor, and publishes nothing. An update of
+    1e20 an element folds, and its report is finite (its squares overflow float32 sums)."""
+    shapes = tensor_shapes(template)
+    loras = [_huge(tmp_path / f"{n}.safetensors", target, shapes, 1.2e19) for n in range(3)]
+    with pytest.raises(LoraError, match=f"pushes {target} past the largest value"):
+        fold_model(template, loras, tmp_path / "over", progress=False)
+    assert not (tmp_path / "over").exists()
+    result = fold_model(template, [_huge(tmp_path / "large.safetensors", target, shapes, 1e10)], tmp_path / "large",
+                        progress=False)
+    row = next(r for r in result.survival if r.module_class == fold_survival.OVERALL)
+    assert all(math.isfinite(v) for v in (row.rho, row.kept, row.noise)) and abs(row.kept - 1) < 0.01, row
+    assert row.rho > 1e20

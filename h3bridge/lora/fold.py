@@ -721,12 +721,14 @@ def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Ta
         if factor != 1.0:                                 # x * 1.0 == x: skip the pass
             term *= factor
         if number == last and not keep_exact:             # float64 sum, its nearest float32 stored
-            np.add(total, term, out=rounded, dtype=np.float64, casting="same_kind")
+            with np.errstate(over="ignore"):              # past float32's range: refused below (_overflow)
+                np.add(total, term, out=rounded, dtype=np.float64, casting="same_kind")
         else:
             np.add(total, term, out=exact)                # W widened exactly inside the add
         total = exact
     if keep_exact:
-        np.copyto(rounded, exact, casting="same_kind")
+        with np.errstate(over="ignore"):
+            np.copyto(rounded, exact, casting="same_kind")
     update = np.subtract(rounded, weight, out=scratch.array("update", np.float32, shape))   # dW, for the tally
     dither = None
     if work.dither is not None:

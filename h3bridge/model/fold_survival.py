@@ -56,11 +56,14 @@ class Tally:
         thread; a few 1e5 elements per block, read to 3 digits), blocks add up in float64."""
         w, u, d = weight.reshape(-1), update.reshape(-1), stored.reshape(-1)
         changed = np.not_equal(d, 0, out=None if changed is None else changed.reshape(-1))   # -0.0 == 0: unchanged
-        return cls(elements=w.size, unchanged=int(w.size - np.count_nonzero(changed)),
-                   weight_sq=float(np.dot(w, w)), update_sq=float(np.dot(u, u)),
-                   stored_dot=float(np.dot(d, u)), stored_sq=float(np.dot(d, d)))
+        with np.errstate(over="ignore", invalid="ignore"):      # an infinite sum: see finite()
+            return cls(elements=w.size, unchanged=int(w.size - np.count_nonzero(changed)),
+                       weight_sq=float(np.dot(w, w)), update_sq=float(np.dot(u, u)),
+                       stored_dot=float(np.dot(d, u)), stored_sq=float(np.dot(d, d)))
 
     def finite(self) -> bool:
+        """False when a sum overflowed (an infinity written, or float32 squares past 3.4e38: the
+        fold then checks for the first and sums the block again in float64)."""
         return all(math.isfinite(v) for v in (self.weight_sq, self.update_sq, self.stored_dot, self.stored_sq))
 
     def merge(self, other: "Tally") -> None:
