@@ -47,7 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -766,7 +766,7 @@ def _fold_tensors(run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int
     stay valid for every write)."""
     window: deque[tuple[_TensorWork, survival.Tally, Future[survival.Tally]]] = deque()
 
-    def blocks():
+    def blocks() -> Iterator[tuple[_TensorWork, survival.Tally, int]]:
         for job in shard.tensors.values():
             rows, columns = job.tensor.shape
             tally = run.tally(job.tensor.name)
