@@ -14,10 +14,15 @@ and how much of a LoRA survives nearest vs stochastic bf16 rounding.
    on a machine busy with other work the ratio measures the load as much as the fold.
 3. Prints the fold's peak RSS (the child's high-water mark, VmHWM, less its own after importing
    h3bridge and numpy) against the largest targeted tensor. The fold works a block of rows at a
-   time (CHUNK_ELEMENTS elements, reused working arrays of about 14 bytes each, sized for the
-   CPU's caches), so on the released model (fc1: 28672 x 5376 BF16, 294 MiB) the extra memory is
-   the LoRA's matrices and a few MiB of blocks, far below the tensor; on this small model the
-   interpreter's own growth weighs more. --chunk-elements shows the bound moving.
+   time on each of its threads (CHUNK_ELEMENTS elements, reused working arrays of about 33 bytes
+   each per thread: ~9 MiB a thread at the default), so on the released model (fc1: 28672 x 5376
+   BF16, 294 MiB) the extra memory is the LoRA's matrices and those blocks, far below the tensor;
+   on this small model (4.5 MiB tensors) the blocks and the interpreter's own growth weigh more
+   than a tensor. --chunk-elements and --threads show the bound moving.
+
+   The fold's cost per element, measured stage by stage on this 2-core machine (one thread, under
+   load; see the report of issue 21's speed work): the float64 matrix product ~2.5-4 ns, the dither
+   ~0.8-1.3 ns, the survival tallies ~1 ns, the probe ~0.5-1.7 ns, the other passes ~0.2-1 ns each.
 4. The rounding table: for rho = ||dW|| / ||W|| from 1e-4 to 1e-2 on a 512 x 512 bf16 tensor
    (262144 elements) and a rank-32 update, what round-to-nearest and the fold's stochastic
    rounding keep (kept = <D, dW> / ||dW||^2, D the stored change), their noise ||D - dW|| / ||dW||
@@ -41,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from h3bridge.lora import fold as fold_module  # noqa: E402
 from h3bridge.lora import plan_fold  # noqa: E402
 from h3bridge.model.inventory import format_bytes  # noqa: E402
 from h3bridge.sim import fixture  # noqa: E402
@@ -60,6 +66,8 @@ def peak_kib():
 
 if sys.argv[4] != "0":
     fold_module.CHUNK_ELEMENTS = int(sys.argv[4])
+if sys.argv[5] != "0":
+    fold_module.FOLD_THREADS = int(sys.argv[5])
 baseline = peak_kib()
 started, cpu = time.perf_counter(), time.process_time()
 fold_module.fold_model(sys.argv[1], [sys.argv[2]], sys.argv[3], progress=False)
@@ -89,34 +97,49 @@ def write_turbo_like_lora(path: Path, model: Path, rank: int) -> Path:
     return write_lora(path, tensors, dtype="BF16")
 
 
-def kept_table(rows: int = 512, columns: int = 512, rank: int = 32) -> list[dict[str, float]]:
-    """Nearest vs stochastic rounding of W + dW at realistic magnitudes (the fold's own rounding)."""
+def kept_table(rows: int = 512, columns: int = 512, rank: int = 32, folds: int = 20) -> list[dict[str, float]]:
+    """Nearest vs stochastic rounding of W + dW at realistic magnitudes (the fold's own rounding).
+    Stochastic: one fold's values (a 128-bit seed, as a fold's tensor gets), and kept's mean and
+    standard deviation over `folds` seeds (unbiased: the mean within a few sd / sqrt(folds) of 1)."""
+    import hashlib
     from h3bridge.lora.bf16 import bf16_to_float64, dither16, float64_to_bf16, float64_to_bf16_stochastic
     rng = np.random.default_rng(21)
     weight = bf16_to_float64(float64_to_bf16(rng.standard_normal((rows, columns)) * 0.02))
     direction = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, columns))
+    seeds = [int(hashlib.sha256(f"bench_lora kept {n}".encode()).hexdigest()[:32], 16) for n in range(folds)]
     table = []
     for rho in (1e-4, 3e-4, 1e-3, 3e-3, 1e-2):
         update = direction * (rho * np.linalg.norm(weight) / np.linalg.norm(direction))
         exact = weight + update
         row: dict[str, float] = {"rho": rho, "elements": weight.size}
-        for name, bits in (("nearest", float64_to_bf16(exact)),
-                           ("stochastic", float64_to_bf16_stochastic(exact, dither16(2021, 0, exact.size)))):
+        kept = []
+        for number, seed in enumerate([None, *seeds]):
+            name = "nearest" if seed is None else "stochastic"
+            bits = (float64_to_bf16(exact) if seed is None
+                    else float64_to_bf16_stochastic(exact, dither16(seed, 0, exact.size)))
             stored = bf16_to_float64(bits) - weight
+            if number > 1:
+                kept.append(float(np.vdot(stored, update) / np.vdot(update, update)))
+                continue
             row[f"{name}_kept"] = float(np.vdot(stored, update) / np.vdot(update, update))
             row[f"{name}_noise"] = float(np.linalg.norm(stored - update) / np.linalg.norm(update))
             row[f"{name}_unchanged"] = float(np.mean(stored == 0))
+            if seed is not None:
+                kept.append(row["stochastic_kept"])
+        row["stochastic_kept_mean"] = float(np.mean(kept))
+        row["stochastic_kept_sd"] = float(np.std(kept, ddof=1))
         table.append(row)
     return table
 
 
 def print_kept_table(table: list[dict[str, float]]) -> None:
     print(f"{'rho':>8} {'elements':>9} | {'nearest kept':>12} {'noise':>6} {'unchanged':>9} | "
-          f"{'stochastic kept':>15} {'noise':>6} {'unchanged':>9}", file=sys.stderr)
+          f"{'stochastic kept':>15} {'noise':>6} {'unchanged':>9} | {'kept over 20 folds':>18}", file=sys.stderr)
     for row in table:
         print(f"{row['rho']:>8.0e} {row['elements']:>9} | {row['nearest_kept']:>12.3f} {row['nearest_noise']:>6.2f} "
               f"{row['nearest_unchanged']:>8.1%} | {row['stochastic_kept']:>15.3f} {row['stochastic_noise']:>6.2f} "
-              f"{row['stochastic_unchanged']:>8.1%}", file=sys.stderr)
+              f"{row['stochastic_unchanged']:>8.1%} | {row['stochastic_kept_mean']:>9.4f} +- "
+              f"{row['stochastic_kept_sd']:.4f}", file=sys.stderr)
 
 
 def copy_targeted(plan, folder: Path) -> float:
@@ -138,6 +161,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--chunk-elements", type=int, default=0, help="override fold.CHUNK_ELEMENTS (0: default)")
+    parser.add_argument("--threads", type=int, default=0, help="override fold.FOLD_THREADS (0: default)")
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()
     table = kept_table()
@@ -159,13 +183,14 @@ def main() -> None:
         copy_seconds = copy_targeted(plan, copy_dir)
         shutil.rmtree(copy_dir)
         done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(lora), str(work / "folded"),
-                               str(args.chunk_elements)], capture_output=True, text=True, check=True)
+                               str(args.chunk_elements), str(args.threads)], capture_output=True, text=True, check=True)
         fold_seconds, idle_kib, peak_kib, fold_cpu = (float(v) for v in done.stdout.split())
         extra = (peak_kib - idle_kib) * 1024
         largest = plan.largest_tensor_bytes
         print(json.dumps({
             "transformer_shards_rewritten": len(shards), "shard_bytes": shard_bytes,
             "tensors_folded": plan.tensor_count, "targeted_bytes": plan.targeted_bytes, "rank": args.rank,
+            "threads": args.threads or fold_module.FOLD_THREADS,
             "copy_seconds": round(copy_seconds, 3), "fold_seconds": round(fold_seconds, 3),
             "copy_MiB_per_s": round(plan.targeted_bytes / copy_seconds / 2**20, 1),
             "fold_MiB_per_s": round(plan.targeted_bytes / fold_seconds / 2**20, 1),
@@ -176,7 +201,7 @@ def main() -> None:
             "peak_rss_above_idle": int(extra), "idle_rss": int(idle_kib * 1024), "largest_targeted_tensor": largest,
             "peak_over_largest_tensor": round(extra / largest, 2), "kept": table,
         }, indent=1))
-        print(f"fold {fold_seconds:.2f} s vs plain copy {copy_seconds:.2f} s of the {plan.tensor_count} targeted "
+        print(f"fold {fold_seconds:.2f} s ({args.threads or fold_module.FOLD_THREADS} threads) vs plain copy {copy_seconds:.2f} s of the {plan.tensor_count} targeted "
               f"tensors ({format_bytes(plan.targeted_bytes)}): fold throughput = {copy_seconds / fold_seconds:.2f} x "
               f"the copy's (target >= 0.5; the fold used {fold_cpu:.2f} s of CPU, "
               f"{fold_cpu / fold_seconds:.0%} of its wall time); peak RSS "

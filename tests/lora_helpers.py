@@ -2,7 +2,8 @@
 
 The reference never calls h3bridge's rounding: bf16 values are decoded with `struct`, and a
 float64 result is rounded to bf16 by searching the sorted table of every finite bf16 value for
-its two neighbours (nearest wins, a tie goes to the even bit pattern).
+its two neighbours (nearest wins, a tie goes to the even bit pattern). The stochastic rounding's
+dither is computed here from its rule as lora/bf16.py states it, element by element.
 """
 from __future__ import annotations
 
@@ -170,3 +171,25 @@ def assert_bf16_neighbours(written: bytes, exact: np.ndarray, what: str) -> None
     low, high = bf16_neighbour_bits(exact)
     wrong = np.argwhere((bits != low) & (bits != high))
     assert wrong.size == 0, f"{what}: element {tuple(wrong[0])} is no bf16 neighbour of {exact[tuple(wrong[0])]!r}"
+
+
+# ----------------------------------------------------------------------------- the dither, from its rule
+# Written from the rule stated in lora/bf16.py's comment, not from its code (which draws two
+# elements from each 32-bit word through uint16 views): element i's dither is the low 16 bits (i
+# even) or the high 16 bits (i odd) of lowbias32((i // 2) * k1 + k0 mod 2**32), k0 = bits 0-31
+# of the seed, k1 = bits 32-63 with bit 0 set; lowbias32: x ^= x >> 16; x *= 0x7FEB352D;
+# x ^= x >> 15; x *= 0x846CA68B; x ^= x >> 16 (mod 2**32). Here in 64-bit integers, masked.
+
+
+def reference_dither(seed: int, count: int, start: int = 0) -> np.ndarray:
+    """The dither of elements start .. start+count-1 of the tensor whose seed is `seed` (uint16)."""
+    word = np.uint64(0xFFFFFFFF)
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(((seed >> 32) & 0xFFFFFFFF) | 1)
+    index = np.arange(start, start + count, dtype=np.uint64)
+    x = ((index // np.uint64(2)) * k1 + k0) & word
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) & word
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) & word
+    x ^= x >> np.uint64(16)
+    return ((x >> ((index % np.uint64(2)) * np.uint64(16))) & np.uint64(0xFFFF)).astype(np.uint16)

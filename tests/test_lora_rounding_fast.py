@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lora_helpers import read_tensor_bytes, reference_exact, reference_fold, tensor_shapes, write_lora
+from lora_helpers import read_tensor_bytes, reference_dither, reference_exact, reference_fold, tensor_shapes, write_lora
 import model_helpers
 from h3bridge.lora import fold as fold_module
 from h3bridge.lora import fold_model, plan_fold
-from h3bridge.lora.bf16 import dither16, float64_to_bf16, float64_to_bf16_stochastic
+from h3bridge.lora.bf16 import float64_to_bf16, float64_to_bf16_stochastic
 from lora_helpers import reference_bf16
 
 template = model_helpers.template
@@ -107,5 +107,5 @@ def test_fold_on_rounding_boundaries_equals_the_float64_reference(template: Path
     job_shard = next(s for s in plan.shards.values() if FC1 in s.tensors)
     seed = fold_module._FoldRun(plan, plan.content_key()).seed(job_shard, job_shard.tensors[FC1].tensor)
     bits = exact.astype(np.float32).view(np.uint32).astype(np.uint64)  # the float32 nearest the exact value
-    expected = ((bits + dither16(seed, 0, exact.size)) >> 16).astype(np.uint16)
+    expected = ((bits + reference_dither(seed, exact.size)) >> 16).astype(np.uint16)   # the dither by its rule
     assert np.array_equal(written, expected)

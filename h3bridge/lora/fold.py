@@ -21,12 +21,15 @@ h3.c has no LoRA runtime (upstream issue 37); upstream PR #14 folds the Turbo Lo
   the tensor and the element (bf16.py), so the update survives unbiased and the same fold gives
   the same bytes; `rounding="nearest"` rounds to nearest even (the bytes of earlier versions).
   float32 by numpy's round to nearest even. Several LoRAs add up in the order given before that
-  one rounding; what survived is measured per module class (survival.py);
-- memory is bounded: tensors are read from memory-mapped shards a block of rows at a time
-  (CHUNK_ELEMENTS), so peak memory is a few such blocks plus the LoRA matrices of one tensor,
-  whatever the size of the model or of its largest tensor;
+  one rounding; what survived is measured per module class (model/fold_survival.py);
+- memory is bounded: tensors are read (pread) a block of rows at a time (CHUNK_ELEMENTS), so peak
+  memory is a few such blocks per thread plus the LoRA matrices of a tensor, whatever the size of
+  the model or of its largest tensor;
+- blocks are folded on FOLD_THREADS threads (numpy and BLAS release the GIL); a block's bytes
+  depend on its elements' indexes only and the tallies add up in block order, so the output and
+  its report are the same for any number of threads;
 - before each block is written, a parity probe recomputes a few of its rows independently (the
-  source row read again with pread, the update as a matrix-vector product) and checks that each
+  source rows read again with pread, the update as a small matrix product) and checks that each
   written value is one of the two bf16 neighbours of it and the one the rounding rule picks;
 - the output carries a fold record (model/fold_record.py) that `info` shows and `verify` checks.
 """
@@ -36,13 +39,15 @@ import math
 import os
 import secrets
 import shutil
+import threading
 import time
 import zlib
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -54,7 +59,7 @@ from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
 from . import keys, layout
 from ..model import fold_survival as survival
-from .bf16 import (HIGH_HALF, bf16_neighbours, bf16_spacing, bf16_to_float64, dither16, float64_to_bf16,
+from .bf16 import (Dither, bf16_neighbours, bf16_spacing, bf16_to_float64, dither16, float64_to_bf16,
                    float64_to_bf16_stochastic)
 from .place import CLONE, clone_file, clone_supported, copy_range, not_a_model_file, place_file, same_file_system
 from ..model.fold_record import (
@@ -69,6 +74,10 @@ from ..model.fold_record import (
 )
 
 CHUNK_ELEMENTS = 1 << 18          # elements per block: 2 MiB per float64 working array
+# threads folding blocks (numpy and BLAS release the GIL); the bytes and the survival report are
+# the same for any number (tests/test_lora_speed.py)
+FOLD_THREADS = max(1, min(4, os.cpu_count() or 1))
+IN_FLIGHT = 2                     # blocks handed out per thread ahead of the oldest unfinished one
 PROBE_ROWS = 3                    # rows per block the parity probe recomputes
 TEMP_MARK = ".h3bridge-fold-"     # in the temporary folder's name
 INCOMPLETE_FILE = "h3bridge-fold-incomplete"   # inside it: the folding process, until the rename
@@ -498,14 +507,16 @@ def _check_disk(plan: FoldPlan, folder: Path, files: list[Path]) -> None:
 
 @dataclass
 class _FoldRun:
-    """What one fold carries from tensor to tensor: its identity (the dither's key) and the tallies."""
+    """What one fold carries from tensor to tensor: its identity (the dither's key), the tallies,
+    and the threads that fold blocks (each with its own working arrays)."""
 
     plan: FoldPlan
     key: str
     tallies: dict[str, survival.Tally] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    # draws the next block's dither while this one is computed (Philox releases the GIL)
-    helper: ThreadPoolExecutor | None = None
+    threads: int = 1
+    pool: ThreadPoolExecutor | None = None
+    local: threading.local = field(default_factory=threading.local)
 
     def seed(self, shard: "ShardJob", tensor: TensorInfo) -> int:
         """The dither's seed for one tensor: (fold identity, partition, tensor name)."""
@@ -517,59 +528,65 @@ class _FoldRun:
         self.counts[name] = self.counts.get(name, 0) + 1
         return self.tallies.setdefault(name, survival.Tally())
 
+    def scratch(self) -> "_Scratch":
+        """The calling thread's working arrays."""
+        scratch = getattr(self.local, "scratch", None)
+        if scratch is None:
+            scratch = self.local.scratch = _Scratch()
+        return scratch
+
 
 def _encode_rows(values: np.ndarray, dtype: str, rounding: str = NEAREST, seed: int = 0,
-                 first_index: int = 0, dither: np.ndarray | None = None) -> np.ndarray:
-    """Values -> the tensor's dtype. bf16: stochastic (dither by seed and element index; `dither`:
-    dither16(seed, first_index, values.size) drawn ahead) or nearest."""
+                 first_index: int = 0, dither: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Values -> the tensor's dtype. bf16 stochastic: `values` are the float32 nearest the exact
+    values (overwritten), dithered by seed and element index (`dither`: dither16(seed, first_index,
+    values.size) drawn ahead); bf16 nearest: the float64 values themselves; float32: their nearest
+    float32 (float32 values are returned as they are)."""
     if dtype != "BF16":
-        return values.astype("<f4")
+        return values.astype("<f4", copy=False)
     if rounding == STOCHASTIC:
         if dither is None:
             dither = dither16(seed, first_index, values.size)
-        return float64_to_bf16_stochastic(values, dither)
+        return float64_to_bf16_stochastic(values, dither, out)
     return float64_to_bf16(values)
 
 
-def _probe(job: TensorJob, rows: range, encoded: np.ndarray, source_fd: int, data_start: int,
-           matrices: list[tuple[np.ndarray, np.ndarray, float]], rounding: str = NEAREST, seed: int = 0) -> None:
-    """Recompute a few rows of a block independently (the source row read again, the update as a
-    matrix-vector product) and check each written value: nearest rounding, the target dtype's
-    nearest value; stochastic, one of the two bf16 neighbours of the exact value and the one the
-    dither picks. The rows are checked together (one pass over all of them). Raises LoraError."""
-    tensor = job.tensor
-    columns = tensor.shape[1]
-    item = DTYPE_SIZES[tensor.dtype]
-    picks = sorted({rows.start, rows.stop - 1, rows.start + (zlib.crc32(tensor.name.encode()) % len(rows))})[:PROBE_ROWS]
-    exact = np.empty((len(picks), columns), dtype=np.float64)
-    for number, row in enumerate(picks):
-        raw = os.pread(source_fd, columns * item, data_start + tensor.begin + row * columns * item)
-        if tensor.dtype == "BF16":
-            value = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
-        else:
-            value = np.frombuffer(raw, "<f4").astype(np.float64)
-        for down, up, factor in matrices:
-            value = value + factor * (down.T @ up[row])
-        exact[number] = value
-    written = encoded[[row - rows.start for row in picks]]
-    value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if tensor.dtype == "BF16" \
-        else written.astype(np.float64)
-    if tensor.dtype == "BF16" and rounding == STOCHASTIC:
+def _probe(work: "_TensorWork", start: int, encoded: np.ndarray) -> None:
+    """Recompute a few rows of a block independently (the source rows read again, the update as a
+    small matrix product of those rows, the dither drawn again from each row's first index) and
+    check each value about to be written: nearest rounding, the target dtype's nearest value;
+    stochastic, one of the two bf16 neighbours of the exact value and the one the dither picks.
+    The rows are checked together (one pass over all of them). Raises LoraError."""
+    tensor = work.job.tensor
+    columns, bf16 = tensor.shape[1], tensor.dtype == "BF16"
+    picks = sorted({0, len(encoded) - 1, work.probe_row % len(encoded)})[:PROBE_ROWS]
+    rows = [start + pick for pick in picks]
+    raw = b"".join(os.pread(work.source_fd, work.row_bytes, work.offset + row * work.row_bytes) for row in rows)
+    if bf16:
+        exact = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4").astype(np.float64)
+    else:
+        exact = np.frombuffer(raw, "<f4").astype(np.float64)
+    exact = exact.reshape(len(rows), columns)
+    for down, up, factor in work.matrices:
+        exact = exact + factor * (up[rows] @ down)
+    written = encoded[picks]
+    value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if bf16 else written.astype(np.float64)
+    if bf16 and work.dither is not None:
         low, high = bf16_neighbours(exact)
-        dither = np.concatenate([dither16(seed, row * columns, columns) for row in picks])
+        dither = np.concatenate([work.dither.draw(row * columns, columns) for row in rows])
         picked = (float64_to_bf16_stochastic(exact, dither).astype("<u4") << 16).view("<f4").astype(np.float64)
         bad = np.argwhere(~(((value == low) | (value == high)) & (value == picked)))
         detail = lambda r, c: (f" (its bf16 neighbours {low[r, c]!r} and {high[r, c]!r}; the dither picks "
                                f"{picked[r, c]!r})")
     else:
         magnitude = np.maximum(np.abs(exact), np.abs(value))
-        spacing = bf16_spacing(magnitude) if tensor.dtype == "BF16" else np.spacing(magnitude.astype(np.float32))
+        spacing = bf16_spacing(magnitude) if bf16 else np.spacing(magnitude.astype(np.float32))
         error = np.abs(value - exact)
         bad = np.argwhere(~(error <= spacing * 0.5 * (1 + 1e-9) + 1e-300))
         detail = lambda r, c: ""
     if bad.size:
         number, column = (int(v) for v in bad[0])
-        raise LoraError(f"parity probe failed for {tensor.name} row {picks[number]} column {column}: about to write "
+        raise LoraError(f"parity probe failed for {tensor.name} row {rows[number]} column {column}: about to write "
                         f"{value[number, column]!r}, an independent recomputation gives {exact[number, column]!r}"
                         f"{detail(number, column)}; nothing was published",
                         hint="report this as an h3bridge bug, with the LoRA and the model", before_start=False)
@@ -600,30 +617,21 @@ def _overflow(job: TensorJob, plan: FoldPlan) -> LoraError:
 
 
 class _Scratch:
-    """One tensor's working arrays, allocated once and reused block after block: fresh arrays
-    per block cost a page fault per 4 KiB each time, and blocks sized for the CPU's caches
-    (CHUNK_ELEMENTS) keep every pass over them out of main memory."""
+    """One thread's working arrays, allocated once and reused block after block (fresh arrays per
+    block cost a page fault per 4 KiB each time; blocks sized for the CPU's caches,
+    CHUNK_ELEMENTS, keep every pass over them out of main memory). One flat buffer per name,
+    grown when a block needs more, viewed in each block's dtype and shape."""
 
-    def __init__(self, rows: int, columns: int, dtype: str, updates: int) -> None:
-        self.raw = np.empty((rows, columns), dtype=_NUMPY_DTYPES[dtype])       # the bytes read
-        self.weight = np.zeros((rows, columns), dtype=np.uint32)                # W's float32 bits
-        self.exact = np.empty((rows, columns), dtype=np.float64)               # W + updates
-        self.term = np.empty((rows, columns), dtype=np.float64) if updates > 1 else None
-        self.rounded = np.empty((rows, columns), dtype=np.float32)             # nearest float32
-        self.update = np.empty((rows, columns), dtype=np.float32)              # for the tally
-        self.stored = np.zeros((rows, columns), dtype=np.uint32)               # written - W
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
 
-    def decode(self, raw: np.ndarray, dtype: str, into: np.ndarray) -> np.ndarray:
-        """bf16 or float32 rows as float32 in `into` (exact: every bf16 value is a float32 value).
-        bf16 bits go into the high halves; the low halves stay zero from the allocation."""
-        rows = len(raw)
-        if dtype != "BF16":
-            target = into[:rows].view(np.float32)
-            np.copyto(target, raw)
-            return target
-        halves = into[:rows].view(np.uint16)
-        halves[:, HIGH_HALF::2] = raw
-        return into[:rows].view(np.float32)
+    def array(self, name: str, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        size = math.prod(shape) * dtype.itemsize
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.nbytes < size:
+            buffer = self._buffers[name] = np.empty(max(size, 8), dtype=np.uint64).view(np.uint8)   # 8-aligned
+        return buffer[:size].view(dtype).reshape(shape)
 
 
 def _read_rows(fd: int, into: np.ndarray, offset: int) -> None:
@@ -644,78 +652,156 @@ def _read_rows(fd: int, into: np.ndarray, offset: int) -> None:
         done += count
 
 
-def _fold_tensor(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int,
-                 advance: Callable[[int], None], cancel: CancelToken | None) -> None:
-    """Fold one tensor a block of rows at a time. Per block: x = W + sum(up @ down) in float64
-    (W exact in it), rounded once (bf16.py), checked by the parity probe, tallied for the survival
-    report (in float32: the report is read to 3 digits), written. The float64 result is narrowed
-    to float32 for stochastic rounding: that never crosses a bf16 value (bf16 values are float32
-    values, and rounding to nearest is monotone). Each element's float64 arithmetic is the same
-    whatever the block (a matrix product's element is its own sum over the rank), so the block
-    size changes the speed, not the bytes."""
+@dataclass
+class _TensorWork:
+    """One tensor's fold, read (never changed) by every thread folding one of its blocks."""
+
+    job: TensorJob
+    plan: FoldPlan
+    matrices: list[tuple[np.ndarray, np.ndarray, float]]
+    seed: int
+    dither: Dither | None             # bf16 stochastic rounding only
+    step: int                         # rows per block
+    data_start: int
+    source_fd: int
+    target_fd: int
+    probe_row: int                    # each block's probe checks its first and last row and this one (mod rows)
+
+    @property
+    def offset(self) -> int:
+        return self.data_start + self.job.tensor.begin
+
+    @property
+    def row_bytes(self) -> int:
+        return self.job.tensor.shape[1] * DTYPE_SIZES[self.job.tensor.dtype]
+
+
+def _tensor_work(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int) -> _TensorWork:
     tensor = job.tensor
     rows, columns = tensor.shape
-    plan = run.plan
-    matrices = _load_updates(job, plan)
-    tally = run.tally(tensor.name)
-    if rows == 0 or columns == 0:
-        return
+    step = min(rows, max(1, CHUNK_ELEMENTS // max(columns, 1))) if rows else 1
     seed = run.seed(shard, tensor)
-    item = DTYPE_SIZES[tensor.dtype]
-    step = min(rows, max(1, CHUNK_ELEMENTS // columns))
-    stochastic = tensor.dtype == "BF16" and plan.rounding == STOCHASTIC
-    scratch = _Scratch(step, columns, tensor.dtype, len(matrices))
-    offset = shard.data_start + tensor.begin
+    stochastic = tensor.dtype == "BF16" and run.plan.rounding == STOCHASTIC
+    return _TensorWork(job, run.plan, _load_updates(job, run.plan), seed,
+                       Dither(seed, step * columns) if stochastic else None, step, shard.data_start, source_fd, target_fd,
+                       zlib.crc32(tensor.name.encode()))
 
-    def draw(start: int) -> Future[np.ndarray] | None:
-        if not stochastic or start >= rows:
-            return None
-        count = min(rows, start + step) - start
-        if run.helper is None:
-            done: Future[np.ndarray] = Future()
-            done.set_result(dither16(seed, start * columns, count * columns))
-            return done
-        return run.helper.submit(dither16, seed, start * columns, count * columns)
 
-    pending = draw(0)
-    for start in range(0, rows, step):
-        if cancel is not None and cancel.cancelled:
-            raise GenerationCancelled("fold cancelled; no output was left behind")
-        block = range(start, min(rows, start + step))
-        count = len(block)
-        dither = None if pending is None else pending.result()
-        pending = draw(start + step)
-        raw = scratch.raw[:count]
-        _read_rows(source_fd, raw, offset + start * columns * item)
-        weight = scratch.decode(raw, tensor.dtype, scratch.weight)
-        # x = ((W + f1 * up1 @ down1) + f2 * up2 @ down2) ..., float64, in the order earlier
-        # versions added (so --rounding nearest writes their bytes) and the probe recomputes
-        exact = scratch.exact[:count]
-        for number, (down, up, factor) in enumerate(matrices):
-            term = exact if number == 0 else scratch.term[:count]
-            np.matmul(up[block.start:block.stop], down, out=term)
-            if factor != 1.0:                             # x * 1.0 == x: skip the pass
-                term *= factor
-            if number == 0:
-                np.add(term, weight, out=exact)           # W widened exactly inside the add
+def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Tally:
+    """Fold rows start .. start+step of one tensor and write them; returns the block's tally.
+    x = W + sum(factor * up @ down) in float64 (W exact in it; the LoRAs added in the order given,
+    as earlier versions did, so --rounding nearest writes their bytes), rounded once (bf16.py),
+    checked by the parity probe, tallied for the survival report, written. For stochastic
+    rounding and float32 targets only the float32 nearest x is needed: the last addition is done
+    in float64 and written straight to float32 (one pass, no float64 result stored); that never
+    crosses a bf16 value (bf16 values are float32 values, and rounding to nearest is monotone).
+    Each element's float64 arithmetic is the same whatever the block (a matrix product's element
+    is its own sum over the rank) and its dither depends on its index only, so neither the block
+    size nor the thread that folds it changes the bytes."""
+    tensor = work.job.tensor
+    rows, columns = tensor.shape
+    dtype, rounding = tensor.dtype, work.plan.rounding
+    count = min(rows, start + work.step) - start
+    shape = (count, columns)
+    raw = scratch.array("raw", _NUMPY_DTYPES[dtype], shape)
+    _read_rows(work.source_fd, raw, work.offset + start * work.row_bytes)
+    weight = scratch.array("weight", np.float32, shape)
+    if dtype == "BF16":                                   # bf16 bits are a float32's high half
+        np.left_shift(raw, 16, out=weight.view(np.uint32), dtype=np.uint32)
+    else:
+        np.copyto(weight, raw)
+    exact = scratch.array("exact", np.float64, shape)
+    rounded = scratch.array("rounded", np.float32, shape)
+    keep_exact = dtype == "BF16" and rounding == NEAREST  # the float64 values decide ties and near-ties
+    total = weight
+    last = len(work.matrices) - 1
+    for number, (down, up, factor) in enumerate(work.matrices):
+        term = exact if number == 0 else scratch.array("term", np.float64, shape)
+        np.matmul(up[start:start + count], down, out=term)
+        if factor != 1.0:                                 # x * 1.0 == x: skip the pass
+            term *= factor
+        if number == last and not keep_exact:             # float64 sum, its nearest float32 stored
+            with np.errstate(over="ignore"):              # past float32's range: refused below (_overflow)
+                np.add(total, term, out=rounded, dtype=np.float64, casting="same_kind")
+        else:
+            np.add(total, term, out=exact)                # W widened exactly inside the add
+        total = exact
+    if keep_exact:
+        with np.errstate(over="ignore"):
+            np.copyto(rounded, exact, casting="same_kind")
+    update = np.subtract(rounded, weight, out=scratch.array("update", np.float32, shape))   # dW, for the tally
+    dither = None
+    if work.dither is not None:
+        words = scratch.array("words", np.uint32, (count * columns // 2 + 2,))
+        dither = work.dither.draw(start * columns, count * columns, words,
+                                  scratch.array("mix", np.uint32, words.shape)).reshape(shape)
+    encoded = _encode_rows(exact if keep_exact else rounded, dtype, rounding, work.seed, start * columns, dither,
+                           scratch.array("encoded", np.uint16, shape) if dtype == "BF16" else None)
+    stored = scratch.array("stored", np.float32, shape)
+    if dtype == "BF16":
+        np.left_shift(encoded, 16, out=stored.view(np.uint32), dtype=np.uint32)
+    else:
+        np.copyto(stored, encoded)
+    stored -= weight                                      # D: what the file stores of the update
+    tally = survival.Tally.of_block(weight, update, stored, scratch.array("changed", np.bool_, shape))
+    if not tally.finite():                                # an infinity written, or float32 sums too large
+        overflowed = (np.bitwise_and(encoded, np.uint16(0x7FFF)).max() >= 0x7F80 if dtype == "BF16"
+                      else not np.isfinite(encoded).all())
+        if overflowed:
+            raise _overflow(work.job, work.plan)
+        tally = survival.Tally.of_block(weight.astype(np.float64), update.astype(np.float64),
+                                        stored.astype(np.float64))
+    _probe(work, start, encoded)
+    os.pwrite(work.target_fd, np.ascontiguousarray(encoded), work.offset + start * work.row_bytes)
+    return tally
+
+
+def _fold_tensors(run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int,
+                  advance: Callable[[int], None], cancel: CancelToken | None) -> None:
+    """Fold every targeted tensor of a shard, a block of rows at a time, on run.threads threads.
+    Blocks are handed out in file order, at most IN_FLIGHT per thread ahead of the oldest one
+    unfinished, and taken back in that order: the tallies add up in the same order (the same
+    report) and progress, cancelling and errors are handled here, on the calling thread, whatever
+    the number of threads. No block is left running when this returns (the file descriptors
+    stay valid for every write)."""
+    window: deque[tuple[_TensorWork, survival.Tally, Future[survival.Tally]]] = deque()
+
+    def blocks() -> Iterator[tuple[_TensorWork, survival.Tally, int]]:
+        for job in shard.tensors.values():
+            rows, columns = job.tensor.shape
+            tally = run.tally(job.tensor.name)
+            if rows == 0 or columns == 0:
+                continue
+            work = _tensor_work(job, run, shard, source_fd, target_fd)
+            for start in range(0, rows, work.step):
+                yield work, tally, start
+
+    def take_back() -> None:
+        work, tally, future = window.popleft()
+        block = future.result()
+        tally.merge(block)
+        advance(block.elements * DTYPE_SIZES[work.job.tensor.dtype])
+
+    try:
+        for work, tally, start in blocks():
+            if cancel is not None and cancel.cancelled:
+                raise GenerationCancelled("fold cancelled; no output was left behind")
+            if run.pool is None:
+                future: Future[survival.Tally] = Future()
+                future.set_result(_fold_block(work, start, run.scratch()))
             else:
-                exact += term
-        rounded = scratch.rounded[:count]
-        np.copyto(rounded, exact, casting="same_kind")    # nearest float32 (finite: refused up front)
-        update = np.subtract(rounded, weight, out=scratch.update[:count])   # dW to float32, for the tally
-        encoded = _encode_rows(rounded if stochastic else exact, tensor.dtype, plan.rounding, seed,
-                               block.start * columns, dither)    # stochastic: overwrites `rounded`
-        if tensor.dtype == "BF16":
-            if np.bitwise_and(encoded, np.uint16(0x7FFF)).max() >= 0x7F80:
-                raise _overflow(job, plan)
-        elif not np.isfinite(encoded).all():
-            raise _overflow(job, plan)
-        _probe(job, block, encoded, source_fd, shard.data_start, matrices, plan.rounding, seed)
-        stored = scratch.decode(encoded, tensor.dtype, scratch.stored)
-        stored -= weight
-        tally.add(weight, update, stored)
-        os.pwrite(target_fd, np.ascontiguousarray(encoded), offset + start * columns * item)
-        advance(count * columns * item)
+                future = run.pool.submit(lambda w=work, s=start: _fold_block(w, s, run.scratch()))
+            window.append((work, tally, future))
+            while len(window) > IN_FLIGHT * run.threads or (window and window[0][2].done()):
+                take_back()
+        while window:
+            take_back()
+    finally:
+        for _, _, future in window:                       # an error or a cancel: let the rest finish
+            future.cancel()
+        for _, _, future in window:
+            if not future.cancelled():
+                future.exception()                        # waits; its error (if any) is not the first
 
 
 def _write_shard(run: _FoldRun, shard: ShardJob, target: Path, advance: Callable[[int], None],
@@ -736,8 +822,7 @@ def _write_shard(run: _FoldRun, shard: ShardJob, target: Path, advance: Callable
                     if tensor.name not in rewritten and tensor.nbytes:
                         copy_range(source.fileno(), target_fd, shard.data_start + tensor.begin, tensor.nbytes)
                 os.ftruncate(target_fd, header.file_size)
-            for job in shard.tensors.values():
-                _fold_tensor(job, run, shard, source.fileno(), target_fd, advance, cancel)
+            _fold_tensors(run, shard, source.fileno(), target_fd, advance, cancel)
             os.fsync(target_fd)
         finally:
             os.close(target_fd)
@@ -781,7 +866,11 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     (temporary / INCOMPLETE_FILE).write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
     placed: dict[str, int] = {}
     records: list[FileRecord] = []
-    run = _FoldRun(plan, plan.content_key(), helper=ThreadPoolExecutor(1, thread_name_prefix="h3bridge-fold"))
+    threads = max(1, FOLD_THREADS)
+    run = _FoldRun(plan, plan.content_key(), threads=threads,
+                   pool=ThreadPoolExecutor(threads, thread_name_prefix="h3bridge-fold") if threads > 1 else None)
+    # a rewritten shard's SHA-256 (for `verify --checksums`) is computed while the next one folds
+    hasher = ThreadPoolExecutor(1, thread_name_prefix="h3bridge-fold-sha256")
     bar = tqdm(total=plan.targeted_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="fold",
                disable=None if progress is None else not progress, leave=False)
     done = 0
@@ -810,13 +899,16 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             records.append(FileRecord(str(path.relative_to(root)), path.stat().st_size, how,
                                       sha256=_known_sha256(root, path) if path.name.endswith(".safetensors") else None))
         from ..model.verify import sha256_file
+        hashed: list[tuple[ShardJob, Path, Path, Future[str]]] = []
         for shard in plan.shards.values():
             final = temporary / shard.relative
             partial = final.with_name(final.name + PARTIAL_SUFFIX)
             final.parent.mkdir(parents=True, exist_ok=True)
             _write_shard(run, shard, partial, advance, cancel)
+            hashed.append((shard, partial, final, hasher.submit(sha256_file, partial)))
+        for shard, partial, final, digest in hashed:
             records.append(FileRecord(str(shard.relative), partial.stat().st_size, "folded",
-                                      header_sha256=header_sha256(partial), sha256=sha256_file(partial),
+                                      header_sha256=header_sha256(partial), sha256=digest.result(),
                                       tensors=len(shard.tensors)))
             os.rename(partial, final)
         provenance = Provenance(
@@ -840,7 +932,9 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     finally:
-        run.helper.shutdown(wait=True, cancel_futures=True)
+        if run.pool is not None:
+            run.pool.shutdown(wait=True, cancel_futures=True)
+        hasher.shutdown(wait=True, cancel_futures=True)
         bar.close()
         if "blas" in locals():
             blas.restore_original_limits()
