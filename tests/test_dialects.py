@@ -59,8 +59,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def app_client(tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("dialect-serve")
     store = JobStore(data_dir)
-    app = create_app(ServeSettings(data_dir=data_dir, limits=UploadLimits(max_file_bytes=8 * MiB)), store,
-                     Worker(store, engine=None))  # type: ignore[arg-type]
+    # No worker runs here, so every accepted body stays queued: no queue bound (serve --max-queued,
+    # tested in test_server_queue_bound.py), or the module's hundreds of bodies would meet it.
+    app = create_app(ServeSettings(data_dir=data_dir, limits=UploadLimits(max_file_bytes=8 * MiB), max_queued=None),
+                     store, Worker(store, engine=None))  # type: ignore[arg-type]
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
     store.close()
