@@ -49,8 +49,8 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                              "the only engine that makes --previews)")
     parser.add_argument("--previews", action="store_true",
                         help="stream each job's denoise previews on GET /v1/videos/{id}/events (needs --engine "
-                             "library; costs upstream's preview VAE, about 10 GiB more, checked against the "
-                             "memory plan at start)")
+                             "library; the preview VAE, the video decoder the library's warm context keeps, "
+                             "is in the memory plan at start and for every job)")
     parser.add_argument("--api-key", metavar="KEY",
                         help=f"require Authorization: Bearer KEY (default ${API_KEY_ENV}; prefer the "
                              "variable: a flag shows in the process list and the shell history)")
