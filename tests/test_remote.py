@@ -99,7 +99,7 @@ def test_a_completed_job_is_downloaded_atomically_and_decoded(tmp_path: Path, cl
     # The body is exactly the wire module's, sent as JSON (the request has no files).
     post = server.sent("POST")[0]
     assert post.headers["content-type"] == "application/json"
-    assert json.loads(post.content) == request_to_wire(fast_request()).fields
+    assert json.loads(post.content) == request_to_wire(fast_request(), model="MiniMax-H3").fields   # the fleet's default group
     phases = [e.phase for e in events]
     assert phases[0] == "queued on the server" and "denoise" in phases and phases[-1] == "download"
     assert [e.fraction for e in events if e.phase == "denoise"] == [0.4]
@@ -399,3 +399,16 @@ def test_remote_jobs_are_in_the_job_history_as_run_on_the_server(tmp_path: Path,
     assert [(row.engine, row.outcome) for row in rows] == [("remote", "failed"), ("remote", "completed")]
     assert {row.device.name for row in rows} == {f"server {server.engine().base_url}"}
     assert rows[0].engine_message == "h3 failed: out of memory" and "denoise" in rows[1].phases
+
+
+def test_a_job_names_the_model_a_fleet_proxy_routes_by(tmp_path: Path) -> None:
+    """LiteLLM's proxy in front of an `h3bridge fleet` refuses a create without `model` ("Invalid model
+    name passed in model=None", measured with 1.110.2 by bench/bench_fleet.py), and `story --remote`
+    had no way to name one: with no model given, the job names the fleet's default group."""
+    import json
+    server = FakeServer({("POST", "/v1/videos"): httpx.Response(400, json={"error": {"code": "invalid_request",
+                                                                                   "message": "stop here"}})})
+    for engine, expected in ((server.engine(), "MiniMax-H3"), (server.engine(model="fleet-b"), "fleet-b")):
+        with engine, pytest.raises((RemoteError, RequestError)):  # the 400, as the client reads it
+            engine.generate(fast_request(), tmp_path / "x.mp4")
+        assert json.loads(server.sent("POST")[-1].content)["model"] == expected

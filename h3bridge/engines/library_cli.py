@@ -23,13 +23,20 @@ def add_library_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--engine", choices=ENGINE_CHOICES, default="cli",
                        help="cli: the h3 program (one-shot, or --session); library: libh3 through ctypes in a "
                             "worker (exact frames, denoise previews; needs --library-path or H3_LIBRARY)")
-    group.add_argument("--library-path", metavar="PATH",
-                       help="libh3.dylib from `h3bridge build-library` (or the test double from h3-sim-lib)")
-    group.add_argument("--h3-dir", metavar="DIR",
-                       help="the h3.c checkout the worker runs in (h3_shaders.metal); default the library's folder")
+    add_library_location_options(group)
     group.add_argument("--preview-dir", metavar="DIR",
                        help="save the denoise preview after every step as DIR/step-0001.png, ... (library engine; "
                             "costs upstream's preview VAE, about 10 GiB more)")
+
+
+def add_library_location_options(group: argparse._ActionsContainer) -> None:
+    """--library-path / --h3-dir: where libh3 and its h3.c checkout are (generate, story, and serve,
+    which chooses the library with its own --engine)."""
+    group.add_argument("--library-path", metavar="PATH",
+                       help="libh3.dylib from `h3bridge build-library` (or the test double from h3-sim-lib; "
+                            "default $H3_LIBRARY)")
+    group.add_argument("--h3-dir", metavar="DIR",
+                       help="the h3.c checkout the worker runs in (h3_shaders.metal); default the library's folder")
 
 
 class PreviewWriter:
@@ -96,5 +103,5 @@ def refuse_preview_without_library(args: argparse.Namespace) -> None:
                            field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
 
 
-__all__ = ["ENGINE_CHOICES", "PreviewWriter", "add_library_options", "library_engine_from_args",
+__all__ = ["ENGINE_CHOICES", "PreviewWriter", "add_library_location_options", "add_library_options", "library_engine_from_args",
            "preview_writer_from_args", "refuse_preview_without_library"]

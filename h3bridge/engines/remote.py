@@ -41,7 +41,7 @@ from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..server.peer_wire import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
-from ..server.wire import API_KEY_ENV, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
+from ..server.wire import API_KEY_ENV, DEFAULT_MODEL, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
 from .lock import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
@@ -109,8 +109,10 @@ class RemoteEngine:
     base_url: the server, e.g. `http://studio-mac.local:8765` (a trailing `/v1` is fine).
     api_key: sent as `Authorization: Bearer`; default `$H3BRIDGE_API_KEY`, read at every job
       (so a key set later applies). None and no variable: no header (a loopback server needs none).
-    model: the `model` field of each job (servers that host several models pick by it); None
-      sends none and the server uses its own.
+    model: the `model` field of each job (servers that host several models pick by it, and a proxy
+      picks its group of servers by it); None: `MiniMax-H3` to an `h3bridge serve` or a proxy in
+      front of several (the group `h3bridge fleet` writes by default; LiteLLM refuses a job without
+      a model), nothing to a peer's server (which uses its own).
     poll_interval: seconds between status polls (for servers without an event stream).
     events: follow jobs through the server's event stream when it has one (`h3bridge serve`:
       progress as it happens, and previews when its engine makes them); False always polls, and
@@ -340,7 +342,7 @@ class RemoteEngine:
             peer = request_to_peer(request, self.dialect, model=self.model)
             send = lambda: self._post_peer(peer)     # noqa: E731
         else:
-            body = request_to_wire(request, model=self.model)
+            body = request_to_wire(request, model=self.model or DEFAULT_MODEL)
 
             def send() -> httpx.Response:
                 response = self._post(body, multipart=bool(body.files))

@@ -82,6 +82,7 @@ class ServeSettings:
     sync_timeout: float = 1800.0               # POST /v1/videos/sync waits at most this long for its clip
     stream_slots: StreamSlots = field(default_factory=StreamSlots)     # open event streams, bounded
     max_queued: int | None = DEFAULT_MAX_QUEUED    # jobs waiting behind the running one; None: no bound
+    previews: bool = False                     # the event streams carry denoise previews (serve --previews)
 
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
@@ -132,7 +133,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
 
     @app.get(HEALTH_PATH)
     def health() -> dict[str, object]:
-        return {"status": "ok", "engine": settings.engine_name, "model": settings.model}
+        return {"status": "ok", "engine": settings.engine_name, "model": settings.model, "previews": settings.previews}
 
     def job_json(job: StoredJob) -> dict[str, object]:
         """The job as its submitter's dialect reads it (dialects.py)."""

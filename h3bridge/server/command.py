@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import EngineNotFoundError
+from ..errors import EngineNotFoundError, MemoryPlanError, RequestError
 from .jobs import DEFAULT_MAX_QUEUED
 from .uploads import MiB, UploadLimits
 from .wire import API_KEY_ENV
 
 if TYPE_CHECKING:
     from ..model.inventory import ModelInventory
+    from ..model.memory import MachineFacts, MemoryPlan
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-ENGINES = ("session", "oneshot")
+ENGINES = ("session", "oneshot", "library")
 
 
 def default_data_dir() -> Path:
@@ -43,7 +44,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                              "folder, serve/); the server reads and writes nothing else")
     parser.add_argument("--engine", choices=ENGINES, default="session",
                         help="session (default): h3's interactive mode, the model stays loaded between jobs "
-                             "(what it cannot take runs one-shot); oneshot: one h3 process per job")
+                             "(what it cannot take runs one-shot); oneshot: one h3 process per job; library: "
+                             "libh3 in a worker process, warm between jobs (needs --library-path or $H3_LIBRARY; "
+                             "the only engine that makes --previews)")
+    parser.add_argument("--previews", action="store_true",
+                        help="stream each job's denoise previews on GET /v1/videos/{id}/events (needs --engine "
+                             "library; the preview VAE, the video decoder the library's warm context keeps, "
+                             "is in the memory plan at start and for every job)")
     parser.add_argument("--api-key", metavar="KEY",
                         help=f"require Authorization: Bearer KEY (default ${API_KEY_ENV}; prefer the "
                              "variable: a flag shows in the process list and the shell history)")
@@ -60,6 +67,8 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(parser)
     add_engine_safety_options(parser)
+    from ..engines.library_cli import add_library_location_options
+    add_library_location_options(parser.add_argument_group("library engine (--engine library)"))
     parser.set_defaults(handler=run_serve)
 
 
@@ -82,6 +91,38 @@ def model_health(inventory: ModelInventory) -> dict[str, object]:
             "problems": len(inventory.errors)}
 
 
+def refuse_unusable_library_options(args: argparse.Namespace) -> None:
+    """The flags that only the library engine reads, refused with another engine (before anything starts)."""
+    if args.engine == "library":
+        return
+    given = [flag for flag, value in (("--previews", args.previews), ("--library-path", args.library_path),
+                                      ("--h3-dir", args.h3_dir)) if value]
+    if given:
+        what = ("--previews needs --engine library: only libh3 hands its denoise previews over (the h3 program "
+                "shows them on a terminal only)" if "--previews" in given
+                else f"{' and '.join(given)} choose the library engine's files, and --engine is {args.engine}")
+        raise RequestError(what, field=given[0].lstrip("-").replace("-", "_"),
+                           hint=f"add --engine library --library-path PATH (or set $H3_LIBRARY), or drop {' '.join(given)}")
+
+
+def check_previews_fit(inventory: ModelInventory, machine: MachineFacts | None, *, force: bool) -> MemoryPlan:
+    """--previews keeps upstream's preview VAE loaded through each job's denoise. The library's warm
+    context decodes its previews with the video decoder it retains between jobs (h3.c
+    h3_acquire_video_decoder), which is how memory.plan_memory counts it for a warm engine, and how
+    every submission is planned (as `generate --engine library --preview-dir` plans). Here, at start:
+    when not even the smallest settings fit the engine's device with it, no job could run, and the
+    server refuses to start (unless --force) instead of refusing every job."""
+    from ..model.memory import plan_memory
+    from ..request import GenerationRequest
+    plan = plan_memory(GenerationRequest("h3bridge serve --previews"), inventory, machine=machine, preview=True,
+                       session=True)
+    if plan.fits or plan.suggestion is not None or force:
+        return plan
+    raise MemoryPlanError(f"--previews: no job fits this device with the preview VAE loaded ({plan.verdict()})",
+                          plan=plan, hint="see `h3bridge plan --session --show` for the plan on a Mac with more "
+                                          "memory (--memory-gb), or pass --force to start anyway")
+
+
 def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -100,6 +141,7 @@ def run_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(args.host, api_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
+    refuse_unusable_library_options(args)
     engines = engines_from_args(args, session=args.engine == "session")
     one_shot, session = engines.one_shot, engines.warm
     # The model folder is the server's for its life: its headers are read once, not per
@@ -111,6 +153,11 @@ def run_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
     elif not args.force:
         inventory.raise_for_problems()
+    # The library plans with its own device's facts (h3_device: Metal's working set), read once
+    # here by a probe worker; the h3 program's engines plan with this machine's (None: detected).
+    machine = engines.machine_facts()
+    if args.previews:
+        check_previews_fit(inventory, machine, force=args.force)
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
     store = JobStore(data_dir)
     # With the engine lock held, an engine a killed server left running has been stopped, so
@@ -120,14 +167,15 @@ def run_serve(args: argparse.Namespace) -> int:
             logging.getLogger("h3bridge.serve").warning("h3bridge serve: %s", note)
 
     def check_like_generate(request) -> None:
-        preflight(request, one_shot.model_dir, force=args.force, session=session is not None, inventory=inventory)
+        preflight(request, one_shot.model_dir, force=args.force, inventory=inventory, machine=machine,
+                  session=(session or one_shot).capabilities.warm_model, preview=args.previews)
 
     limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,
                              cors_origins=tuple(args.cors_origin), engine_name=args.engine,
                              preflight=check_like_generate, model=model_health(inventory),
-                             max_queued=args.max_queued or None)
-    worker = Worker(store, session or one_shot, one_shot if session is not None else None)
+                             max_queued=args.max_queued or None, previews=args.previews)
+    worker = Worker(store, session or one_shot, one_shot if session is not None else None, previews=args.previews)
     app = create_app(settings, store, worker)
     worker.start()
 
