@@ -45,6 +45,7 @@ from ..server.wire import API_KEY_ENV, DEFAULT_MODEL, VIDEOS_PATH, JobStatus, Vi
 from .lock import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
+from .remote_events import QUEUED_PHASE, RUNNING_PHASE, StreamUnavailable, follow_events
 
 POLL_SECONDS = 0.25           # between status polls; a cancel interrupts the wait at once
 # A server whose queue is full (`h3bridge serve --max-queued`, any server behind a rate limit)
@@ -54,9 +55,8 @@ POLL_SECONDS = 0.25           # between status polls; a cancel interrupts the wa
 FULL_RETRY_MIN, FULL_RETRY_MAX = 0.2, 30.0
 FULL_SERVER_PHASE = "waiting for room in the server's queue"
 DOWNLOAD_CHUNK = 1 << 20
-# Phase names of the ProgressEvents a remote job reports (the server's own phases when it sends them).
-QUEUED_PHASE = "queued on the server"
-RUNNING_PHASE = "rendering on the server"
+# Phase names of the ProgressEvents a remote job reports (the server's own phases when it sends
+# them): QUEUED_PHASE and RUNNING_PHASE are remote_events.py's, which both ways of following use.
 DOWNLOAD_PHASE = "download"
 
 _KEY_HINT = (f"set {API_KEY_ENV} in the environment to the server's key (the one `h3bridge serve` was "
@@ -413,7 +413,6 @@ class RemoteEngine:
         # job sent in a peer's dialect is polled, as those servers are.
         if (self.events and self.dialect is Dialect.H3BRIDGE and self._events_offered is not False
                 and job.status is not JobStatus.COMPLETED):
-            from .remote_events import StreamUnavailable, follow_events
             try:
                 followed = follow_events(self, job, started, on_progress, on_preview, cancel)
                 self._events_offered = True

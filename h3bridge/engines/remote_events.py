@@ -27,6 +27,9 @@ from ..server.wire import VIDEOS_PATH, JobStatus, VideoJob
 if TYPE_CHECKING:
     from .remote import RemoteEngine
 
+# Phase names of a remote job's ProgressEvents when the server names none (remote.py polls with them too).
+QUEUED_PHASE = "queued on the server"
+RUNNING_PHASE = "rendering on the server"
 RECONNECTS = 5                # a broken stream is opened again this many times in a row, then polled
 RECONNECT_PAUSE = 0.5         # seconds before the first reopening, doubled each time (at most 4 s)
 CANCEL_CHECK_SECONDS = 0.05   # how often the waiting thread looks at the CancelToken
@@ -160,7 +163,6 @@ def _has_no_streams(response: httpx.Response) -> bool:
 def _handle(engine: "RemoteEngine", job: VideoJob, kind: str, data: str, started: float,
             on_progress: ProgressCallback | None, on_preview: PreviewCallback | None) -> VideoJob | None:
     """One event: progress and previews to the callbacks; the end as the completed job or an error."""
-    from .remote import QUEUED_PHASE, RUNNING_PHASE
     if kind == PROGRESS_EVENT:
         progress = _parsed(ProgressData, data)
         if progress is not None and on_progress is not None:
