@@ -112,3 +112,30 @@ def generate(lib: ctypes.CDLL, ctx: object, prompt: bytes | None,
     fields_ = {name: getattr(result, name) for name, _ in libh3.h3_result._fields_}
     lib.h3_result_free(pointer)
     return fields_, error
+
+
+def local_previews(request, model_dir: Path, library=None) -> list:
+    """The previews the library engine over the double makes for `request` here (what a server's
+    event stream must carry for the same request): `library` when given, else a LibraryEngine of its own."""
+    from h3bridge import LibraryEngine
+    previews: list = []
+    if library is not None:
+        library.generate(request, None, want_frames=False, want_audio=False, on_preview=previews.append)
+    else:
+        with LibraryEngine(double_library_path(), model_dir, idle_timeout=120) as own:
+            own.generate(request, None, want_frames=False, want_audio=False, on_preview=previews.append)
+    assert previews, "the double made no previews"
+    return previews
+
+
+def assert_streamed_previews_match(local: list, streamed: list) -> None:
+    """A server's event stream gives a client that falls behind the newest preview, not each one
+    (progress_feed.py keeps one per job): which steps arrive depends on the machine's load; the last
+    always does (it is published before the job's end), in order, each the local engine's own."""
+    steps = [p.step for p in streamed]
+    assert steps and steps == sorted(set(steps)) and steps[-1] == local[-1].step, (steps, [p.step for p in local])
+    by_step = {p.step: p for p in local}
+    for theirs in streamed:
+        mine = by_step[theirs.step]
+        assert (theirs.total_steps, theirs.frame_index) == (mine.total_steps, mine.frame_index)
+        assert theirs.image.dtype == np.uint8 and np.array_equal(theirs.image, mine.image)   # PNG is lossless

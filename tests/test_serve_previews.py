@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from h3bridge import LibraryEngine, RemoteEngine
@@ -19,19 +18,16 @@ from h3bridge.cli import main
 from h3bridge.engines.lock import engine_lock
 from h3bridge.progress import WAITING_PHASE
 
-from core_helpers import fast_request, model_dir  # noqa: F401 (fixture)
-from double_helpers import double_library_path
+from core_helpers import fast_request, isolated_home, model_dir  # noqa: F401 (fixtures)
+from double_helpers import assert_streamed_previews_match, double_library_path, local_previews
 from server_helpers import KEY, ServerProcess, isolated_env
 
 WAIT = 120.0       # a safety net for a loaded machine, never an expected time
 
 
 @pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(home / "cache"))
+def _home(isolated_home: Path) -> None:
+    """Every test here with its own HOME and cache."""
 
 
 def library_server(tmp_path: Path, model: Path, *extra: str) -> ServerProcess:
@@ -76,10 +72,7 @@ def render_while_the_engine_waits(server: ServerProcess, render, progress: list)
 @pytest.mark.timeout(300)
 def test_serve_engine_library_previews_reach_remote_engine_equal_to_local(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
     request = fast_request(seed=21)
-    with LibraryEngine(double_library_path(), model_dir, idle_timeout=120) as library:
-        local: list = []
-        library.generate(request, None, want_frames=False, want_audio=False, on_preview=local.append)
-    assert local, "the double made no previews"
+    local = local_previews(request, model_dir)
     with library_server(tmp_path, model_dir, "--previews") as server:
         health = httpx.get(f"{server.url}/health", timeout=10).json()
         assert (health["engine"], health["previews"]) == ("library", True)
@@ -90,16 +83,7 @@ def test_serve_engine_library_previews_reach_remote_engine_equal_to_local(tmp_pa
                 request, tmp_path / "clip.mp4", want_frames=False, want_audio=False,
                 on_progress=progress.append, on_preview=previews.append), progress)
     assert Path(result.video_path).exists()
-    # A stream that falls behind the worker gets the newest preview, not each one (progress_feed.py
-    # keeps one per job): which steps arrive depends on the machine's load, the last one always does
-    # (it is published before the job's end), and each that arrives is the local engine's own.
-    steps = [p.step for p in previews]
-    assert steps and steps == sorted(set(steps)) and steps[-1] == local[-1].step, (steps, [p.step for p in local])
-    by_step = {p.step: p for p in local}
-    for theirs in previews:
-        mine = by_step[theirs.step]
-        assert (theirs.total_steps, theirs.frame_index) == (mine.total_steps, mine.frame_index)
-        assert theirs.image.dtype == np.uint8 and np.array_equal(theirs.image, mine.image)   # PNG is lossless
+    assert_streamed_previews_match(local, previews)
 
 
 @pytest.mark.timeout(300)

@@ -361,13 +361,11 @@ def test_cancel_mid_stream_deletes_the_job_and_ends_every_stream(tmp_path: Path,
 # ----------------------------------------------------------------------------- previews
 
 def test_a_library_engine_server_streams_its_previews(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
-    from double_helpers import double_library_path
+    from double_helpers import assert_streamed_previews_match, double_library_path, local_previews
     from h3bridge import LibraryEngine
     request = fast_request(seed=21)
     with LibraryEngine(double_library_path(), model_dir, idle_timeout=120) as library:
-        local: list = []
-        library.generate(request, None, want_frames=False, want_audio=False, on_preview=local.append)
-        assert local, "the double made no previews"
+        local = local_previews(request, model_dir, library)
         remote_previews: list = []
         with serving(tmp_path / "data", library, previews=True, start=False) as server, \
                 RemoteEngine(server.url, api_key=KEY) as remote:
@@ -375,10 +373,7 @@ def test_a_library_engine_server_streams_its_previews(tmp_path: Path, model_dir:
                                                           on_preview=remote_previews.append))
             server.start_when_watched()
             joined(*rendering)
-    assert [p.step for p in remote_previews] == [p.step for p in local]
-    for mine, theirs in zip(local, remote_previews):
-        assert (theirs.total_steps, theirs.frame_index) == (mine.total_steps, mine.frame_index)
-        assert theirs.image.dtype == np.uint8 and np.array_equal(theirs.image, mine.image)   # PNG is lossless
+    assert_streamed_previews_match(local, remote_previews)
 
 
 def test_comfy_remote_mode_shows_the_servers_previews_and_logs_nothing_per_event(
