@@ -61,7 +61,8 @@ def test_the_config_has_one_deployment_per_server_keys_from_the_environment_and_
     assert ids == ["h3bridge-mac1.local-8765", "h3bridge-10.0.0.2-8765", "vllm-omni-gpu.lan-8091", "sglang-gpu.lan-30000"]
     router = config["router_settings"]
     assert router["routing_strategy"] == "simple-shuffle"
-    assert router["num_retries"] == 3 and router["disable_cooldowns"] is True and "cooldown_time" not in router
+    # four servers: 20 picks (the pick is random, without cooldowns a dead server may come up again)
+    assert router["num_retries"] == 20 and router["disable_cooldowns"] is True and "cooldown_time" not in router
     assert config["general_settings"] == {"master_key": "os.environ/LITELLM_MASTER_KEY"}
 
 
@@ -136,3 +137,12 @@ def test_write_is_atomic_and_refuses_a_file_that_appears(tmp_path: Path, monkeyp
         write_fleet_config(settings, target)
     assert target.read_text() == "theirs\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
+
+
+def test_the_default_retries_find_a_live_server_with_one_of_three_down() -> None:
+    """With one retry per other server, a create failed when simple-shuffle picked the dead server
+    three times (1 in 27; it happened in CI). The default gives every create enough random picks."""
+    from h3bridge.fleet.config import default_retries
+    assert default_retries(1) == 20 and default_retries(3) == 20 and default_retries(8) == 32
+    assert (1 / 3) ** (default_retries(3) + 1) < 1e-6
+    assert all((1 / n) ** (default_retries(n) + 1) < 1e-6 for n in range(2, 20))

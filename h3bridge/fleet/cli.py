@@ -53,7 +53,8 @@ def add_fleet_command(subparsers: argparse._SubParsersAction) -> None:
                         help=f"LiteLLM's routing strategy (default {DEFAULT_ROUTING}; docs/fleet.md has what "
                              "each did with our servers)")
     parser.add_argument("--retries", type=int, metavar="N",
-                        help="how often the proxy retries a create elsewhere (default: once per other server)")
+                        help="how often the proxy retries a create on another pick of server (default: 4 per server, at least 20: "
+                             "the pick is random, so a dead or full server may be picked again)")
     parser.add_argument("--cooldown", type=float, default=DEFAULT_COOLDOWN_SECONDS, metavar="SECONDS",
                         help="leave a server that failed alone this long (default 0: no cooldown; with "
                              "LiteLLM 1.110 a cooling server's jobs are polled on another server, "
