@@ -191,6 +191,10 @@ def test_ctrl_c_mid_file_then_a_rerun_continues_and_fetches_no_finished_file(hub
                "from h3bridge.cli import main; raise SystemExit(main(sys.argv[1:]))" % chunk)
     argv = [sys.executable, "-c", program, "model", "download", str(root), "--partition", "FL2VA", "--quiet"]
     env = hub_env(tmp_path, hub)
+    # the hub holds the file mid-way until this test has seen the pause and sent Ctrl-C; with
+    # huggingface_hub's 10 s read timeout the client gave up waiting first, resumed and finished
+    # when the machine was busy enough to delay this test's look at the folder past 10 s
+    env["HF_HUB_DOWNLOAD_TIMEOUT"] = str(int(BOUND * 4))
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         part = root / PARTS / f"{hub.files[path].etag}.part"
