@@ -8,21 +8,25 @@ and how much of a LoRA survives nearest vs stochastic bf16 rounding.
    bytes; HIDDEN=768 gives ~0.6 GB of transformer shards) and a PEFT LoRA of rank RANK over every
    block's qkv_proj, out_proj, fc1 and fc2 (the tensors the Turbo LoRA targets).
 2. Times a plain copy of the targeted tensors' bytes (read from the shards + written + fsynced,
-   the page cache warmed first) and the fold itself (in a child process: plan, fold, hashes,
-   fsync), and prints the fold's throughput of those bytes over the copy's (issue 21's target:
-   at least 0.5), and the fold's CPU time: the copy waits on the disk, the fold on the CPU, so
-   on a machine busy with other work the ratio measures the load as much as the fold.
+   the page cache warmed first) and the fold itself (in a child process: plan, fold, fsync,
+   hashes), once with each code that can fold here: the compiled kernels (h3bridge/lora/compiled.py,
+   with numba installed: `pip install 'h3bridge[fast-fold]'`) and the numpy passes
+   (H3BRIDGE_FOLD_KERNEL=numpy). It prints each fold's throughput of those bytes over the copy's
+   (issue 21's target: at least 0.5) and its CPU time: the copy waits on the disk, the fold on the
+   CPU, so on a machine busy with other work the ratio measures the load as much as the fold.
 3. Prints the fold's peak RSS (the child's high-water mark, VmHWM, less its own after importing
    h3bridge and numpy) against the largest targeted tensor. The fold works a block of rows at a
-   time on each of its threads (CHUNK_ELEMENTS elements, reused working arrays of about 33 bytes
-   each per thread: ~9 MiB a thread at the default), so on the released model (fc1: 28672 x 5376
-   BF16, 294 MiB) the extra memory is the LoRA's matrices and those blocks, far below the tensor;
-   on this small model (4.5 MiB tensors) the blocks and the interpreter's own growth weigh more
-   than a tensor. --chunk-elements and --threads show the bound moving.
+   time on each of its threads (CHUNK_ELEMENTS elements with numpy, about 33 bytes each;
+   COMPILED_CHUNK_ELEMENTS with the kernels, 4 bytes each plus one float64 product of
+   COMPILED_ROWS_ELEMENTS), so on the released model (fc1: 28672 x 5376 BF16, 294 MiB) the extra
+   memory is the LoRA's matrices and those blocks, far below the tensor; on this small model
+   (4.5 MiB tensors) the blocks, numba's compiler and the interpreter's own growth weigh more than
+   a tensor. --chunk-elements and --threads show the bound moving.
 
-   The fold's cost per element, measured stage by stage on this 2-core machine (one thread, under
-   load; see the report of issue 21's speed work): the float64 matrix product ~2.5-4 ns, the dither
-   ~0.8-1.3 ns, the survival tallies ~1 ns, the probe ~0.5-1.7 ns, the other passes ~0.2-1 ns each.
+   The fold's CPU per element on this 2-core machine, measured under load (issue 21's closing
+   note): about 15 ns with the numpy passes, about 11 with the kernels; of the latter the float64
+   matrix product (BLAS) ~3, the kernels ~2, the parity probe ~0.5, reading and writing ~1.5, the
+   SHA-256 of the rewritten shards ~1.3. Each shard's fsync runs beside the next shard's fold.
 4. The rounding table: for rho = ||dW|| / ||W|| from 1e-4 to 1e-2 on a 512 x 512 bf16 tensor
    (262144 elements) and a rank-32 update, what round-to-nearest and the fold's stochastic
    rounding keep (kept = <D, dW> / ||dW||^2, D the stored change), their noise ||D - dW|| / ||dW||
@@ -65,13 +69,21 @@ def peak_kib():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform == "darwin" else 1)
 
 if sys.argv[4] != "0":
-    fold_module.CHUNK_ELEMENTS = int(sys.argv[4])
+    fold_module.CHUNK_ELEMENTS = fold_module.COMPILED_CHUNK_ELEMENTS = int(sys.argv[4])
 if sys.argv[5] != "0":
     fold_module.FOLD_THREADS = int(sys.argv[5])
 baseline = peak_kib()
+# the compiled kernels' one-time cost in a process (numba's import, its cached machine code
+# loaded), timed apart: a fold of the released model takes minutes, this one seconds
+loading = time.perf_counter()
+from h3bridge.lora import compiled
+if compiled.available():
+    import numpy as np
+    compiled.stochastic_bf16(np.zeros(2, np.uint16), np.zeros(2), 1.0, 0, 1, 3, np.zeros(2, np.uint16), np.zeros(6))
+loaded = time.perf_counter() - loading
 started, cpu = time.perf_counter(), time.process_time()
 fold_module.fold_model(sys.argv[1], [sys.argv[2]], sys.argv[3], progress=False)
-print(time.perf_counter() - started, baseline, peak_kib(), time.process_time() - cpu)
+print(time.perf_counter() - started, baseline, peak_kib(), time.process_time() - cpu, loaded)
 """
 
 
@@ -155,6 +167,26 @@ def copy_targeted(plan, folder: Path) -> float:
     return time.perf_counter() - started
 
 
+def fold_once(model: Path, lora: Path, output: Path, args: argparse.Namespace,
+              kernel: str) -> tuple[float, float, float, float, float]:
+    """(seconds, idle KiB, peak KiB, CPU seconds, the kernels' load seconds) of one fold in a child
+    process."""
+    env = dict(os.environ)
+    if kernel == "numpy":
+        env["H3BRIDGE_FOLD_KERNEL"] = "numpy"
+    else:
+        env.pop("H3BRIDGE_FOLD_KERNEL", None)
+        # numba compiles its kernels once and caches them: a first, untimed fold warms that cache
+        subprocess.run([sys.executable, "-c", _CHILD, str(model), str(lora), str(output), str(args.chunk_elements),
+                        str(args.threads)], capture_output=True, text=True, check=True, env=env)
+        shutil.rmtree(output)
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(lora), str(output), str(args.chunk_elements),
+                           str(args.threads)], capture_output=True, text=True, check=True, env=env)
+    shutil.rmtree(output)
+    seconds, idle_kib, peak_kib, cpu, loaded = (float(v) for v in done.stdout.split())
+    return seconds, idle_kib, peak_kib, cpu, loaded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kept-only", action="store_true", help="only the nearest vs stochastic table")
@@ -182,31 +214,42 @@ def main() -> None:
         copy_dir.mkdir()
         copy_seconds = copy_targeted(plan, copy_dir)
         shutil.rmtree(copy_dir)
-        done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(lora), str(work / "folded"),
-                               str(args.chunk_elements), str(args.threads)], capture_output=True, text=True, check=True)
-        fold_seconds, idle_kib, peak_kib, fold_cpu = (float(v) for v in done.stdout.split())
-        extra = (peak_kib - idle_kib) * 1024
+        from h3bridge.lora import compiled
+        kernels = (["compiled"] if compiled.available() else []) + ["numpy"]
+        folds = {kernel: fold_once(model, lora, work / f"folded-{kernel}", args, kernel) for kernel in kernels}
         largest = plan.largest_tensor_bytes
-        print(json.dumps({
+        report = {
             "transformer_shards_rewritten": len(shards), "shard_bytes": shard_bytes,
             "tensors_folded": plan.tensor_count, "targeted_bytes": plan.targeted_bytes, "rank": args.rank,
-            "threads": args.threads or fold_module.FOLD_THREADS,
-            "copy_seconds": round(copy_seconds, 3), "fold_seconds": round(fold_seconds, 3),
-            "copy_MiB_per_s": round(plan.targeted_bytes / copy_seconds / 2**20, 1),
-            "fold_MiB_per_s": round(plan.targeted_bytes / fold_seconds / 2**20, 1),
-            "fold_throughput_over_copy": round(copy_seconds / fold_seconds, 3),
-            # the fold is CPU-bound and the copy disk-bound: on a loaded machine the fold gets a
-            # fraction of a core (cpu / wall) and the ratio above falls with the load, not the code
-            "fold_cpu_seconds": round(fold_cpu, 3), "fold_cpu_over_wall": round(fold_cpu / fold_seconds, 3),
-            "peak_rss_above_idle": int(extra), "idle_rss": int(idle_kib * 1024), "largest_targeted_tensor": largest,
-            "peak_over_largest_tensor": round(extra / largest, 2), "kept": table,
-        }, indent=1))
-        print(f"fold {fold_seconds:.2f} s ({args.threads or fold_module.FOLD_THREADS} threads) vs plain copy {copy_seconds:.2f} s of the {plan.tensor_count} targeted "
-              f"tensors ({format_bytes(plan.targeted_bytes)}): fold throughput = {copy_seconds / fold_seconds:.2f} x "
-              f"the copy's (target >= 0.5; the fold used {fold_cpu:.2f} s of CPU, "
-              f"{fold_cpu / fold_seconds:.0%} of its wall time); peak RSS "
-              f"{format_bytes(int(extra))} above an idle interpreter = {extra / largest:.2f} x the largest targeted "
-              f"tensor ({format_bytes(largest)})", file=sys.stderr)
+            "threads": args.threads or fold_module.FOLD_THREADS, "compiled_kernels": compiled.name(),
+            "copy_seconds": round(copy_seconds, 3), "copy_MiB_per_s": round(plan.targeted_bytes / copy_seconds / 2**20, 1),
+            "largest_targeted_tensor": largest, "kept": table,
+        }
+        for kernel, (fold_seconds, idle_kib, peak_kib, fold_cpu, loaded) in folds.items():
+            extra = (peak_kib - idle_kib) * 1024
+            report[kernel] = {
+                "fold_seconds": round(fold_seconds, 3), "kernels_load_seconds": round(loaded, 3),
+                "fold_with_load_throughput_over_copy": round(copy_seconds / (fold_seconds + loaded), 3),
+                "fold_MiB_per_s": round(plan.targeted_bytes / fold_seconds / 2**20, 1),
+                "fold_throughput_over_copy": round(copy_seconds / fold_seconds, 3),
+                # the fold is CPU-bound and the copy disk-bound: on a loaded machine the fold gets a
+                # fraction of a core (cpu / wall) and the ratio above falls with the load, not the code
+                "fold_cpu_seconds": round(fold_cpu, 3), "fold_cpu_over_wall": round(fold_cpu / fold_seconds, 3),
+                "peak_rss_above_idle": int(extra), "idle_rss": int(idle_kib * 1024),
+                "peak_over_largest_tensor": round(extra / largest, 2)}
+        print(json.dumps(report, indent=1))
+        for kernel, (fold_seconds, idle_kib, peak_kib, fold_cpu, loaded) in folds.items():
+            extra = (peak_kib - idle_kib) * 1024
+            once = f" (+ {loaded:.2f} s once per process to load numba and its kernels)" if kernel == "compiled" else ""
+            print(f"{kernel:>8}: fold {fold_seconds:.2f} s{once} ({args.threads or fold_module.FOLD_THREADS} threads) vs plain "
+                  f"copy {copy_seconds:.2f} s of the {plan.tensor_count} targeted tensors "
+                  f"({format_bytes(plan.targeted_bytes)}): fold throughput = {copy_seconds / fold_seconds:.2f} x the "
+                  f"copy's (target >= 0.5; the fold used {fold_cpu:.2f} s of CPU, {fold_cpu / fold_seconds:.0%} of its "
+                  f"wall time); peak RSS {format_bytes(int(extra))} above an idle interpreter = "
+                  f"{extra / largest:.2f} x the largest targeted tensor ({format_bytes(largest)})", file=sys.stderr)
+        if len(folds) == 2:
+            print(f"compiled kernels over numpy passes, measured in this run: {folds['numpy'][0] / folds['compiled'][0]:.2f} x "
+                  f"the throughput, {folds['compiled'][3] / folds['numpy'][3]:.2f} x the CPU", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from h3bridge.model.safetensors import DTYPE_SIZES, read_header
 
@@ -193,3 +194,29 @@ def reference_dither(seed: int, count: int, start: int = 0) -> np.ndarray:
     x = (x * np.uint64(0x846CA68B)) & word
     x ^= x >> np.uint64(16)
     return ((x >> ((index % np.uint64(2)) * np.uint64(16))) & np.uint64(0xFFFF)).astype(np.uint16)
+
+
+# ----------------------------------------------------------------------------- which code folds
+# The fold's default case (bf16, stochastic) runs in compiled kernels where numba is installed
+# (h3bridge/lora/compiled.py) and in numpy passes elsewhere; both must write the same bytes.
+
+FOLD_KERNELS = ["compiled", "numpy"]
+
+
+def use_fold_kernel(monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    """Fold with the compiled kernels (the test is skipped where they cannot load) or the numpy passes."""
+    from h3bridge.lora import compiled
+    if kernel == "numpy":
+        monkeypatch.setattr(compiled, "available", lambda: False)
+    elif not compiled.available():
+        pytest.skip(f"the compiled fold kernels cannot load here: {compiled.name()}")
+
+
+def set_block_elements(monkeypatch: pytest.MonkeyPatch, elements: int, product_elements: int | None = None) -> None:
+    """Fold blocks of about `elements` elements (whole rows) whichever code folds, and with the
+    compiled kernels take the matrix product `product_elements` at a time."""
+    from h3bridge.lora import fold as fold_module
+    monkeypatch.setattr(fold_module, "CHUNK_ELEMENTS", elements)
+    monkeypatch.setattr(fold_module, "COMPILED_CHUNK_ELEMENTS", elements)
+    if product_elements is not None:
+        monkeypatch.setattr(fold_module, "COMPILED_ROWS_ELEMENTS", product_elements)

@@ -135,6 +135,18 @@ def test_doctor_reports_what_is_there(model_dir: Path) -> None:
     assert done.returncode == 0 and report["ok"]
 
 
+def test_doctor_says_which_code_folds_loras_and_how_to_get_the_faster_one(model_dir: Path) -> None:
+    from h3bridge.lora import compiled
+    checks = {c["check"]: c for c in json.loads(cli("doctor", "--json", model=model_dir).stdout)["checks"]}
+    if compiled.available():
+        assert checks["lora fold"]["detail"] == f"compiled kernels ({compiled.name()})"
+    without = subprocess.run([sys.executable, "-m", "h3bridge.cli", "doctor", "--json", "--model-dir", str(model_dir)],
+                             capture_output=True, text=True, env={**os.environ, compiled.ENVIRONMENT: "numpy"})
+    detail = {c["check"]: c for c in json.loads(without.stdout)["checks"]}["lora fold"]["detail"]
+    assert detail.startswith(f"numpy (no compiled kernels: ImportError: {compiled.ENVIRONMENT}=numpy)")
+    assert "pip install 'h3bridge[fast-fold]'" in detail
+
+
 def test_doctor_says_what_is_missing(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "doctor", "--engine-path", str(tmp_path / "h3"),
                            "--model-dir", str(tmp_path)], capture_output=True, text=True,

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from core_helpers import sim_engine_path
-from lora_helpers import (assert_bf16_neighbours, flat_rows_to_per_head, low_rank, raw_header, reference_exact,
-                          reference_fold, tensor_shapes, write_lora)
+from lora_helpers import (FOLD_KERNELS, assert_bf16_neighbours, flat_rows_to_per_head, low_rank, raw_header,
+                          reference_exact, reference_fold, set_block_elements, tensor_shapes, use_fold_kernel,
+                          write_lora)
 import model_helpers
 from h3bridge import GenerationRequest, inspect_model, verify_model
 from h3bridge.cli import main
@@ -172,13 +173,16 @@ def test_stacked_loras_apply_in_order_with_their_strengths(template: Path, tmp_p
     assert record.loras[1].sha256 == hashlib.sha256((tmp_path / "b.safetensors").read_bytes()).hexdigest()
 
 
-def test_row_blocks_do_not_change_the_result(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kernel", FOLD_KERNELS)
+def test_row_blocks_do_not_change_the_result(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             kernel: str) -> None:
     """Memory is bounded by folding a block of rows at a time: a block of 8 elements (one row of
     the 8-wide tiny tensors) gives the same bytes as whole tensors."""
+    use_fold_kernel(monkeypatch, kernel)
     shapes = tensor_shapes(template)
     _peft(tmp_path / "l.safetensors", shapes, [f"blocks.{i}.{FC1}" for i in range(50)], seed=5)
     fold_model(template, [tmp_path / "l.safetensors"], tmp_path / "whole", progress=False)
-    monkeypatch.setattr(fold_module, "CHUNK_ELEMENTS", 8)
+    set_block_elements(monkeypatch, 8)
     fold_model(template, [tmp_path / "l.safetensors"], tmp_path / "rows", progress=False)
     for shard in sorted((tmp_path / "whole/FL2VA/transformer").glob("*.safetensors")):
         assert shard.read_bytes() == (tmp_path / "rows/FL2VA/transformer" / shard.name).read_bytes()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lora_helpers import low_rank, tensor_shapes, write_lora
+from lora_helpers import FOLD_KERNELS, low_rank, tensor_shapes, use_fold_kernel, write_lora
 import model_helpers
 from model_helpers import copy_model
 from h3bridge import inspect_model
@@ -231,19 +231,32 @@ def test_a_fold_killed_midway_leaves_nothing_that_looks_like_a_model(template: P
     assert not leftovers[0].exists() and not inspect_model(output).errors
 
 
+@pytest.mark.parametrize("kernel", FOLD_KERNELS)
 def test_the_parity_probe_stops_a_wrong_block_before_it_is_written(template: Path, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                    monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
     """A block whose encoded values are one bf16 step off (a rounding or arithmetic bug) is caught by
-    the independent recomputation; the fold stops and leaves nothing."""
+    the independent recomputation, whichever code folded it; the fold stops and leaves nothing."""
     lora = write_lora(tmp_path / "l.safetensors", _good(template))
-    right = fold_module._encode_rows
+    use_fold_kernel(monkeypatch, kernel)
+    if kernel == "numpy":
+        right = fold_module._encode_rows
 
-    def one_step_off(values: np.ndarray, dtype: str, *rounding) -> np.ndarray:
-        encoded = right(values, dtype, *rounding).copy()
-        encoded[0, 0] += 1           # the next bf16 value in magnitude
-        return encoded
+        def one_step_off(values: np.ndarray, dtype: str, *rounding) -> np.ndarray:
+            encoded = right(values, dtype, *rounding).copy()
+            encoded[0, 0] += 1           # the next bf16 value in magnitude
+            return encoded
 
-    monkeypatch.setattr(fold_module, "_encode_rows", one_step_off)
+        monkeypatch.setattr(fold_module, "_encode_rows", one_step_off)
+    else:
+        from h3bridge.lora import compiled
+        kernels = compiled.stochastic_bf16
+
+        def first_one_step_off(raw: np.ndarray, term: np.ndarray, factor: float, first: int, *rest) -> None:
+            kernels(raw, term, factor, first, *rest)
+            encoded = rest[2]
+            encoded.reshape(-1)[0] += 1  # the first element of each piece: row 0 column 0 among them
+
+        monkeypatch.setattr(compiled, "stochastic_bf16", first_one_step_off)
     before = {p.name for p in tmp_path.iterdir()}
     with pytest.raises(LoraError, match="parity probe failed for blocks.0.attn.qkv_proj.weight row 0 column 0") as caught:
         fold_model(template, [lora], tmp_path / "out", progress=False)

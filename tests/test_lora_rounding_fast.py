@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lora_helpers import read_tensor_bytes, reference_dither, reference_exact, reference_fold, tensor_shapes, write_lora
+from lora_helpers import (read_tensor_bytes, reference_dither, reference_exact, reference_fold, set_block_elements,
+                          tensor_shapes, use_fold_kernel, write_lora)
 import model_helpers
 from h3bridge.lora import fold as fold_module
 from h3bridge.lora import fold_model, plan_fold
@@ -72,9 +73,9 @@ def test_stochastic_rounding_carries_exactly_at_the_dither_threshold() -> None:
         assert carried.all() if offset >= 0 else not carried.any()
 
 
-@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("rounding, kernel", [("nearest", "numpy"), ("stochastic", "numpy"), ("stochastic", "compiled")])
 def test_fold_on_rounding_boundaries_equals_the_float64_reference(template: Path, tmp_path: Path, rounding: str,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                 kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A LoRA whose update puts W + dW exactly on bf16 midpoints (both directions), 2**-20 of a half
     step beside them (float32 rounds those onto the midpoint), 2**-14 beside them and at every
     position between two bf16 values: the fold's bytes are the reference's, block by block."""
@@ -94,7 +95,9 @@ def test_fold_on_rounding_boundaries_equals_the_float64_reference(template: Path
     up, down = delta, np.eye(columns, dtype=np.float32)
     write_lora(tmp_path / "edge.safetensors", {"diffusion_model.blocks.0.mlp.fc1.lora_A.weight": down,
                                                 "diffusion_model.blocks.0.mlp.fc1.lora_B.weight": up})
-    monkeypatch.setattr(fold_module, "CHUNK_ELEMENTS", 3 * columns)     # several blocks, a short last one
+    use_fold_kernel(monkeypatch, kernel)
+    # several blocks, a short last one; the compiled kernels take the product a row at a time
+    set_block_elements(monkeypatch, 3 * columns, product_elements=columns)
     plan = plan_fold(template, [tmp_path / "edge.safetensors"], rounding=rounding)
     fold_model(template, [tmp_path / "edge.safetensors"], tmp_path / "out", progress=False, plan=plan)
     written = np.frombuffer(read_tensor_bytes(tmp_path / "out" / shard.relative_to(template), FC1), "<u2")

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lora_helpers import decode, low_rank, reference_dither, reference_exact, read_tensor_bytes, tensor_shapes, write_lora
+from lora_helpers import (FOLD_KERNELS, decode, low_rank, reference_dither, reference_exact, read_tensor_bytes,
+                          set_block_elements, tensor_shapes, use_fold_kernel, write_lora)
 import model_helpers
 from h3bridge.errors import LoraError
 from h3bridge.lora import LoraSpec, fold_model
@@ -67,8 +68,9 @@ def test_the_dither_is_the_stream_its_rule_states() -> None:
     assert 150 < chi2 < 380, chi2
 
 
+@pytest.mark.parametrize("kernel", FOLD_KERNELS)
 def test_threads_change_neither_the_bytes_nor_the_report_and_blocks_not_the_bytes(
-        template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
     """Two LoRAs (stacked, one at a negative strength) over DiT, refiner and float32 tensors, folded
     on 1 and 3 threads with one row per block, and on 2 threads with the default blocks: every byte
     the same; the survival report the same for the same blocks (tallies add up in block order)."""
@@ -76,11 +78,13 @@ def test_threads_change_neither_the_bytes_nor_the_report_and_blocks_not_the_byte
     _lora(tmp_path / "a.safetensors", shapes, seed=1, scale=0.05)
     _lora(tmp_path / "b.safetensors", shapes, seed=2, scale=0.02)
     specs = [LoraSpec(tmp_path / "a.safetensors", 1.0), LoraSpec(tmp_path / "b.safetensors", -0.7)]
+    use_fold_kernel(monkeypatch, kernel)
     results = {}
-    for name, threads, chunk, in_flight in (("one", 1, 8, 2), ("three", 3, 8, 1), ("default", 2, DEFAULT_CHUNK, 2)):
+    default = fold_module.COMPILED_CHUNK_ELEMENTS if kernel == "compiled" else DEFAULT_CHUNK
+    for name, threads, chunk, in_flight in (("one", 1, 8, 2), ("three", 3, 8, 1), ("default", 2, default, 2)):
         monkeypatch.setattr(fold_module, "FOLD_THREADS", threads)
         monkeypatch.setattr(fold_module, "IN_FLIGHT", in_flight)
-        monkeypatch.setattr(fold_module, "CHUNK_ELEMENTS", chunk)          # 8: one 8-wide row per block
+        set_block_elements(monkeypatch, chunk)                              # 8: one 8-wide row per block
         results[name] = fold_model(template, specs, tmp_path / name, progress=False)
     one = _shards(tmp_path / "one")
     assert one == _shards(tmp_path / "three") == _shards(tmp_path / "default")
@@ -92,11 +96,13 @@ def test_threads_change_neither_the_bytes_nor_the_report_and_blocks_not_the_byte
         assert math.isclose(row.kept, blocks[row.module_class].kept, rel_tol=1e-5, abs_tol=1e-6)
 
 
-@pytest.mark.parametrize("rounding", ["stochastic", "nearest"])
-def test_the_survival_report_equals_float64_sums_over_the_written_bytes(template: Path, tmp_path: Path,
-                                                                       rounding: str) -> None:
+@pytest.mark.parametrize("rounding, kernel", [("stochastic", "compiled"), ("stochastic", "numpy"),
+                                              ("nearest", "numpy")])
+def test_the_survival_report_equals_float64_sums_over_the_written_bytes(
+        template: Path, tmp_path: Path, rounding: str, kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """rho, kept, noise and the unchanged share of every module class, recomputed in float64 from
     the base, the written bytes and the exact update (tests/lora_helpers.py), match the record."""
+    use_fold_kernel(monkeypatch, kernel)
     shapes = tensor_shapes(template)
     truth = _lora(tmp_path / "l.safetensors", shapes, seed=3, scale=0.01)
     result = fold_model(template, [tmp_path / "l.safetensors"], tmp_path / "out", progress=False, rounding=rounding)
@@ -133,12 +139,15 @@ def _huge(path: Path, target: str, shapes: dict, value: float) -> Path:
                              module + ".lora_B.weight": np.full((out, 1), value, np.float32)})
 
 
-@pytest.mark.parametrize("target", ["blocks.0.mlp.fc2.weight", "video_patch_proj.weight"], ids=["bf16", "float32"])
+@pytest.mark.parametrize("target, kernel", [("blocks.0.mlp.fc2.weight", "compiled"), ("blocks.0.mlp.fc2.weight", "numpy"),
+                                            ("video_patch_proj.weight", "numpy")],
+                         ids=["bf16-compiled", "bf16-numpy", "float32"])
 def test_an_update_past_the_largest_value_stops_the_fold_and_a_large_one_is_reported(
-        template: Path, tmp_path: Path, target: str) -> None:
+        template: Path, tmp_path: Path, target: str, kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three LoRAs each under the per-LoRA bound (1.44e38 an element) add up past bf16's and
     float32's largest value: the fold stops naming the tensor, and publishes nothing. An update of
     1e20 an element folds, and its report is finite (its squares overflow float32 sums)."""
+    use_fold_kernel(monkeypatch, kernel)
     shapes = tensor_shapes(template)
     loras = [_huge(tmp_path / f"{n}.safetensors", target, shapes, 1.2e19) for n in range(3)]
     with pytest.raises(LoraError, match=f"pushes {target} past the largest value"):

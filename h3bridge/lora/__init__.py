@@ -2,7 +2,8 @@
 
 `fold_model` (fold.py) writes the folded model; `plan_fold` checks a fold without writing;
 keys.py reads LoRA files and maps their names; the record a folded model carries is
-model/fold_record.py (below model/inventory.py, which shows it); place.py clones/links the files a fold leaves alone; bf16.py rounds.
+model/fold_record.py (below model/inventory.py, which shows it); place.py clones/links the files a fold leaves alone; bf16.py rounds;
+compiled.py runs the default case's element-wise work in compiled kernels (_kernels.py) where numba is installed.
 """
 from __future__ import annotations
 

@@ -159,6 +159,21 @@ class Dither:
         return halves[start & 1:(start & 1) + count]
 
 
+    def at(self, indexes: np.ndarray) -> np.ndarray:
+        """uint16 dither of the elements at these indexes (any shape; the result has it), each
+        computed from its own index: the parity probe's few rows in one pass."""
+        index = np.asarray(indexes, dtype=np.uint64)
+        # mod 2**64 products keep their low 32 bits: the stream's arithmetic is mod 2**32
+        x = (((index >> np.uint64(1)) * np.uint64(self.stride) + np.uint64(self.offset))
+             & np.uint64(_WORD)).astype(np.uint32)
+        x ^= x >> np.uint32(16)
+        x *= _MIX1
+        x ^= x >> np.uint32(15)
+        x *= _MIX2
+        x ^= x >> np.uint32(16)
+        return np.where(index & np.uint64(1), x >> np.uint32(16), x & np.uint32(0xFFFF)).astype(np.uint16)
+
+
 def dither16(seed: int, start: int, count: int) -> np.ndarray:
     """uint16 dither values for element indexes start .. start+count-1 (the stream above). Any
     block of elements is computed directly, so the bytes do not depend on how a tensor is cut."""

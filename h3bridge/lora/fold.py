@@ -22,10 +22,13 @@ h3.c has no LoRA runtime (upstream issue 37); upstream PR #14 folds the Turbo Lo
   the same bytes; `rounding="nearest"` rounds to nearest even (the bytes of earlier versions).
   float32 by numpy's round to nearest even. Several LoRAs add up in the order given before that
   one rounding; what survived is measured per module class (model/fold_survival.py);
-- memory is bounded: tensors are read (pread) a block of rows at a time (CHUNK_ELEMENTS), so peak
-  memory is a few such blocks per thread plus the LoRA matrices of a tensor, whatever the size of
-  the model or of its largest tensor;
-- blocks are folded on FOLD_THREADS threads (numpy and BLAS release the GIL); a block's bytes
+- memory is bounded: tensors are read (pread) a block of rows at a time (CHUNK_ELEMENTS, or
+  COMPILED_CHUNK_ELEMENTS with the compiled kernels), so peak memory is a few such blocks per
+  thread plus the LoRA matrices of a tensor, whatever the size of the model or of its largest
+  tensor;
+- the element-wise work of the default case (bf16, stochastic) runs in compiled kernels when numba
+  is installed (compiled.py: the same bytes, about a third less CPU), else in numpy passes;
+- blocks are folded on FOLD_THREADS threads (numpy, BLAS and the kernels release the GIL); a block's bytes
   depend on its elements' indexes only and the tallies add up in block order, so the output and
   its report are the same for any number of threads;
 - before each block is written, a parity probe recomputes a few of its rows independently (the
@@ -57,7 +60,7 @@ from ..files import non_regular_kind
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
-from . import keys, layout
+from . import compiled, keys, layout
 from ..model import fold_survival as survival
 from .bf16 import (Dither, bf16_neighbours, bf16_spacing, bf16_to_float64, dither16, float64_to_bf16,
                    float64_to_bf16_stochastic)
@@ -73,12 +76,19 @@ from ..model.fold_record import (
     write_provenance,
 )
 
-CHUNK_ELEMENTS = 1 << 18          # elements per block: 2 MiB per float64 working array
+CHUNK_ELEMENTS = 1 << 18          # elements per block in the numpy passes: 2 MiB per float64 working array
+# elements per block with the compiled kernels (compiled.py), whose working arrays are the rows
+# read and the bytes to write (4 bytes an element) and one float64 product of
+# COMPILED_ROWS_ELEMENTS: larger blocks spread the parity probe and the per-block calls thinner
+COMPILED_CHUNK_ELEMENTS = 1 << 20
 # threads folding blocks (numpy and BLAS release the GIL); the bytes and the survival report are
 # the same for any number (tests/test_lora_speed.py)
 FOLD_THREADS = max(1, min(4, os.cpu_count() or 1))
 IN_FLIGHT = 2                     # blocks handed out per thread ahead of the oldest unfinished one
 PROBE_ROWS = 3                    # rows per block the parity probe recomputes
+# the compiled pass (compiled.py) takes a block's matrix product this many elements at a time:
+# 512 KiB of float64, read back from the CPU's second-level cache instead of main memory
+COMPILED_ROWS_ELEMENTS = 1 << 16
 TEMP_MARK = ".h3bridge-fold-"     # in the temporary folder's name
 INCOMPLETE_FILE = "h3bridge-fold-incomplete"   # inside it: the folding process, until the rename
 PARTIAL_SUFFIX = ".partial"
@@ -573,7 +583,8 @@ def _probe(work: "_TensorWork", start: int, encoded: np.ndarray) -> None:
     value = (written.astype("<u4") << 16).view("<f4").astype(np.float64) if bf16 else written.astype(np.float64)
     if bf16 and work.dither is not None:
         low, high = bf16_neighbours(exact)
-        dither = np.concatenate([work.dither.draw(row * columns, columns) for row in rows])
+        dither = work.dither.at(np.add.outer(np.asarray(rows, dtype=np.uint64) * np.uint64(columns),
+                                             np.arange(columns, dtype=np.uint64)))
         picked = (float64_to_bf16_stochastic(exact, dither).astype("<u4") << 16).view("<f4").astype(np.float64)
         bad = np.argwhere(~(((value == low) | (value == high)) & (value == picked)))
         detail = lambda r, c: (f" (its bf16 neighbours {low[r, c]!r} and {high[r, c]!r}; the dither picks "
@@ -679,9 +690,10 @@ class _TensorWork:
 def _tensor_work(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int) -> _TensorWork:
     tensor = job.tensor
     rows, columns = tensor.shape
-    step = min(rows, max(1, CHUNK_ELEMENTS // max(columns, 1))) if rows else 1
     seed = run.seed(shard, tensor)
     stochastic = tensor.dtype == "BF16" and run.plan.rounding == STOCHASTIC
+    chunk = COMPILED_CHUNK_ELEMENTS if stochastic and compiled.available() else CHUNK_ELEMENTS
+    step = min(rows, max(1, chunk // max(columns, 1))) if rows else 1
     return _TensorWork(job, run.plan, _load_updates(job, run.plan), seed,
                        Dither(seed, step * columns) if stochastic else None, step, shard.data_start, source_fd, target_fd,
                        zlib.crc32(tensor.name.encode()))
@@ -705,6 +717,8 @@ def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Ta
     shape = (count, columns)
     raw = scratch.array("raw", _NUMPY_DTYPES[dtype], shape)
     _read_rows(work.source_fd, raw, work.offset + start * work.row_bytes)
+    if work.dither is not None and compiled.available():
+        return _fold_block_compiled(work, start, count, raw, scratch)
     weight = scratch.array("weight", np.float32, shape)
     if dtype == "BF16":                                   # bf16 bits are a float32's high half
         np.left_shift(raw, 16, out=weight.view(np.uint32), dtype=np.uint32)
@@ -756,6 +770,46 @@ def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Ta
     return tally
 
 
+def _fold_block_compiled(work: _TensorWork, start: int, count: int, raw: np.ndarray, scratch: _Scratch) -> survival.Tally:
+    """_fold_block's default case (bf16, stochastic rounding) with the element-wise work in one
+    compiled pass (compiled.py): the same float64 sums, the same rounding and dither, the same
+    bytes. The matrix products stay with BLAS, a few rows at a time (COMPILED_ROWS_ELEMENTS), so
+    the float64 product is still in the CPU's cache when the compiled pass reads it."""
+    columns = work.job.tensor.shape[1]
+    encoded = scratch.array("encoded", np.uint16, (count, columns))
+    step = max(1, COMPILED_ROWS_ELEMENTS // max(columns, 1))
+    last = len(work.matrices) - 1
+    sums = np.zeros(len(compiled.SUMS), dtype=np.float64)
+    for first in range(0, count, step):
+        rows = min(step, count - first)
+        shape = (rows, columns)
+        block_rows = slice(start + first, start + first + rows)
+        prefix = None
+        for number, (down, up, factor) in enumerate(work.matrices):
+            term = scratch.array("exact" if number == last else "term", np.float64, shape)
+            np.matmul(up[block_rows], down, out=term)
+            if number == last:
+                break
+            if factor != 1.0:
+                term *= factor
+            if prefix is None:                            # W + the earlier LoRAs, in float64, in order
+                weight = scratch.array("weight", np.float32, shape)
+                np.left_shift(raw[first:first + rows], 16, out=weight.view(np.uint32), dtype=np.uint32)
+                prefix = np.add(weight, term, out=scratch.array("prefix", np.float64, shape))
+            else:
+                prefix += term
+        compiled.stochastic_bf16(raw[first:first + rows], term, work.matrices[last][2], (start + first) * columns,
+                                 work.dither.offset, work.dither.stride, encoded[first:first + rows], sums, prefix)
+    if sums[compiled.OVERFLOWED]:
+        raise _overflow(work.job, work.plan)
+    tally = survival.Tally(elements=count * columns, unchanged=int(sums[compiled.UNCHANGED]),
+                           weight_sq=float(sums[compiled.WEIGHT_SQ]), update_sq=float(sums[compiled.UPDATE_SQ]),
+                           stored_dot=float(sums[compiled.STORED_DOT]), stored_sq=float(sums[compiled.STORED_SQ]))
+    _probe(work, start, encoded)
+    os.pwrite(work.target_fd, encoded, work.offset + start * work.row_bytes)
+    return tally
+
+
 def _fold_tensors(run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int,
                   advance: Callable[[int], None], cancel: CancelToken | None) -> None:
     """Fold every targeted tensor of a shard, a block of rows at a time, on run.threads threads.
@@ -804,9 +858,23 @@ def _fold_tensors(run: _FoldRun, shard: ShardJob, source_fd: int, target_fd: int
                 future.exception()                        # waits; its error (if any) is not the first
 
 
+def _flush_and_hash(path: Path) -> str:
+    """Flush a rewritten shard to the disk and return its SHA-256, on the hashing thread: the
+    fsync waits for the disk, and waiting there instead of between shards lets the next shard
+    fold meanwhile (on a 2-core machine the serial fsyncs were a fifth of the fold's time)."""
+    from ..model.verify import sha256_file
+    descriptor = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    return sha256_file(path)
+
+
 def _write_shard(run: _FoldRun, shard: ShardJob, target: Path, advance: Callable[[int], None],
                  cancel: CancelToken | None) -> str:
-    """The rewritten shard at `target`: a clone patched in place, or written whole. Returns how."""
+    """The rewritten shard at `target`: a clone patched in place, or written whole, not yet
+    flushed to the disk (_flush_and_hash does that while the next shard folds). Returns how."""
     cloned = clone_file(shard.source, target)
     with open(shard.source, "rb") as source:
         flags = os.O_RDWR | os.O_CLOEXEC | (0 if cloned else os.O_CREAT | os.O_EXCL)
@@ -823,7 +891,6 @@ def _write_shard(run: _FoldRun, shard: ShardJob, target: Path, advance: Callable
                         copy_range(source.fileno(), target_fd, shard.data_start + tensor.begin, tensor.nbytes)
                 os.ftruncate(target_fd, header.file_size)
             _fold_tensors(run, shard, source.fileno(), target_fd, advance, cancel)
-            os.fsync(target_fd)
         finally:
             os.close(target_fd)
     if target.stat().st_size != shard.source.stat().st_size or header_sha256(target) != header_sha256(shard.source):
@@ -869,7 +936,8 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     threads = max(1, FOLD_THREADS)
     run = _FoldRun(plan, plan.content_key(), threads=threads,
                    pool=ThreadPoolExecutor(threads, thread_name_prefix="h3bridge-fold") if threads > 1 else None)
-    # a rewritten shard's SHA-256 (for `verify --checksums`) is computed while the next one folds
+    # a rewritten shard is flushed to the disk and its SHA-256 (for `verify --checksums`) computed
+    # while the next one folds; every shard is flushed before anything is renamed into place
     hasher = ThreadPoolExecutor(1, thread_name_prefix="h3bridge-fold-sha256")
     bar = tqdm(total=plan.targeted_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="fold",
                disable=None if progress is None else not progress, leave=False)
@@ -898,14 +966,13 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             placed[how] = placed.get(how, 0) + 1
             records.append(FileRecord(str(path.relative_to(root)), path.stat().st_size, how,
                                       sha256=_known_sha256(root, path) if path.name.endswith(".safetensors") else None))
-        from ..model.verify import sha256_file
         hashed: list[tuple[ShardJob, Path, Path, Future[str]]] = []
         for shard in plan.shards.values():
             final = temporary / shard.relative
             partial = final.with_name(final.name + PARTIAL_SUFFIX)
             final.parent.mkdir(parents=True, exist_ok=True)
             _write_shard(run, shard, partial, advance, cancel)
-            hashed.append((shard, partial, final, hasher.submit(sha256_file, partial)))
+            hashed.append((shard, partial, final, hasher.submit(_flush_and_hash, partial)))
         for shard, partial, final, digest in hashed:
             records.append(FileRecord(str(shard.relative), partial.stat().st_size, "folded",
                                       header_sha256=header_sha256(partial), sha256=digest.result(),
