@@ -29,7 +29,8 @@ def _dither(words, first_word, count, offset, stride):
 # The survival sums of a tile in float32 lanes: reassociation lets the loop run in SIMD lanes
 # (their order is fixed by the compiled loop, not by the data or the thread: the same sums for
 # the same tile); the tiles add up in float64. float32 over a tile's 2048 elements is good to
-# about 1e-5, far below the report's three digits.
+# about 1e-5, far below the report's three digits. Given float64 arrays (numba compiles a second
+# version), the sums are float64.
 @numba.njit(nogil=True, cache=True, fastmath={"reassoc", "nsz"})
 def _tile_sums(weight, rounded, stored, count):
     unchanged = np.float32(0.0)                # a count (exact in float32 up to 2**24)
@@ -42,23 +43,6 @@ def _tile_sums(weight, rounded, stored, count):
         change = stored[k] - w
         update = rounded[k] - w
         unchanged += np.float32(1.0) if change == np.float32(0.0) else np.float32(0.0)
-        weight_sq += w * w
-        update_sq += update * update
-        stored_dot += change * update
-        stored_sq += change * change
-    return unchanged, weight_sq, update_sq, stored_dot, stored_sq
-
-
-@numba.njit(nogil=True, cache=True)
-def _tile_sums_wide(weight, rounded, stored, count):
-    """The same sums in float64, for a tile whose float32 squares overflowed."""
-    unchanged = 0
-    weight_sq = update_sq = stored_dot = stored_sq = 0.0
-    for k in range(count):
-        w = np.float64(weight[k])
-        change = np.float64(stored[k]) - w
-        update = np.float64(rounded[k]) - w
-        unchanged += change == 0.0
         weight_sq += w * w
         update_sq += update * update
         stored_dot += change * update
@@ -114,7 +98,10 @@ def block(raw, prefix, term, factor, has_prefix, first, offset, stride, encoded,
         unchanged, weight_sq, update_sq, stored_dot, stored_sq = _tile_sums(weight, rounded, stored, count)
         if not (np.isfinite(weight_sq) and np.isfinite(update_sq) and np.isfinite(stored_dot)
                 and np.isfinite(stored_sq)):
-            unchanged, weight_sq, update_sq, stored_dot, stored_sq = _tile_sums_wide(weight, rounded, stored, count)
+            # squares past float32's range (weights near 1e19 and more): the same sums in float64
+            unchanged, weight_sq, update_sq, stored_dot, stored_sq = _tile_sums(
+                weight[:count].astype(np.float64), rounded[:count].astype(np.float64),
+                stored[:count].astype(np.float64), count)
         sums[UNCHANGED] += np.float64(unchanged)
         sums[WEIGHT_SQ] += weight_sq
         sums[UPDATE_SQ] += update_sq
