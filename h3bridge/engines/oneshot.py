@@ -237,6 +237,11 @@ class OneShotEngine:
                     last_event = event
                     if on_progress is not None:
                         on_progress(event)
+                    # a host that cancels on seeing a phase (ComfyUI's interrupt, polled through
+                    # CancelToken.check) gets no later phase: on a busy machine the engine's lines
+                    # pile up, and draining them all first reported phases past the cancel
+                    if cancel is not None and cancel.cancelled:
+                        return
                 piece = process.next_piece(0)
 
         try:
