@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 REPO = "MiniMaxAI/MiniMax-H3"
 COMMIT = hashlib.sha1(b"h3bridge test hub").hexdigest()
 READY_TIMEOUT = 60.0     # a safety net on a loaded machine, not an expected time
+HOLD_TIMEOUT = 900.0     # pause_after's hold: ends when the test or the hub's exit releases it
 
 
 def git_blob_id(data: bytes) -> str:
@@ -139,7 +140,10 @@ class TestHub:
                 if pause is not None:
                     yield body[:pause]
                     hub.paused.set()
-                    hub.release.wait(READY_TIMEOUT)
+                    # held until the test releases it (or the hub stops, which releases it): a
+                    # hold that ended by itself let a client on a busy machine finish the file
+                    # before the test had looked (HOLD_TIMEOUT only bounds a forgotten hold)
+                    hub.release.wait(HOLD_TIMEOUT)
                     yield body[pause:]
                     return
                 yield body
