@@ -120,6 +120,19 @@ _MIX1, _MIX2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
 _WORD = 0xFFFFFFFF
 
 
+def _lowbias32(x: np.ndarray, scratch: np.ndarray) -> None:
+    """lowbias32 of every uint32 word of x, in place (mod 2**32); scratch: a uint32 array of x's
+    size, overwritten."""
+    np.right_shift(x, np.uint32(16), out=scratch)
+    x ^= scratch
+    x *= _MIX1
+    np.right_shift(x, np.uint32(15), out=scratch)
+    x ^= scratch
+    x *= _MIX2
+    np.right_shift(x, np.uint32(16), out=scratch)
+    x ^= scratch
+
+
 class Dither:
     """The dither stream of one seed, drawn a block at a time into reusable buffers."""
 
@@ -147,17 +160,9 @@ class Dither:
         x = np.empty(needed, dtype=np.uint32) if words is None else words[:needed]
         t = np.empty(needed, dtype=np.uint32) if scratch is None else scratch[:needed]
         np.add(steps, np.uint32((first * self.stride + self.offset) & _WORD), out=x)
-        np.right_shift(x, np.uint32(16), out=t)
-        x ^= t
-        x *= _MIX1
-        np.right_shift(x, np.uint32(15), out=t)
-        x ^= t
-        x *= _MIX2
-        np.right_shift(x, np.uint32(16), out=t)
-        x ^= t
+        _lowbias32(x, t)
         halves = x.astype("<u4", copy=False).view("<u2")       # low half first, on any byte order
         return halves[start & 1:(start & 1) + count]
-
 
     def at(self, indexes: np.ndarray) -> np.ndarray:
         """uint16 dither of the elements at these indexes (any shape; the result has it), each
@@ -166,11 +171,7 @@ class Dither:
         # mod 2**64 products keep their low 32 bits: the stream's arithmetic is mod 2**32
         x = (((index >> np.uint64(1)) * np.uint64(self.stride) + np.uint64(self.offset))
              & np.uint64(_WORD)).astype(np.uint32)
-        x ^= x >> np.uint32(16)
-        x *= _MIX1
-        x ^= x >> np.uint32(15)
-        x *= _MIX2
-        x ^= x >> np.uint32(16)
+        _lowbias32(x, np.empty_like(x))
         return np.where(index & np.uint64(1), x >> np.uint32(16), x & np.uint32(0xFFFF)).astype(np.uint16)
 
 
