@@ -672,6 +672,7 @@ class _TensorWork:
     matrices: list[tuple[np.ndarray, np.ndarray, float]]
     seed: int
     dither: Dither | None             # bf16 stochastic rounding only
+    compiled: bool                    # its blocks go through the compiled kernels (compiled.py)
     step: int                         # rows per block
     data_start: int
     source_fd: int
@@ -692,11 +693,12 @@ def _tensor_work(job: TensorJob, run: _FoldRun, shard: ShardJob, source_fd: int,
     rows, columns = tensor.shape
     seed = run.seed(shard, tensor)
     stochastic = tensor.dtype == "BF16" and run.plan.rounding == STOCHASTIC
-    chunk = COMPILED_CHUNK_ELEMENTS if stochastic and compiled.available() else CHUNK_ELEMENTS
+    kernels = stochastic and compiled.available()
+    chunk = COMPILED_CHUNK_ELEMENTS if kernels else CHUNK_ELEMENTS
     step = min(rows, max(1, chunk // max(columns, 1))) if rows else 1
     return _TensorWork(job, run.plan, _load_updates(job, run.plan), seed,
-                       Dither(seed, step * columns) if stochastic else None, step, shard.data_start, source_fd, target_fd,
-                       zlib.crc32(tensor.name.encode()))
+                       Dither(seed, step * columns) if stochastic else None, kernels, step, shard.data_start,
+                       source_fd, target_fd, zlib.crc32(tensor.name.encode()))
 
 
 def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Tally:
@@ -717,7 +719,7 @@ def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Ta
     shape = (count, columns)
     raw = scratch.array("raw", _NUMPY_DTYPES[dtype], shape)
     _read_rows(work.source_fd, raw, work.offset + start * work.row_bytes)
-    if work.dither is not None and compiled.available():
+    if work.compiled:
         return _fold_block_compiled(work, start, count, raw, scratch)
     weight = scratch.array("weight", np.float32, shape)
     if dtype == "BF16":                                   # bf16 bits are a float32's high half
@@ -727,22 +729,21 @@ def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Ta
     exact = scratch.array("exact", np.float64, shape)
     rounded = scratch.array("rounded", np.float32, shape)
     keep_exact = dtype == "BF16" and rounding == NEAREST  # the float64 values decide ties and near-ties
-    total = weight
-    last = len(work.matrices) - 1
-    for number, (down, up, factor) in enumerate(work.matrices):
-        term = exact if number == 0 else scratch.array("term", np.float64, shape)
-        np.matmul(up[start:start + count], down, out=term)
-        if factor != 1.0:                                 # x * 1.0 == x: skip the pass
-            term *= factor
-        if number == last and not keep_exact:             # float64 sum, its nearest float32 stored
-            with np.errstate(over="ignore"):              # past float32's range: refused below (_overflow)
-                np.add(total, term, out=rounded, dtype=np.float64, casting="same_kind")
-        else:
-            np.add(total, term, out=exact)                # W widened exactly inside the add
-        total = exact
+    rows = slice(start, start + count)
+    prefix = _earlier_loras(work, rows, weight, scratch)
+    down, up, factor = work.matrices[-1]
+    term = scratch.array("term", np.float64, shape)
+    np.matmul(up[rows], down, out=term)
+    if factor != 1.0:                                     # x * 1.0 == x: skip the pass
+        term *= factor
+    total = weight if prefix is None else prefix          # W is widened exactly inside the add
     if keep_exact:
+        np.add(total, term, out=exact)
         with np.errstate(over="ignore"):
             np.copyto(rounded, exact, casting="same_kind")
+    else:                                                 # float64 sum, its nearest float32 stored
+        with np.errstate(over="ignore"):                  # past float32's range: refused below (_overflow)
+            np.add(total, term, out=rounded, dtype=np.float64, casting="same_kind")
     update = np.subtract(rounded, weight, out=scratch.array("update", np.float32, shape))   # dW, for the tally
     dither = None
     if work.dither is not None:
@@ -770,6 +771,24 @@ def _fold_block(work: _TensorWork, start: int, scratch: _Scratch) -> survival.Ta
     return tally
 
 
+def _earlier_loras(work: _TensorWork, rows: slice, weight: np.ndarray, scratch: _Scratch) -> np.ndarray | None:
+    """W + the updates of every LoRA but the last, in float64, in the order given (W widened
+    exactly inside the first add): what the last update is added to before the one rounding.
+    None with a single LoRA (its update is added to W itself). Uses the scratch arrays "term"
+    and "prefix"."""
+    prefix = None
+    for down, up, factor in work.matrices[:-1]:
+        term = scratch.array("term", np.float64, weight.shape)
+        np.matmul(up[rows], down, out=term)
+        if factor != 1.0:                                 # x * 1.0 == x: skip the pass
+            term *= factor
+        if prefix is None:
+            prefix = np.add(weight, term, out=scratch.array("prefix", np.float64, weight.shape))
+        else:
+            prefix += term
+    return prefix
+
+
 def _fold_block_compiled(work: _TensorWork, start: int, count: int, raw: np.ndarray, scratch: _Scratch) -> survival.Tally:
     """_fold_block's default case (bf16, stochastic rounding) with the element-wise work in one
     compiled pass (compiled.py): the same float64 sums, the same rounding and dither, the same
@@ -778,27 +797,20 @@ def _fold_block_compiled(work: _TensorWork, start: int, count: int, raw: np.ndar
     columns = work.job.tensor.shape[1]
     encoded = scratch.array("encoded", np.uint16, (count, columns))
     step = max(1, COMPILED_ROWS_ELEMENTS // max(columns, 1))
-    last = len(work.matrices) - 1
+    down, up, factor = work.matrices[-1]
     sums = np.zeros(len(compiled.SUMS), dtype=np.float64)
     for first in range(0, count, step):
         rows = min(step, count - first)
         shape = (rows, columns)
         block_rows = slice(start + first, start + first + rows)
         prefix = None
-        for number, (down, up, factor) in enumerate(work.matrices):
-            term = scratch.array("exact" if number == last else "term", np.float64, shape)
-            np.matmul(up[block_rows], down, out=term)
-            if number == last:
-                break
-            if factor != 1.0:
-                term *= factor
-            if prefix is None:                            # W + the earlier LoRAs, in float64, in order
-                weight = scratch.array("weight", np.float32, shape)
-                np.left_shift(raw[first:first + rows], 16, out=weight.view(np.uint32), dtype=np.uint32)
-                prefix = np.add(weight, term, out=scratch.array("prefix", np.float64, shape))
-            else:
-                prefix += term
-        compiled.stochastic_bf16(raw[first:first + rows], term, work.matrices[last][2], (start + first) * columns,
+        if len(work.matrices) > 1:                        # the kernels widen W themselves otherwise
+            weight = scratch.array("weight", np.float32, shape)
+            np.left_shift(raw[first:first + rows], 16, out=weight.view(np.uint32), dtype=np.uint32)
+            prefix = _earlier_loras(work, block_rows, weight, scratch)
+        term = scratch.array("term", np.float64, shape)
+        np.matmul(up[block_rows], down, out=term)         # the kernels apply the factor
+        compiled.stochastic_bf16(raw[first:first + rows], term, factor, (start + first) * columns,
                                  work.dither.offset, work.dither.stride, encoded[first:first + rows], sums, prefix)
     if sums[compiled.OVERFLOWED]:
         raise _overflow(work.job, work.plan)
