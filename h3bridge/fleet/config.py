@@ -48,16 +48,6 @@ ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "usage-based-routing-v2", 
 # No cooldown by default (see above); with --cooldown S a failing server is left alone S seconds
 # after its first failure in a minute, and a full one (429) is never cooled down.
 DEFAULT_COOLDOWN_SECONDS = 0.0
-
-
-def default_retries(servers: int) -> int:
-    """How often the proxy retries a create on another pick. simple-shuffle picks at random and,
-    without cooldowns, may pick a dead or full server again: with one retry per other server, a
-    fleet of three with one server down failed 1 create in 27 (all three picks the dead one; seen in
-    CI). Four picks per server, and at least 20, make that (1/n)^(picks + 1): under one in a million
-    for any n (two servers: 1 in 2 million). A pick of a full server costs one refused request
-    (~30 ms through the proxy); a dead one, a refused connection."""
-    return max(4 * servers, 20)
 DEFAULT_ALLOWED_FAILS = 0
 _NEVER = 1_000_000      # RateLimitErrorAllowedFails: a 429 is a full queue, not a failing server
 # The proxy's wait for one answer of a server: a create uploads the references, a download
@@ -109,6 +99,16 @@ class FleetSettings:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     master_key_env: str | None = DEFAULT_MASTER_KEY_ENV
     servers: tuple[FleetServer, ...] = field(default_factory=tuple)
+
+
+def default_retries(servers: int) -> int:
+    """How often the proxy retries a create on another pick. simple-shuffle picks at random and,
+    without cooldowns, may pick a dead or full server again: with one retry per other server, a
+    fleet of three with one server down failed 1 create in 27 (all three picks the dead one; seen in
+    CI). Four picks per server, and at least 20, make that (1/n)^(picks + 1): under one in a million
+    for any n (two servers: 1 in 2 million). A pick of a full server costs one refused request
+    (~30 ms through the proxy); a dead one, a refused connection."""
+    return max(4 * servers, 20)
 
 
 def check_env_name(name: str, flag: str) -> None:
