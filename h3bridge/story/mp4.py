@@ -21,6 +21,13 @@ from ..media.decode import remove_quietly
 FILM_CRF = 18            # H.264 quality of the assembled film (visually lossless at H3's sizes)
 REFERENCE_CRF = 0        # the tail reference: as close to the engine's frames as H.264 gets
 AUDIO_BIT_RATE = 192_000
+# libx264's macroblock tree (its lookahead's look at how each block is referenced) reads heap
+# memory it never wrote on small canvases: the same frames then encode to different pixels
+# depending on what the process's allocator left there (the same film differed from run to run,
+# and a parallel story's film from the serial one). Without it the encoder's output depends on its
+# input alone (tests/test_story_film.py runs it under different glibc heap fillings); it costs a
+# little compression at the film's CRF 18 and nothing at the reference's lossless CRF 0.
+X264_PARAMS = "mbtree=0"
 TEMP_MARK = ".partial-"
 
 
@@ -47,7 +54,7 @@ class Mp4Writer:
             self._video = self._container.add_stream("libx264", rate=fps)
             self._video.width, self._video.height = width, height
             self._video.pix_fmt = "yuv444p" if crf == 0 else "yuv420p"
-            self._video.options = {"crf": str(crf)}
+            self._video.options = {"crf": str(crf), "x264-params": X264_PARAMS}
             self._audio = self._container.add_stream("aac", rate=sample_rate, layout="stereo",
                                                      bit_rate=AUDIO_BIT_RATE) if audio else None
         except (av.FFmpegError, OSError) as error:
