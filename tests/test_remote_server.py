@@ -120,8 +120,8 @@ def test_cancel_deletes_the_servers_job(hanging_server: ServerProcess, key: str,
     engine = RemoteEngine(hanging_server.url, poll_interval=0.1)
     original = engine._submit
 
-    def submit(*args):
-        job = original(*args)
+    def submit(*args, **options):
+        job = original(*args, **options)
         seen_ids.append(job.id)
         return job
 

@@ -21,8 +21,9 @@ import shutil
 import threading
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -41,7 +42,7 @@ from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..server.peer_wire import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
-from ..server.wire import API_KEY_ENV, DEFAULT_MODEL, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
+from ..server.wire import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
 from .lock import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
@@ -58,6 +59,23 @@ DOWNLOAD_CHUNK = 1 << 20
 # Phase names of the ProgressEvents a remote job reports (the server's own phases when it sends
 # them): QUEUED_PHASE and RUNNING_PHASE are remote_events.py's, which both ways of following use.
 DOWNLOAD_PHASE = "download"
+
+@dataclass(frozen=True)
+class JobAdoption:
+    """How a caller that must never pay twice for a job (a storyboard's shot) submits it.
+
+    key: names the request for good (the same key for the same request on every run): sent as the
+      Idempotency-Key header, so a server that already accepted this key answers with that job.
+    job_id: the job an earlier run submitted for this very request, if it wrote one down: followed
+      (and downloaded) instead of submitting again while the server still has it and it has not
+      failed. Through a proxy in front of several servers, the id reaches the server holding it.
+    on_submitted: called with the job's id as soon as the server has accepted it, before the job is
+      followed, so the caller can write it down."""
+
+    key: str
+    job_id: str | None = None
+    on_submitted: Callable[[str], None] | None = None
+
 
 _KEY_HINT = (f"set {API_KEY_ENV} in the environment to the server's key (the one `h3bridge serve` was "
              "given with --api-key or its environment); it is never taken as a flag")
@@ -183,7 +201,7 @@ class RemoteEngine:
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, adoption: JobAdoption | None = None) -> GenerationResult:
         """Render one clip on the server and return it as the local engines do (the `Engine` protocol).
 
         The request is validated here first (every `generate` rule, the input files included),
@@ -191,7 +209,8 @@ class RemoteEngine:
         into place when complete (a failed or cancelled download leaves nothing). `on_preview`
         gets the denoise previews a server's event stream carries (an `h3bridge serve` whose
         engine makes them); other servers send none. Cancelling deletes the server's job
-        (`DELETE`) and raises GenerationCancelled.
+        (`DELETE`) and raises GenerationCancelled. `adoption` (JobAdoption) makes a run that
+        resumes after a kill follow the job it submitted before instead of paying for it twice.
 
         Raises RequestError (a bad request, refused here or by the server with its words),
         OutputExistsError, RemoteAuthError (401/403), RemoteUnreachableError (no server at the
@@ -212,7 +231,12 @@ class RemoteEngine:
             elif want_audio or want_frames:
                 workdir = make_work_folder()
                 mp4 = workdir / "remote.mp4"
-            job = self._submit(request, started, on_progress, cancel)
+            job = self._adopt(adoption.job_id) if adoption is not None and adoption.job_id else None
+            if job is None:
+                job = self._submit(request, started, on_progress, cancel,
+                                   key=adoption.key if adoption is not None else None)
+                if adoption is not None and adoption.on_submitted is not None:
+                    adoption.on_submitted(job.id)
             job_id = job.id
             job = self._follow(job, started, on_progress, on_preview, cancel)
             if mp4 is not None:
@@ -265,10 +289,10 @@ class RemoteEngine:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _exchange(self, method: str, path: str, *, what: str, before_start: bool = False,
-                  **options: Any) -> httpx.Response:
+                  headers: dict[str, str] | None = None, **options: Any) -> httpx.Response:
         """One request; a transport failure becomes RemoteUnreachableError naming the URL and the fix."""
         try:
-            return self._http().request(method, path, headers=self._headers(), **options)
+            return self._http().request(method, path, headers={**self._headers(), **(headers or {})}, **options)
         except httpx.TimeoutException:
             raise RemoteUnreachableError(
                 f"the server at {self.base_url} did not answer within {self.timeout:g} s ({what})",
@@ -328,8 +352,19 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ a job
 
+    def _adopt(self, job_id: str) -> VideoJob | None:
+        """The job an earlier run submitted, if the server still has it and it has not failed (a
+        failed job is submitted again; the caller's key then names the new one); None otherwise."""
+        response = self._exchange("GET", f"{VIDEOS_PATH}/{job_id}", what=f"looking up job {job_id}",
+                                  before_start=True)
+        if response.status_code in (400, 404, 410):    # gone, or an id this server never made
+            return None
+        self._raise_for_status(response, what=f"looking up job {job_id}", job_id=job_id)
+        job = self._job(response, f"a look-up of job {job_id}")
+        return None if job.status is JobStatus.FAILED else job
+
     def _submit(self, request: GenerationRequest, started: float, on_progress: ProgressCallback | None,
-                cancel: CancelToken | None) -> VideoJob:
+                cancel: CancelToken | None, *, key: str | None = None) -> VideoJob:
         """POST the request (the wire module's body, or a peer's): JSON, or multipart when it
         carries files; submitted again while the server answers 429 (its queue is full), after its
         Retry-After, for at most `full_server_wait` seconds, each wait reported as progress and
@@ -338,16 +373,17 @@ class RemoteEngine:
         A server that reads only forms (vLLM-Omni's `/v1/videos` takes multipart/form-data, as the
         official openai client sends it) answers a JSON body 415 or 422 before queueing anything:
         the same body is then sent once more as a form."""
+        headers = {IDEMPOTENCY_HEADER: key} if key else {}
         if self.dialect is not Dialect.H3BRIDGE:
             peer = request_to_peer(request, self.dialect, model=self.model)
-            send = lambda: self._post_peer(peer)     # noqa: E731
+            send = lambda: self._post_peer(peer, headers)     # noqa: E731
         else:
             body = request_to_wire(request, model=self.model or DEFAULT_MODEL)
 
             def send() -> httpx.Response:
-                response = self._post(body, multipart=bool(body.files))
+                response = self._post(body, multipart=bool(body.files), headers=headers)
                 if not body.files and response.status_code in (415, 422):
-                    response = self._post(body, multipart=True)
+                    response = self._post(body, multipart=True, headers=headers)
                 return response
         waited, tries = 0.0, 0
         while True:
@@ -376,7 +412,7 @@ class RemoteEngine:
         self._raise_for_status(response, what="submitting the job")
         return self._job(response, "the submission")
 
-    def _post(self, body: WireBody, *, multipart: bool) -> httpx.Response:
+    def _post(self, body: WireBody, *, multipart: bool, headers: dict[str, str]) -> httpx.Response:
         with ExitStack() as stack:
             if multipart:
                 # One ordered list of parts: the text fields (no file name), then the files in the
@@ -389,9 +425,10 @@ class RemoteEngine:
                 options: dict[str, Any] = {"files": parts}
             else:
                 options = {"json": body.fields}
-            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
+            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True,
+                                  headers=headers, **options)
 
-    def _post_peer(self, body: PeerBody) -> httpx.Response:
+    def _post_peer(self, body: PeerBody, headers: dict[str, str]) -> httpx.Response:
         """A peer's body: vLLM-Omni's form (always multipart: its endpoint reads forms only), or
         SGLang's JSON."""
         with ExitStack() as stack:
@@ -402,7 +439,8 @@ class RemoteEngine:
                 parts += [(name, (path.name, stack.enter_context(open(path, "rb")), media_type))
                           for name, path, media_type in body.files]
                 options = {"files": parts}
-            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True, **options)
+            return self._exchange("POST", VIDEOS_PATH, what="submitting the job", before_start=True,
+                                  headers=headers, **options)
 
     def _follow(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,
                 on_preview: PreviewCallback | None, cancel: CancelToken | None) -> VideoJob:
@@ -524,4 +562,4 @@ def _progress_event(job: VideoJob, started: float) -> tuple[str, int, int, float
     return (job.phase or RUNNING_PHASE, job.progress, 100, job.fraction, elapsed)
 
 
-__all__ = ["RemoteEngine", "normalise_base_url", "server_message"]
+__all__ = ["IDEMPOTENCY_HEADER", "JobAdoption", "RemoteEngine", "normalise_base_url", "server_message"]

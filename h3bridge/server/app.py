@@ -40,13 +40,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
 from . import dialects
-from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, is_job_id, new_job_id
+from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, idempotency_key_problem, is_job_id, new_job_id
 from .peer_wire import Dialect
 from .progress_feed import EVENTS_PATH, StreamSlots
 from .uploads import ReceivedBody, UploadLimits, receive_body
 from .wire import (
     DEFAULT_MODEL,
     HEALTH_PATH,
+    IDEMPOTENCY_HEADER,
     VIDEOS_PATH,
     ErrorBody,
     ErrorCode,
@@ -153,6 +154,20 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         received: ReceivedBody | None = None
         translated: dialects.TranslatedBody | None = None
         dialect = Dialect.H3BRIDGE
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is not None:
+            problem = idempotency_key_problem(key)
+            if problem is not None:
+                await _drain(stream)
+                return None, error_response(400, ErrorCode.INVALID_REQUEST, f"the {IDEMPOTENCY_HEADER} header {problem}",
+                                            param=IDEMPOTENCY_HEADER,
+                                            hint="send 1 to 255 visible ASCII characters, or no such header")
+            # Sent again (its client was killed before it wrote the job's id down): the same job,
+            # before the queue's room is even counted.
+            earlier = await run_in_threadpool(store.job_for_key, key)
+            if earlier is not None:
+                await _drain(stream)
+                return earlier, None
         if settings.max_queued is not None:
             try:
                 await run_in_threadpool(store.check_room, settings.max_queued)
@@ -165,7 +180,9 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             dialect = dialects.detect([name for name, _ in received.pairs] + [u.field for u in received.uploads])
             translated = await run_in_threadpool(dialects.translate, received.pairs, received.uploads, inputs,
                                                  settings.limits)
-            job = await run_in_threadpool(_accept, job_id, translated)
+            job = await run_in_threadpool(_accept, job_id, translated, key)
+            if job.id != job_id:        # the same key was accepted meanwhile, beside this submission
+                shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
         except RequestError as error:
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             await _drain(stream)
@@ -229,7 +246,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
                                     headers={"X-Request-Id": job.id})
             await asyncio.sleep(SYNC_POLL_SECONDS)
 
-    def _accept(job_id: str, translated: "dialects.TranslatedBody"):
+    def _accept(job_id: str, translated: "dialects.TranslatedBody", idempotency_key: str | None = None):
         request, model = request_from_wire(translated.pairs, translated.uploads)
         request.validate()
         if settings.preflight is not None:
@@ -239,7 +256,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         if translated.dialect is not Dialect.H3BRIDGE:
             shape[dialects.DIALECT_KEY] = translated.dialect.value
         return store.add(job_id, model=model or DEFAULT_MODEL, fields=fields, uploads=translated.uploads, shape=shape,
-                         max_queued=settings.max_queued)
+                         max_queued=settings.max_queued, idempotency_key=idempotency_key)
 
     @app.get(VIDEOS_PATH)
     def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:

@@ -68,7 +68,24 @@ CREATE TABLE IF NOT EXISTS jobs (
     completed_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, seq);
+-- A submission's Idempotency-Key and the job it made: the same key submitted again (a client killed
+-- before it wrote the job's id down) gets that job back instead of paying for a second one.
+CREATE TABLE IF NOT EXISTS idempotency (
+    key    TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL
+);
 """
+# The longest Idempotency-Key taken (the IETF draft sets none; Stripe's is 255).
+IDEMPOTENCY_KEY_MAX = 255
+
+
+def idempotency_key_problem(key: str) -> str | None:
+    """Why `key` cannot be an Idempotency-Key (None: it can): 1 to 255 visible ASCII characters."""
+    if not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
+        return f"is {len(key)} characters long; it must have 1 to {IDEMPOTENCY_KEY_MAX}"
+    if not all(" " < character <= "~" for character in key):
+        return "holds a character that is not visible ASCII (a space, a control character or non-ASCII)"
+    return None
 
 
 def new_job_id() -> str:
@@ -161,22 +178,49 @@ class JobStore:
     # ------------------------------------------------------------------ the queue
 
     def add(self, job_id: str, *, model: str, fields: dict[str, object], uploads: Sequence[UploadedFile],
-            shape: dict[str, object], max_queued: int | None = None) -> StoredJob:
+            shape: dict[str, object], max_queued: int | None = None, idempotency_key: str | None = None) -> StoredJob:
         """Accept a job: its uploads are already in its inputs folder. Committed when this returns.
         With `max_queued`, raises QueueFullError instead when that many jobs already wait (counted
-        and inserted under one lock, so concurrent submissions cannot both take the last place)."""
+        and inserted under one lock, so concurrent submissions cannot both take the last place).
+        With `idempotency_key`, a job already accepted under that key (and not failed) is returned
+        instead, and nothing is added: the caller removes `job_id`'s folder when the id differs."""
         inputs = self.inputs_dir(job_id)
         stored = [[u.field, u.path.relative_to(inputs).as_posix(), u.filename] for u in uploads]
         with self._guard:
+            earlier = self._job_for_key(idempotency_key) if idempotency_key is not None else None
+            if earlier is not None:
+                return earlier
             if max_queued is not None:
                 self._raise_if_full(max_queued)
-            self._db.execute(
-                "INSERT INTO jobs (id, created_at, status, model, fields, uploads, shape) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job_id, int(time.time()), JobStatus.QUEUED.value, model, json.dumps(fields), json.dumps(stored),
-                 json.dumps(shape)))
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO jobs (id, created_at, status, model, fields, uploads, shape) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, int(time.time()), JobStatus.QUEUED.value, model, json.dumps(fields), json.dumps(stored),
+                     json.dumps(shape)))
+                if idempotency_key is not None:
+                    self._db.execute("INSERT OR REPLACE INTO idempotency (key, job_id) VALUES (?, ?)",
+                                     (idempotency_key, job_id))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
         job = self.get(job_id)
         assert job is not None
         return job
+
+    def job_for_key(self, idempotency_key: str) -> StoredJob | None:
+        """The job accepted under `idempotency_key`, unless it is gone or failed (then the key is free)."""
+        with self._guard:
+            return self._job_for_key(idempotency_key)
+
+    def _job_for_key(self, idempotency_key: str) -> StoredJob | None:
+        row = self._db.execute("SELECT jobs.* FROM idempotency JOIN jobs ON jobs.id = idempotency.job_id "
+                               "WHERE idempotency.key = ?", (idempotency_key,)).fetchone()
+        if row is None:
+            return None
+        job = _job(row)
+        return None if job.status is JobStatus.FAILED else job
 
     def check_room(self, max_queued: int) -> None:
         """QueueFullError if `max_queued` jobs wait already behind the running one (a cheap early
@@ -262,6 +306,7 @@ class JobStore:
         that `recover` removes); False if there was none."""
         with self._guard:
             cursor = self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            self._db.execute("DELETE FROM idempotency WHERE job_id = ?", (job_id,))
         return cursor.rowcount == 1
 
     def remove_files(self, job_id: str) -> None:

@@ -57,6 +57,10 @@ from ..request import (
 )
 from ..vocabulary import RENAMED_KEYS, warn_renamed
 
+# The header a submission carries so that sending it again (after a client was killed between the
+# server's answer and the moment it wrote the job's id down) gives back the same job instead of a
+# second one: the IETF draft's "Idempotency-Key", which `h3bridge serve` honours (jobs.py).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 VIDEOS_PATH = "/v1/videos"
 HEALTH_PATH = "/health"            # readiness probe: 200 once the server accepts jobs
 API_KEY_ENV = "H3BRIDGE_API_KEY"   # the bearer key, for the server and for clients
@@ -628,7 +632,7 @@ def error_from_body(body: object) -> VideoError | None:
 
 
 __all__ = [
-    "API_KEY_ENV", "DEFAULT_MODEL", "ErrorBody", "ErrorCode", "FIELDS", "FILE_FIELDS", "HEALTH_PATH",
+    "API_KEY_ENV", "DEFAULT_MODEL", "ErrorBody", "ErrorCode", "FIELDS", "FILE_FIELDS", "HEALTH_PATH", "IDEMPOTENCY_HEADER",
     "JobStatus", "LISTED_PROMPT_CHARS", "LongNumber", "PEER_FILE_FIELDS", "PEER_INLINE_FILE_FIELDS", "UploadedFile", "VIDEOS_PATH", "VideoDeleted", "VideoError", "VideoJob", "VideoList",
     "WireBody", "clip_shape", "decode_data_url", "error_from_body", "in_wire_words", "inline_file_text",
     "is_file_field", "normalise_name", "pairs_from_json", "progress_percent", "refusal_body",

@@ -41,6 +41,9 @@ Simulation-only environment variables (documented again in docs/sim-and-testing.
   H3_SIM_HANG_NOTICE   a file the sim creates (holding its pid) once a hang fault has fired, after
                        its last write: from then on it writes nothing, like upstream's silent
                        tiled VAE decode (h3.c:1618), so a test can act on a truly silent engine
+  H3_SIM_HOLD_PHASE    <phase>[:<done>]  report that progress, create H3_SIM_HOLD_NOTICE (if set),
+  H3_SIM_HOLD_RELEASE  then wait (silent) until the file H3_SIM_HOLD_RELEASE exists and go on: a
+  H3_SIM_HOLD_NOTICE   test holds a job at a known point, acts (kills a client, a server), releases it
   H3_SIM_FAIL_PHASE    <phase>[:<done>]  report that progress, then fail like a Metal error:
   H3_SIM_FAIL_MESSAGE  the message (default "Metal command buffer failed: Internal Error
                        (0000000e:Internal Error)"); main.c prints "h3: <message>", exit 1
@@ -278,6 +281,16 @@ class _Fault:
         return phase == self.phase and (self.done is None or self.done == done)
 
 
+def _notice(path: str | None) -> None:
+    """Create `path` holding this process's pid (a fault has fired), under a temporary name and
+    renamed, so a reader never sees it half-written."""
+    if path:
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(f"{os.getpid()}\n")
+        os.replace(temporary, path)
+
+
 class _Progress:
     """h3_generation_progress + h3_progress_emit (h3.c:639-653), with faults and time."""
 
@@ -288,6 +301,7 @@ class _Progress:
         self.scale = _time_scale()
         self.crash = _Fault.parse("H3_SIM_CRASH_PHASE")
         self.hang = _Fault.parse("H3_SIM_HANG_PHASE")
+        self.hold = _Fault.parse("H3_SIM_HOLD_PHASE")
         self.fail = _Fault.parse("H3_SIM_FAIL_PHASE")
         profile = os.environ.get("H3_PROFILE", "")
         self.profiling = bool(profile) and profile != "0"   # h3_gpu_profile_enabled (h3_gpu.m:175-178)
@@ -322,17 +336,16 @@ class _Progress:
             os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(5)   # the signal is delivered asynchronously on some platforms
         if self.hang and self.hang.matches(phase, done):
-            notice = os.environ.get("H3_SIM_HANG_NOTICE")
-            if notice:
-                # Everything this process will ever write is written (the progress line above was
-                # flushed): say so, then fall silent. Written under a temporary name and renamed,
-                # so a reader never sees it half-written.
-                temporary = f"{notice}.{os.getpid()}.tmp"
-                with open(temporary, "w") as handle:
-                    handle.write(f"{os.getpid()}\n")
-                os.replace(temporary, notice)
+            # Everything this process will ever write is written (the progress line above was
+            # flushed): say so, then fall silent.
+            _notice(os.environ.get("H3_SIM_HANG_NOTICE"))
             while True:
                 time.sleep(3600)
+        if self.hold and self.hold.matches(phase, done):
+            _notice(os.environ.get("H3_SIM_HOLD_NOTICE"))
+            release = os.environ.get("H3_SIM_HOLD_RELEASE") or ""
+            while not os.path.exists(release):
+                time.sleep(0.02)
         if self.fail and self.fail.matches(phase, done):
             raise SimError(os.environ.get("H3_SIM_FAIL_MESSAGE") or DEFAULT_FAIL_MESSAGE)
 

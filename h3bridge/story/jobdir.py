@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,17 @@ class FilmRecord:
 
 
 @dataclass
+class RemoteJobRecord:
+    """A shot submitted to a server and not finished yet: written down the moment the server
+    accepts it, so a run killed meanwhile resumes by following that job instead of paying for the
+    shot twice (engines/remote.py JobAdoption)."""
+
+    key: str          # the shot's plan key the job renders (another key: the job is not the shot's any more)
+    job_id: str
+    url: str          # the server (or proxy) it was submitted to
+
+
+@dataclass
 class Manifest:
     version: int = MANIFEST_VERSION
     storyboard: str = ""
@@ -80,6 +92,11 @@ class Manifest:
     # --redo N [--seed S]: the seed shot N renders with from then on (until redone again)
     seed_overrides: dict[int, int] = field(default_factory=dict)
     film: FilmRecord | None = None
+    # Server jobs submitted for shots not finished yet, by shot (see RemoteJobRecord).
+    remote_jobs: dict[int, RemoteJobRecord] = field(default_factory=dict)
+    # This job directory's name for its submissions (the Idempotency-Key of a shot's job is made
+    # from it): random, made once with the manifest.
+    story_id: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def take(self, index: int, key: str) -> ShotRecord | None:
         """The finished take of shot `index` made for `key`: the one in use, else an earlier one."""
@@ -98,6 +115,7 @@ class Manifest:
         data["shots"] = [asdict(record) for _, record in sorted(self.shots.items())]
         data["takes"] = [asdict(record) for _, record in sorted(self.takes.items())]
         data["seed_overrides"] = {str(k): v for k, v in sorted(self.seed_overrides.items())}
+        data["remote_jobs"] = {str(k): asdict(v) for k, v in sorted(self.remote_jobs.items())}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -110,8 +128,12 @@ class Manifest:
         takes = {(record.index, record.key): record
                  for record in [*shots.values(), *(ShotRecord(**item) for item in data.get("takes", []))]}
         film = FilmRecord(**data["film"]) if data.get("film") else None
+        # (a manifest written before shots' server jobs were kept has none, and gets a story id now)
+        remote_jobs = {int(k): RemoteJobRecord(**v) for k, v in data.get("remote_jobs", {}).items()}
+        story_id = data.get("story_id")
         return cls(version=MANIFEST_VERSION, storyboard=data.get("storyboard", ""), shots=shots, takes=takes,
-                   seed_overrides={int(k): int(v) for k, v in data.get("seed_overrides", {}).items()}, film=film)
+                   seed_overrides={int(k): int(v) for k, v in data.get("seed_overrides", {}).items()}, film=film,
+                   remote_jobs=remote_jobs, **({"story_id": story_id} if isinstance(story_id, str) else {}))
 
 
 def file_sha256(path: Path, *, follow_symlinks: bool = True) -> str:
@@ -277,4 +299,4 @@ def shown_name(name: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-__all__ = ["FilmRecord", "JobDir", "JobDirError", "Manifest", "ShotRecord", "file_sha256", "write_atomically"]
+__all__ = ["FilmRecord", "JobDir", "JobDirError", "Manifest", "RemoteJobRecord", "ShotRecord", "file_sha256", "write_atomically"]

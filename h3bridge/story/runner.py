@@ -35,7 +35,7 @@ from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
 from ..request import GenerationRequest
 from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
-from .jobdir import FilmRecord, JobDir, Manifest, ShotRecord, file_sha256
+from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
 from .plan import PlannedShot, StoryPlan, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
 
@@ -316,7 +316,37 @@ class _Runner:
         """Make `record` its shot's take and save the manifest (atomically): from here on it is finished."""
         with self._manifest_lock:
             self.manifest.use(record)
+            pending = self.manifest.remote_jobs.get(record.index)
+            if pending is not None and pending.key == record.key:     # its server job is done with
+                del self.manifest.remote_jobs[record.index]
             self.jobs.save(self.manifest)
+
+    def _adoption(self, shot: PlannedShot, engine: Engine) -> dict[str, object]:
+        """For a shot rendered on a server: the `adoption` option that writes its job's id down the
+        moment the server accepts it, and follows the job an earlier (killed) run submitted for this
+        very shot instead of paying for it twice. Nothing for a local engine."""
+        if not engine.capabilities.remote:
+            return {}
+        from ..engines.remote import JobAdoption, RemoteEngine
+        if not isinstance(engine, RemoteEngine):
+            return {}
+        url = engine.base_url
+        with self._manifest_lock:
+            pending = self.manifest.remote_jobs.get(shot.index)
+            story_id = self.manifest.story_id
+        # (asked of this URL even when it was submitted to another, e.g. a server restarted on a new
+        # port: a server that does not have the job answers 404, and the shot is submitted anew)
+        earlier = pending.job_id if pending is not None and pending.key == shot.key else None
+        if earlier is not None:
+            self.notice(f"shot {shot.index}: following job {earlier}, submitted by an earlier run")
+
+        def submitted(job_id: str) -> None:
+            with self._manifest_lock:
+                self.manifest.remote_jobs[shot.index] = RemoteJobRecord(shot.key, job_id, url)
+                self.jobs.save(self.manifest)
+
+        return {"adoption": JobAdoption(key=f"h3story-{story_id}-shot{shot.index}-{shot.key}", job_id=earlier,
+                                        on_submitted=submitted)}
 
     # ------------------------------------------------------------------ shots
 
@@ -443,7 +473,7 @@ class _Runner:
 
         try:
             result = engine.generate(request, video, want_frames=True, want_audio=True, on_progress=progress,
-                                     cancel=cancel)
+                                     cancel=cancel, **self._adoption(shot, engine))
         except BaseException:
             with self._report_lock:
                 self.in_flight.pop(shot.index, None)
