@@ -36,6 +36,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
@@ -180,6 +181,15 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             refusal = VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message, hint=error.hint,
                                  type="invalid_request_error")
             return None, JSONResponse(dialects.error_body(400, refusal, dialect), status_code=400)
+        except ClientDisconnect:
+            # The client closed the connection mid-body: nothing to answer and nothing is wrong with
+            # the server, so one quiet line (no traceback) and the partial upload is removed.
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            _log.info("POST %s: the client went away before its body was complete; nothing was queued",
+                      request.url.path)
+            return None, error_response(400, ErrorCode.INVALID_REQUEST, "the request body ended before it was "
+                                        "complete (the client closed the connection)",
+                                        hint="send the whole body")
         except BaseException:
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             raise
