@@ -107,3 +107,24 @@ def test_any_value_is_a_number_or_a_request_error(value) -> None:
             read()
         except RequestError as error:
             assert error.field == "f" and len(error.message) < 400
+
+
+def test_no_pattern_reads_more_than_a_numbers_length_of_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256 KiB field of digits ending in a letter once sent read_float's pattern backtracking for
+    hours (found by bench/fuzz_parsers.py): the text's length is now checked before any pattern."""
+    from h3bridge.safeio import numbers
+
+    class Bounded:
+        def __init__(self, pattern) -> None:
+            self.pattern = pattern
+
+        def fullmatch(self, text: str):
+            assert len(text) <= numbers.DEFAULT_MAX_DIGITS + numbers._FLOAT_TEXT_SLACK, len(text)
+            return self.pattern.fullmatch(text)
+
+    monkeypatch.setattr(numbers, "_FLOAT_TEXT", Bounded(numbers._FLOAT_TEXT))
+    monkeypatch.setattr(numbers, "_NOT_FINITE_TEXT", Bounded(numbers._NOT_FINITE_TEXT))
+    for text in ("9" * 256_000 + "x", "1." + "9" * 256_000 + "x", "-" + "0" * 256_000, "9" * 256_000):
+        with pytest.raises(RequestError, match="digits|characters long") as caught:
+            read_float(text, field="seconds")
+        assert len(caught.value.message) < 300

@@ -38,7 +38,7 @@ _FLOAT_TEXT_SLACK = 16
 PYTHON_INT_DIGITS = min(4300, getattr(sys, "get_int_max_str_digits", lambda: 0)() or 4300)
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NOT_FINITE_TEXT = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 
 
@@ -80,12 +80,11 @@ def _digits_of_text(text: str) -> int:
 
 def _shown(value: object) -> str:
     """The value as a message shows it; digit text as "(a N-digit number)" past 30 digits."""
-    if isinstance(value, LongNumber):
-        return repr(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if _INT_TEXT.fullmatch(text) and len(text) > 30:
-            return shown_value(whole_number(text))
+    text = value.text if isinstance(value, LongNumber) else value.strip() if isinstance(value, str) else None
+    if text is not None and len(text) > 30 and _INT_TEXT.fullmatch(text):
+        digits = _digits_of_text(text)       # counted, never converted: the text may be 256 KiB
+        if digits > 30:
+            return f"({'a negative' if text.startswith('-') else 'a'} {digits}-digit number)"
     return shown_value(value)
 
 
@@ -159,15 +158,15 @@ def read_float(value: object, *, field: str | None, minimum: float | None = None
         number = float(value)       # at most max_digits digits: no OverflowError below ~308
     else:
         text = value.text if isinstance(value, LongNumber) else value.strip()
-        if _NOT_FINITE_TEXT.fullmatch(text):
-            raise _refuse(field, value, f"must be {wanted}", fix)
-        if not _FLOAT_TEXT.fullmatch(text):
+        if len(text) > max_digits + _FLOAT_TEXT_SLACK:     # before any pattern or float() reads it
+            digits = _digits_of_text(text) if _INT_TEXT.fullmatch(text) else 0     # linear: one way to match
+            what = f"has {digits} digits" if digits > max_digits else f"is {len(text)} characters long"
+            raise _refuse(field, value, f"{what}; it must be {wanted}", fix)
+        if _NOT_FINITE_TEXT.fullmatch(text) or not _FLOAT_TEXT.fullmatch(text):
             raise _refuse(field, value, f"must be {wanted}", fix)
         digits = _digits_of_text(text)
         if digits > max_digits:
             raise _refuse(field, value, f"has {digits} digits; it must be {wanted}", fix)
-        if len(text) > max_digits + _FLOAT_TEXT_SLACK:     # zeros around the digits: still no number's text
-            raise _refuse(field, value, f"is {len(text)} characters long; it must be {wanted}", fix)
         number = float(text)
     if not math.isfinite(number):
         raise _refuse(field, value, f"must be {wanted}", fix)

@@ -250,7 +250,7 @@ def _not_uploaded(field: str, value: object) -> RequestError:
 
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 
 
