@@ -104,3 +104,12 @@ def test_a_frame_index_of_400_digits_is_a_400(app_client: TestClient) -> None:
     response = _post(app_client, body, str(BIG))
     assert response.status_code == 400, (response.status_code, response.text[:300])
     assert response.json()["error"]["param"] == "extra_params.frame_indices"
+
+
+@pytest.mark.parametrize("limit", ["-" + "9" * 400, "9" * 5000, "0", "101", "nan", "true", "1e3"])
+def test_a_hostile_list_limit_is_a_400_naming_it_with_a_fix(app_client: TestClient, limit: str) -> None:
+    response = app_client.get("/v1/videos", params={"limit": limit})
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert error["param"] == "limit" and error["message"].startswith("limit=") and error["hint"], error
+    assert len(error["message"]) < 300, error

@@ -212,24 +212,26 @@ def _flag_fix(what: str, minimum: float | None, maximum: float | None, greater_t
 
 # ----------------------------------------------------------------------------- pydantic
 
-def IntField(minimum: int | None = None, maximum: int | None = None, *,
+def IntField(minimum: int | None = None, maximum: int | None = None, *, field: str | None = None,
              max_digits: int = DEFAULT_MAX_DIGITS) -> Any:
     """`Annotated[int, IntField(0, 100)]` in a pydantic model (or a FastAPI parameter): the value
-    goes through read_int, its refusal a validation error naming the field."""
+    goes through read_int, its refusal a validation error naming the field (`field`, else the
+    model's name for it: FastAPI does not pass a query parameter's name)."""
     from pydantic import BeforeValidator, ValidationInfo
 
     def check(value: object, info: ValidationInfo) -> int:
-        return read_int(value, field=info.field_name, minimum=minimum, maximum=maximum, max_digits=max_digits)
+        return read_int(value, field=field or info.field_name, minimum=minimum, maximum=maximum,
+                        max_digits=max_digits)
     return BeforeValidator(check)
 
 
 def FloatField(minimum: float | None = None, maximum: float | None = None, *, greater_than: float | None = None,
-               max_digits: int = DEFAULT_MAX_DIGITS) -> Any:
+               field: str | None = None, max_digits: int = DEFAULT_MAX_DIGITS) -> Any:
     """`Annotated[float, FloatField(0.0)]`: as IntField, through read_float."""
     from pydantic import BeforeValidator, ValidationInfo
 
     def check(value: object, info: ValidationInfo) -> float:
-        return read_float(value, field=info.field_name, minimum=minimum, maximum=maximum,
+        return read_float(value, field=field or info.field_name, minimum=minimum, maximum=maximum,
                           greater_than=greater_than, max_digits=max_digits)
     return BeforeValidator(check)
 

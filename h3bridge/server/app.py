@@ -29,7 +29,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -40,6 +40,7 @@ from starlette.requests import ClientDisconnect
 
 from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
+from ..safeio.numbers import IntField
 from . import dialects
 from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, is_job_id, new_job_id
 from .peer_wire import Dialect
@@ -124,6 +125,10 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("query", "path"))
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, RequestError):       # a safeio.numbers refusal: its own words and fix
+            return error_response(400, ErrorCode.INVALID_REQUEST, cause.message, param=cause.field or where or None,
+                                  hint=cause.hint)
         return error_response(400, ErrorCode.INVALID_REQUEST, f"{where}: {first.get('msg', 'invalid')}",
                               param=where or None)
 
@@ -252,9 +257,8 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
                          max_queued=settings.max_queued)
 
     @app.get(VIDEOS_PATH)
-    def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:
-        if not 1 <= limit <= 100:
-            return error_response(400, ErrorCode.INVALID_REQUEST, f"limit={limit} must be in [1, 100]", param="limit")
+    def list_videos(after: str | None = None, limit: Annotated[int, IntField(1, 100, field="limit")] = 20,
+                    order: str = "desc") -> JSONResponse:
         if order not in ("asc", "desc"):
             return error_response(400, ErrorCode.INVALID_REQUEST, f"order={order!r} must be asc or desc",
                                   param="order")
