@@ -58,7 +58,8 @@ def _text(rng: random.Random) -> str:
     if roll < 0.4:
         return rng.choice(_WORDS)
     if roll < 0.6:
-        return _digits(rng).text + rng.choice(("", "", ".0", ".5", "e5", "e999", "x480"))
+        return rng.choice(("", "", "", "0" * 5000, "-" + "0" * 4400)) + _digits(rng).text.lstrip("-") + \
+            rng.choice(("", "", ".0", ".5", "e5", "e999", "x480"))
     if roll < 0.75:
         return "".join(chr(rng.choice((0, 1, 9, 10, 13, 27, 127, 0x85, 0x2028, 0xFEFF, rng.randint(32, 0x2FFF))))
                        for _ in range(rng.randint(0, 12)))

@@ -52,6 +52,7 @@ def test_what_is_not_a_whole_number_is_refused(value) -> None:
 def test_numbers_in_range_are_read_from_json_and_text() -> None:
     assert read_int(" 42 ", field="n", minimum=0, maximum=100) == 42
     assert read_int(-3, field="n") == -3
+    assert read_int("0" * 5000 + "7", field="n") == 7 and read_int("-" + "0" * 5000 + "7", field="n") == -7
     assert read_float("2.5", field="x", greater_than=0) == 2.5
     assert read_float(7, field="x") == 7.0 and isinstance(read_float(7, field="x"), float)
     assert read_float("1e3", field="x", maximum=1000) == 1000.0

@@ -130,7 +130,8 @@ def read_int(value: object, *, field: str | None, minimum: int | None = None, ma
         negative = value < 0 if isinstance(value, int) else text.startswith("-")
         nearest = (minimum if minimum is not None and negative else maximum if maximum is not None else example)
         raise _refuse(field, value, f"has {digits} digits; it must be {wanted}", hint or _use(field, nearest))
-    number = value if isinstance(value, int) else int(text)
+    # int() counts leading zeros against Python's 4,300-digit limit: only the significant digits go in.
+    number = value if isinstance(value, int) else int(text[:1].strip("0123456789") + (text.lstrip("+-").lstrip("0") or "0"))
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         nearest = minimum if minimum is not None and number < minimum else maximum
         raise _refuse(field, number, f"is out of range: it must be {wanted}", hint or _use(field, nearest))
