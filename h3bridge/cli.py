@@ -34,6 +34,8 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
     engines_from_args,
 )
 from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
+# Number flags go through safeio.numbers (bounded digits, finite); the ranges are the request's own rules.
+from .safeio.numbers import float_flag, int_flag
 from .request import (
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
@@ -100,20 +102,20 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
                        help="steps/layers/reuse bundle: " + ", ".join(
                            f"{name} ({p.steps} steps, {p.layers} layers, reuse {p.reuse})"
                            for name, p in PRESETS.items()) + "; explicit flags win")
-    group.add_argument("--width", type=int, default=DEFAULT_WIDTH, help=f"output width (default {DEFAULT_WIDTH})")
-    group.add_argument("--height", type=int, default=DEFAULT_HEIGHT,
+    group.add_argument("--width", type=int_flag(), default=DEFAULT_WIDTH, help=f"output width (default {DEFAULT_WIDTH})")
+    group.add_argument("--height", type=int_flag(), default=DEFAULT_HEIGHT,
                        help=f"output height (default {DEFAULT_HEIGHT})")
-    group.add_argument("--render-width", type=int, help="lower internal model width (with --render-height)")
-    group.add_argument("--render-height", type=int, help="lower internal model height (with --render-width)")
+    group.add_argument("--render-width", type=int_flag(), help="lower internal model width (with --render-height)")
+    group.add_argument("--render-height", type=int_flag(), help="lower internal model height (with --render-width)")
     length = group.add_mutually_exclusive_group()
-    length.add_argument("--frames", type=int, help="frames: 22, 39, 56, ... 362 (5 + 17n; default 56)")
-    length.add_argument("--seconds", type=float, help="duration at 24 fps, rounded up to a legal length")
-    group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    length.add_argument("--frames", type=int_flag(), help="frames: 22, 39, 56, ... 362 (5 + 17n; default 56)")
+    length.add_argument("--seconds", type=float_flag(), help="duration at 24 fps, rounded up to a legal length")
+    group.add_argument("--seed", type=int_flag(), default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
     quality = parser.add_argument_group("speed and quality")
-    quality.add_argument("--steps", type=int, help=f"denoising passes 2..1000 (default {DEFAULT_STEPS})")
-    quality.add_argument("--reuse", type=int, help="denoiser reuse: 1 close, 2 fast, 3 aggressive")
-    quality.add_argument("--layers", type=int, help=f"DiT blocks 35..{MAX_LAYERS}: 50 exact, 45 fast, 40 aggressive")
-    quality.add_argument("--core-reuse", type=int, help="core refresh 1..6: 1 exact, 4 fast, 6 aggressive")
+    quality.add_argument("--steps", type=int_flag(), help=f"denoising passes 2..1000 (default {DEFAULT_STEPS})")
+    quality.add_argument("--reuse", type=int_flag(), help="denoiser reuse: 1 close, 2 fast, 3 aggressive")
+    quality.add_argument("--layers", type=int_flag(), help=f"DiT blocks 35..{MAX_LAYERS}: 50 exact, 45 fast, 40 aggressive")
+    quality.add_argument("--core-reuse", type=int_flag(), help="core refresh 1..6: 1 exact, 4 fast, 6 aggressive")
     quality.add_argument("--token-reduction", action="store_true", help="pair video tokens in middle DiT blocks")
     quality.add_argument("--ssd-streaming", action="store_true",
                          help="stream BF16 DiT layers from SSD (24-32 GB Macs)")
@@ -527,7 +529,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
                         help="hash every shard (all cores) and compare; results cached by path, size and mtime")
     parser.add_argument("--rewrite-manifest", action="store_true",
                         help="record the current hashes as the reference (after replacing a file on purpose)")
-    parser.add_argument("--workers", type=int, help="hashing threads (default: all cores)")
+    parser.add_argument("--workers", type=int_flag(), help="hashing threads (default: all cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true",
                         help="list every shard with its size and status (default: only problems and a summary)")

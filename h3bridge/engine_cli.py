@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from .cancel import CancelToken
+from .safeio.numbers import float_flag
 from .errors import GenerationCancelled, RequestError, UnsupportedRequestError
 from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from .progress import WAITING_PHASE, ProgressEvent
@@ -173,7 +174,7 @@ def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
     with its own --engine)."""
     parser.add_argument("--force", action="store_true",
                         help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
-    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
+    parser.add_argument("--stall-timeout", type=float_flag(), default=600.0, metavar="SECONDS",
                         help="stop the engine after this long without progress (default 600; 0 disables)")
 
 

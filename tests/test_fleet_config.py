@@ -146,3 +146,64 @@ def test_the_default_retries_find_a_live_server_with_one_of_three_down() -> None
     assert default_retries(1) == 20 and default_retries(3) == 20 and default_retries(8) == 32
     assert (1 / 3) ** (default_retries(3) + 1) < 1e-6
     assert all((1 / n) ** (default_retries(n) + 1) < 1e-6 for n in range(2, 20))
+
+
+# ----------------------------------------------------------------------------- hostile flags (issue 29 item 4)
+
+LONG_HOST = "a" * 100_000
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("--server", f"http://user:{SECRET}@mac1.local:8765"), "--server"),
+    (("--server", f"http://{SECRET}@mac1.local:8765"), "--server"),
+    (("--vllm-omni", f"https://admin:{SECRET}@gpu.example:8000/v1"), "--vllm-omni"),
+    (("--server", f"http://{LONG_HOST}:8765"), "--server"),
+    (("--server", f"http://{LONG_HOST}.local"), "--server"),
+    (("--server", "http://mac\x01one.local:8765"), "--server"),
+    (("--server", "http://mac1.lo\x7fcal:8765"), "--server"),
+    (("--server", "http://mac1.local\u2028:8765"), "--server"),
+    (("--server", "http://mac one.local:8765"), "--server"),
+    (("--server", "http://a:1", "--model-name", "MiniMax-H3\nmodel_list: []"), "--model-name"),
+    (("--server", "http://a:1", "--model-name", "x" * 100_000), "--model-name"),
+    (("--server", "http://a:1", "--retries", str(10**400)), "--retries"),
+    (("--server", "http://a:1", "--retries", "9" * 5000), "--retries"),
+    (("--server", "http://a:1", "--retries", str(10**30)), "--retries"),
+    (("--server", "http://a:1", "--timeout", "inf"), "--timeout"),
+    (("--server", "http://a:1", "--timeout", "nan"), "--timeout"),
+    (("--server", "http://a:1", "--timeout", "1e999"), "--timeout"),
+    (("--server", "http://a:1", "--cooldown", "inf"), "--cooldown"),
+    (("--server", "http://a:1", "--cooldown", "nan"), "--cooldown"),
+], ids=["key in --server", "user only", "key in --vllm-omni", "100000-char host", "100000-char name",
+        "control char", "DEL", "line separator", "space", "newline in model", "100000-char model",
+        "400-digit retries", "5000-digit retries", "31-digit retries", "timeout inf", "timeout nan",
+        "timeout 1e999", "cooldown inf", "cooldown nan"])
+def test_hostile_flags_are_refused_naming_the_flag_without_echoing_secrets_or_floods(
+        tmp_path: Path, run, args: tuple[str, ...], flag: str) -> None:
+    done = run(*args, "-o", "litellm.yaml")
+    assert done.returncode == 2, done
+    assert flag in done.stderr and "fix:" in done.stderr, done.stderr
+    assert SECRET not in done.stderr and SECRET not in done.stdout
+    assert len(done.stderr) < 1500, len(done.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("settings", [
+    FleetSettings(servers=(FleetServer("http://a:1"),), retries=10**400),
+    FleetSettings(servers=(FleetServer("http://a:1"),), timeout_seconds=float("inf")),
+    FleetSettings(servers=(FleetServer("http://a:1"),), cooldown_seconds=float("nan")),
+    FleetSettings(servers=(FleetServer("http://a:1"),), model_name="a\rb"),
+    FleetSettings(servers=(FleetServer("http://a\tb:1"),)),
+], ids=["retries", "timeout", "cooldown", "model name", "tab in host"])
+def test_the_library_refuses_what_the_cli_refuses(settings: FleetSettings) -> None:
+    with pytest.raises(RequestError) as refused:
+        fleet_config(settings)
+    assert refused.value.field and refused.value.field.startswith("--") and refused.value.hint
+
+
+def test_the_server_urls_and_numbers_people_use_are_still_taken(tmp_path: Path, run) -> None:
+    done = run("--server", "http://[::1]:8765", "--server", "http://mac-1.local:8765/", "--sglang",
+               "https://gpu_box.example.com/v1", "--vllm-omni", "http://10.0.0.2:8000", "--retries", "0",
+               "--timeout", "1.5", "--cooldown", "30", "--model-name", "MiniMax H3")
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)
+    assert config["router_settings"]["num_retries"] == 0 and len(config["model_list"]) == 4

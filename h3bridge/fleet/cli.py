@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..safeio.numbers import float_flag, int_flag
 from ..server.wire import API_KEY_ENV
 from .config import (
     DEFAULT_ALLOWED_FAILS,
@@ -13,6 +14,8 @@ from .config import (
     DEFAULT_MODEL_NAME,
     DEFAULT_ROUTING,
     DEFAULT_TIMEOUT_SECONDS,
+    MAX_RETRIES,
+    MAX_SECONDS,
     ROUTING_STRATEGIES,
     FleetServer,
     FleetSettings,
@@ -52,14 +55,15 @@ def add_fleet_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--routing", default=DEFAULT_ROUTING, choices=ROUTING_STRATEGIES,
                         help=f"LiteLLM's routing strategy (default {DEFAULT_ROUTING}; docs/fleet.md has what "
                              "each did with our servers)")
-    parser.add_argument("--retries", type=int, metavar="N",
+    # The lower bounds are checked by fleet_config, in its own words; the adapters refuse what is no number.
+    parser.add_argument("--retries", type=int_flag(maximum=MAX_RETRIES), metavar="N",
                         help="how often the proxy retries a create on another pick of server (default: 4 per server, at least 20: "
                              "the pick is random, so a dead or full server may be picked again)")
-    parser.add_argument("--cooldown", type=float, default=DEFAULT_COOLDOWN_SECONDS, metavar="SECONDS",
+    parser.add_argument("--cooldown", type=float_flag(maximum=MAX_SECONDS), default=DEFAULT_COOLDOWN_SECONDS, metavar="SECONDS",
                         help="leave a server that failed alone this long (default 0: no cooldown; with "
                              "LiteLLM 1.110 a cooling server's jobs are polled on another server, "
                              "docs/fleet.md)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
+    parser.add_argument("--timeout", type=float_flag(maximum=MAX_SECONDS), default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
                         help=f"the proxy's wait for one answer of a server (default {DEFAULT_TIMEOUT_SECONDS:g})")
     parser.set_defaults(handler=run_fleet)
 

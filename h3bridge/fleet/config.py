@@ -28,6 +28,7 @@ references that the proxy resolves when it starts.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import re
 import tempfile
@@ -36,7 +37,8 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from ..errors import OutputExistsError, RequestError
+from ..errors import OutputExistsError, RequestError, shown_value
+from ..safeio.numbers import read_float, read_int
 from ..server.wire import API_KEY_ENV, DEFAULT_MODEL
 
 DEFAULT_MODEL_NAME = DEFAULT_MODEL                 # what clients ask the proxy for
@@ -54,6 +56,14 @@ _NEVER = 1_000_000      # RateLimitErrorAllowedFails: a 429 is a full queue, not
 # carries the clip; neither waits for a render.
 DEFAULT_TIMEOUT_SECONDS = 600.0
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The most a setting may say: a retry count or a wait in seconds past these is a typo, never a plan.
+MAX_RETRIES = 1000
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_MODEL_NAME_CHARS = 200
+# A host name as DNS spells it (RFC 1123 labels, `_` as docker and mDNS names use it), at most 253
+# characters; a name in another script is checked as its IDNA (punycode) form.
+_HOST_NAME = re.compile(r"(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                        r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
 
 
 class ServerKind(str, enum.Enum):
@@ -121,16 +131,59 @@ def check_env_name(name: str, flag: str) -> None:
                            hint=f"put the key in a variable and name it: export {API_KEY_ENV}=...; {flag} {API_KEY_ENV}")
 
 
+def shown_url(url: str) -> str:
+    """A URL as a message may show it: never its user or password (a key pasted into it), cut to
+    80 characters, control characters escaped."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        authority, slash, path = rest.partition("/")
+        if "@" in authority:
+            rest = "***@" + authority.rpartition("@")[2] + slash + path
+        url = scheme + sep + rest
+    elif "@" in url:
+        url = "***@" + url.rpartition("@")[2]
+    return shown_value(url)
+
+
+def _host_is_valid(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:          # an empty label, one over 63 characters, a character IDNA refuses
+        return False
+    return _HOST_NAME.fullmatch(ascii_host) is not None
+
+
 def check_server(server: FleetServer, flag: str) -> None:
+    shown = shown_url(server.url)
+    example = f"e.g. {flag} http://mac1.local:8765"
+    # urlsplit drops tabs and newlines and keeps other control characters: look at the text first.
+    if not server.url.isprintable() or any(char.isspace() for char in server.url):
+        raise RequestError(f"{flag} {shown} has a control character or a space in it", field=flag,
+                           hint=f"give the server's base URL as plain text, {example}")
     parts = urlsplit(server.url)
+    if "@" in parts.netloc:
+        # not echoed: what is before the @ is a user name and, most likely, the key itself
+        raise RequestError(f"{flag} {shown} carries a user name or key in the URL; the proxy's file holds no "
+                           "credentials", field=flag,
+                           hint=f"drop the user and key from the URL ({example}); put the key in an environment "
+                                f"variable and name it: {'--key-env' if server.kind is ServerKind.H3BRIDGE else '--peer-key-env'} NAME")
     try:
         port = parts.port
     except ValueError:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or parts.query or parts.fragment \
-            or parts.username or parts.password or parts.path.rstrip("/") not in ("", "/v1"):
-        raise RequestError(f"{flag} {server.url!r} is not a server's base URL", field=flag,
-                           hint=f"give it as the server prints it at start, e.g. {flag} http://mac1.local:8765")
+            or parts.path.rstrip("/") not in ("", "/v1"):
+        raise RequestError(f"{flag} {shown} is not a server's base URL", field=flag,
+                           hint=f"give it as the server prints it at start, {example}")
+    if not _host_is_valid(parts.hostname):
+        raise RequestError(f"{flag} {shown}: {shown_value(parts.hostname, limit=40)} is not a host name (letters, "
+                           "digits, - and . in labels of up to 63 characters, 253 in all) or an IP address",
+                           field=flag, hint=f"give the server's host name or address, {example}")
     if server.key_env is not None:
         check_env_name(server.key_env, "--key-env" if server.kind is ServerKind.H3BRIDGE else "--peer-key-env")
 
@@ -147,24 +200,35 @@ def fleet_config(settings: FleetSettings) -> dict[str, object]:
         flag = "--server" if server.kind is ServerKind.H3BRIDGE else f"--{server.kind.value}"
         check_server(server, flag)
         if server.deployment_id in seen:
-            raise RequestError(f"{flag} {server.url} names the same server as {seen[server.deployment_id]}",
+            raise RequestError(f"{flag} {shown_url(server.url)} names the same server as "
+                               f"{shown_url(seen[server.deployment_id])}",
                                field=flag, hint="give each server once")
         seen[server.deployment_id] = server.url
     if settings.routing not in ROUTING_STRATEGIES:
         raise RequestError(f"--routing {settings.routing!r} is not one of LiteLLM's routing strategies here",
                            field="--routing", hint=f"use one of {', '.join(ROUTING_STRATEGIES)} "
                                                    f"(default {DEFAULT_ROUTING})")
-    if settings.retries is not None and settings.retries < 0:
-        raise RequestError(f"--retries {settings.retries} must be 0 or more", field="--retries",
+    if isinstance(settings.retries, int) and not isinstance(settings.retries, bool) and settings.retries < 0:
+        raise RequestError(f"--retries {shown_value(settings.retries)} must be 0 or more", field="--retries",
                            hint="leave it out: one retry per other server")
-    if not settings.cooldown_seconds >= 0:
+    if settings.retries is not None:
+        read_int(settings.retries, field="--retries", minimum=0, maximum=MAX_RETRIES,
+                 hint=f"leave it out (four picks per server, at least 20), or give at most {MAX_RETRIES}")
+    if isinstance(settings.cooldown_seconds, (int, float)) and settings.cooldown_seconds < 0:
         raise RequestError(f"--cooldown {settings.cooldown_seconds:g} must be 0 (no cooldown) or more seconds",
                            field="--cooldown", hint="leave it out: no cooldown (docs/fleet.md says why)")
-    if not settings.timeout_seconds > 0:
+    read_float(settings.cooldown_seconds, field="--cooldown", minimum=0.0, maximum=MAX_SECONDS,
+               hint=f"leave it out: no cooldown (docs/fleet.md says why), or give at most {MAX_SECONDS:g} seconds")
+    if isinstance(settings.timeout_seconds, (int, float)) and settings.timeout_seconds <= 0:
         raise RequestError(f"--timeout {settings.timeout_seconds:g} must be more than 0 seconds",
                            field="--timeout", hint=f"use e.g. --timeout {DEFAULT_TIMEOUT_SECONDS:g}")
-    if not settings.model_name.strip() or ";" in settings.model_name:
-        raise RequestError(f"--model-name {settings.model_name!r} must be a non-empty name without ';'",
+    read_float(settings.timeout_seconds, field="--timeout", greater_than=0.0, maximum=MAX_SECONDS,
+               hint=f"use e.g. --timeout {DEFAULT_TIMEOUT_SECONDS:g} (at most {MAX_SECONDS:g} seconds)")
+    name = settings.model_name
+    if (not name.strip() or ";" in name or not name.isprintable() or len(name) > MAX_MODEL_NAME_CHARS
+            or name != name.strip()):
+        raise RequestError(f"--model-name {shown_value(name)} must be a name of 1 to {MAX_MODEL_NAME_CHARS} "
+                           "printable characters, without ';', line breaks or control characters",
                            field="--model-name", hint=f"use e.g. --model-name {DEFAULT_MODEL_NAME}")
     if settings.master_key_env is not None:
         check_env_name(settings.master_key_env, "--master-key-env")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import MediaError, OutputExistsError, RequestError
+from ..safeio.numbers import int_flag
 from .draw import draw_tiling
 from .grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, check_grid_settings, hex_grid, usable_resolutions
 
@@ -22,12 +23,12 @@ def add_hexgrid_command(subparsers: argparse._SubParsersAction) -> None:
         description="Draw the H3 tiling the ComfyUI hex nodes use: the frame is a whole-globe lat/lng map "
                     "(longitude across, latitude down), each cell in its own colour, blended across the "
                     "overlap bands, edges dark. Prints the cell count and the usable resolutions.")
-    parser.add_argument("--width", type=int, required=True, help="frame width in pixels")
-    parser.add_argument("--height", type=int, required=True, help="frame height in pixels")
-    parser.add_argument("--resolution", type=int, default=DEFAULT_RESOLUTION,
+    parser.add_argument("--width", type=int_flag(), required=True, help="frame width in pixels")
+    parser.add_argument("--height", type=int_flag(), required=True, help="frame height in pixels")
+    parser.add_argument("--resolution", type=int_flag(), default=DEFAULT_RESOLUTION,
                         help=f"H3 resolution (default {DEFAULT_RESOLUTION}, the largest cells; the usable range "
                              "depends on the frame size and is named if you leave it)")
-    parser.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_PX, metavar="PIXELS",
+    parser.add_argument("--overlap", type=int_flag(), default=DEFAULT_OVERLAP_PX, metavar="PIXELS",
                         help=f"blend band beyond each hexagon edge (default {DEFAULT_OVERLAP_PX}; 0 = hard edges)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="PNG to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")

@@ -29,16 +29,18 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
+from ..safeio.numbers import IntField
 from . import dialects
 from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, idempotency_key_problem, is_job_id, new_job_id
 from .peer_wire import Dialect
@@ -124,6 +126,10 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("query", "path"))
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, RequestError):       # a safeio.numbers refusal: its own words and fix
+            return error_response(400, ErrorCode.INVALID_REQUEST, cause.message, param=cause.field or where or None,
+                                  hint=cause.hint)
         return error_response(400, ErrorCode.INVALID_REQUEST, f"{where}: {first.get('msg', 'invalid')}",
                               param=where or None)
 
@@ -197,6 +203,15 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             refusal = VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message, hint=error.hint,
                                  type="invalid_request_error")
             return None, JSONResponse(dialects.error_body(400, refusal, dialect), status_code=400)
+        except ClientDisconnect:
+            # The client closed the connection mid-body: nothing to answer and nothing is wrong with
+            # the server, so one quiet line (no traceback) and the partial upload is removed.
+            shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
+            _log.info("POST %s: the client went away before its body was complete; nothing was queued",
+                      request.url.path)
+            return None, error_response(400, ErrorCode.INVALID_REQUEST, "the request body ended before it was "
+                                        "complete (the client closed the connection)",
+                                        hint="send the whole body")
         except BaseException:
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
             raise
@@ -259,9 +274,8 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
                          max_queued=settings.max_queued, idempotency_key=idempotency_key)
 
     @app.get(VIDEOS_PATH)
-    def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> JSONResponse:
-        if not 1 <= limit <= 100:
-            return error_response(400, ErrorCode.INVALID_REQUEST, f"limit={limit} must be in [1, 100]", param="limit")
+    def list_videos(after: str | None = None, limit: Annotated[int, IntField(1, 100, field="limit")] = 20,
+                    order: str = "desc") -> JSONResponse:
         if order not in ("asc", "desc"):
             return error_response(400, ErrorCode.INVALID_REQUEST, f"order={order!r} must be asc or desc",
                                   param="order")

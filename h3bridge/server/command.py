@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import EngineNotFoundError, MemoryPlanError, RequestError
+from ..errors import EngineNotFoundError, MemoryPlanError, RequestError, shown_value
+from ..safeio.numbers import float_flag, int_flag, read_int
 from .jobs import DEFAULT_MAX_QUEUED
 from .uploads import MiB, UploadLimits
 from .wire import API_KEY_ENV
@@ -37,7 +38,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                     f"Binds {DEFAULT_HOST} unless told otherwise; any other address needs an API key "
                     f"(${API_KEY_ENV}).")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=int_flag(0, 65535), default=DEFAULT_PORT,
                         help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed at start)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="where the queue, the uploads and the clips live (default: h3bridge's cache "
@@ -54,9 +55,9 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-key", metavar="KEY",
                         help=f"require Authorization: Bearer KEY (default ${API_KEY_ENV}; prefer the "
                              "variable: a flag shows in the process list and the shell history)")
-    parser.add_argument("--max-upload-mb", type=float, default=UploadLimits.max_file_bytes / MiB, metavar="MB",
+    parser.add_argument("--max-upload-mb", type=float_flag(greater_than=0, maximum=1024 * 1024), default=UploadLimits.max_file_bytes / MiB, metavar="MB",
                         help=f"largest file one request may upload (default {UploadLimits.max_file_bytes // MiB})")
-    parser.add_argument("--max-uploads", type=int, default=UploadLimits.max_files, metavar="N",
+    parser.add_argument("--max-uploads", type=int_flag(1, 10_000), default=UploadLimits.max_files, metavar="N",
                         help=f"most files one request may upload (default {UploadLimits.max_files})")
     parser.add_argument("--max-queued", type=_max_queued, default=DEFAULT_MAX_QUEUED, metavar="N",
                         help=f"jobs that may wait behind the running one (default {DEFAULT_MAX_QUEUED}; 0: no "
@@ -74,12 +75,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
 
 def _max_queued(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
+        value = read_int(text, field=None)
+    except RequestError:
         value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0 (0: no bound; "
-                                         f"default {DEFAULT_MAX_QUEUED})")
+        raise argparse.ArgumentTypeError(f"{shown_value(text)} is not a whole number >= 0 (0: no bound; "
+                                         f"default {DEFAULT_MAX_QUEUED}); fix: give a whole number of jobs, "
+                                         "e.g. --max-queued 1 behind h3bridge fleet")
     return value
 
 

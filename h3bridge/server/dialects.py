@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import RequestError, shown_value
 from ..geometry import FPS, MAX_PIXELS
 from ..media.decode import probe_media
+from ..safeio.numbers import json_int, read_float, read_int
 from .peer_wire import (
     AUDIO_FLOW_SHIFT,
     AUTO_ASPECT_RATIOS,
@@ -126,23 +127,16 @@ def _as_json(name: str, value: object) -> object:
     """A JSON field's value: as sent in a JSON body, or parsed from a form's text."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
+            return json.loads(value, parse_int=json_int)
+        except (ValueError, RecursionError):
             raise _refuse(name, f"{name} must be JSON; {shown_value(value, limit=60)} is not", f"send {name} as a "
                           "JSON value, e.g. " + ('{"task": "t2va"}' if name == "extra_params" else "[...]")) from None
     return value
 
 
 def _as_number(name: str, value: object) -> float:
-    if isinstance(value, bool):
-        raise _refuse(name, f"{name} must be a number, not {shown_value(value)}", f"send {name} as a number")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise _refuse(name, f"{name} must be a number, not {shown_value(value)}", f"send {name} as a number") from None
-    if not math.isfinite(number):
-        raise _refuse(name, f"{name} must be a finite number, not {shown_value(value)}", f"send {name} as a number")
-    return number
+    """A peer's number field, read by safeio.numbers: finite, of a bounded number of digits."""
+    return read_float(value, field=name, hint=f"send {name} as a number")
 
 
 def _as_bool(name: str, value: object) -> bool:
@@ -419,13 +413,14 @@ class _Translation:
 
     def _check_explicit_ratio(self, field: str, ratio_text: str, ratio: float) -> None:
         values = dict(self.pairs)
+        if "size" in values:
+            w_given, _, h_given = str(values["size"]).lower().partition("x") if isinstance(values["size"], str) \
+                else ("", "", "")
+        else:
+            w_given, h_given = values.get("width"), values.get("height")
         try:
-            if "size" in values:
-                w_text, _, h_text = str(values["size"]).lower().partition("x")
-                width, height = int(w_text), int(h_text)
-            else:
-                width, height = int(str(values.get("width"))), int(str(values.get("height")))
-        except ValueError:
+            width, height = read_int(w_given, field="width"), read_int(h_given, field="height")
+        except RequestError:
             return          # request_from_wire names the malformed size or width/height
         if height <= 0 or width <= 0:
             return

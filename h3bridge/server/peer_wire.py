@@ -42,6 +42,7 @@ from typing import Any, Mapping
 from ..errors import RequestError, shown_value
 from ..geometry import CANVAS_MULTIPLE, FPS, MAX_PIXELS, largest_canvas_like, legal_frame_counts
 from ..request import MAX_LAYERS, GenerationRequest, ReferenceImageSize, ReferenceKind
+from ..safeio.numbers import read_int
 from .wire import JobStatus, VideoJob
 
 
@@ -89,10 +90,13 @@ VLLM_AUDIO_SUFFIXES = (".wav", ".mp3")
 def parse_ratio(text: str) -> float | None:
     """`W:H` as W/H, or None when it is not two positive whole numbers."""
     left, sep, right = str(text).partition(":")
-    if not sep or not left.strip().isdigit() or not right.strip().isdigit():
+    if not sep:
         return None
-    width, height = int(left), int(right)
-    return width / height if width > 0 and height > 0 else None
+    try:          # safeio.numbers: ASCII digits only ("²".isdigit() is True), of a bounded length
+        width, height = read_int(left, field="aspect_ratio", minimum=1), read_int(right, field="aspect_ratio", minimum=1)
+    except RequestError:
+        return None
+    return width / height
 
 
 def canvas_for_ratio(ratio: float, short_edge: int = PEER_SHORT_EDGE) -> tuple[int, int]:

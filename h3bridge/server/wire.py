@@ -35,7 +35,6 @@ import base64
 import binascii
 import enum
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from ..errors import RequestError, shown_value
+from ..safeio.numbers import LongNumber, json_int, read_float, read_int, whole_number
 from ..geometry import FPS
 from ..request import (
     DEFAULT_FRAMES,
@@ -253,43 +253,9 @@ def _not_uploaded(field: str, value: object) -> RequestError:
                              f"{field}=open(path, 'rb')), or send {{\"{_INLINE_FILE_KEY}\": \"data:...;base64,...\"}}")
 
 
-_INT_TEXT = re.compile(r"[+-]?\d+")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
-
-
-@dataclass(frozen=True)
-class LongNumber:
-    """A JSON integer literal longer than Python reads (`json_int`), kept as its text so the field
-    it was given for is named when it is refused."""
-
-    text: str
-
-    def __repr__(self) -> str:
-        return shown_value(whole_number(self.text))
-
-
-# int(str) refuses more digits than this (CPython's guard against quadratic conversion time;
-# sys.get_int_max_str_digits, 4300 unless lowered).
-_PYTHON_INT_DIGITS = min(4300, getattr(sys, "get_int_max_str_digits", lambda: 0)() or 4300)
-
-
-def json_int(text: str) -> int | LongNumber:
-    """json.loads's parse_int: an int, or a LongNumber past Python's digit limit (int() would
-    raise ValueError, a 500, before any field is known)."""
-    return int(text) if len(text) <= _PYTHON_INT_DIGITS else LongNumber(text)
-
-
-def whole_number(text: str) -> int:
-    """Whole-number text (sign, digits) as an int, at any length. Past Python's digit limit no
-    setting can take the value, so it stands in by its size alone, 10**(N-1) for N digits: the
-    request's rules then refuse it, showing "(a N-digit number)" and the setting's range."""
-    text = text.strip()
-    if len(text) <= _PYTHON_INT_DIGITS:
-        return int(text)
-    negative = text.startswith("-")
-    significant = len(text.lstrip("+-").lstrip("0"))
-    number = 10 ** (significant - 1) if significant else 0
-    return -number if negative else number
 
 
 # What each kind of field takes, for refusing a list or an object given for one.
@@ -310,23 +276,28 @@ def _require_plain_value(spec: BodyField, name: str, value: object) -> None:
 
 def _typed(spec: BodyField, value: object) -> object:
     """`value` as spec.kind when it is that or its usual text form; anything else is passed on
-    unchanged, for GenerationRequest.validate to refuse in its own words."""
+    unchanged, for GenerationRequest.validate to refuse in its own words. A number is read by
+    safeio.numbers, so one of hundreds of digits is refused here, naming the request's field."""
+    if spec.kind is int and _is_number(value, _INT_TEXT):
+        return read_int(value, field=spec.target, hint=f"send {spec.name} as a whole number in the setting's range")
+    if spec.kind is float and (_is_number(value, _FLOAT_TEXT) or isinstance(value, float)):
+        return read_float(value, field=spec.target, hint=f"send {spec.name} as a finite number, e.g. 5")
     if isinstance(value, LongNumber):
-        return whole_number(value.text)
-    if spec.kind is int and isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
-        return whole_number(value)
-    if spec.kind is float and isinstance(value, str):
-        try:
-            return float(value) if "." in value or "e" in value.lower() else whole_number(value)
-        except ValueError:
-            return value
+        return whole_number(value.text)      # not a number field: validate refuses it, showing its size
     if spec.kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
     return value
 
 
+def _is_number(value: object, text: re.Pattern[str]) -> bool:
+    """A JSON integer (of any length) or number text: what safeio.numbers reads for a number field."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, LongNumber)) or (isinstance(value, str) and text.fullmatch(value.strip()) is not None)
+
+
 def _parse_size(value: object) -> tuple[object, object]:
-    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value) if isinstance(value, str) else None
+    match = re.fullmatch(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*", value) if isinstance(value, str) else None
     if match is None:
         raise RequestError(f"size={shown_value(value)} must be WIDTHxHEIGHT, e.g. 864x480", field="size",
                            hint="use size=864x480, or width and height")

@@ -13,6 +13,7 @@ from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run
                           cancelled_status, engines_from_args)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import WAITING_PHASE
+from ..safeio.numbers import int_flag
 from .plan import StoryMemoryError
 from .runner import MAX_PARALLEL, StoryProgress, default_job_dir
 from .storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
@@ -36,14 +37,14 @@ def add_story_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--job-dir", type=Path, metavar="DIR",
                         help=f"where the shots and the manifest live (default: FILM{'.h3story'} beside the film)")
     review = parser.add_argument_group("review")
-    review.add_argument("--redo", type=int, metavar="N",
+    review.add_argument("--redo", type=int_flag(), metavar="N",
                         help="re-roll shot N with a new seed (and render again the shots continuing from it)")
-    review.add_argument("--seed", type=int, metavar="S", help="with --redo: the seed for shot N")
-    review.add_argument("--only", type=int, metavar="N",
+    review.add_argument("--seed", type=int_flag(), metavar="S", help="with --redo: the seed for shot N")
+    review.add_argument("--only", type=int_flag(), metavar="N",
                         help="render shots 1..N and stop, for a look (their MP4s are in the job directory)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a film at -o that this story's job did not write")
-    parser.add_argument("--parallel", type=int, default=1, metavar="N",
+    parser.add_argument("--parallel", type=int_flag(), default=1, metavar="N",
                         help=f"with --remote: render up to N independent shots at once (1-{MAX_PARALLEL}; default "
                              "1). Shots after a cut start at once; an anchor or tail shot waits for the shot it "
                              "continues. The film is the same as one rendered shot after shot")
