@@ -191,3 +191,13 @@ def test_a_record_of_the_wrong_shape_counts_as_no_record(text: str, hub: TestHub
     assert _quiet(root).report.ok
     written = json.loads(record.read_text())
     assert isinstance(written["placed"], dict) and all(isinstance(v, str) for v in written["placed"].values())
+
+
+def test_a_record_write_killed_midway_does_not_block_every_rerun(hub: TestHub, tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    assert _quiet(root).report.ok
+    # what a SIGKILL between the record writer's mkstemp and its rename leaves (verify.py's
+    # _atomic_write_json): a ".tmp" the model check counts as an unfinished download
+    leftover = root / RECORD.parent / ".download.json.k1ll3d.tmp"
+    leftover.write_text('{"placed": {')
+    assert _quiet(root).report.ok and not leftover.exists()

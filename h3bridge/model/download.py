@@ -411,19 +411,22 @@ def plan_download(directory: str | Path, *, partition: str = ALL, revision: str 
     _find_done(plan, placed)      # type: ignore[arg-type]
     directory.mkdir(parents=True, exist_ok=True)
     plan.links = _links_work(directory)
-    _drop_finished_parts(plan)
+    _drop_leftovers(plan)
     return plan
 
 
-def _drop_finished_parts(plan: DownloadPlan) -> None:
-    """A .part whose content is already in place everywhere it goes (a run stopped between placing
-    a file and removing its .part, e.g. by a full disk) is removed: kept, it would count as an
-    unfinished download at every rerun while nothing is left to download."""
+def _drop_leftovers(plan: DownloadPlan) -> None:
+    """What a stopped run of h3bridge's own leaves and no run continues from: a .part whose content
+    is already in place everywhere it goes (a run stopped between placing a file and removing its
+    .part, e.g. by a full disk), and the record writer's temporary (a run killed between writing
+    and renaming it). Kept, each would count as an unfinished download at every rerun, while
+    nothing is left to download."""
     pending = {plan.part_path(key) for key in plan.groups}
     finished = {plan.part_path(f.key) for f in plan.files if f.path in plan.done} - pending
-    for part in finished:
-        if part.is_file() and not part.is_symlink():
-            part.unlink()
+    record_temporaries = set((plan.directory / RECORD.parent).glob(f".{RECORD.name}.*.tmp"))
+    for leftover in finished | record_temporaries:
+        if leftover.is_file() and not leftover.is_symlink():
+            leftover.unlink()
 
 
 def _find_done(plan: DownloadPlan, placed: dict[str, str]) -> None:
