@@ -154,3 +154,51 @@ def test_call_with_deadline_returns_raises_or_times_out() -> None:
         call_with_deadline(lambda: never.wait(600), 0.05, "a silent hub")
     assert "a silent hub did not answer within 0.05 s" in caught.value.message
     never.set()
+
+
+@pytest.mark.parametrize("what", ["headers", "body"])
+def test_a_server_dripping_bytes_is_cut_off_by_the_watchdog(what: str, tmp_path: Path) -> None:
+    """A real socket dripping a byte every 0.05 s: each read returns, so no read timeout ever
+    fires. The headers must come within stall_window; the body is held to the deadline (and the
+    stall rule) between and during reads. The server gives up by itself after HOLD seconds, so code
+    without the bound ends with a wrong answer rather than hanging."""
+    import socket
+    import threading
+    import time
+    HOLD = 30.0
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    stop = threading.Event()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nX-Padding: " + b"p" * 2000 + b"\r\n\r\n"
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            if what == "body":
+                connection.sendall(head)
+            until = time.monotonic() + HOLD
+            try:
+                for index in range(len(head) if what == "headers" else 100000):
+                    if stop.wait(0.05) or time.monotonic() > until:
+                        return
+                    connection.sendall(head[index:index + 1] if what == "headers" else b"x")
+            except OSError:
+                return                                  # the client cut the connection
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/file"
+    limits = FetchLimits(connect_timeout=5.0, read_timeout=HOLD * 4, stall_window=1.0 if what == "headers" else 600.0,
+                         stall_bytes=0, deadline=None if what == "headers" else 1.0)
+    try:
+        with pytest.raises(FetchTimeout) as caught:
+            fetch_to_file(url, tmp_path / "f.part", size=100000, limits=limits)
+    finally:
+        stop.set()
+        server.join(HOLD * 2)
+        listener.close()
+    expected = "did not send its answer (status and headers) within 1 s" if what == "headers" \
+        else "did not finish by the deadline"
+    assert expected in caught.value.message

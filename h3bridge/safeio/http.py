@@ -10,6 +10,11 @@ this module adds the bounds a download needs and no HTTP client has by itself:
   stopped. It is judged on bytes over time, not on "something arrived";
 * an overall deadline (`deadline`, seconds, or the absolute `deadline_at` a caller shares across
   attempts);
+* a watchdog for what happens inside httpx between two pieces of the body: the status and headers
+  must arrive within `stall_window` (a server dripping its headers a byte at a time never trips a
+  read timeout either), and the deadline holds during a read. When either passes, the watchdog
+  shuts the connection's socket down (found through httpcore's `trace` extension), so the read
+  blocked in httpx returns at once;
 * the declared size: nothing past `size` bytes is ever written. A Content-Length over it is refused
   before the body is read, and a body (chunked, or lying) that goes on past it stops there:
   `FetchTooLong`;
@@ -143,21 +148,93 @@ def fetch_to_file(url: str, part: str | os.PathLike[str], *, size: int, headers:
             request_headers["Accept-Encoding"] = "identity"
             if offset:
                 request_headers["Range"] = f"bytes={offset}-"
+            watchdog = _Watchdog()
             try:
+                answer_by = time.monotonic() + limits.stall_window
+                watchdog.arm(answer_by if deadline_at is None else min(answer_by, deadline_at),
+                             f"{shown} did not send its answer (status and headers) within "
+                             f"{limits.stall_window:g} s" if deadline_at is None or answer_by <= deadline_at
+                             else f"the deadline for {shown} passed before it answered")
                 with http.stream("GET", url, headers=request_headers,          # type: ignore[attr-defined]
-                                 timeout=_timeout(limits, deadline_at, shown, offset)) as response:
+                                 timeout=_timeout(limits, deadline_at, shown, offset),
+                                 extensions={"trace": watchdog.trace}) as response:
+                    watchdog.arm(deadline_at, f"{shown} did not finish by the deadline")
                     offset = _check_response(response, sink, offset, size, shown)
                     _read_body(response, sink, offset, size, shown, limits, deadline_at, write_chunk, on_bytes)
-            except httpx.TimeoutException as error:
-                what = "connect" if isinstance(error, httpx.ConnectTimeout) else "answer"
-                raise FetchTimeout(f"{shown} did not {what} within {_seconds(limits, deadline_at, error)}",
-                                   url=shown, received=sink.tell()) from None
-            except httpx.HTTPError as error:     # refused, reset, a body that ended early, a protocol error
-                raise FetchConnectionError(f"the connection to {shown} failed: {error or type(error).__name__}",
-                                           url=shown, received=sink.tell()) from None
+            except (httpx.HTTPError, FetchConnectionError) as error:
+                if watchdog.fired is not None:        # the watchdog cut the connection: say why
+                    raise FetchTimeout(watchdog.fired, url=shown, received=sink.tell()) from None
+                if isinstance(error, FetchConnectionError):
+                    raise
+                raise _from_httpx(error, shown, limits, deadline_at, sink.tell()) from None
+            finally:
+                watchdog.disarm()
     finally:
         if own_client:
             http.close()      # type: ignore[attr-defined]
+
+
+def _from_httpx(error: Exception, shown: str, limits: FetchLimits, deadline_at: float | None,
+                received: int) -> FetchError:
+    import httpx
+    try:
+        raise error
+    except httpx.TimeoutException:
+        what = "connect" if isinstance(error, httpx.ConnectTimeout) else "answer"
+        return FetchTimeout(f"{shown} did not {what} within {_seconds(limits, deadline_at, error)}",
+                            url=shown, received=received)
+    except httpx.HTTPError:     # refused, reset, a body that ended early, a protocol error
+        return FetchConnectionError(f"the connection to {shown} failed: {error or type(error).__name__}",
+                                    url=shown, received=received)
+
+
+class _Watchdog:
+    """Cuts the connections of one fetch when a time passes (arm), by shutting their sockets down:
+    a read blocked inside httpx then returns with an error, and `fired` says why. The sockets are
+    those httpcore opens for this request (its `trace` extension reports each new connection)."""
+
+    def __init__(self) -> None:
+        self.sockets: list[object] = []
+        self.fired: str | None = None
+        self.timer: threading.Timer | None = None
+        self.lock = threading.Lock()
+
+    def trace(self, event: str, info: dict) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                with self.lock:
+                    self.sockets.append(sock)
+                    if self.fired is not None:
+                        self._cut(sock)
+
+    def arm(self, at: float | None, reason: str) -> None:
+        self.disarm()
+        if at is None:
+            return
+        self.timer = threading.Timer(max(at - time.monotonic(), 0.0), self._fire, args=(reason,))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _fire(self, reason: str) -> None:
+        with self.lock:
+            self.fired = reason
+            for sock in self.sockets:
+                self._cut(sock)
+
+    @staticmethod
+    def _cut(sock: object) -> None:
+        import socket
+        try:
+            sock.shutdown(socket.SHUT_RDWR)       # type: ignore[attr-defined]
+        except OSError:
+            pass                                   # already closed: nothing left to cut
 
 
 def _open_part(part: Path):
