@@ -330,11 +330,20 @@ def _hash_of(path: Path, item: HubFile) -> str:
     from .verify import sha256_file
     if item.sha256:
         return sha256_file(path)
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    try:
+        with open_regular(path, _not_a_file) as handle:      # never a FIFO or a device
+            digest = hashlib.sha1(f"blob {os.fstat(handle.fileno()).st_size}\0".encode())
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise IntegrityError(f"{path}: cannot read: {error.strerror or error}", path=path,
+                             hint="check the file and its disk, then run the same command again") from None
     return digest.hexdigest()
+
+
+def _not_a_file(path: Path, kind: str) -> ModelError:
+    return ModelError(f"{path} is in the way: it is {kind}{symlink_note(path)}, not a regular file",
+                      hint=f"move it away (`mv {path} {path}.mine`), then run the same command again")
 
 
 def _expected(item: HubFile) -> str:
