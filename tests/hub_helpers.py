@@ -42,7 +42,8 @@ REPO = "MiniMaxAI/MiniMax-H3"
 COMMIT = hashlib.sha1(b"h3bridge test hub").hexdigest()
 READY_TIMEOUT = 60.0     # a safety net on a loaded machine, not an expected time
 HOLD_TIMEOUT = 900.0     # pause_after's hold: ends when the test or the hub's exit releases it
-ENDLESS_SAFETY = 64 << 20    # an endless body stops here: a client without a bound ends, wrongly, instead of filling a disk
+# an endless body stops here: a client without a bound ends (wrongly) instead of filling a disk
+ENDLESS_SAFETY = 64 << 20
 
 
 def git_blob_id(data: bytes) -> str:

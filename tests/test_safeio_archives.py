@@ -71,7 +71,8 @@ def test_setuid_setgid_and_group_write_bits_are_dropped_and_the_tree_unpacks(fil
 
 
 def test_the_callers_caps_on_size_and_members_refuse_before_writing(tmp_path: Path) -> None:
-    big = make_tar(tmp_path / "big.tar.gz", [member("a", data=b"\0" * (600 << 10)), member("b", data=b"\0" * (600 << 10))])
+    half = b"\0" * (600 << 10)
+    big = make_tar(tmp_path / "big.tar.gz", [member("a", data=half), member("b", data=half)])
     into = tmp_path / "into"
     into.mkdir()
     with pytest.raises(ArchiveError) as caught:

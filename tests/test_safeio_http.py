@@ -66,7 +66,8 @@ def test_a_wrong_content_range_is_refused_before_writing(tmp_path: Path) -> None
     part.write_bytes(DATA[:1000])
 
     def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(206, content=DATA[500:], headers={"Content-Range": f"bytes 500-{len(DATA) - 1}/{len(DATA)}"})
+        return httpx.Response(206, content=DATA[500:],
+                              headers={"Content-Range": f"bytes 500-{len(DATA) - 1}/{len(DATA)}"})
 
     with pytest.raises(FetchConnectionError) as caught:
         fetch_to_file(URL, part, size=len(DATA), client=_client(answer))

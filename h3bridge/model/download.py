@@ -20,9 +20,9 @@ and every rerun continues that same commit, so a moved `main` never mixes two sn
 Resuming: each file is fetched through safeio/http.py (httpx; connect and read timeouts, a stall
 bound, a deadline, never a byte past the listed size; a Range request from what is kept, again at
 once after a dropped connection that delivered bytes) into DIR/.cache/h3bridge/download/<hash>.part,
-which survives Ctrl-C and is continued from its size by the next run; a finished file is hashed (SHA-256 against the hub's
-LFS oid; the git blob id for small files), its safetensors header checked (what h3 cannot load:
-misaligned data, quantized tensors), then linked into place atomically. A file at a destination
+which survives Ctrl-C and is continued from its size by the next run; a finished file is hashed
+(SHA-256 against the hub's LFS oid; the git blob id for small files), its safetensors header
+checked (what h3 cannot load: misaligned data, quantized tensors), then linked into place atomically. A file at a destination
 that h3bridge did not put there and that differs from the hub's is never replaced.
 """
 from __future__ import annotations
@@ -180,9 +180,9 @@ RECORD_LIMIT = 4 << 20      # the record of a ~200-file checkpoint is ~40 KB; a 
 
 def _refuse_record(path: Path, kind: str) -> ModelError:
     return ModelError(f"{path} is {kind}{symlink_note(path)}, not h3bridge's download record (a regular JSON file); "
-                      "h3bridge does not read or replace it", hint=f"remove it (`rm {path}`), then run the same "
-                                                                   "command again: the download continues from the files "
-                                                                   "in place")
+                      "h3bridge does not read or replace it",
+                      hint=f"remove it (`rm {path}`), then run the same command again: the download continues "
+                           "from the files in place")
 
 
 def _read_record(directory: Path) -> dict[str, object]:
@@ -528,7 +528,8 @@ def _fetch(plan: DownloadPlan, key: str, item: HubFile, *, progress: bool, limit
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise _disk_full(plan, item, again) from None
             raise ModelError(f"cannot write the download of {item.path} into {part.parent}: "
-                             f"{error.strerror or error}", hint=f"check that folder and its disk, then {again}") from None
+                             f"{error.strerror or error}",
+                             hint=f"check that folder and its disk, then {again}") from None
         # A connection that delivered bytes before it broke is picked up again at once (a Range
         # request from what is kept), within the file's deadline; a few that deliver nothing are
         # reported, as is a stall, a timeout or an HTTP error.
