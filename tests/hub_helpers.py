@@ -14,6 +14,14 @@ connection), `corrupt.add(path)` (every GET serves one byte changed; the publish
 `fail_with[path] = status` (every GET of `path` answers that HTTP status),
 `pause_after[path] = n` (the first GET sends n bytes, sets `paused`, and waits for `release`),
 `before_get` (called with the path before a GET is answered). `log` records every request.
+
+Misbehaving hubs (each held at most `hold_for` seconds, so a client without bounds ends in a wrong
+result instead of hanging the test): `silent_listing` (the listing is never answered),
+`drip_listing` (the listing's body comes one byte per `drip_interval`), `silent` (a GET of the
+path is never answered), `drip` (a GET sends its headers, then one byte per `drip_interval`),
+`endless` (a GET sends a chunked body, no Content-Length, that repeats the file and never ends;
+ENDLESS_SAFETY bytes at most), `listed_size[path]` (the size the listing gives, the bytes served stay).
+`sent[path]` counts the body bytes a GET of the path handed to the server.
 """
 from __future__ import annotations
 
@@ -34,6 +42,8 @@ REPO = "MiniMaxAI/MiniMax-H3"
 COMMIT = hashlib.sha1(b"h3bridge test hub").hexdigest()
 READY_TIMEOUT = 60.0     # a safety net on a loaded machine, not an expected time
 HOLD_TIMEOUT = 900.0     # pause_after's hold: ends when the test or the hub's exit releases it
+# an endless body stops here: a client without a bound ends (wrongly) instead of filling a disk
+ENDLESS_SAFETY = 64 << 20
 
 
 def git_blob_id(data: bytes) -> str:
@@ -70,6 +80,28 @@ class TestHub:
     before_get: Callable[[str], None] | None = None
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
     url: str = ""
+    silent_listing: bool = False
+    drip_listing: bool = False
+    silent: set[str] = field(default_factory=set)
+    drip: set[str] = field(default_factory=set)
+    endless: set[str] = field(default_factory=set)
+    listed_size: dict[str, int] = field(default_factory=dict)
+    drip_interval: float = 0.2
+    hold_for: float = HOLD_TIMEOUT
+    sent: dict[str, int] = field(default_factory=dict)
+
+    def dripped(self, body: bytes, path: str) -> Iterator[bytes]:
+        """`body` one byte per drip_interval, until hold_for has passed (then the rest at once)."""
+        import time
+        until = time.monotonic() + self.hold_for
+        for index in range(len(body)):
+            if time.monotonic() >= until or self.release.is_set():
+                self.sent[path] = self.sent.get(path, 0) + len(body) - index
+                yield body[index:]
+                return
+            self.sent[path] = self.sent.get(path, 0) + 1
+            yield body[index:index + 1]
+            self.release.wait(self.drip_interval)
 
     def gets(self, path: str) -> list[str | None]:
         """The Range header of every GET of `path` (None: the whole file)."""
@@ -90,16 +122,24 @@ class TestHub:
                                     headers={"X-Error-Code": "RepoNotFound"})
             if revision not in ("main", hub.commit):
                 return unknown_revision(revision)
+            if hub.silent_listing:
+                hub.release.wait(hub.hold_for)
             siblings = []
             for item in hub.files.values():
-                entry: dict[str, object] = {"rfilename": item.path, "size": len(item.data),
+                size = hub.listed_size.get(item.path, len(item.data))
+                entry: dict[str, object] = {"rfilename": item.path, "size": size,
                                             "blobId": git_blob_id(item.data)}
                 if item.lfs:
-                    entry["lfs"] = {"sha256": item.etag, "size": len(item.data), "pointerSize": 134}
+                    entry["lfs"] = {"sha256": item.etag, "size": size, "pointerSize": 134}
                 siblings.append(entry)
-            return JSONResponse({"_id": "0" * 24, "id": hub.repo, "modelId": hub.repo, "sha": hub.commit,
+            answer = {"_id": "0" * 24, "id": hub.repo, "modelId": hub.repo, "sha": hub.commit,
                                  "private": False, "gated": False, "disabled": False, "tags": [],
-                                 "siblings": siblings})
+                                 "siblings": siblings}
+            if hub.drip_listing:
+                import json
+                return StreamingResponse(hub.dripped(json.dumps(answer).encode(), "(listing)"),
+                                         media_type="application/json")
+            return JSONResponse(answer)
 
         @app.api_route("/{org}/{name}/resolve/{revision}/{path:path}", methods=["GET", "HEAD"])
         def resolve(org: str, name: str, revision: str, path: str, request: Request) -> Response:
@@ -120,6 +160,18 @@ class TestHub:
                 hub.before_get(path)
             if path in hub.fail_with:
                 return JSONResponse({"error": "test hub: failing on purpose"}, status_code=hub.fail_with[path])
+            if path in hub.silent:
+                hub.release.wait(hub.hold_for)      # never answers (until hold_for, or the hub stops)
+            if path in hub.endless:
+                def endless() -> Iterator[bytes]:
+                    sent = 0
+                    while sent < ENDLESS_SAFETY and not hub.release.is_set():
+                        piece = item.data or b"\0"
+                        sent += len(piece)
+                        hub.sent[path] = sent
+                        yield piece
+                # no Content-Length: a chunked body whose end never comes
+                return StreamingResponse(endless(), status_code=200, headers={k: v for k, v in headers.items()})
             data = item.data
             if path in hub.corrupt:
                 data = data[:-1] + bytes([data[-1] ^ 0xFF])
@@ -134,6 +186,9 @@ class TestHub:
             pause = hub.pause_after.pop(path, None)
 
             def stream() -> Iterator[bytes]:
+                if path in hub.drip:
+                    yield from hub.dripped(body, path)
+                    return
                 if drop is not None:
                     yield body[:drop]
                     raise ConnectionAbortedError("test hub: connection dropped on purpose")

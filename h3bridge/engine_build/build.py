@@ -44,6 +44,8 @@ from typing import Callable, Sequence
 from filelock import FileLock, Timeout
 
 from ..errors import EngineNotFoundError, LibraryBuildError
+from ..files import open_regular, sha256_regular, symlink_note     # the path reader (moving to safeio/paths.py)
+from ..safeio.archives import ArchiveError, UnpackLimits, unpack_tar
 from ..userdirs import cache_dir
 from .diagnose import diagnose
 from .record import commit_of_clone, commit_of_tarball, record_build
@@ -63,6 +65,11 @@ BUILD_FORMAT = "h3bridge-portable-engine-1"     # change when the build recipe c
 C_FLAGS = ("-std=c11", "-O1", "-fPIC", "-D_GNU_SOURCE", "-w")
 GENERATE_RENAME = "-Dh3_generate=h3_portable_upstream_generate"
 LINK_LIBRARIES = ("-ljansson", "-licuuc", "-lm", "-lpthread")
+# Caps on a source tarball: upstream's source (8974cc0) is 1.6 MB unpacked in 39 members, so 256 MiB
+# and 10,000 members are generous for any future h3.c and still stop a tarball that unpacks to GiB.
+SOURCE_LIMITS = UnpackLimits(max_total_bytes=256 << 20, max_members=10_000)
+SOURCE_FILE_LIMIT = 64 << 20      # one source file (upstream's largest is well under 1 MiB)
+TARBALL_HINT = "give an h3.c clone, or a .tar.gz made by `git archive` of antirez/h3.c"
 COMPILE_TIMEOUT = 1800.0
 LOCK_TIMEOUT = 3600.0
 DEV_PACKAGES_HINT = ("install them: `apt-get install build-essential libjansson-dev libicu-dev` (Debian/Ubuntu), "
@@ -115,7 +122,7 @@ def read_source(folder: Path) -> UpstreamSource:
         raise EngineNotFoundError(
             f"{folder} is not an h3.c source folder (no {', '.join(missing)} in it)",
             hint="give a clone of https://github.com/antirez/h3.c or its source tarball (`git archive` of a commit)")
-    makefile = (folder / "Makefile").read_text(errors="replace")
+    makefile = _read_source_file(folder / "Makefile").decode(errors="replace")
     library = tuple(_makefile_list(makefile, "LIB_C"))
     cli = tuple(re.sub(r"\.o$", ".c", word) for word in _makefile_list(makefile, "CLI_OBJ"))
     absent = [name for name in (*library, *cli) if not (folder / name).is_file()]
@@ -129,27 +136,47 @@ def read_source(folder: Path) -> UpstreamSource:
 
 
 def _unpack(tarball: Path, into: Path) -> Path:
-    """The h3.c folder inside a source tarball, unpacked safely (no links out, no absolute paths)."""
+    """The h3.c folder inside a source tarball, unpacked through safeio/archives.py (tarfile's data
+    filter, or its rules by hand on a Python without filters; SOURCE_LIMITS' caps)."""
     try:
-        with tarfile.open(tarball) as archive:
-            try:
-                archive.extractall(into, filter="data")
-            except TypeError:        # a Python without extraction filters: check members by hand
-                for member in archive.getmembers():
-                    target = (into / member.name).resolve()
-                    if not str(target).startswith(str(into.resolve())) or member.issym() or member.islnk():
-                        raise LibraryBuildError(f"{tarball} holds an unsafe member {member.name!r}",
-                                                hint="give a clone or a `git archive` tarball of h3.c")
-                archive.extractall(into)
-    except (tarfile.TarError, OSError) as error:
-        raise EngineNotFoundError(f"cannot unpack {tarball}: {error}",
-                                  hint="give an h3.c clone, or a .tar.gz made by `git archive`") from None
-    candidates = [into, *sorted(path for path in into.iterdir() if path.is_dir())]
+        unpack_tar(tarball, into, SOURCE_LIMITS, hint=TARBALL_HINT)
+    except ArchiveError as error:
+        raise EngineNotFoundError(error.message, hint=error.hint) from None
+    except OSError as error:
+        raise EngineNotFoundError(f"cannot unpack {tarball} into {into}: {error.strerror or error}",
+                                  hint="free some disk in the user cache folder, then run build-engine again") from None
+    candidates = [into, *sorted(path for path in into.iterdir() if path.is_dir() and not path.is_symlink())]
     for candidate in candidates:
         if (candidate / "h3.h").is_file():
             return candidate
     raise EngineNotFoundError(f"{tarball} holds no h3.c source folder (no h3.h at its top or one level down)",
                               hint="give a clone of https://github.com/antirez/h3.c or its `git archive` tarball")
+
+
+def _refuse_source_file(path: Path, kind: str) -> EngineNotFoundError:
+    return EngineNotFoundError(f"{path} is {kind}{symlink_note(path)}, not a regular source file: a compiler or "
+                               "h3bridge reading it would hang (a FIFO) or never finish (a device)",
+                               hint=f"remove it from the h3.c source (`rm {path}`), or give a fresh clone "
+                                    "(`git clone https://github.com/antirez/h3.c`)")
+
+
+def _refuse_tarball(path: Path, kind: str) -> EngineNotFoundError:
+    return EngineNotFoundError(f"the h3.c source {path} is {kind}{symlink_note(path)}, not a folder or a tar archive",
+                               hint=TARBALL_HINT)
+
+
+def _read_source_file(path: Path, limit: int = SOURCE_FILE_LIMIT) -> bytes:
+    """A file of the h3.c source, through the path reader: only a regular file, at most `limit` bytes."""
+    try:
+        with open_regular(path, _refuse_source_file) as handle:
+            data = handle.read(limit + 1)
+    except OSError as error:
+        raise EngineNotFoundError(f"cannot read {path}: {error.strerror or error}",
+                                  hint="check the h3.c source folder, or give a fresh clone") from None
+    if len(data) > limit:
+        raise EngineNotFoundError(f"{path} is larger than {limit >> 20} MiB, far more than any file of h3.c",
+                                  hint="give a clone or `git archive` tarball of antirez/h3.c")
+    return data
 
 
 def source_hash(source: UpstreamSource, compiler_identity: str) -> str:
@@ -159,7 +186,7 @@ def source_hash(source: UpstreamSource, compiler_identity: str) -> str:
                     *(path.name for path in source.folder.glob("*.h"))})
     for name in names:
         digest.update(f"\0upstream/{name}\0".encode())
-        digest.update((source.folder / name).read_bytes())
+        digest.update(_read_source_file(source.folder / name))      # never a FIFO or /dev/zero
     for name in PORTABLE_FILES:
         digest.update(f"\0portable/{name}\0".encode())
         digest.update((PORTABLE_DIR / name).read_bytes())
@@ -353,13 +380,14 @@ def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda 
         commit = commit_of_clone(source)
         return (_build_metal(source, log, cache_root, commit) if system == "darwin"
                 else _build_portable(source, log, cache_root, commit))
+    # a tarball: only a regular file is opened (a FIFO would hang the open, /dev/zero never ends)
+    with open_regular(source, _refuse_tarball) as probe:
+        if not tarfile.is_tarfile(probe):
+            raise EngineNotFoundError(f"{source} is neither a folder nor a tar archive", hint=TARBALL_HINT)
     commit = commit_of_tarball(source)
-    if not tarfile.is_tarfile(source):
-        raise EngineNotFoundError(f"{source} is neither a folder nor a tar archive",
-                                  hint="give an h3.c clone, or a .tar.gz made by `git archive`")
     if system == "darwin":
         # upstream's make builds in place: unpack into the cache, keyed by the archive's bytes
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        digest = sha256_regular(source, _refuse_tarball)[:16]
         target = _engines_dir(cache_root) / f"source-{digest}"
         if not (target / "h3.h").is_file() and not any(target.glob("*/h3.h")):
             target.mkdir(parents=True, exist_ok=True)

@@ -9,14 +9,17 @@ source tarball (`git archive` writes the commit into the tar's pax header as `co
 from __future__ import annotations
 
 import json
+import lzma
 import subprocess
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
+from ..files import not_regular, open_regular     # the path reader (moving to safeio/paths.py)
 from ..userdirs import cache_dir
 
 PINNED_COMMIT = "8974cc055ea9c02fcd14cc27dfda3e1027c05153"     # the h3.c h3bridge is tested against
@@ -40,10 +43,12 @@ def commit_of_clone(folder: Path) -> str | None:
 
 
 def commit_of_tarball(tarball: Path) -> str | None:
+    """The commit `git archive` wrote in the tar's pax header (None: not there, or not readable;
+    only a regular file is opened, and a damaged archive is unpack's to report)."""
     try:
-        with tarfile.open(tarball) as archive:
+        with open_regular(tarball, not_regular) as handle, tarfile.open(fileobj=handle, mode="r:*") as archive:
             comment = archive.pax_headers.get("comment", "")
-    except (OSError, tarfile.TarError):
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError):
         return None
     return comment if len(comment) == 40 else None
 

@@ -17,11 +17,12 @@ from where h3bridge is developed, so the pin is the name upstream documents. Wha
 is the commit `main` resolves to at the first run: it is recorded in DIR/.cache/h3bridge/download.json
 and every rerun continues that same commit, so a moved `main` never mixes two snapshots.
 
-Resuming: each file is fetched with huggingface_hub's `http_get` (Range requests, retries on a
-dropped connection) into DIR/.cache/h3bridge/download/<hash>.part, which survives Ctrl-C and is
-continued from its size by the next run; a finished file is hashed (SHA-256 against the hub's
-LFS oid; the git blob id for small files), its safetensors header checked (what h3 cannot load:
-misaligned data, quantized tensors), then linked into place atomically. A file at a destination
+Resuming: each file is fetched through safeio/http.py (httpx; connect and read timeouts, a stall
+bound, a deadline, never a byte past the listed size; a Range request from what is kept, again at
+once after a dropped connection that delivered bytes) into DIR/.cache/h3bridge/download/<hash>.part,
+which survives Ctrl-C and is continued from its size by the next run; a finished file is hashed
+(SHA-256 against the hub's LFS oid; the git blob id for small files), its safetensors header
+checked (what h3 cannot load: misaligned data, quantized tensors), then linked into place atomically. A file at a destination
 that h3bridge did not put there and that differs from the hub's is never replaced.
 """
 from __future__ import annotations
@@ -33,13 +34,17 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError
+from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError, shown_value
+from ..files import open_regular, symlink_note      # the path reader (moving to safeio/paths.py)
+from ..safeio.http import (FetchConnectionError, FetchError, FetchLimits, FetchTimeout, FetchTooLong,
+                           call_with_deadline, fetch_to_file)
 from .inventory import (
     FL2VA,
     OFFICIAL_REPO,
@@ -64,6 +69,16 @@ PARTS = Path(".cache") / "h3bridge" / "download"
 # What upstream measured (README's sizes table): one partition is ~134 GiB (DiT 61.7 GiB,
 # text encoder 62.1 GiB, VAEs 10.2 GiB); the exact figure is printed before a download starts.
 PARTITION_SIZE_NOTE = "about 134 GiB per partition; Ref2VA adds its own ~62 GiB transformer, the rest is shared"
+# The bounds of talking to the hub (safeio/http.py): the listing must come within LISTING_DEADLINE;
+# each file must keep coming at FetchLimits' stall rate (256 KiB a minute) or it is stopped, and
+# must finish within FILE_DEADLINE_BASE plus what that rate needs for its size. A file the hub lists
+# as larger than MAX_LISTED_SIZE is refused (the largest shard of the release is ~5 GiB).
+LISTING_DEADLINE = 300.0
+FILE_DEADLINE_BASE = 600.0
+MAX_LISTED_SIZE = 1 << 40
+# Attempts of one file that bring no new byte before the failure is reported (a dropped connection
+# that delivered bytes is always picked up again, within the file's deadline).
+NO_PROGRESS_ATTEMPTS = 3
 # h3 recognises a model by these (h3.c h3_load_dir): they are placed last, so an unfinished
 # download never looks like a model h3 would load.
 _MARKERS = tuple(f"{FL2VA}/{name}" for name in REQUIRED_FILES) + (f"{REF2VA}/{REF2VA_MARKER}",)
@@ -160,17 +175,59 @@ class DownloadPlan:
 # The record of what h3bridge placed (so its own files of an older commit may be replaced)
 
 
+RECORD_LIMIT = 4 << 20      # the record of a ~200-file checkpoint is ~40 KB; a larger one is not ours
+
+
+def _refuse_record(path: Path, kind: str) -> ModelError:
+    return ModelError(f"{path} is {kind}{symlink_note(path)}, not h3bridge's download record (a regular JSON file); "
+                      "h3bridge does not read or replace it",
+                      hint=f"remove it (`rm {path}`), then run the same command again: the download continues "
+                           "from the files in place")
+
+
 def _read_record(directory: Path) -> dict[str, object]:
+    """What h3bridge recorded in DIR (its record, read through the path reader with a size cap): a
+    FIFO or a device there is refused (ModelError); a record that is unreadable, too large, not JSON
+    or not the shape h3bridge writes counts as no record (the files in place are then checked
+    against the hub as if h3bridge had not put them there)."""
+    path = directory / RECORD
     try:
-        value = json.loads((directory / RECORD).read_text())
-        return value if isinstance(value, dict) else {}
-    except (OSError, ValueError):
+        with open_regular(path, _refuse_record) as handle:
+            data = handle.read(RECORD_LIMIT + 1)
+    except FileNotFoundError:
         return {}
+    except OSError:
+        return {}
+    if len(data) > RECORD_LIMIT:
+        return {}
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    return value if _record_shape_ok(value) else {}
+
+
+def _record_shape_ok(value: object) -> bool:
+    """The record's shape as _write_record writes it: strings, and `placed` mapping paths to hashes."""
+    if not isinstance(value, dict):
+        return False
+    if any(key in value and not isinstance(value[key], str) for key in ("repo_id", "revision", "commit")):
+        return False
+    placed = value.get("placed", {})
+    return isinstance(placed, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in placed.items())
 
 
 def _write_record(directory: Path, record: dict[str, object]) -> None:
     from .verify import _atomic_write_json   # the one atomic JSON writer
-    _atomic_write_json(directory / RECORD, record)
+    try:
+        _atomic_write_json(directory / RECORD, record)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskError(f"the disk is full: h3bridge cannot write its download record {directory / RECORD}",
+                        folder=directory, free=free_bytes(directory),
+                        hint="free some space on that disk, then run the same command again: it continues where "
+                             "it stopped") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,15 +257,30 @@ def _hub_error(error: Exception, repo_id: str, revision: str, endpoint: str) -> 
                            "it continues where it stopped")
 
 
-def _list_hub_files(repo_id: str, revision: str, endpoint: str) -> tuple[str, list[HubFile]]:
+def _list_hub_files(repo_id: str, revision: str, endpoint: str,
+                    limits: FetchLimits | None = None) -> tuple[str, list[HubFile]]:
     from huggingface_hub import HfApi
+    limits = limits or default_limits()
     try:
-        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
+        # huggingface_hub's call takes a timeout (connect, and each read) but no deadline: a hub
+        # dripping its answer is bounded by call_with_deadline
+        info = call_with_deadline(
+            lambda: HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True,
+                                                        timeout=max(limits.connect_timeout, limits.read_timeout)),
+            LISTING_DEADLINE if limits.deadline is None else limits.deadline, f"{endpoint} (listing {repo_id})")
+    except FetchTimeout as error:
+        raise ModelError(f"{error.message}: the hub did not list {repo_id}'s files in time",
+                         hint="check the network (and HF_ENDPOINT if you set it), then run the same command again: "
+                              "it continues where it stopped") from None
     except Exception as error:       # every hub/network failure is turned into a message with a fix
         raise _hub_error(error, repo_id, revision, endpoint) from None
-    files = [HubFile(path=s.rfilename, size=int(s.lfs.size if s.lfs else (s.size or 0)),
-                     sha256=s.lfs.sha256 if s.lfs else None, blob_id=s.blob_id)
-             for s in (info.siblings or [])]
+    try:
+        files = [HubFile(path=s.rfilename, size=_listed_size(s.lfs.size if s.lfs else (s.size or 0)),
+                         sha256=s.lfs.sha256 if s.lfs else None, blob_id=s.blob_id)
+                 for s in (info.siblings or [])]
+    except (TypeError, ValueError, AttributeError) as error:
+        raise ModelError(f"{endpoint} lists {repo_id}'s files with a size h3bridge cannot use ({error})",
+                         hint="check HF_ENDPOINT: it must point to a Hugging Face hub or a faithful mirror") from None
     if not info.sha:
         raise ModelError(f"{endpoint} gave no commit for {repo_id} at {revision!r}",
                          hint="check HF_ENDPOINT: it must point to a Hugging Face hub")
@@ -219,7 +291,20 @@ def _list_hub_files(repo_id: str, revision: str, endpoint: str) -> tuple[str, li
                 or not _HEX.fullmatch(item.key.removeprefix("git-")):
             raise ModelError(f"{endpoint} lists a file h3bridge will not write: {item.path!r} (hash {item.key!r})",
                              hint="check HF_ENDPOINT: it must point to a Hugging Face hub or a faithful mirror")
+    folders = {"/".join(f.path.split("/")[:depth]) for f in files for depth in range(1, f.path.count("/") + 1)}
+    clash = sorted(f.path for f in files if f.path in folders)
+    if clash:
+        raise ModelError(f"{endpoint} lists {clash[0]!r} both as a file and as a folder of other files; h3bridge "
+                         "cannot place both", hint="check HF_ENDPOINT: it must point to a Hugging Face hub or a "
+                                                   "faithful mirror")
     return info.sha, files
+
+
+def _listed_size(value: object) -> int:
+    """A file size as the hub lists it: a whole number from 0 to MAX_LISTED_SIZE."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LISTED_SIZE:
+        raise ValueError(f"{shown_value(value)} is not a size from 0 to {format_bytes(MAX_LISTED_SIZE)}")
+    return value
 
 
 def _refuse_repack(repo_id: str, files: list[HubFile]) -> None:
@@ -245,11 +330,20 @@ def _hash_of(path: Path, item: HubFile) -> str:
     from .verify import sha256_file
     if item.sha256:
         return sha256_file(path)
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    try:
+        with open_regular(path, _not_a_file) as handle:      # never a FIFO or a device
+            digest = hashlib.sha1(f"blob {os.fstat(handle.fileno()).st_size}\0".encode())
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise IntegrityError(f"{path}: cannot read: {error.strerror or error}", path=path,
+                             hint="check the file and its disk, then run the same command again") from None
     return digest.hexdigest()
+
+
+def _not_a_file(path: Path, kind: str) -> ModelError:
+    return ModelError(f"{path} is in the way: it is {kind}{symlink_note(path)}, not a regular file",
+                      hint=f"move it away (`mv {path} {path}.mine`), then run the same command again")
 
 
 def _expected(item: HubFile) -> str:
@@ -293,8 +387,17 @@ def _check_directory(directory: Path, partition: str) -> None:
                                                  f"`{download_command(directory)}`")
 
 
+def default_limits() -> FetchLimits:
+    """The bounds of a download: HF_HUB_DOWNLOAD_TIMEOUT (as `hf download` honours it) is the longest
+    silence allowed, and the stall rule is judged over a window no shorter than that silence."""
+    from huggingface_hub import constants
+    read = float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    return FetchLimits(read_timeout=read, stall_window=max(FetchLimits.stall_window, read))
+
+
 def plan_download(directory: str | Path, *, partition: str = ALL, revision: str | None = None,
-                  repo_id: str = OFFICIAL_REPO, endpoint: str | None = None) -> DownloadPlan:
+                  repo_id: str = OFFICIAL_REPO, endpoint: str | None = None,
+                  limits: FetchLimits | None = None) -> DownloadPlan:
     """Ask the hub what `partition` is at `revision`, and see what `directory` already holds.
     Raises (ModelError, IntegrityError) before anything is downloaded."""
     from huggingface_hub import constants
@@ -307,7 +410,7 @@ def plan_download(directory: str | Path, *, partition: str = ALL, revision: str 
     record = _read_record(directory)
     asked = revision or str(record.get("revision") or PINNED_REVISION)
     same = record.get("repo_id") == repo_id and record.get("revision") == asked and isinstance(record.get("commit"), str)
-    commit, files = _list_hub_files(repo_id, str(record["commit"]) if same else asked, endpoint)
+    commit, files = _list_hub_files(repo_id, str(record["commit"]) if same else asked, endpoint, limits)
     _refuse_repack(repo_id, files)
     wanted = PARTITIONS if partition == ALL else (partition,)
     files = [f for f in files if f.path.split("/", 1)[0] in wanted]
@@ -317,7 +420,22 @@ def plan_download(directory: str | Path, *, partition: str = ALL, revision: str 
     _find_done(plan, placed)      # type: ignore[arg-type]
     directory.mkdir(parents=True, exist_ok=True)
     plan.links = _links_work(directory)
+    _drop_leftovers(plan)
     return plan
+
+
+def _drop_leftovers(plan: DownloadPlan) -> None:
+    """What a stopped run of h3bridge's own leaves and no run continues from: a .part whose content
+    is already in place everywhere it goes (a run stopped between placing a file and removing its
+    .part, e.g. by a full disk), and the record writer's temporary (a run killed between writing
+    and renaming it). Kept, each would count as an unfinished download at every rerun, while
+    nothing is left to download."""
+    pending = {plan.part_path(key) for key in plan.groups}
+    finished = {plan.part_path(f.key) for f in plan.files if f.path in plan.done} - pending
+    record_temporaries = set((plan.directory / RECORD.parent).glob(f".{RECORD.name}.*.tmp"))
+    for leftover in finished | record_temporaries:
+        if leftover.is_file() and not leftover.is_symlink():
+            leftover.unlink()
 
 
 def _find_done(plan: DownloadPlan, placed: dict[str, str]) -> None:
@@ -327,6 +445,11 @@ def _find_done(plan: DownloadPlan, placed: dict[str, str]) -> None:
     cache = HashCache().load()
     for item in plan.files:
         destination = plan.directory / item.path
+        for folder in list(reversed(destination.relative_to(plan.directory).parents))[1:]:
+            where = plan.directory / folder
+            if where.exists() and not where.is_dir():
+                raise ModelError(f"{where} is in the way: {item.path} goes inside a folder there, but it is not one",
+                                 hint=f"move it away (`mv {where} {where}.mine`), then run the same command again")
         if not destination.exists() and not destination.is_symlink():
             continue
         if not destination.is_file():
@@ -372,40 +495,47 @@ def check_space(plan: DownloadPlan, free: int) -> None:
 # Fetching
 
 
-def _fetch(plan: DownloadPlan, key: str, item: HubFile, *, progress: bool) -> Path:
-    """Bring one content to its .part file (continuing a previous run's), and check it."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.file_download import http_get
+def _fetch(plan: DownloadPlan, key: str, item: HubFile, *, progress: bool, limits: FetchLimits) -> Path:
+    """Bring one content to its .part file (continuing a previous run's) through safeio/http.py
+    (timeouts, the stall rule, a deadline, never a byte past the listed size), and check it."""
+    from huggingface_hub import constants, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
     part = plan.part_path(key)
     part.parent.mkdir(parents=True, exist_ok=True)
-    if plan.kept_bytes(key) > item.size:
-        part.unlink()              # longer than the file: not a prefix of it
     url = hf_hub_url(plan.repo_id, item.path, revision=plan.commit, endpoint=_endpoint())
     again = f"run the same command again (`{download_command(plan.directory, plan.partition)}`)"
+    rate = limits.stall_bytes / limits.stall_window
+    deadline_at = time.monotonic() + (limits.deadline if limits.deadline is not None
+                                      else FILE_DEADLINE_BASE + (item.size / rate if rate else 0))
+    fruitless = 0
     while True:
         before = plan.kept_bytes(key)
         try:
-            with open(part, "ab") as handle:
-                with _progress_bars(progress):     # huggingface_hub's own bar: bytes, rate, ETA
-                    http_get(url, handle, resume_size=handle.tell(), headers=build_hf_headers(),
-                             expected_size=item.size, displayed_filename=item.path)
+            with _progress_bar(item, before, progress) as bar:
+                # written in huggingface_hub's own chunk size, as its http_get writes
+                fetch_to_file(url, part, size=item.size, headers=build_hf_headers(), limits=limits,
+                              deadline_at=deadline_at, write_chunk=int(constants.DOWNLOAD_CHUNK_SIZE),
+                              on_bytes=bar)
             break
-        except H3BridgeError:
-            raise
+        except FetchTooLong as error:
+            part.unlink(missing_ok=True)       # the bytes of a body that is not the listed file are not kept
+            raise ModelError(f"the download of {item.path} was stopped: {error.message}; nothing of it was kept",
+                             hint="check HF_ENDPOINT (and any proxy): it must serve the files the hub lists; then "
+                                  f"{again}") from None
+        except FetchError as error:
+            failure: Exception = error
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskError(f"the disk filled up while downloading {item.path} into {plan.directory}",
-                                folder=plan.directory, free=free_bytes(plan.directory), needed=plan.remaining_bytes,
-                                hint=f"free {format_bytes(plan.remaining_bytes)} on that disk, then {again}: it "
-                                     f"continues from the {format_bytes(plan.kept_bytes(key))} kept") from None
-            failure: Exception = error
-        except Exception as error:      # the HTTP client's errors, after huggingface_hub's own retries
-            failure = error
+                raise _disk_full(plan, item, again) from None
+            raise ModelError(f"cannot write the download of {item.path} into {part.parent}: "
+                             f"{error.strerror or error}",
+                             hint=f"check that folder and its disk, then {again}") from None
         # A connection that delivered bytes before it broke is picked up again at once (a Range
-        # request from what is kept: huggingface_hub < 1 does not retry a broken body itself);
-        # one that delivers nothing is reported.
-        if plan.kept_bytes(key) <= before:
+        # request from what is kept), within the file's deadline; a few that deliver nothing are
+        # reported, as is a stall, a timeout or an HTTP error.
+        fruitless = 0 if plan.kept_bytes(key) > before else fruitless + 1
+        if not isinstance(failure, FetchConnectionError) or fruitless >= NO_PROGRESS_ATTEMPTS \
+                or time.monotonic() >= deadline_at:
             raise ModelError(f"the download of {item.path} stopped: {failure}",
                              hint=f"check the network, then {again}: it continues from the "
                                   f"{format_bytes(plan.kept_bytes(key))} already downloaded") from None
@@ -443,18 +573,23 @@ def _refuse_unloadable(part: Path, item: HubFile, plan: DownloadPlan) -> None:
                          hint=f"pass --repo {OFFICIAL_REPO} (the BF16 release)")
 
 
+def _disk_full(plan: DownloadPlan, item: HubFile, again: str) -> DiskError:
+    kept = plan.kept_bytes(item.key)
+    return DiskError(f"the disk filled up while downloading {item.path} into {plan.directory}",
+                     folder=plan.directory, free=free_bytes(plan.directory), needed=plan.remaining_bytes,
+                     hint=f"free {format_bytes(plan.remaining_bytes)} on that disk, then {again}: it continues"
+                          + (f" from the {format_bytes(kept)} kept" if kept else " where it stopped"))
+
+
 @contextmanager
-def _progress_bars(shown: bool) -> Iterator[None]:
-    """huggingface_hub's progress bars on or off for one transfer (its public switch, which every
-    version since 0.14 has; `tqdm_class` is newer)."""
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-    was_disabled = are_progress_bars_disabled()
-    if shown == was_disabled:
-        (enable_progress_bars if shown else disable_progress_bars)()
-    try:
-        yield
-    finally:
-        (disable_progress_bars if was_disabled else enable_progress_bars)()
+def _progress_bar(item: HubFile, initial: int, shown: bool) -> Iterator[Callable[[int], None]]:
+    """A bytes/rate/ETA bar for one file (huggingface_hub's tqdm, which honours its
+    HF_HUB_DISABLE_PROGRESS_BARS switch); `on_bytes` for fetch_to_file."""
+    from huggingface_hub.utils import tqdm
+    name = item.path if len(item.path) <= 40 else f"(…){item.path[-40:]}"
+    with tqdm(total=item.size, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=name,
+              disable=not shown) as bar:
+        yield bar.update
 
 
 def _endpoint() -> str:
@@ -467,6 +602,17 @@ def _place(plan: DownloadPlan, part: Path, items: list[HubFile], record: dict[st
     """Put one verified content at each of its destinations: a hard link (one inode for files
     FL2VA and Ref2VA share), else a copy; each appears atomically and never replaces a file
     h3bridge did not put there."""
+    try:
+        _place_each(plan, part, items, record, downloaded=downloaded)
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(plan, items[0], f"run the same command again "
+                                             f"(`{download_command(plan.directory, plan.partition)}`)") from None
+        raise
+
+
+def _place_each(plan: DownloadPlan, part: Path, items: list[HubFile], record: dict[str, object], *,
+                downloaded: bool) -> None:
     from huggingface_hub._local_folder import write_download_metadata   # the format `hf download --local-dir` reads
     from .verify import FileIdentity, HashCache
     cache = HashCache().load()
@@ -517,12 +663,16 @@ class DownloadResult:
 
 def download_model(directory: str | Path, *, partition: str = ALL, revision: str | None = None,
                    repo_id: str = OFFICIAL_REPO, progress: bool = True,
-                   free: Callable[[Path], int] = free_bytes, say: Callable[[str], None] | None = None) -> DownloadResult:
+                   free: Callable[[Path], int] = free_bytes, say: Callable[[str], None] | None = None,
+                   limits: FetchLimits | None = None) -> DownloadResult:
     """Download (or continue downloading) `partition` of the checkpoint into `directory`, then
-    verify it. `free` reports the free bytes of a folder's disk (replaceable in tests)."""
+    verify it. `free` reports the free bytes of a folder's disk (replaceable in tests); `limits`
+    bounds every wait on the hub (default: `default_limits()`; `deadline` then bounds the listing
+    and each file)."""
     from .verify import verify_model
     say = say or (lambda text: print(text, file=sys.stderr))
-    plan = plan_download(directory, partition=partition, revision=revision, repo_id=repo_id)
+    limits = limits or default_limits()
+    plan = plan_download(directory, partition=partition, revision=revision, repo_id=repo_id, limits=limits)
     say(plan.summary())
     check_space(plan, free(plan.directory))
     record = _read_record(plan.directory)
@@ -537,7 +687,8 @@ def download_model(directory: str | Path, *, partition: str = ALL, revision: str
                else format_bytes(items[0].size))
         say(f"[{number}/{len(groups)}] {names}, {how}")
         if source is None:
-            _place(plan, _fetch(plan, key, items[0], progress=progress), items, record, downloaded=True)
+            _place(plan, _fetch(plan, key, items[0], progress=progress, limits=limits), items, record,
+                   downloaded=True)
             fetched.append(items[0].path)
         else:
             _place(plan, source, items, record, downloaded=False)   # verified already: linked, not fetched
