@@ -56,7 +56,7 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..errors import DiskError, GenerationCancelled, LoraError, OutputExistsError, RequestError
-from ..files import non_regular_kind
+from ..safeio.paths import non_regular_kind
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent

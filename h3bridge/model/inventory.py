@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import IntegrityError, ModelError
-from ..files import UNENDING_KINDS, non_regular_kind, symlink_note
+from ..safeio.paths import UNENDING_KINDS, non_regular_kind, symlink_note
 from .safetensors import (
     GGUF_MAGIC,
     GIT_LFS_POINTER_PREFIX,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import IntegrityError
-from ..files import open_regular, symlink_note
+from ..safeio.paths import open_regular, symlink_note
 
 # h3_safetensors.c: #define H3_ST_MAX_HEADER (256u * 1024u * 1024u)
 MAX_HEADER_BYTES = 256 * 1024 * 1024

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ..errors import IntegrityError, ModelError
 from .inventory import ModelInventory, Problem, format_bytes, inspect_model
-from ..files import non_regular_kind
+from ..safeio.paths import non_regular_kind
 from .safetensors import open_regular_file
 from ..userdirs import CACHE_ENV, cache_dir
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import filelock
 
 from ..errors import DiskError, H3BridgeError
-from ..files import NotRegularFileError, not_regular, open_regular, sha256_regular
+from ..safeio.paths import NotRegularFileError, not_regular, open_regular, sha256_regular
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
