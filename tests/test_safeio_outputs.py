@@ -57,10 +57,11 @@ def test_write_output_refuses_every_name_that_is_not_a_regular_file(tmp_path: Pa
     names = hostile_names(tmp_path)
     before = snapshot(tmp_path)
     for what, path in names.items():
-        with pytest.raises(RequestError) as caught:
+        with pytest.raises(OutputExistsError) as caught:
             outputs.write_output(path, "new\n", overwrite=overwrite, field="-o")
-        assert caught.value.field == "-o", what
-        assert str(path) in caught.value.message and " is a" in caught.value.message, what
+        assert caught.value.before_start, what
+        assert f"-o {path} already exists and is a" in caught.value.message, what
+        assert "--overwrite" not in caught.value.hint, what          # overwriting would not help
     assert snapshot(tmp_path) == before
 
 
@@ -94,7 +95,7 @@ def test_write_output_makes_missing_folders_or_refuses_when_told_not_to(tmp_path
 def test_check_output_refuses_a_parent_that_is_a_file_or_not_writable(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(RequestError, match="not a folder"):
+    with pytest.raises(RequestError, match="not a writable folder"):
         outputs.check_output(blocker / "out.txt", overwrite=False)
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)

@@ -89,45 +89,48 @@ def nearest_existing(folder: Path) -> Path:
 
 def check_output(path: str | os.PathLike[str], *, overwrite: bool, field: str = "output",
                  allow_overwrite: str = OVERWRITE_FLAG, make_parents: bool = True,
-                 folder_output: bool = False) -> Path:
+                 folder_output: bool = False, label: str | None = None) -> Path:
     """The absolute output path, checked before any work starts (see the module's rules).
 
+    Messages name the path as the user gave it, after `label` (default: `field`, e.g. "-o").
     `make_parents`: missing parents are created when the output is staged (else refused now).
     `folder_output`: the output is a folder made whole (a folded model): any existing name is
     taken, and `overwrite` is not offered."""
     text = os.fspath(path)
+    label = field if label is None else label
     if not text:
-        raise RequestError(f"{field} is empty", field=field, hint=f"give the file to write with {field}")
-    target = Path(text).expanduser().absolute()
+        raise RequestError(f"{label} is empty", field=field, hint=f"give the file to write with {field}")
+    given = Path(text).expanduser()
+    target = given.absolute()
     if text.endswith(os.sep) and not folder_output:
-        raise RequestError(f"{field} {text} names a folder", field=field,
-                           hint=f"give a file name inside it, e.g. {target / ('out' + (target.suffix or ''))}")
+        raise RequestError(f"{label} {text} names a folder", field=field,
+                           hint=f"give a file name in it, e.g. {given / ('out' + (target.suffix or '.mp4'))}")
     kind = kind_of(target)
     if kind is not None:
-        raise RequestError(f"{field} {target} is {kind}; h3bridge writes an output only where nothing is or over "
-                           "a regular file", field=field,
-                           hint="choose another name" + ("" if folder_output else " (a file in that folder)"
-                                                         if kind == "a folder" else ""))
+        # Taken by something that is not a regular file: never replaced, whatever `overwrite` says.
+        raise OutputExistsError(f"{label} {given} already exists and is {kind}; h3bridge writes an output only "
+                                "where nothing is, or over a regular file", hint="choose another name")
     if os.path.lexists(target) and (not overwrite or folder_output):
-        raise OutputExistsError(f"{field} {target} already exists",
+        raise OutputExistsError(f"{label} {given} already exists",
                                 hint="choose another name" if folder_output else f"choose another name, or {allow_overwrite}")
     existing = nearest_existing(target.parent)
     if existing != target.parent and not make_parents:
-        raise RequestError(f"{field} {target}: the folder {target.parent} does not exist", field=field,
-                           hint=f"create it first (mkdir -p {target.parent}) or write elsewhere")
-    if not existing.is_dir():
-        what = kind_of(existing) or "a file"
-        raise RequestError(f"{field} {target} cannot be written: {existing} is {what}, not a folder", field=field,
-                           hint=f"choose {field} in a folder you can write to")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RequestError(f"{field} {target} cannot be written: the folder {existing} is not writable",
-                           field=field, hint=f"choose {field} in a folder you can write to")
+        raise RequestError(f"{label} {given}: the folder {given.parent} does not exist", field=field,
+                           hint=f"create it first (mkdir -p {given.parent}) or write elsewhere")
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        reason = f"it is {kind_of(existing) or 'a file'}" if not existing.is_dir() else "no permission to add files"
+        raise _unwritable(label, given, field, f"{existing} is not a writable folder: {reason}")
     length = len(target.name.encode("utf-8", "surrogateescape"))
     limit = _name_limit(existing)
     if length > limit:
-        raise RequestError(f"{field}: the file name is {length} bytes, over this file system's {limit}",
+        raise RequestError(f"{label} {given}: the file name is {length} bytes, over this file system's {limit}",
                            field=field, hint="choose a shorter file name")
     return target
+
+
+def _unwritable(label: str, given: Path, field: str, reason: str) -> RequestError:
+    return RequestError(f"{label} {given}: cannot write in the folder {given.parent} ({reason})", field=field,
+                        hint=f"choose an {field} in a folder you can write to")
 
 
 def missing_folders(target: Path) -> list[Path]:
@@ -235,10 +238,14 @@ def make_parents(target: Path, field: str = "output") -> list[Path]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise RequestError(f"{field} {target}: cannot create the folder {target.parent} "
-                           f"({error.strerror or error})", field=field,
-                           hint=f"choose {field} in a folder you can write to") from None
+        raise _unwritable(field, target, field, _reason(error)) from None
     return made
+
+
+def _reason(error: OSError) -> str:
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        return "a file is in the way"
+    return (error.strerror or type(error).__name__).lower()
 
 
 def remove_empty_folders(folders: list[Path]) -> None:
@@ -260,7 +267,11 @@ def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow
                            allow_overwrite=allow_overwrite, made_folders=made)
     try:
         if create:
-            os.close(os.open(staging.staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644))
+            try:
+                os.close(os.open(staging.staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                                 0o644))
+            except OSError as error:       # a read-only or full disk: found before the work, not after
+                raise _unwritable(field, target, field, _reason(error)) from None
         yield staging
     finally:
         if not staging.published:
