@@ -262,3 +262,56 @@ def test_the_parity_probe_stops_a_wrong_block_before_it_is_written(template: Pat
         fold_model(template, [lora], tmp_path / "out", progress=False)
     assert not caught.value.before_start          # a failure midway (exit 1), not a refusal
     _nothing_written(tmp_path, before)
+
+
+def test_a_folder_that_appears_at_the_output_while_folding_is_never_replaced(template: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last rename gave the folded model the output's name even over an empty folder that
+    appeared meanwhile (rename(2) replaces an empty folder): now the name must be free."""
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    output = tmp_path / "out"
+    real = fold_module.write_provenance
+
+    def someone_makes_the_folder(root: Path, provenance) -> None:
+        real(root, provenance)
+        output.mkdir()
+        (tmp_path / "marker").write_text("")
+    monkeypatch.setattr(fold_module, "write_provenance", someone_makes_the_folder)
+    with pytest.raises(OutputExistsError) as caught:
+        fold_model(template, [lora], output, progress=False)
+    assert not caught.value.before_start and list(output.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.safetensors", "marker", "out"]     # no staging folder
+
+
+@pytest.mark.parametrize("what", ["fifo", "dangling link", "device", "file"])
+def test_lora_fold_o_that_is_taken_exits_2_before_folding(template: Path, tmp_path: Path, what: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import stat
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    output = tmp_path / "out"
+    if what == "fifo":
+        os.mkfifo(output)
+    elif what == "dangling link":
+        output.symlink_to(tmp_path / "nowhere")
+    elif what == "file":
+        output.write_text("mine")
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(output, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    before = os.lstat(output)
+    assert main(["lora", "fold", str(template), "--lora", str(lora), "-o", str(output), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert str(output) in err and "already exists" in err and "Traceback" not in err
+    assert (os.lstat(output).st_mode, os.lstat(output).st_ino) == (before.st_mode, before.st_ino)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.safetensors", "out"]
+
+
+def test_lora_fold_into_a_folder_that_takes_no_files_exits_2_before_folding(template: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    blocker = tmp_path / "notes"
+    blocker.write_text("a file, not a folder")
+    assert main(["lora", "fold", str(template), "--lora", str(lora), "-o", str(blocker / "out"), "--quiet"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.safetensors", "notes"]

@@ -56,6 +56,7 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..errors import DiskError, GenerationCancelled, LoraError, OutputExistsError, RequestError
+from ..safeio.outputs import check_output, publish_folder
 from ..safeio.paths import non_regular_kind
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
@@ -451,6 +452,9 @@ def _check_output(base: Path, output: Path) -> None:
     if not output.parent.is_dir():
         raise RequestError(f"the folder {output.parent} that should hold {output.name} does not exist",
                            field="output", hint=f"create it first (mkdir -p {output.parent})")
+    # and the folder that holds it takes new entries (safeio.outputs' own check of every output)
+    check_output(output, overwrite=False, field="output", label="the output folder", make_parents=False,
+                 folder_output=True)
 
 
 def _source_files(root: Path) -> list[Path]:
@@ -1002,11 +1006,8 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             survival=survival.report(run.tallies, run.counts))
         write_provenance(temporary, provenance)
         (temporary / INCOMPLETE_FILE).unlink()
-        try:
-            os.rename(temporary, output)          # refuses a non-empty folder that appeared meanwhile
-        except OSError:
-            raise OutputExistsError(f"{output} appeared while folding; it was left as it was",
-                                    hint="choose another -o folder", before_start=False) from None
+        # never over anything that appeared meanwhile, not even an empty folder (OutputExistsError)
+        publish_folder(temporary, output, field="the output folder")
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
