@@ -145,8 +145,8 @@ class FileTooLargeError(OSError):
     callers that treat it as any other file they cannot read."""
 
     def __init__(self, path: Path, size: int, cap: int) -> None:
-        super().__init__(errno.EFBIG, f"{path} holds {format_size(size)}, over the {format_size(cap)} "
-                                      "such a file can hold", str(path))
+        super().__init__(f"{path} holds {format_size(size)}, over the {format_size(cap)} such a file can hold")
+        self.errno = errno.EFBIG
         self.path = path
         self.size = size
         self.cap = cap
@@ -158,13 +158,14 @@ def too_large(path: Path, size: int, cap: int) -> FileTooLargeError:
 
 
 def format_size(size: int) -> str:
-    """A byte count for a message: "512 B", "3.0 KiB", "200.0 MiB"."""
+    """A byte count for a message: "512 B", "3.5 KiB", "256 MiB"."""
     if size < 1024:
         return f"{size} B"
+    value = float(size)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
-        size /= 1024
-        if size < 1024 or unit == "TiB":
-            return f"{size:.1f} {unit}"
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f}".removesuffix(".0") + f" {unit}"
     raise AssertionError("unreachable")
 
 
