@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import RequestError
 from ..progress import PreviewFrame
+from ..safeio.outputs import staged_output
 from .library import LibraryEngine
 
 ENGINE_CHOICES = ("cli", "library")
@@ -67,13 +68,11 @@ class PreviewWriter:
     def __call__(self, preview: PreviewFrame) -> None:
         from ..media.references import write_png
         target = self.folder / PREVIEW_PATTERN.format(step=preview.step + 1)
-        temporary = self.folder / f".{target.stem}.{os.getpid()}.tmp.png"
-        try:
-            write_png(preview.image, temporary)
-            os.replace(temporary, target)
-        finally:
-            if temporary.exists():
-                temporary.unlink()
+        # existing previews were refused up front unless --overwrite; a step's own PNG replaces
+        # only a regular file (safeio.outputs), never a FIFO or link planted under its name
+        with staged_output(target, overwrite=True, field="--preview-dir", create=False) as staging:
+            write_png(preview.image, staging.staged)
+            staging.publish()
         self.written += 1
         self.total = preview.total_steps
         self.last = target
