@@ -293,3 +293,17 @@ def test_story_o_that_is_not_a_regular_file_exits_2_even_with_overwrite(tmp_path
         assert done.returncode == 2 and "already exists and is a" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     assert sorted(tmp_path.iterdir()) == sorted([*names, tmp_path / "story.toml"])
+
+
+def test_a_damaged_manifest_set_aside_never_replaces_one_set_aside_before(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two unreadable manifests in the same second: the second was renamed over the first."""
+    from h3bridge.story.jobdir import MANIFEST_NAME, JobDir
+    monkeypatch.setattr(jobdir_module.time, "strftime", lambda pattern: "20260101-000000")
+    for text in ("first damaged", "second damaged"):
+        (tmp_path / MANIFEST_NAME).write_text(text)
+        with JobDir(tmp_path) as jobs:
+            jobs.load()
+            assert jobs.damaged_manifest is not None and jobs.damaged_manifest.read_text() == text
+    kept = sorted(p.read_text() for p in tmp_path.glob(f"{MANIFEST_NAME}.damaged-*"))
+    assert kept == ["first damaged", "second damaged"] and not (tmp_path / MANIFEST_NAME).exists()

@@ -320,24 +320,32 @@ def _rename_noreplace(source: Path, target: Path) -> bool:
     return True
 
 
+def rename_new(source: Path, target: Path) -> bool:
+    """Rename `source` (a file, a folder, a link: moved as itself) to `target` only if nothing holds
+    that name, not even an empty folder; False when it is taken (`source` then stays)."""
+    try:
+        if not _rename_noreplace(source, target):
+            if os.path.lexists(target):
+                return False
+            os.rename(source, target)       # no such call here: the only window left
+    except (FileExistsError, IsADirectoryError, NotADirectoryError):
+        return False
+    except OSError as error:
+        if error.errno != errno.ENOTEMPTY:
+            raise
+        return False
+    return True
+
+
 def publish_folder(staged: Path, target: Path, *, field: str = "output") -> None:
     """Rename the finished folder `staged` to `target` only if nothing holds that name (never over a
     folder, even an empty one, nor a file or a link). OutputExistsError (before_start False) when
     taken; `staged` is then left for the caller."""
-    try:
-        if not _rename_noreplace(staged, target):
-            if os.path.lexists(target):
-                raise FileExistsError(errno.EEXIST, "taken", str(target))
-            os.rename(staged, target)
-    except (FileExistsError, IsADirectoryError, NotADirectoryError) as error:
-        raise _taken(target, field, "", while_working=True) from error
-    except OSError as error:
-        if error.errno != errno.ENOTEMPTY:
-            raise
-        raise _taken(target, field, "", while_working=True) from error
+    if not rename_new(staged, target):
+        raise _taken(target, field, "", while_working=True)
     _fsync_path(target.parent, folder=True)
 
 
 __all__ = ["OVERWRITE_FLAG", "STAGING_MARK", "STAGING_PREFIX", "StagedOutput", "check_output", "kind_of",
            "link_new", "make_parents", "missing_folders", "nearest_existing", "publish", "publish_folder",
-           "remove_empty_folders", "staged_output", "staging_path", "write_output"]
+           "remove_empty_folders", "rename_new", "staged_output", "staging_path", "write_output"]

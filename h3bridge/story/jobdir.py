@@ -20,7 +20,7 @@ from pathlib import Path
 import filelock
 
 from ..errors import DiskError, H3BridgeError, RequestError
-from ..safeio.outputs import STAGING_PREFIX, write_output
+from ..safeio.outputs import STAGING_PREFIX, rename_new, write_output
 from ..safeio.paths import NotRegularFileError, not_regular, open_regular, sha256_regular
 
 MANIFEST_NAME = "manifest.json"
@@ -208,8 +208,15 @@ class JobDir:
                 raise ValueError("too large")
             return Manifest.from_json(raw.decode("utf-8"))
         except (ValueError, TypeError, KeyError, AttributeError):
-            aside = self.path / f"{MANIFEST_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
-            os.replace(self.manifest_path, aside)
+            stamp = time.strftime('%Y%m%d-%H%M%S')
+            # never over one set aside before (two in the same second): the next free name
+            for number in range(1, 1000):
+                aside = self.path / (f"{MANIFEST_NAME}.damaged-{stamp}" + ("" if number == 1 else f"-{number}"))
+                if rename_new(self.manifest_path, aside):
+                    break
+            else:
+                raise JobDirError(f"the job directory {self.path} holds too many damaged manifests",
+                                  hint="remove the manifest.json.damaged-* files in it")
             self.damaged_manifest = aside
             return Manifest()
 
