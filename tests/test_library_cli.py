@@ -258,3 +258,23 @@ def test_build_library_never_links_over_a_fifo_device_or_link(tmp_path: Path, wh
     with pytest.raises(OutputExistsError, match="already exists and is a"):
         build_library(checkout, output, run=run, system="darwin")
     assert calls == [] and (os.lstat(output).st_mode, os.lstat(output).st_ino) == (before.st_mode, before.st_ino)
+
+
+@pytest.mark.parametrize("what", ["fifo", "dangling link", "file"])
+def test_a_preview_dir_that_is_not_a_folder_is_refused_naming_what_it_is(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                         what: str,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    previews = tmp_path / "previews"
+    if what == "fifo":
+        os.mkfifo(previews)
+    elif what == "dangling link":
+        previews.symlink_to(tmp_path / "nowhere")
+    else:
+        previews.write_text("mine")
+    words = {"fifo": "is a named pipe (FIFO)", "dangling link": "is a symbolic link", "file": "is a file"}[what]
+    assert main(["generate", "--engine", "library", "--library-path", str(double_library_path()),
+                 "--model-dir", str(model_dir), "-p", "x", *TINY, "-o", "", "--preview-dir", str(previews)]) == 2
+    err = capsys.readouterr().err
+    assert f"the preview folder {previews} {words}" in err and "Traceback" not in err
+    assert {p.name for p in tmp_path.iterdir()} - {"cache"} == {"previews"}      # nothing written beside it

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import RequestError
 from ..progress import PreviewFrame
-from ..safeio.outputs import staged_output
+from ..safeio.outputs import kind_of, staged_output
 from .library import LibraryEngine
 
 ENGINE_CHOICES = ("cli", "library")
@@ -49,9 +49,10 @@ class PreviewWriter:
         self.written = 0
         self.total: int | None = None
         self.last: Path | None = None
-        if self.folder.exists() and not self.folder.is_dir():
-            raise RequestError(f"the preview folder {self.folder} is a file", field="preview_dir",
-                               hint="give a folder for the step previews (--preview-dir)")
+        if os.path.lexists(self.folder) and not self.folder.is_dir():
+            # a file, a FIFO, a device, a dangling link: said as what it is (safeio.outputs' words)
+            raise RequestError(f"the preview folder {self.folder} is {kind_of(self.folder) or 'a file'}",
+                               field="preview_dir", hint="give a folder for the step previews (--preview-dir)")
         existing = sorted(self.folder.glob("step-*.png")) if self.folder.is_dir() else []
         if existing and not overwrite:
             raise RequestError(f"the preview folder {self.folder} already holds step previews ({existing[0].name}, ...)",
