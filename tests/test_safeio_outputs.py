@@ -168,3 +168,11 @@ def test_read_capped_refuses_a_file_over_the_callers_cap_before_reading_it(tmp_p
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="named pipe"):
         read_regular_capped(fifo, 1024, not_regular, too_large)      # never waits on a writer
+
+
+def test_overwrite_keeps_the_replaced_files_permissions(tmp_path: Path) -> None:
+    private = tmp_path / "private.yaml"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    outputs.write_output(private, "new\n", overwrite=True)
+    assert private.read_text() == "new\n" and stat.S_IMODE(private.stat().st_mode) == 0o600

@@ -198,6 +198,10 @@ def publish(staged: Path, target: Path, *, overwrite: bool, field: str = "output
     if overwrite:
         if kind_of(target) is not None:
             raise _taken(target, field, allow_overwrite, while_working=True)
+        try:
+            os.chmod(staged, stat.S_IMODE(os.lstat(target).st_mode))    # the replaced file's permissions stay
+        except FileNotFoundError:
+            pass
         os.replace(staged, target)
     elif not link_new(staged, target):
         raise _taken(target, field, allow_overwrite, while_working=True)
