@@ -327,10 +327,8 @@ class _Progress:
                 # Everything this process will ever write is written (the progress line above was
                 # flushed): say so, then fall silent. Written under a temporary name and renamed,
                 # so a reader never sees it half-written.
-                temporary = f"{notice}.{os.getpid()}.tmp"
-                with open(temporary, "w") as handle:
-                    handle.write(f"{os.getpid()}\n")
-                os.replace(temporary, notice)
+                from ..safeio.outputs import write_output
+                write_output(notice, f"{os.getpid()}\n", overwrite=True, field="H3_SIM_HANG_NOTICE")
             while True:
                 time.sleep(3600)
         if self.fail and self.fail.matches(phase, done):
