@@ -365,3 +365,15 @@ def test_a_fold_record_of_megabytes_of_spaces_is_damaged_not_read(template: Path
     record.write_bytes(record.read_bytes() + b" " * MAX_RECORD_BYTES)
     with pytest.raises(ValueError, match="damaged"):
         read_provenance(folded)
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_planted_as_a_stale_folds_marker_is_not_waited_on(tmp_path: Path) -> None:
+    """remove_stale_folds read the marker of every `.OUT.partial-*` folder with read_text(): a FIFO
+    there hung `lora fold -o OUT` for good. Now it is read through safeio.paths (a FIFO is refused
+    unopened) and the folder, whose owner cannot be told, is a dead fold's."""
+    stale = tmp_path / f".out{fold_module.TEMP_MARK}12345-abcd"
+    stale.mkdir()
+    os.mkfifo(stale / fold_module.INCOMPLETE_FILE)
+    assert fold_module.remove_stale_folds(tmp_path / "out") == [stale]
+    assert list(tmp_path.iterdir()) == []

@@ -57,7 +57,7 @@ import numpy as np
 from ..cancel import CancelToken
 from ..errors import DiskError, GenerationCancelled, LoraError, OutputExistsError, RequestError
 from ..safeio.outputs import check_output, publish_folder
-from ..safeio.paths import non_regular_kind
+from ..safeio.paths import non_regular_kind, not_regular, read_text_capped, too_large
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
@@ -424,7 +424,9 @@ def _owner_alive(folder: Path) -> bool:
     """Is the process that made this temporary folder still folding into it?"""
     import psutil
     try:
-        pid_text, started_text = (folder / INCOMPLETE_FILE).read_text().split()
+        # a few bytes of our own; a FIFO or a device planted there is never waited on nor read whole
+        marker = read_text_capped(folder / INCOMPLETE_FILE, 256, not_regular, too_large, follow_symlinks=False)
+        pid_text, started_text = marker.split()
         process = psutil.Process(int(pid_text))
         return abs(process.create_time() - float(started_text)) < 1.0
     except (OSError, ValueError, psutil.Error):
