@@ -454,9 +454,6 @@ def _check_output(base: Path, output: Path) -> None:
     if not output.parent.is_dir():
         raise RequestError(f"the folder {output.parent} that should hold {output.name} does not exist",
                            field="output", hint=f"create it first (mkdir -p {output.parent})")
-    # and the folder that holds it takes new entries (safeio.outputs' own check of every output)
-    check_output(output, overwrite=False, field="output", label="the output folder", make_parents=False,
-                 folder_output=True)
 
 
 def _source_files(root: Path) -> list[Path]:
@@ -937,7 +934,10 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     _check_output(root, output)
     remove_stale_folds(output)
     files = _source_files(root)
-    _check_disk(plan, output.parent, files)
+    _check_disk(plan, output.parent, files)      # a full or read-only disk, in -o's words
+    # and safeio.outputs' own check every output passes (nothing at the name, a folder taking files)
+    check_output(output, overwrite=False, field="-o", label="the output folder", make_parents=False,
+                 folder_output=True)
     try:
         base_record = read_provenance(root)
     except ValueError as error:

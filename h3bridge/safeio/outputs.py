@@ -118,14 +118,25 @@ def check_output(path: str | os.PathLike[str], *, overwrite: bool, field: str = 
         raise RequestError(f"{label} {given}: the folder {given.parent} does not exist", field=field,
                            hint=f"create it first (mkdir -p {given.parent}) or write elsewhere")
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        reason = f"it is {kind_of(existing) or 'a file'}" if not existing.is_dir() else "no permission to add files"
-        raise _unwritable(label, given, field, f"{existing} is not a writable folder: {reason}")
+        raise _unwritable(label, given, field, f"{existing} is not a writable folder: {why_not_writable(existing)}")
     length = len(target.name.encode("utf-8", "surrogateescape"))
     limit = _name_limit(existing)
     if length > limit:
         raise RequestError(f"{label} {given}: the file name is {length} bytes, over this file system's {limit}",
                            field=field, hint="choose a shorter file name")
     return target
+
+
+def why_not_writable(folder: Path) -> str:
+    """Why a folder takes no new files, in words: not a folder, a read-only mount, or permissions."""
+    if not folder.is_dir():
+        return f"it is {kind_of(folder) or 'a file'}"
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "its file system is mounted read-only"
+    except OSError:
+        pass
+    return "you have no permission to write there"
 
 
 def _unwritable(label: str, given: Path, field: str, reason: str) -> RequestError:
@@ -352,4 +363,5 @@ def publish_folder(staged: Path, target: Path, *, field: str = "output") -> None
 
 __all__ = ["OVERWRITE_FLAG", "STAGING_MARK", "STAGING_PREFIX", "StagedOutput", "check_output", "kind_of",
            "link_new", "make_parents", "missing_folders", "nearest_existing", "publish", "publish_folder",
-           "remove_empty_folders", "rename_new", "staged_output", "staging_path", "write_output"]
+           "remove_empty_folders", "rename_new", "staged_output", "staging_path", "why_not_writable",
+           "write_output"]
