@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .fold_survival import INT8_NOTE, Survival, format_report, warnings
 from .problem import Problem
+from ..safeio.outputs import write_output
 from ..safeio.paths import not_regular, read_announced, read_json_capped, too_large
 from .safetensors import MAX_HEADER_BYTES, open_regular_file
 
@@ -141,7 +142,9 @@ def base_identity(inventory: "ModelInventory") -> str:
 
 
 def write_provenance(root: Path, provenance: Provenance) -> None:
-    (root / PROVENANCE_FILE).write_text(json.dumps(provenance.to_dict(), indent=1, sort_keys=True) + "\n")
+    """The fold record, written through safeio.outputs (staged, fsynced) into the fold's folder."""
+    write_output(root / PROVENANCE_FILE, json.dumps(provenance.to_dict(), indent=1, sort_keys=True) + "\n",
+                 overwrite=False, field="the fold record", make_parents=False)
 
 
 def read_provenance(root: Path) -> Provenance | None:
