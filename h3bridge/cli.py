@@ -333,11 +333,13 @@ def run_demo(args: argparse.Namespace) -> int:
     # The demo is the one place the bridge runs the simulator on purpose: it imports the fixture
     # writer to make its model, and runs h3-sim as the engine through the very `generate` path a
     # real h3 takes.
+    from .engines.output import resolve_output
     from .sim.fixture import cached_fixture_model
     from .userdirs import cache_dir
+    output = demo_output(args.output)
+    resolve_output(output, overwrite=args.overwrite)     # a FIFO, device, folder or link: refused before any work
     engine = bundled_simulator()
     model = cached_fixture_model(cache_dir() / "demo-model")
-    output = demo_output(args.output)
     print(f"h3bridge demo: {SYNTHETIC_NOTE} (engine {engine}, fixture model {model})", file=sys.stderr)
     # `--flag=value`: a prompt or a path that starts with "-" stays a value
     generate = build_parser().parse_args(

@@ -31,7 +31,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_si
 from pathlib import Path
 
 from .errors import LibraryLoadError
-from .files import open_regular, symlink_note
+from .safeio.paths import open_regular, symlink_note
 
 # ---------------------------------------------------------------- constants (h3.h:12-18)
 

@@ -283,3 +283,32 @@ def test_a_prompt_too_long_for_the_command_line_exits_2_and_goes_warm_with_sessi
     assert "build h3" not in err and sim_invocations(sim_log) == []
     assert main([*args, "-o", str(tmp_path / "warm.mp4"), "--session"]) == 0
     assert (tmp_path / "warm.mp4").is_file()
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_an_output_that_is_not_a_regular_file_is_refused_before_the_engine_and_kept(
+        model_dir: Path, tmp_path: Path, sim_log: Path, capsys: pytest.CaptureFixture[str],  # noqa: F811
+        overwrite: list[str]) -> None:
+    """With --overwrite, a FIFO, a device node or a dangling link at -o was replaced by the clip after
+    the render (issue 29): exit 2 naming what it is, before the engine starts, and left as it was."""
+    import stat
+    folder = tmp_path / "folder.mp4"
+    folder.mkdir()
+    fifo = tmp_path / "fifo.mp4"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.mp4"
+    dangling.symlink_to(tmp_path / "nowhere.mp4")
+    names = [folder, fifo, dangling]
+    if os.geteuid() == 0:
+        device = tmp_path / "device.mp4"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        names.append(device)
+    before = {path: (os.lstat(path).st_mode, os.lstat(path).st_ino) for path in names}
+    for path in names:
+        status = main(["generate", "-p", "fox", *FAST_FLAGS, "-o", str(path), *overwrite, "--quiet",
+                       "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)])
+        err = capsys.readouterr().err
+        assert status == 2 and f"{path} already exists and is a" in err and "Traceback" not in err, (path, err)
+    assert sim_invocations(sim_log) == []
+    assert {path: (os.lstat(path).st_mode, os.lstat(path).st_ino) for path in names} == before
+    assert sorted(tmp_path.iterdir()) == sorted(names) and list(folder.iterdir()) == []

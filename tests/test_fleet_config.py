@@ -83,7 +83,7 @@ def test_the_users_file_is_never_overwritten_without_overwrite(tmp_path: Path, r
     mine.write_text("# my own config\n")
     done = run("--server", "http://127.0.0.1:8765", "-o", "litellm.yaml")
     assert done.returncode == 2
-    assert "litellm.yaml exists" in done.stderr and "--overwrite" in done.stderr
+    assert "litellm.yaml already exists" in done.stderr and "--overwrite" in done.stderr
     assert mine.read_text() == "# my own config\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["litellm.yaml"]      # no temporary left
     done = run("--server", "http://127.0.0.1:8765", "-o", "litellm.yaml", "--overwrite")
@@ -207,3 +207,38 @@ def test_the_server_urls_and_numbers_people_use_are_still_taken(tmp_path: Path, 
     assert done.returncode == 0, done.stderr
     config = yaml.safe_load(done.stdout)
     assert config["router_settings"]["num_retries"] == 0 and len(config["model_list"]) == 4
+
+
+def _hostile_outputs(tmp_path: Path) -> dict[str, Path]:
+    """What -o must never write over, --overwrite or not: made in tmp_path (the device as root)."""
+    import os
+    import stat
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.yaml"
+    dangling.symlink_to(tmp_path / "nowhere.yaml")
+    names = {"folder": folder, "fifo": fifo, "dangling link": dangling}
+    if os.geteuid() == 0:
+        device = tmp_path / "full"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        names["device"] = device
+    return names
+
+
+@pytest.mark.parametrize("overwrite", [(), ("--overwrite",)])
+def test_o_never_replaces_a_device_fifo_folder_or_link(tmp_path: Path, run, overwrite: tuple[str, ...]) -> None:
+    """`fleet -o /dev/full --overwrite` as root replaced the device node with the YAML (issue 29):
+    -o is refused (exit 2, naming what it is) and every name is left as it was."""
+    import os
+    import stat
+    names = _hostile_outputs(tmp_path)
+    before = {name: (stat.S_IFMT(os.lstat(path).st_mode), os.lstat(path).st_ino) for name, path in names.items()}
+    for what, path in names.items():
+        done = run("--server", "http://127.0.0.1:8765", "-o", str(path), *overwrite)
+        assert done.returncode == 2, (what, done.stderr)
+        assert f"-o {path} already exists and is a" in done.stderr and "Traceback" not in done.stderr, what
+    after = {name: (stat.S_IFMT(os.lstat(path).st_mode), os.lstat(path).st_ino) for name, path in names.items()}
+    assert after == before and list((tmp_path / "folder.yaml").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in names.values())

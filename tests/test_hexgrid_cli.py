@@ -112,3 +112,32 @@ def test_hexgrid_says_what_it_is_doing_while_it_works(tmp_path: Path, capsys: py
     assert lines[1].startswith("h3bridge: hexgrid: laying out the resolution 0 cells over 256x128 (")
     assert any(line.startswith("h3bridge: hexgrid: drawing ") for line in lines)
     assert lines[-1].startswith("wrote ")
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_an_output_that_is_not_a_regular_file_is_refused_before_the_grid_and_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, overwrite: list[str]) -> None:
+    """A device node, FIFO, folder or dangling link named by -o: exit 2 naming what it is, before the
+    grid is computed, whatever --overwrite says; nothing is written or replaced (issue 29)."""
+    import stat
+    from h3bridge.hexgrid import cli as hexgrid_cli
+    monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed"))
+    folder = tmp_path / "folder.png"
+    folder.mkdir()
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.png"
+    dangling.symlink_to(tmp_path / "nowhere.png")
+    names = [folder, fifo, dangling]
+    if os.geteuid() == 0:
+        device = tmp_path / "device.png"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        names.append(device)
+    before = {path: os.lstat(path) for path in names}
+    for path in names:
+        assert main(["hexgrid", "--width", "480", "--height", "240", "-o", str(path), *overwrite]) == 2, path
+        err = capsys.readouterr().err
+        assert f"--output {path} already exists and is a" in err and "Traceback" not in err, err
+    for path, info in before.items():
+        assert (os.lstat(path).st_mode, os.lstat(path).st_ino) == (info.st_mode, info.st_ino)
+    assert sorted(tmp_path.iterdir()) == sorted(names) and list(folder.iterdir()) == []

@@ -224,3 +224,57 @@ def test_sigterm_while_the_library_facts_wait_exits_143_and_leaves_no_worker(mod
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+@pytest.mark.parametrize("what", ["fifo", "dangling link", "device"])
+def test_build_library_never_links_over_a_fifo_device_or_link(tmp_path: Path, what: str) -> None:
+    """build-library -o renamed the linked library over whatever held the name (a FIFO, a device
+    node as root, a link): refused before make runs (safeio.outputs), and left as it was."""
+    import os
+    import stat
+    from h3bridge.errors import OutputExistsError
+    checkout = tmp_path / "h3.c"          # what check_checkout looks for; nothing is built from it
+    checkout.mkdir()
+    for name in ("Makefile", "h3.h", "h3_shaders.metal"):
+        (checkout / name).write_text("")
+    output = tmp_path / "libh3.dylib"
+    if what == "fifo":
+        os.mkfifo(output)
+    elif what == "dangling link":
+        output.symlink_to(tmp_path / "nowhere.dylib")
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(output, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    before = os.lstat(output)
+    calls: list[list[str]] = []
+
+    def run(command: list[str], **options: object) -> subprocess.CompletedProcess:
+        calls.append(command)
+        if "-dynamiclib" in command:
+            Path(command[command.index("-o") + 1]).write_text("a library")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    with pytest.raises(OutputExistsError, match="already exists and is a"):
+        build_library(checkout, output, run=run, system="darwin")
+    assert calls == [] and (os.lstat(output).st_mode, os.lstat(output).st_ino) == (before.st_mode, before.st_ino)
+
+
+@pytest.mark.parametrize("what", ["fifo", "dangling link", "file"])
+def test_a_preview_dir_that_is_not_a_folder_is_refused_naming_what_it_is(model_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                         what: str,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    previews = tmp_path / "previews"
+    if what == "fifo":
+        os.mkfifo(previews)
+    elif what == "dangling link":
+        previews.symlink_to(tmp_path / "nowhere")
+    else:
+        previews.write_text("mine")
+    words = {"fifo": "is a named pipe (FIFO)", "dangling link": "is a symbolic link", "file": "is a file"}[what]
+    assert main(["generate", "--engine", "library", "--library-path", str(double_library_path()),
+                 "--model-dir", str(model_dir), "-p", "x", *TINY, "-o", "", "--preview-dir", str(previews)]) == 2
+    err = capsys.readouterr().err
+    assert f"the preview folder {previews} {words}" in err and "Traceback" not in err
+    assert {p.name for p in tmp_path.iterdir()} - {"cache"} == {"previews"}      # nothing written beside it

@@ -82,3 +82,38 @@ def test_the_cache_is_capped_least_recently_used_first_and_listed_and_pruned(
     assert not second.exists() and not third.exists()
     assert main(["lora", "prune", str(root), "--max-size", "lots"]) == 2
     assert "--max-size must be a size" in capsys.readouterr().err
+
+
+def test_prune_never_reports_or_half_removes_a_linked_fold(tmp_path: Path, template: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29 item 5: a fold that is a symbolic link into the cache was reported removed while an
+    `.evicting-*` link stayed behind (rmtree refuses a link; its error was ignored). A link is not
+    a fold of this cache: never listed, evicted or followed; what it points to is kept."""
+    import os
+    from h3bridge.cli import main
+    root = tmp_path / cache_module.CACHE_FOLDER
+    lora = _lora(tmp_path / "a.safetensors", template, 4)
+    own = cached_fold(template, [LoraSpec(lora, 1.0)], cache_root=root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kept = elsewhere / "my-fold"
+    fold_model(template, [LoraSpec(lora, 0.5)], kept, progress=False)
+    (root / "linked-fold").symlink_to(kept)
+    assert [fold.path for fold in cache_module.list_folds(root)] == [own]
+    assert main(["lora", "prune", str(root), "--max-size", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "removed 1 fold(s)" in out and "linked-fold" not in out
+    assert not own.exists() and (root / "linked-fold").is_symlink() and read_provenance(kept) is not None
+    assert sorted(os.listdir(root)) == ["linked-fold"]                         # no .evicting-* left
+
+
+@pytest.mark.parametrize("command", [["list"], ["prune", "--max-size", "0"]])
+def test_list_and_prune_of_a_missing_folder_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   command: list[str]) -> None:
+    """`lora list /no/such/folder` said "0 fold(s)" and exited 0."""
+    from h3bridge.cli import main
+    missing = tmp_path / "no-such-folder"
+    assert main(["lora", command[0], str(missing), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "does not exist" in err and "fix:" in err
+    assert list(tmp_path.iterdir()) == []

@@ -262,3 +262,118 @@ def test_the_parity_probe_stops_a_wrong_block_before_it_is_written(template: Pat
         fold_model(template, [lora], tmp_path / "out", progress=False)
     assert not caught.value.before_start          # a failure midway (exit 1), not a refusal
     _nothing_written(tmp_path, before)
+
+
+def test_a_folder_that_appears_at_the_output_while_folding_is_never_replaced(template: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last rename gave the folded model the output's name even over an empty folder that
+    appeared meanwhile (rename(2) replaces an empty folder): now the name must be free."""
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    output = tmp_path / "out"
+    real = fold_module.write_provenance
+
+    def someone_makes_the_folder(root: Path, provenance) -> None:
+        real(root, provenance)
+        output.mkdir()
+        (tmp_path / "marker").write_text("")
+    monkeypatch.setattr(fold_module, "write_provenance", someone_makes_the_folder)
+    with pytest.raises(OutputExistsError) as caught:
+        fold_model(template, [lora], output, progress=False)
+    assert not caught.value.before_start and list(output.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.safetensors", "marker", "out"]     # no staging folder
+
+
+@pytest.mark.parametrize("what", ["fifo", "dangling link", "device", "file"])
+def test_lora_fold_o_that_is_taken_exits_2_before_folding(template: Path, tmp_path: Path, what: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import stat
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    output = tmp_path / "out"
+    if what == "fifo":
+        os.mkfifo(output)
+    elif what == "dangling link":
+        output.symlink_to(tmp_path / "nowhere")
+    elif what == "file":
+        output.write_text("mine")
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(output, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    before = os.lstat(output)
+    assert main(["lora", "fold", str(template), "--lora", str(lora), "-o", str(output), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert str(output) in err and "already exists" in err and "Traceback" not in err
+    assert (os.lstat(output).st_mode, os.lstat(output).st_ino) == (before.st_mode, before.st_ino)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.safetensors", "out"]
+
+
+def test_lora_fold_into_a_folder_that_takes_no_files_exits_2_before_folding(template: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    lora = write_lora(tmp_path / "l.safetensors", _good(template))
+    blocker = tmp_path / "notes"
+    blocker.write_text("a file, not a folder")
+    assert main(["lora", "fold", str(template), "--lora", str(lora), "-o", str(blocker / "out"), "--quiet"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.safetensors", "notes"]
+
+
+def _pad_header(path: Path, padding: int) -> Path:
+    """`path` rewritten with `padding` more spaces at the end of its JSON header (still valid JSON,
+    still 8-aligned): what a hostile LoRA of '200 MiB of spaces' looks like."""
+    import struct
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = data[8:8 + size] + b" " * padding
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data[8 + size:])
+    return path
+
+
+def test_a_lora_whose_header_is_mostly_spaces_is_refused_before_it_is_read(template: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 5: a LoRA whose header is 200 MiB of spaces was read whole and accepted. A
+    LoRA's header is kilobytes; the read is capped (LORA_MAX_HEADER_BYTES) before a byte of it."""
+    from h3bridge.lora import keys as keys_module
+    from h3bridge.lora.keys import read_lora
+    cap = keys_module.LORA_MAX_HEADER_BYTES
+    assert cap < 200 * 1024 * 1024
+    monkeypatch.setattr(keys_module, "LORA_MAX_HEADER_BYTES", 1 << 20)     # the same rule, a smaller file
+    lora = _pad_header(write_lora(tmp_path / "spaces.safetensors", _good(template)), (1 << 20) + 8)
+    with pytest.raises(LoraError) as caught:
+        read_lora(lora)
+    assert "over the 1 MiB limit" in caught.value.message and caught.value.hint
+    read_lora(_pad_header(write_lora(tmp_path / "fine.safetensors", _good(template)), 4096))    # a little is fine
+
+
+def test_a_200_mib_header_of_spaces_is_refused_by_lora_fold(template: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    lora = _pad_header(write_lora(tmp_path / "spaces.safetensors", _good(template)), 200 * 1024 * 1024)
+    assert main(["lora", "fold", str(template), "--lora", str(lora), "-o", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "spaces.safetensors" in err and "header" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    lora.unlink()
+
+
+def test_a_fold_record_of_megabytes_of_spaces_is_damaged_not_read(template: Path, tmp_path: Path) -> None:
+    """The fold record is read with a cap (safeio.paths): past it, 'damaged', never read into memory."""
+    from h3bridge.lora import read_provenance
+    from h3bridge.model.fold_record import MAX_RECORD_BYTES, PROVENANCE_FILE
+    folded = tmp_path / "folded"
+    fold_model(template, [write_lora(tmp_path / "l.safetensors", _good(template))], folded, progress=False)
+    assert read_provenance(folded) is not None
+    record = folded / PROVENANCE_FILE
+    record.write_bytes(record.read_bytes() + b" " * MAX_RECORD_BYTES)
+    with pytest.raises(ValueError, match="damaged"):
+        read_provenance(folded)
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_planted_as_a_stale_folds_marker_is_not_waited_on(tmp_path: Path) -> None:
+    """remove_stale_folds read the marker of every `.OUT.partial-*` folder with read_text(): a FIFO
+    there hung `lora fold -o OUT` for good. Now it is read through safeio.paths (a FIFO is refused
+    unopened) and the folder, whose owner cannot be told, is a dead fold's."""
+    stale = tmp_path / f".out{fold_module.TEMP_MARK}12345-abcd"
+    stale.mkdir()
+    os.mkfifo(stale / fold_module.INCOMPLETE_FILE)
+    assert fold_module.remove_stale_folds(tmp_path / "out") == [stale]
+    assert list(tmp_path.iterdir()) == []

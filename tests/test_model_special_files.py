@@ -219,3 +219,12 @@ def test_unfinished_hugging_face_cache_blobs_stop_only_reference_jobs(template: 
     # With FL2VA itself incomplete the unfinished blobs may be its own: they stop every job.
     next((snapshot / "FL2VA/audio_vae").glob("*.safetensors")).unlink()
     assert {p.kind for p in inspect_model(snapshot).errors} == {"partial-download", "missing-component"}
+
+
+def test_a_shard_index_of_megabytes_of_spaces_is_a_bad_index_not_read_whole(model: Path) -> None:  # noqa: F811
+    """model.safetensors.index.json is read through safeio.paths with a cap (a real one is KiB)."""
+    from h3bridge.model.inventory import MAX_INDEX_BYTES
+    index = model / "FL2VA" / "transformer" / "model.safetensors.index.json"
+    index.write_bytes(index.read_bytes() + b" " * MAX_INDEX_BYTES)
+    problems = [p for p in inspect_model(model).errors if p.kind == "bad-index"]
+    assert problems and str(index) in problems[0].message and "over the" in problems[0].message

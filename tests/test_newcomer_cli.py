@@ -64,6 +64,22 @@ def test_demo_needs_no_flags_says_it_is_synthetic_and_never_overwrites(
     assert (work / "-dash.mp4").is_file()
 
 
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_demo_o_that_is_not_a_regular_file_is_refused_before_the_fixture_is_made(
+        tmp_path: Path, private_cache: Path, capsys: pytest.CaptureFixture[str], overwrite: list[str]) -> None:
+    """A FIFO or a dangling link at -o: exit 2 before the demo's model is written, left as it was."""
+    fifo = tmp_path / "fifo.mp4"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.mp4"
+    dangling.symlink_to(tmp_path / "nowhere.mp4")
+    for path in (fifo, dangling):
+        assert main(["demo", "--quiet", "-o", str(path), *overwrite]) == 2
+        err = capsys.readouterr().err
+        assert f"{path} already exists and is a" in err and "Traceback" not in err
+    assert not (private_cache / "demo-model").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.mp4", "fifo.mp4"]
+
+
 def test_demo_rewrites_a_cached_fixture_that_is_not_this_versions(private_cache: Path, tmp_path: Path) -> None:
     folder = private_cache / "demo-model"
     folder.mkdir(parents=True)

@@ -244,3 +244,66 @@ def test_whatever_a_storyboard_file_holds_only_storyboard_errors_come_out(tmp_pa
     except (tomllib.TOMLDecodeError, ValueError):
         pass             # a file that is not TOML must be refused in the storyboard's words too
     _only_our_errors(lambda: plan_story(Storyboard.from_toml(path), check_files=False))
+
+
+# ----------------------------------------------------------------------------- the film's name
+
+
+def _not_regular_outputs(tmp_path: Path) -> list[Path]:
+    """What a film must never be written over, --overwrite or not (the device as root, in tmp_path)."""
+    import stat
+    folder = tmp_path / "folder.mp4"
+    folder.mkdir()
+    fifo = tmp_path / "fifo.mp4"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.mp4"
+    dangling.symlink_to(tmp_path / "nowhere.mp4")
+    names = [folder, fifo, dangling]
+    if os.geteuid() == 0:
+        device = tmp_path / "device.mp4"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        names.append(device)
+    return names
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_film_name_that_is_not_a_regular_file_is_refused_before_any_shot(
+        tmp_path: Path, model_dir: Path, sim_log: Path, overwrite: bool) -> None:  # noqa: F811
+    """With overwrite, a FIFO, device node or link at the film's name was replaced by the film after
+    every shot had rendered (issue 29): refused before anything renders, and left as it was."""
+    story = Storyboard.from_toml(write_story(tmp_path, ONE_SHOT))
+    names = _not_regular_outputs(tmp_path)
+    before = {path: os.lstat(path) for path in names}
+    for path in names:
+        with OneShotEngine(sim_engine_path(), model_dir) as engine, pytest.raises(OutputExistsError) as caught:
+            run_story(story, path, engine=engine, overwrite=overwrite)
+        assert f"the output {path} already exists and is a" in caught.value.message
+    assert sim_invocations(sim_log) == []
+    assert {path: (os.lstat(path).st_mode, os.lstat(path).st_ino) for path in names} == \
+        {path: (info.st_mode, info.st_ino) for path, info in before.items()}
+    assert sorted(tmp_path.iterdir()) == sorted([*names, tmp_path / "story.toml"])     # no job folder either
+
+
+def test_story_o_that_is_not_a_regular_file_exits_2_even_with_overwrite(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
+    from story_helpers import run_cli, story_argv
+    names = _not_regular_outputs(tmp_path)
+    for path in names:
+        done = run_cli(story_argv(write_story(tmp_path, ONE_SHOT), path, sim_engine_path(), model_dir,
+                                  "--overwrite", "--quiet"))
+        assert done.returncode == 2 and "already exists and is a" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert sorted(tmp_path.iterdir()) == sorted([*names, tmp_path / "story.toml"])
+
+
+def test_a_damaged_manifest_set_aside_never_replaces_one_set_aside_before(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two unreadable manifests in the same second: the second was renamed over the first."""
+    from h3bridge.story.jobdir import MANIFEST_NAME, JobDir
+    monkeypatch.setattr(jobdir_module.time, "strftime", lambda pattern: "20260101-000000")
+    for text in ("first damaged", "second damaged"):
+        (tmp_path / MANIFEST_NAME).write_text(text)
+        with JobDir(tmp_path) as jobs:
+            jobs.load()
+            assert jobs.damaged_manifest is not None and jobs.damaged_manifest.read_text() == text
+    kept = sorted(p.read_text() for p in tmp_path.glob(f"{MANIFEST_NAME}.damaged-*"))
+    assert kept == ["first damaged", "second damaged"] and not (tmp_path / MANIFEST_NAME).exists()

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..safeio.outputs import write_output
+
 PACK_ROOT = Path(__file__).resolve().parents[2]
 LOCALES = PACK_ROOT / "locales"
 ZH_STRINGS = Path(__file__).with_name("zh_strings.json")
@@ -121,10 +123,8 @@ def main() -> int:
         return 1
     for name, content in locale_files(nodes, CATEGORY, table).items():
         path = LOCALES / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(content, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-        temporary.replace(path)
+        write_output(path, json.dumps(content, ensure_ascii=False, indent=1) + "\n", overwrite=True,
+                     field=f"the locale file {name}")
         print("wrote", path)
     return 0
 

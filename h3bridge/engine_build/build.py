@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 from filelock import FileLock, Timeout
 
 from ..errors import EngineNotFoundError, LibraryBuildError
-from ..files import open_regular, sha256_regular, symlink_note     # the path reader (moving to safeio/paths.py)
+from ..safeio.paths import open_regular, sha256_regular, symlink_note
 from ..safeio.archives import ArchiveError, UnpackLimits, unpack_tar
 from ..userdirs import cache_dir
 from .diagnose import diagnose

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..files import not_regular, open_regular     # the path reader (moving to safeio/paths.py)
+from ..safeio.paths import not_regular, open_regular
 from ..userdirs import cache_dir
 
 PINNED_COMMIT = "8974cc055ea9c02fcd14cc27dfda3e1027c05153"     # the h3.c h3bridge is tested against

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 from ..errors import DiskError
+from ..safeio.outputs import why_not_writable as outputs_why_not_writable
 from .lock import PROBE_PREFIX, remove_dead_scratch
 from ..media.decode import remove_quietly
 from ..request import GenerationRequest
@@ -18,14 +19,8 @@ from ..geometry import FPS
 
 
 def why_not_writable(existing: Path) -> str:
-    if not existing.is_dir():
-        return "it is a file"
-    try:
-        if os.statvfs(existing).f_flag & os.ST_RDONLY:
-            return "its file system is mounted read-only"
-    except OSError:
-        pass
-    return "you have no permission to write there"
+    """safeio.outputs' words for a folder that takes no new files (one wording everywhere)."""
+    return outputs_why_not_writable(existing)
 
 
 # What an H.264 clip at CRF 18 can cost: 1 bit per pixel and frame is several times what CRF 18

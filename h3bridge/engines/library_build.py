@@ -16,7 +16,6 @@ the C double of libh3 for tests.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import EngineNotFoundError, LibraryBuildError
+from ..safeio.outputs import check_output, staged_output
 
 LIBRARY_NAME = "libh3.dylib"
 MAKE_TIMEOUT = 3600.0      # a cold build of h3.c takes minutes; this is a safety net
@@ -108,6 +108,8 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
     target = (output.expanduser().absolute() if output is not None else folder / LIBRARY_NAME)
     if target.is_dir():
         target = target / LIBRARY_NAME
+    # the library replaces the one built before, never a device, FIFO, folder or link: checked before make
+    check_output(target, overwrite=True, field="--output", make_parents=False)
     make = make_program()
     log(f"make libh3.a in {folder}")
     done = run(make_command(make), cwd=str(folder), timeout=MAKE_TIMEOUT)
@@ -116,10 +118,10 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
                                 hint="a plain `make` in the checkout shows the same; upstream builds only on "
                                      "Apple Silicon with Xcode's command line tools")
     variables = makefile_variables(folder, make, run=run)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    command = link_command(variables, folder / "libh3.a", temporary)
-    log(" ".join(command))
-    try:
+    with staged_output(target, overwrite=True, field="--output", create=False) as staging:
+        temporary = staging.staged
+        command = link_command(variables, folder / "libh3.a", temporary)
+        log(" ".join(command))
         linked = run(command, cwd=str(folder), capture_output=True, text=True, timeout=600)
         if linked.returncode != 0:
             output_text = (linked.stderr or linked.stdout or "").strip()
@@ -133,10 +135,7 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
             text = (loaded.stderr or "").strip().splitlines()
             raise LibraryBuildError(f"the linked library does not load: {text[-1] if text else 'no message'}",
                                     hint="see compiler_output", compiler_output=loaded.stderr or "")
-        os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+        staging.publish()
     return target
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import RequestError
 from ..progress import PreviewFrame
+from ..safeio.outputs import kind_of, staged_output
 from .library import LibraryEngine
 
 ENGINE_CHOICES = ("cli", "library")
@@ -48,9 +49,10 @@ class PreviewWriter:
         self.written = 0
         self.total: int | None = None
         self.last: Path | None = None
-        if self.folder.exists() and not self.folder.is_dir():
-            raise RequestError(f"the preview folder {self.folder} is a file", field="preview_dir",
-                               hint="give a folder for the step previews (--preview-dir)")
+        if os.path.lexists(self.folder) and not self.folder.is_dir():
+            # a file, a FIFO, a device, a dangling link: said as what it is (safeio.outputs' words)
+            raise RequestError(f"the preview folder {self.folder} is {kind_of(self.folder) or 'a file'}",
+                               field="preview_dir", hint="give a folder for the step previews (--preview-dir)")
         existing = sorted(self.folder.glob("step-*.png")) if self.folder.is_dir() else []
         if existing and not overwrite:
             raise RequestError(f"the preview folder {self.folder} already holds step previews ({existing[0].name}, ...)",
@@ -67,13 +69,11 @@ class PreviewWriter:
     def __call__(self, preview: PreviewFrame) -> None:
         from ..media.references import write_png
         target = self.folder / PREVIEW_PATTERN.format(step=preview.step + 1)
-        temporary = self.folder / f".{target.stem}.{os.getpid()}.tmp.png"
-        try:
-            write_png(preview.image, temporary)
-            os.replace(temporary, target)
-        finally:
-            if temporary.exists():
-                temporary.unlink()
+        # existing previews were refused up front unless --overwrite; a step's own PNG replaces
+        # only a regular file (safeio.outputs), never a FIFO or link planted under its name
+        with staged_output(target, overwrite=True, field="--preview-dir", create=False) as staging:
+            write_png(preview.image, staging.staged)
+            staging.publish()
         self.written += 1
         self.total = preview.total_steps
         self.last = target

@@ -74,8 +74,9 @@ from filelock import FileLock, Timeout
 
 from ..cancel import CancelToken
 from .process import terminate_group
-from ..errors import EngineError, GenerationCancelled
+from ..errors import EngineError, GenerationCancelled, H3BridgeError
 from ..userdirs import machine_dir
+from ..safeio.outputs import STAGING_MARK, STAGING_PREFIX, write_output
 from ..progress import ProgressCallback, ProgressEvent, WAITING_PHASE
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
@@ -95,8 +96,9 @@ _RECORD_LIMIT = 1 << 20
 
 # h3bridge's own scratch, the only things an engine record may make it remove (own_leftover).
 WORKDIR_PREFIX = "h3bridge-"           # tempfile.mkdtemp(prefix=...) of the one-shot engine
-STAGING_PREFIX, STAGING_SUFFIX = ".h3bridge-", ".partial.mp4"   # a clip before its atomic rename
-_STAGING_NAME = re.compile(r"\.h3bridge-[0-9a-f]{12}\.partial\.mp4")
+# a clip before its atomic rename: safeio.outputs.staging_path of an .mp4
+STAGING_SUFFIX = STAGING_MARK + ".mp4"
+_STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"[0-9a-f]{12}" + re.escape(STAGING_SUFFIX))
 # mkdtemp's random part, after the pid of the process that made it (make_work_folder; older
 # h3bridge made them without).
 _WORKDIR_NAME = re.compile(r"h3bridge-(?:(?P<pid>[1-9][0-9]*)-)?[a-z0-9_]{8}")
@@ -537,21 +539,16 @@ def prepare_record_folder(folder: Path) -> None:
 
 
 def write_engine_record(path: Path, record: EngineRecord) -> None:
-    """Write the record under a temporary name in this account's record folder (made and checked
-    by prepare_record_folder) and rename it into place. Raises EngineError naming the file when
-    it cannot be written (a full or read-only disk, a record folder another account took)."""
+    """Write the record in this account's record folder (made and checked by prepare_record_folder)
+    through safeio.outputs (staged, fsynced, renamed over the previous record, never over anything
+    but a regular file). Raises EngineError naming the file when it cannot be written (a full or
+    read-only disk, a record folder another account took)."""
     prepare_record_folder(path.parent)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        _remove_own_record(temporary)            # a stale one of ours (a reused pid)
-        descriptor = os.open(temporary, flags, 0o644)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(json.dumps(asdict(record)))
-        os.replace(temporary, path)
-    except OSError as error:
-        _remove_own_record(temporary)
-        raise EngineError(f"cannot write the engine record {path}: {error.strerror or error}",
+        write_output(path, json.dumps(asdict(record)), overwrite=True, field="engine record", make_parents=False)
+    except (OSError, H3BridgeError) as error:
+        reason = error.message if isinstance(error, H3BridgeError) else error.strerror or str(error)
+        raise EngineError(f"cannot write the engine record {path}: {reason}",
                           hint=f"make room on the disk holding {path.parent} (or make it writable), or set "
                                f"{LOCK_PATH_ENV} to a lock file in a writable folder of your own") from None
 

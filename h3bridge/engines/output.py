@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,79 +15,41 @@ from ..cancel import CancelToken
 from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsError, RequestError
 from ..media.decode import decode_audio, remove_quietly
 from ..progress import parse_progress
-from .lock import STAGING_PREFIX, STAGING_SUFFIX, make_work_folder, remove_leftovers
+from .lock import make_work_folder, remove_leftovers
+from ..safeio.outputs import check_output, kind_of, link_new, missing_folders, publish
+from ..safeio.outputs import staging_path as outputs_staging_path
 from ..request import GenerationRequest
 from ..result import GenerationResult
-from .disk import DiskNeed, why_not_writable, disk_error_from_os_error
+from .disk import DiskNeed, disk_error_from_os_error
 
 
 def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
-    """The absolute output path (None: no MP4 kept); refuses a directory or, unless
-    `overwrite`, an existing file, before any engine starts."""
+    """The absolute output path (None: no MP4 kept), checked by safeio.outputs before any engine
+    starts: never a folder, device, FIFO or link, an existing file only with `overwrite`, in a
+    folder that exists or can be made and takes new files."""
     text = os.fspath(output) if output is not None else ""
-    output_path = Path(text).expanduser().absolute() if text else None
-    if output_path is not None:
-        limit = _name_limit(output_path.parent)
-        length = len(output_path.name.encode("utf-8", "surrogateescape"))
-        if length > limit:
-            raise RequestError(f"the output file name is {length} bytes, over this file system's {limit}",
-                               field="output", hint="choose a shorter file name")
-        if text.endswith(os.sep) or output_path.is_dir():
-            raise RequestError(f"the output {text} names a folder", field="output",
-                               hint=f"give a file name ending in .mp4, e.g. {output_path / 'clip.mp4'}")
-        if output_path.suffix.lower() != ".mp4":
-            # h3 writes MP4 (H.264 + AAC); another suffix would misname the file.
-            raise RequestError(f"the output {output_path.name} does not end in .mp4, and h3 writes an MP4",
-                               field="output", hint=f"name it {output_path.with_suffix('.mp4').name}")
-        # lexists: a symlink (even a dangling one) is something the user made.
-        if os.path.lexists(output_path) and not overwrite:
-            raise OutputExistsError(f"the output {output_path} already exists",
-                                    hint="choose another name, or allow overwriting (CLI: --overwrite)")
-        # The clip is staged beside the output and the parents are created (staging_path), so
-        # the nearest existing folder must take new entries; find out now, not after the render.
-        existing = output_path.parent
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise RequestError(f"the output {output_path} cannot be written: {existing} is not a writable folder "
-                               f"({why_not_writable(existing)})",
-                               field="output", hint="choose an output in a folder you can write to")
+    if not text:
+        return None
+    output_path = check_output(text, overwrite=overwrite, field="output", label="the output",
+                               allow_overwrite="allow overwriting (CLI: --overwrite)")
+    if output_path.suffix.lower() != ".mp4":
+        # h3 writes MP4 (H.264 + AAC); another suffix would misname the file.
+        raise RequestError(f"the output {output_path.name} does not end in .mp4, and h3 writes an MP4",
+                           field="output", hint=f"name it {output_path.with_suffix('.mp4').name}")
     return output_path
 
 
-def _name_limit(folder: Path) -> int:
-    """The longest file name the output's file system takes (NAME_MAX, 255 on APFS and ext4)."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
-
-
-def missing_folders(output_path: Path) -> list[Path]:
-    """The output's folders that do not exist yet, deepest first: staging_path creates them,
-    and a job that fails takes them away again, each only if it is still empty."""
-    missing: list[Path] = []
-    folder = output_path.parent
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
-
-
 def staging_path(output_path: Path) -> Path:
-    """The temporary name a clip is written under before its atomic rename to `output_path`:
-    in the same folder (rename is atomic only within one file system), hidden, unique, and
-    ending in .mp4 (FFmpeg picks the muxer by suffix). Creates the output's parents, as h3
-    does for its own output (h3_ffmpeg.c `make_parents`)."""
+    """The temporary name a clip is written under before its atomic rename to `output_path`
+    (safeio.outputs.staging_path: same folder, hidden, unique, ending in .mp4 since FFmpeg picks
+    the muxer by suffix). Creates the output's parents, as h3 does for its own output
+    (h3_ffmpeg.c `make_parents`)."""
     try:
         output_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise MediaError(f"cannot create the output folder {output_path.parent}: {error.strerror}",
                          hint="choose an output in a folder you can write to") from None
-    # Short whatever the output's name: a name near the file system's limit must still fit.
-    return output_path.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}{STAGING_SUFFIX}"
+    return outputs_staging_path(output_path)
 
 
 @dataclass
@@ -176,32 +137,22 @@ def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
 
 
 def _publish_or_keep_beside(temp: Path, output: Path, *, overwrite: bool) -> None:
-    if overwrite:
-        os.replace(temp, output)
+    try:
+        publish(temp, output, overwrite=overwrite, field="the output",
+                allow_overwrite="allow overwriting (CLI: --overwrite)")
         return
-    if _link_new(temp, output):
-        return
+    except OutputExistsError:
+        pass                # taken meanwhile by a file (or, even with overwrite, by a folder, device, link...)
+    kind = kind_of(output)
     for number in range(2, 1000):
         keep = output.with_name(f"{output.stem}-{number}{output.suffix}")
-        if _link_new(temp, keep):
+        if link_new(temp, keep):
+            if overwrite:
+                raise MediaError(f"cannot move the finished clip to {output}: it is now {kind}, which h3bridge never "
+                                 f"replaces; the new clip was kept as {keep}",
+                                 hint="rename the files as you like; h3bridge replaced nothing")
             raise OutputExistsError(f"the output {output} appeared while rendering; the new clip was kept as {keep}",
                                     hint="rename the files as you like; h3bridge replaced nothing",
                                     before_start=False)
     raise OutputExistsError(f"the output {output} appeared while rendering and no free name was found beside it",
                             hint="choose another name, or allow overwriting (CLI: --overwrite)", before_start=False)
-
-
-def _link_new(temp: Path, target: Path) -> bool:
-    """Give `temp` the name `target` only if nothing holds that name; True when done."""
-    try:
-        os.link(temp, target)      # fails if `target` exists: no race with another writer
-    except FileExistsError:
-        return False
-    except OSError:
-        # File systems without hard links (exFAT, some network shares): a small window remains.
-        if target.exists():
-            return False
-        os.replace(temp, target)
-        return True
-    os.unlink(temp)
-    return True

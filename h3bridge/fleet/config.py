@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import urlsplit
 
-from ..errors import OutputExistsError, RequestError, shown_value
+from ..errors import RequestError, shown_value
 from ..safeio.numbers import read_float, read_int
+from ..safeio.outputs import write_output
 from ..server.wire import API_KEY_ENV, DEFAULT_MODEL
 
 DEFAULT_MODEL_NAME = DEFAULT_MODEL                 # what clients ask the proxy for
@@ -274,31 +272,9 @@ def render_fleet_config(settings: FleetSettings) -> str:
 
 
 def write_fleet_config(settings: FleetSettings, path: Path, *, overwrite: bool = False) -> Path:
-    """Write the configuration to `path` atomically (a temporary file beside it, fsynced, then
-    linked or renamed into place); an existing file is kept unless `overwrite`."""
+    """Write the configuration to `path` through safeio.outputs (checked first, staged beside it,
+    fsynced, then linked or renamed into place); an existing file is kept unless `overwrite`, and
+    a device node, FIFO, folder or link is never written over."""
     text = render_fleet_config(settings)      # every refusal before anything is written
-    path = Path(path)
-    if not overwrite and os.path.lexists(path):
-        raise OutputExistsError(f"{path} exists; h3bridge fleet does not overwrite it",
-                                hint="pass --overwrite to replace it, or give another -o FILE")
-    if not path.parent.is_dir():
-        raise RequestError(f"-o {path}: the folder {path.parent} does not exist", field="-o",
-                           hint=f"create it first (mkdir -p {path.parent}) or write elsewhere")
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(temporary, path)
-        else:
-            try:
-                os.link(temporary, path)      # fails if the file appeared meanwhile: nothing is replaced
-            except FileExistsError:
-                raise OutputExistsError(f"{path} appeared while h3bridge fleet wrote it; it was kept",
-                                        hint="pass --overwrite to replace it, or give another -o FILE") from None
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
-    return path
+    return write_output(path, text, overwrite=overwrite, field="-o", make_parents=False,
+                        allow_overwrite="pass --overwrite to replace it, or give another -o FILE")

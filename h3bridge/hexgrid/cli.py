@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import MediaError, OutputExistsError, RequestError
+from ..errors import MediaError, RequestError
 from ..safeio.numbers import int_flag
+from ..safeio.outputs import check_output, staged_output
 from .draw import draw_tiling
 from .grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, check_grid_settings, hex_grid, usable_resolutions
 
@@ -39,19 +38,16 @@ def run_hexgrid(args: argparse.Namespace) -> int:
     output: Path = args.output
     if output.suffix.lower() != ".png":
         raise RequestError(f"--output {output} is not a .png file name", hint="end the name in .png")
-    if (output.exists() or output.is_symlink()) and not args.overwrite:
-        raise OutputExistsError(f"{output} already exists", hint="choose another name, or pass --overwrite")
-    if output.is_dir():
-        raise RequestError(f"--output {output} is a folder", hint="give a file name ending in .png")
+    # never a folder, device, FIFO or link; an existing file only with --overwrite
+    target = check_output(output, overwrite=args.overwrite, field="--output")
     check_grid_settings(args.width, args.height, args.resolution, args.overlap)
-    temporary = _claim_output_folder(output)      # an unwritable output is found before the grid is computed
-    try:
+    # the staged file is claimed now: an unwritable output is found before the grid is computed
+    with staged_output(target, overwrite=args.overwrite, field="--output") as staging:
         with progress_lines(f"laying out the resolution {args.resolution} cells over {args.width}x{args.height}"):
             grid = hex_grid(args.width, args.height, args.resolution, args.overlap)
         with progress_lines(f"drawing {len(grid)} cells"):
-            _publish_png(draw_tiling(grid), temporary, output, overwrite=args.overwrite)
-    finally:
-        temporary.unlink(missing_ok=True)
+            _write_png(draw_tiling(grid), staging.staged, output)
+            staging.publish()
     usable = usable_resolutions(args.width, args.height)
     print(f"wrote {output}: {args.width}x{args.height}, resolution {grid.resolution}, {len(grid)} cells "
           f"({len(grid.pentagons)} pentagons), overlap {grid.overlap_px} px; usable resolutions "
@@ -90,39 +86,14 @@ def progress_lines(what: str) -> Iterator[None]:
         ticker.join()
 
 
-def _claim_output_folder(output: Path) -> Path:
-    """The hidden temporary file beside `output` the PNG is written to (created now, empty): a
-    folder that cannot be made or written to is refused before anything is computed."""
-    folder = output.parent
-    temporary = folder / f".h3bridge-{uuid.uuid4().hex[:12]}.partial.png"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644))
-    except OSError as error:
-        reason = "a file is in the way" if isinstance(error, (FileExistsError, NotADirectoryError)) \
-            else error.strerror or type(error).__name__
-        raise RequestError(f"--output {output}: cannot write in the folder {folder or '.'} ({reason.lower()})",
-                           field="output", hint="choose an --output in a folder you can write to") from None
-    return temporary
-
-
-def _publish_png(picture, temporary: Path, output: Path, *, overwrite: bool) -> None:
-    """Write the PNG to `temporary`, then give it the name: nobody sees a half-written PNG, and
-    without `overwrite` a file that appeared meanwhile is not replaced."""
+def _write_png(picture, staged: Path, output: Path) -> None:
+    """The PNG under its staging name (safeio.outputs publishes it: nobody sees half a PNG)."""
     from ..media.references import write_png
     try:
-        write_png(picture, temporary)
+        write_png(picture, staged)
     except MediaError:      # the disk filled up while drawing
         raise MediaError(f"--output {output}: the picture could not be written to its folder (is the disk full?)",
                          hint="free space on its disk, or choose another --output") from None
-    if overwrite:
-        os.replace(temporary, output)
-    else:
-        try:
-            os.link(temporary, output)         # fails if the name is taken: no race with another writer
-        except FileExistsError:
-            raise OutputExistsError(f"{output} appeared while drawing; it was left as it was",
-                                    hint="choose another name, or pass --overwrite") from None
 
 
 __all__ = ["add_hexgrid_command", "run_hexgrid"]

@@ -15,10 +15,12 @@ removed folder is ever taken for a finished fold.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -140,10 +142,13 @@ def _own_bytes(folder: Path) -> int:
 
 
 def list_folds(root: Path) -> list[CachedFold]:
-    """The finished folds in a cache folder, least recently used first."""
+    """The finished folds in a cache folder, least recently used first. A symbolic link is not a
+    fold of this cache (what it points to is someone's folder elsewhere): never listed, so never
+    evicted nor followed."""
     folds = []
     try:
-        entries = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        entries = sorted(p for p in root.iterdir()
+                         if not p.name.startswith(".") and not p.is_symlink() and p.is_dir())
     except OSError:
         return []
     for folder in entries:
@@ -159,7 +164,11 @@ def list_folds(root: Path) -> list[CachedFold]:
 
 
 def evict(folder: Path) -> None:
-    """Remove a fold: renamed to a hidden name at once (never a half-removed model), then deleted."""
+    """Remove a fold: renamed to a hidden name at once (never a half-removed model), then deleted.
+    OSError (nothing renamed) for anything but a real folder: a link is never followed nor left
+    behind under a hidden name."""
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a fold folder of this cache", str(folder))
     hidden = folder.with_name(f"{_EVICTING}{folder.name}-{secrets.token_hex(4)}")
     os.rename(folder, hidden)
     shutil.rmtree(hidden, ignore_errors=True)

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
 
 from ..model.inventory import FL2VA, PARTITIONS, format_bytes
-from .cache import DEFAULT_LIMIT, LIMIT_VARIABLE, cache_folder, cache_limit, list_folds, parse_size, prune
+from ..errors import RequestError
+from .cache import CACHE_FOLDER, DEFAULT_LIMIT, LIMIT_VARIABLE, cache_folder, cache_limit, list_folds, parse_size, prune
 from .fold import NEAREST, ROUNDINGS, STOCHASTIC, LoraSpec, fold_model
 from .layout import QKV_LAYOUTS
 from ..model.fold_record import DISTILLED_STEPS
@@ -78,9 +80,21 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
     prune.set_defaults(handler=run_prune)
 
 
+def existing_folder(folder: str | Path, command: str) -> Path:
+    """`folder` as `lora list`/`lora prune` take it, only if it is an existing folder: a mistyped
+    path is not an empty cache."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        what = "does not exist" if not os.path.lexists(path) else "is not a folder"
+        raise RequestError(f"lora {command}: {path} {what}", field="FOLDER",
+                           hint=f"give a fold cache folder ({CACHE_FOLDER}), the folder holding it (ComfyUI's models/h3) "
+                                "or a base model folder")
+    return path
+
+
 def run_list(args: argparse.Namespace) -> int:
     from datetime import datetime
-    for folder in args.folders:
+    for folder in [existing_folder(folder, "list") for folder in args.folders]:
         root = cache_folder(folder)
         folds = list_folds(root)
         print(f"{root}: {len(folds)} fold(s), {format_bytes(sum(f.size for f in folds))} on disk")
@@ -92,7 +106,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     limit = parse_size(args.max_size, what="--max-size") if args.max_size is not None else cache_limit()
-    for folder in args.folders:
+    for folder in [existing_folder(folder, "prune") for folder in args.folders]:
         root = cache_folder(folder)
         removed = prune(root, limit if limit is not None else None, dry_run=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"

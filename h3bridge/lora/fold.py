@@ -56,7 +56,8 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..errors import DiskError, GenerationCancelled, LoraError, OutputExistsError, RequestError
-from ..files import non_regular_kind
+from ..safeio.outputs import check_output, publish_folder
+from ..safeio.paths import non_regular_kind, not_regular, read_text_capped, too_large
 from ..model.inventory import FL2VA, PARTITIONS, ModelInventory, format_bytes, inspect_model
 from ..model.safetensors import DTYPE_SIZES, TensorInfo
 from ..progress import ProgressCallback, ProgressEvent
@@ -423,7 +424,9 @@ def _owner_alive(folder: Path) -> bool:
     """Is the process that made this temporary folder still folding into it?"""
     import psutil
     try:
-        pid_text, started_text = (folder / INCOMPLETE_FILE).read_text().split()
+        # a few bytes of our own; a FIFO or a device planted there is never waited on nor read whole
+        marker = read_text_capped(folder / INCOMPLETE_FILE, 256, not_regular, too_large, follow_symlinks=False)
+        pid_text, started_text = marker.split()
         process = psutil.Process(int(pid_text))
         return abs(process.create_time() - float(started_text)) < 1.0
     except (OSError, ValueError, psutil.Error):
@@ -931,7 +934,10 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
     _check_output(root, output)
     remove_stale_folds(output)
     files = _source_files(root)
-    _check_disk(plan, output.parent, files)
+    _check_disk(plan, output.parent, files)      # a full or read-only disk, in -o's words
+    # and safeio.outputs' own check every output passes (nothing at the name, a folder taking files)
+    check_output(output, overwrite=False, field="-o", label="the output folder", make_parents=False,
+                 folder_output=True)
     try:
         base_record = read_provenance(root)
     except ValueError as error:
@@ -1002,11 +1008,8 @@ def fold_model(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obj
             survival=survival.report(run.tallies, run.counts))
         write_provenance(temporary, provenance)
         (temporary / INCOMPLETE_FILE).unlink()
-        try:
-            os.rename(temporary, output)          # refuses a non-empty folder that appeared meanwhile
-        except OSError:
-            raise OutputExistsError(f"{output} appeared while folding; it was left as it was",
-                                    hint="choose another -o folder", before_start=False) from None
+        # never over anything that appeared meanwhile, not even an empty folder (OutputExistsError)
+        publish_folder(temporary, output, field="the output folder")
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

@@ -28,6 +28,7 @@ from typing import Iterable, Mapping
 
 from ..errors import IntegrityError, LoraError
 from ..model.safetensors import ShardHeader, TensorInfo, read_header
+from ..safeio.paths import not_regular, read_json_capped, too_large
 
 PEFT, KOHYA = "PEFT/diffusers (lora_A/lora_B)", "kohya (lora_down/lora_up + alpha)"
 # (suffix of the down tensor, suffix of the up tensor, convention)
@@ -45,6 +46,11 @@ FOREIGN_PREFIXES = {"lora_te_": "the text encoder", "lora_te1_": "the text encod
 LORA_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})        # what the down/up/alpha tensors may be
 TARGET_DTYPES = frozenset({"BF16", "F32"})                    # the weights h3 reads that we rewrite
 EXAMPLES = 3
+# A LoRA's header lists a few thousand tensors (hundreds of KiB, a few MiB with a trainer's metadata);
+# read with this cap, not a model shard's 256 MiB, so a header of 200 MiB of spaces is refused unread.
+LORA_MAX_HEADER_BYTES = 32 * 1024 * 1024
+# adapter_config.json is a few hundred bytes
+PEFT_CONFIG_MAX_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -111,15 +117,14 @@ PEFT_WEIGHTS, PEFT_CONFIG = "adapter_model.safetensors", "adapter_config.json"
 def peft_scale(config_path: Path) -> float:
     """lora_alpha / r (or / sqrt(r) with use_rslora) from a PEFT adapter_config.json. LoraError for
     a config h3bridge cannot apply exactly (per-module rank or alpha patterns)."""
-    import json
     import math
     try:
-        config = json.loads(config_path.read_text())
+        config = read_json_capped(config_path, PEFT_CONFIG_MAX_BYTES, not_regular, too_large)
         rank, alpha = config["r"], config.get("lora_alpha", config["r"])
         if isinstance(rank, bool) or isinstance(alpha, bool) or not isinstance(rank, int) or rank <= 0 \
                 or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise ValueError(f"r {rank!r}, lora_alpha {alpha!r}")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise LoraError(f"{config_path} cannot be read as a PEFT adapter config ({error})",
                         hint="give the adapter_model.safetensors of an intact PEFT folder, with its "
                              "adapter_config.json (r, lora_alpha)") from None
@@ -144,7 +149,7 @@ def read_lora(path: str | Path, *, sha256: str | None = None) -> LoraFile:
         raise LoraError(f"LoRA file {path} does not exist or is not a file",
                         hint="give the path of the LoRA's .safetensors file")
     try:
-        header = read_header(path)
+        header = read_header(path, max_header_bytes=LORA_MAX_HEADER_BYTES)
     except IntegrityError as error:
         raise LoraError(f"LoRA {path} cannot be read: {error.message.removeprefix(f'{path}: ')}",
                         hint="use a BF16/F16/F32 .safetensors LoRA (quantized LoRAs cannot be folded into the "

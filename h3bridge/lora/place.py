@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from ..errors import LoraError
-from ..files import copy_regular, non_regular_kind, open_regular, symlink_note
+from ..safeio.paths import copy_regular, non_regular_kind, open_regular, symlink_note
 
 CLONE, HARDLINK, COPY = "clone", "hardlink", "copy"
 _FICLONE = 0x40049409              # linux/fs.h: _IOW(0x94, 9, int)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError, shown_value
-from ..files import open_regular, symlink_note      # the path reader (moving to safeio/paths.py)
+from ..safeio.paths import open_regular, symlink_note
 from ..safeio.http import (FetchConnectionError, FetchError, FetchLimits, FetchTimeout, FetchTooLong,
                            call_with_deadline, fetch_to_file)
 from .inventory import (

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from .fold_survival import INT8_NOTE, Survival, format_report, warnings
 from .problem import Problem
-from .safetensors import open_regular_file
+from ..safeio.outputs import write_output
+from ..safeio.paths import not_regular, read_announced, read_json_capped, too_large
+from .safetensors import MAX_HEADER_BYTES, open_regular_file
 
 if TYPE_CHECKING:
     from .inventory import ModelInventory
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 PROVENANCE_FILE = "h3bridge-lora.json"
 FORMAT = "h3bridge-lora-fold"
 VERSION = 1
+# A record lists the folded model's files and LoRAs: kilobytes. Read with a cap, so a damaged one
+# (or a link to /dev/zero) is "damaged", not a MemoryError.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 # h3.c PR #14 (README "Distilled sampling"): sample with --steps 5 or 6 and no other speed flags;
 # "4 steps showed motion smear; 5 is the validated floor"; the distilled schedule removes the
 # redundancy --reuse and --core-reuse exploit. More than a few steps only costs time.
@@ -119,7 +124,7 @@ def header_sha256(path: Path) -> str:
     with open_regular_file(path) as handle:
         prefix = handle.read(8)
         size = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
-        return hashlib.sha256(prefix + handle.read(min(size, 256 * 1024 * 1024))).hexdigest()
+        return hashlib.sha256(prefix + read_announced(handle, path, size, MAX_HEADER_BYTES, too_large)).hexdigest()
 
 
 def base_identity(inventory: "ModelInventory") -> str:
@@ -137,7 +142,9 @@ def base_identity(inventory: "ModelInventory") -> str:
 
 
 def write_provenance(root: Path, provenance: Provenance) -> None:
-    (root / PROVENANCE_FILE).write_text(json.dumps(provenance.to_dict(), indent=1, sort_keys=True) + "\n")
+    """The fold record, written through safeio.outputs (staged, fsynced) into the fold's folder."""
+    write_output(root / PROVENANCE_FILE, json.dumps(provenance.to_dict(), indent=1, sort_keys=True) + "\n",
+                 overwrite=False, field="the fold record", make_parents=False)
 
 
 def read_provenance(root: Path) -> Provenance | None:
@@ -146,7 +153,7 @@ def read_provenance(root: Path) -> Provenance | None:
     if not path.is_file():
         return None
     try:
-        document = json.loads(path.read_text())
+        document = read_json_capped(path, MAX_RECORD_BYTES, not_regular, too_large)
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             raise ValueError("not an h3bridge fold record")
         if document.get("version") != VERSION:

@@ -25,7 +25,6 @@ opened with O_NONBLOCK (safetensors.open_regular_file).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import IntegrityError, ModelError
-from ..files import UNENDING_KINDS, non_regular_kind, symlink_note
+from ..safeio.paths import UNENDING_KINDS, non_regular_kind, not_regular, read_json_capped, symlink_note, too_large
 from .safetensors import (
     GGUF_MAGIC,
     GIT_LFS_POINTER_PREFIX,
@@ -455,13 +454,18 @@ def _detect_foreign_layout(root: Path, inventory: ModelInventory) -> bool:
     return False
 
 
+# model.safetensors.index.json names each tensor's shard: a few hundred KiB for H3; read with a cap
+# (safeio.paths), so one padded to gigabytes is a bad index, not a MemoryError.
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+
+
 def _check_index(component: Component, add: Callable[[Problem], None]) -> None:
     """model.safetensors.index.json lists every shard and tensor; a gap means a partial download."""
     index_path = component.directory / "model.safetensors.index.json"
     if not index_path.is_file():
         return
     try:
-        weight_map = json.loads(index_path.read_text())["weight_map"]
+        weight_map = read_json_capped(index_path, MAX_INDEX_BYTES, not_regular, too_large)["weight_map"]
         listed = set(weight_map.values())
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         add(Problem("error", "bad-index", f"{index_path} is not a valid shard index ({error})",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import IntegrityError
-from ..files import open_regular, symlink_note
+from ..safeio.paths import format_size, open_regular, read_announced, symlink_note
 
 # h3_safetensors.c: #define H3_ST_MAX_HEADER (256u * 1024u * 1024u)
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -199,8 +199,10 @@ def _parse_tensor(path: Path, name: str, entry: object) -> TensorInfo:
     return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), begin=begin, end=end)
 
 
-def read_header(path: str | Path) -> ShardHeader:
-    """Read and validate one shard's header. Reads 8 + header-length bytes, never tensor data."""
+def read_header(path: str | Path, *, max_header_bytes: int = MAX_HEADER_BYTES) -> ShardHeader:
+    """Read and validate one shard's header. Reads 8 + header-length bytes, never tensor data, and
+    never a header longer than `max_header_bytes` (upstream's 256 MiB for a model shard; a caller
+    that knows its files are smaller, a LoRA, states its own cap)."""
     path = Path(path)
     try:
         with open_regular_file(path) as handle:
@@ -211,16 +213,18 @@ def read_header(path: str | Path) -> ShardHeader:
                 raise other or _fail(path, f"is {file_size} bytes, too short for a safetensors file "
                                            "(empty or interrupted download)", hint=_REDOWNLOAD)
             header_size = int.from_bytes(prefix, "little")
-            if header_size > MAX_HEADER_BYTES or header_size > file_size - 8:
+            if header_size > max_header_bytes or header_size > file_size - 8:
                 other = _sniff_other_format(path, prefix)
                 if other:
                     raise other
-                if header_size > MAX_HEADER_BYTES:
-                    raise _fail(path, f"invalid header size {header_size} (over the 256 MiB limit): "
-                                      "not a safetensors file, or its first bytes are damaged", hint=_REDOWNLOAD)
-                raise _fail(path, f"invalid header size {header_size}: the file has only {file_size} bytes "
-                                  "(truncated download or not a safetensors file)", hint=_REDOWNLOAD)
-            raw = handle.read(header_size)
+                if header_size > file_size - 8 and header_size <= max_header_bytes:
+                    raise _fail(path, f"invalid header size {header_size}: the file has only {file_size} bytes "
+                                      "(truncated download or not a safetensors file)", hint=_REDOWNLOAD)
+
+            def too_large(path: Path, size: int, cap: int) -> IntegrityError:
+                return _fail(path, f"invalid header size {size} (over the {format_size(cap)} limit): "
+                                   "not a safetensors file, or its first bytes are damaged", hint=_REDOWNLOAD)
+            raw = read_announced(handle, path, header_size, max_header_bytes, too_large)
     except IntegrityError:
         raise
     except OSError as error:

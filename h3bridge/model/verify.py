@@ -12,12 +12,12 @@ unchanged model again reads no data; a changed file is hashed again.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +29,10 @@ from typing import Callable, Iterable
 from filelock import FileLock
 from tqdm import tqdm
 
-from ..errors import IntegrityError, ModelError
+from ..errors import IntegrityError, ModelError, RequestError
 from .inventory import ModelInventory, Problem, format_bytes, inspect_model
-from ..files import non_regular_kind
+from ..safeio.outputs import write_output
+from ..safeio.paths import non_regular_kind
 from .safetensors import open_regular_file
 from ..userdirs import CACHE_ENV, cache_dir
 
@@ -41,15 +42,13 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _atomic_write_json(path: Path, value: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """A JSON file of h3bridge's own (a cache, a manifest, a record), replaced in place through
+    safeio.outputs (staged, fsynced, never over anything but a regular file)."""
     try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(value, stream, indent=1, sort_keys=True)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+        write_output(path, json.dumps(value, indent=1, sort_keys=True), overwrite=True, field=path.name)
+    except RequestError as error:
+        # a folder that cannot hold it: callers word it (or shrug it off) as the OSError it is
+        raise OSError(errno.ENOTDIR, error.message, str(path)) from None
 
 
 @dataclass(frozen=True)

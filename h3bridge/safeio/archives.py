@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import H3BridgeError
 # the path reader (moving to safeio/paths.py): the archive is opened only if it is a regular file
-from ..files import open_regular
+from .paths import open_regular
 
 # What reading a damaged or truncated archive raises inside tarfile and its decompressors.
 _DAMAGED = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError)

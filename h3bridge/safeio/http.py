@@ -240,7 +240,7 @@ class _Watchdog:
 def _open_part(part: Path):
     """The part file for reading and appending (created if missing): only a regular file, never
     through a link (a FIFO opened non-blocking is seen and refused, never waited on)."""
-    from ..files import describe_mode      # the path reader (moving to safeio/paths.py)
+    from .paths import describe_mode
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     descriptor = os.open(part, flags, 0o644)
     kind = describe_mode(os.fstat(descriptor).st_mode)

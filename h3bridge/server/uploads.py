@@ -11,7 +11,6 @@ reading the moment a limit is passed.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import AsyncIterator
 
 from ..errors import RequestError, shown_value
 from ..request import MAX_PROMPT_BYTES
+from ..safeio.outputs import publish
 from .wire import (
     PEER_INLINE_FILE_FIELDS,
     LongNumber,
@@ -117,11 +117,10 @@ class _UploadWriter:
 
     def end(self) -> None:
         assert self._file is not None and self._temporary is not None and self._final is not None
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
         self._file = None
-        os.replace(self._temporary, self._final)
+        # fsynced and renamed into place by the one output writer (only ever over a regular file)
+        publish(self._temporary, self._final, overwrite=True, field=self._field)
         self.uploads.append(UploadedFile(self._field, self._final, self._filename))
 
     def add_bytes(self, field_name: str, data: bytes, filename: str | None) -> None:

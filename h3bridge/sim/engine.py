@@ -285,10 +285,8 @@ def _notice(path: str | None) -> None:
     """Create `path` holding this process's pid (a fault has fired), under a temporary name and
     renamed, so a reader never sees it half-written."""
     if path:
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w") as handle:
-            handle.write(f"{os.getpid()}\n")
-        os.replace(temporary, path)
+        from ..safeio.outputs import write_output
+        write_output(path, f"{os.getpid()}\n", overwrite=True, field="H3_SIM notice")
 
 
 class _Progress:

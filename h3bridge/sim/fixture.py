@@ -579,6 +579,7 @@ def cached_fixture_model(folder: str | Path) -> Path:
     loser of the race removes its own copy and uses the winner's. A folder that is there but is
     not a fixture this version would write (an older layout, a damaged copy) is replaced: it is
     h3bridge's own cache, holding nothing of the user's."""
+    import errno
     import os
     import shutil
     import tempfile
@@ -599,11 +600,10 @@ def cached_fixture_model(folder: str | Path) -> Path:
             except FileNotFoundError:
                 pass                                     # another demo moved it first
             shutil.rmtree(stale, ignore_errors=True)
-        try:
-            os.rename(fresh, target)
-        except OSError:                                  # another demo's copy landed first: use it
+        from ..safeio.outputs import rename_new
+        if not rename_new(fresh, target):                # another demo's copy landed first: use it
             if not (target.is_dir() and _matches_this_version(target)):
-                raise
+                raise OSError(errno.EEXIST, "another copy of the fixture model is in the way", str(target))
     finally:
         if fresh.exists():
             shutil.rmtree(fresh, ignore_errors=True)

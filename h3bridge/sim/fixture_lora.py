@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..safeio.outputs import staged_output
 from .fixture import TINY, Dims, transformer_tensors
 
 RANK = 2
@@ -53,11 +54,10 @@ def write_fixture_lora(path: str | Path, dims: Dims = TINY) -> Path:
         offset += array.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-(8 + len(raw)) % 8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.partial")
-    with open(temporary, "wb") as handle:
-        handle.write(struct.pack("<Q", len(raw)) + raw)
-        for array in tensors.values():
-            handle.write(array.astype("<f4").tobytes())
-    temporary.replace(path)
+    with staged_output(path, overwrite=True, field="the LoRA fixture", create=False) as staging:
+        with open(staging.staged, "xb") as handle:
+            handle.write(struct.pack("<Q", len(raw)) + raw)
+            for array in tensors.values():
+                handle.write(array.astype("<f4").tobytes())
+        staging.publish()
     return path

@@ -26,6 +26,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..errors import LibraryBuildError
+from ..safeio.outputs import staged_output
 from ..userdirs import cache_dir
 
 SOURCE_DIR = Path(__file__).resolve().parent / "double"
@@ -101,21 +102,20 @@ def build_double(directory: Path | None = None) -> Path:
     with FileLock(str(folder / "build.lock"), timeout=BUILD_TIMEOUT):
         if target.is_file():          # another process built it while we waited
             return target
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        command = compile_command(compiler, include, temporary)
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        except OSError as error:
-            raise LibraryBuildError(f"cannot run the C compiler {compiler[0]}: {error.strerror}",
-                                    hint="install a C compiler or set CC") from None
-        if done.returncode != 0:
-            temporary.unlink(missing_ok=True)
-            output = (done.stderr or done.stdout).strip()
-            raise LibraryBuildError(
-                f"the C compiler failed building the libh3 double (exit {done.returncode}): "
-                f"{output.splitlines()[0] if output else 'no output'}",
-                hint="see compiler_output; set CC to another compiler", compiler_output=output)
-        os.replace(temporary, target)
+        with staged_output(target, overwrite=True, field="the libh3 double", create=False) as staging:
+            command = compile_command(compiler, include, staging.staged)
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+            except OSError as error:
+                raise LibraryBuildError(f"cannot run the C compiler {compiler[0]}: {error.strerror}",
+                                        hint="install a C compiler or set CC") from None
+            if done.returncode != 0:
+                output = (done.stderr or done.stdout).strip()
+                raise LibraryBuildError(
+                    f"the C compiler failed building the libh3 double (exit {done.returncode}): "
+                    f"{output.splitlines()[0] if output else 'no output'}",
+                    hint="see compiler_output; set CC to another compiler", compiler_output=output)
+            staging.publish()
     return target
 
 

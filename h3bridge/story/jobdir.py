@@ -20,8 +20,9 @@ from pathlib import Path
 
 import filelock
 
-from ..errors import DiskError, H3BridgeError
-from ..files import NotRegularFileError, not_regular, open_regular, sha256_regular
+from ..errors import DiskError, H3BridgeError, RequestError
+from ..safeio.outputs import STAGING_PREFIX, rename_new, write_output
+from ..safeio.paths import NotRegularFileError, not_regular, open_regular, sha256_regular
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -143,27 +144,13 @@ def file_sha256(path: Path, *, follow_symlinks: bool = True) -> str:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """`data` at `path` via a temporary file, fsync and rename (and the folder's fsync)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """`data` at `path` (a file of h3bridge's own, replaced in place) through safeio.outputs: staged
+    beside it, fsynced, renamed over the previous version only if that is a regular file, the
+    folder fsynced; nothing half-written is left when the disk is full."""
     try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)     # a full disk leaves no half-written temporary behind
-        raise
-    try:
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(folder)
-    except OSError:
-        pass
-    finally:
-        os.close(folder)
+        write_output(path, data, overwrite=True, field="manifest", make_parents=False)
+    except RequestError as error:       # its folder cannot take it: the OSError callers word as a disk error
+        raise OSError(errno.ENOTDIR, error.message, str(path)) from None
 
 
 class JobDir:
@@ -206,7 +193,7 @@ class JobDir:
         if not self.created or self.manifest_path.exists():
             return
         for entry in self.path.iterdir():
-            if entry.name != LOCK_NAME and not entry.name.startswith(("shot-", f".{MANIFEST_NAME}.")):
+            if entry.name != LOCK_NAME and not entry.name.startswith(("shot-", f".{MANIFEST_NAME}.", STAGING_PREFIX)):
                 return          # something this run did not make: leave the folder alone
         if self._lock is not None:
             self._lock.release()
@@ -243,8 +230,15 @@ class JobDir:
                 raise ValueError("too large")
             return Manifest.from_json(raw.decode("utf-8"))
         except (ValueError, TypeError, KeyError, AttributeError):
-            aside = self.path / f"{MANIFEST_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
-            os.replace(self.manifest_path, aside)
+            stamp = time.strftime('%Y%m%d-%H%M%S')
+            # never over one set aside before (two in the same second): the next free name
+            for number in range(1, 1000):
+                aside = self.path / (f"{MANIFEST_NAME}.damaged-{stamp}" + ("" if number == 1 else f"-{number}"))
+                if rename_new(self.manifest_path, aside):
+                    break
+            else:
+                raise JobDirError(f"the job directory {self.path} holds too many damaged manifests",
+                                  hint="remove the manifest.json.damaged-* files in it")
             self.damaged_manifest = aside
             return Manifest()
 

@@ -2,7 +2,8 @@
 
 Used for the tail reference a `tail` shot conditions on, the stand-in files the plan validates
 with, and the assembled film. The file appears only when complete: it is written under a
-temporary name beside the target and renamed into place by `publish`.
+temporary name beside the target and given its name by `publish` (safeio.outputs: fsynced, never
+over anything but a regular file, and over that only when replacing is allowed).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 from ..errors import MediaError
 from ..geometry import FPS, SAMPLE_RATE
 from ..media.decode import remove_quietly
+from ..safeio.outputs import publish, staging_path
 
 FILM_CRF = 18            # H.264 quality of the assembled film (visually lossless at H3's sizes)
 REFERENCE_CRF = 0        # the tail reference: as close to the engine's frames as H.264 gets
@@ -28,12 +30,6 @@ AUDIO_BIT_RATE = 192_000
 # input alone (tests/test_story_film.py runs it under different glibc heap fillings); it costs a
 # little compression at the film's CRF 18 and nothing at the reference's lossless CRF 0.
 X264_PARAMS = "mbtree=0"
-TEMP_MARK = ".partial-"
-
-
-def temporary_beside(path: Path) -> Path:
-    """A temporary name in `path`'s folder (same file system, so the rename is atomic)."""
-    return path.with_name(f".{path.stem}{TEMP_MARK}{os.getpid()}{path.suffix}")
 
 
 class Mp4Writer:
@@ -44,7 +40,7 @@ class Mp4Writer:
     def __init__(self, path: str | os.PathLike[str], width: int, height: int, *, audio: bool = True,
                  crf: int = FILM_CRF, fps: int = FPS, sample_rate: int = SAMPLE_RATE) -> None:
         self.path = Path(path)
-        self.temporary = temporary_beside(self.path)
+        self.temporary = staging_path(self.path)      # beside it: the rename is atomic
         self.sample_rate = sample_rate
         self.frames_written = 0
         self.samples_written = 0
@@ -91,7 +87,8 @@ class Mp4Writer:
             self._container.mux(packet)
 
     def publish(self, *, replace: bool = False) -> Path:
-        """Finish the file and rename it into place (never over an existing file unless `replace`)."""
+        """Finish the file and give it its name (never over an existing file unless `replace`, and then
+        only over a regular file)."""
         self._mux(self._video.encode(None))
         if self._audio is not None:
             self._mux(self._audio.encode(None))
@@ -101,20 +98,10 @@ class Mp4Writer:
             self.chapters_embedded = True
         self._container.close()
         self._closed = True
-        if replace:
-            os.replace(self.temporary, self.path)
-        else:
-            try:
-                os.link(self.temporary, self.path)     # fails if the target exists: nothing is replaced
-            except FileExistsError:
-                remove_quietly(self.temporary)
-                raise
-            except OSError:                             # a file system without hard links
-                if os.path.lexists(self.path):
-                    remove_quietly(self.temporary)
-                    raise FileExistsError(f"{self.path} exists") from None
-                os.replace(self.temporary, self.path)
-            remove_quietly(self.temporary)
+        # OutputExistsError (a FileExistsError) when the name is taken by what may not be replaced;
+        # the staged file then goes with __exit__
+        publish(self.temporary, self.path, overwrite=replace, field="the output",
+                allow_overwrite="pass overwrite=True (CLI: --overwrite)")
         return self.path
 
     def __enter__(self) -> "Mp4Writer":

@@ -35,6 +35,7 @@ from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
 from ..request import GenerationRequest
 from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
+from ..safeio.outputs import check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
 from .plan import PlannedShot, StoryPlan, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
@@ -242,7 +243,10 @@ def _chapters_of(plan: StoryPlan) -> list[tuple[int, int, str]]:
 
 def _check_output(output: Path, manifest: Manifest, overwrite: bool) -> None:
     """Before anything renders: an existing film is replaced only if this job wrote it (and it is
-    unchanged since), or with `overwrite`."""
+    unchanged since), or with `overwrite`; never a folder, device node, FIFO or link, whatever
+    `overwrite` says, and only in a folder that takes new files (safeio.outputs)."""
+    check_output(output, overwrite=True, field="output", label="the output",
+                 allow_overwrite="pass overwrite=True (CLI: --overwrite)")
     if overwrite or not os.path.lexists(output):
         return
     record = manifest.film

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import RequestError
-from ..files import open_regular, symlink_note
+from ..safeio.paths import open_regular, symlink_note
 from ..geometry import MAX_FRAMES
 from ..request import DEFAULT_SEED, PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
 from ..vocabulary import with_current_keys

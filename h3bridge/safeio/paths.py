@@ -9,16 +9,23 @@ place that reads or copies such a path goes through here:
 * `open_regular(path, refuse)`: open it with O_NONBLOCK (and O_NOFOLLOW when asked), check the
   opened descriptor with fstat (so a FIFO swapped in after a stat is never waited on), and only
   then hand back an ordinary blocking file object;
-* `sha256_regular`, `copy_regular`, `check_regular`: hashing, copying and probing through it.
+* `sha256_regular`, `copy_regular`, `check_regular`: hashing, copying and probing through it;
+* `read_regular_capped` (and `_text`, `_json`): a small file (a record, a config, a manifest) read
+  whole only when it is at most the size the caller states, so a record that is 200 MiB of spaces
+  or a link to /dev/zero is refused instead of read into memory;
+* `read_announced`: the bytes a file's own length prefix announces (a safetensors header), only
+  up to the caller's cap.
 
 `refuse(path, kind)` makes the exception for a path that is not a regular file, in the words of
 the interface the user is in (a model's IntegrityError, a LoRA fold's LoraError, a storyboard's
-RequestError, ...); this module only knows the kinds.
+RequestError, ...), and `too_large(path, size, cap)` the one for a file over the caller's cap;
+this module only knows the kinds and the sizes.
 """
 from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -26,6 +33,8 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 Refuse = Callable[[Path, str], BaseException]
+# (path, size seen or announced, the caller's cap in bytes) -> the exception to raise
+TooLarge = Callable[[Path, int, int], BaseException]
 
 HASH_CHUNK = 1 << 20
 # The kinds that hang a reader (FIFO, socket) or never end (character and block devices).
@@ -131,6 +140,71 @@ def sha256_regular(path: str | os.PathLike[str], refuse: Refuse, *, follow_symli
     return digest.hexdigest()
 
 
+class FileTooLargeError(OSError):
+    """`path` holds more than the caller's cap (`size` bytes seen or announced, `cap` allowed): for
+    callers that treat it as any other file they cannot read."""
+
+    def __init__(self, path: Path, size: int, cap: int) -> None:
+        super().__init__(f"{path} holds {format_size(size)}, over the {format_size(cap)} such a file can hold")
+        self.errno = errno.EFBIG
+        self.path = path
+        self.size = size
+        self.cap = cap
+
+
+def too_large(path: Path, size: int, cap: int) -> FileTooLargeError:
+    """A `too_large` for callers that handle it as an OSError."""
+    return FileTooLargeError(path, size, cap)
+
+
+def format_size(size: int) -> str:
+    """A byte count for a message: "512 B", "3.5 KiB", "256 MiB"."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f}".removesuffix(".0") + f" {unit}"
+    raise AssertionError("unreachable")
+
+
+def read_announced(handle: BinaryIO, path: str | os.PathLike[str], count: int, cap: int, too_large: TooLarge) -> bytes:
+    """The `count` bytes a file's own length field announces (a safetensors header), read from
+    `handle` only when `count` is at most `cap`: a length that claims 200 MiB is refused before a
+    byte of it is read. Fewer bytes come back when the file ends first (the caller words that)."""
+    if count > cap:
+        raise too_large(Path(path), count, cap)
+    return handle.read(count)
+
+
+def read_regular_capped(path: str | os.PathLike[str], cap: int, refuse: Refuse, too_large: TooLarge, *,
+                        follow_symlinks: bool = True) -> bytes:
+    """A small regular file's bytes, only when it holds at most `cap` bytes (else `too_large`, before
+    anything is read; a file that grows past the cap while read too); anything but a regular file
+    is `refuse`d. OSError (missing, unreadable) passes through for the caller to word."""
+    with open_regular(path, refuse, follow_symlinks=follow_symlinks) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > cap:
+            raise too_large(Path(path), size, cap)
+        data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise too_large(Path(path), len(data), cap)
+    return data
+
+
+def read_text_capped(path: str | os.PathLike[str], cap: int, refuse: Refuse, too_large: TooLarge, *,
+                     follow_symlinks: bool = True, encoding: str = "utf-8") -> str:
+    """`read_regular_capped` decoded (UnicodeDecodeError, a ValueError, for bytes that are not text)."""
+    return read_regular_capped(path, cap, refuse, too_large, follow_symlinks=follow_symlinks).decode(encoding)
+
+
+def read_json_capped(path: str | os.PathLike[str], cap: int, refuse: Refuse, too_large: TooLarge, *,
+                     follow_symlinks: bool = True) -> object:
+    """`read_text_capped` parsed as JSON (ValueError for text that is not JSON)."""
+    return json.loads(read_text_capped(path, cap, refuse, too_large, follow_symlinks=follow_symlinks))
+
+
 def copy_regular(source: str | os.PathLike[str], target: str | os.PathLike[str], refuse: Refuse) -> None:
     """Copy a regular file's bytes and times to `target` (created, never an existing file); a
     source that is anything else is refused before a byte is written, and no more than the size
@@ -177,5 +251,7 @@ def _copy_bytes(source: int, target: int, size: int) -> int:
     return done
 
 
-__all__ = ["NotRegularFileError", "Refuse", "not_regular", "UNENDING_KINDS", "check_regular", "copy_regular", "describe_mode", "non_regular_kind",
-           "open_regular", "open_regular_fd", "sha256_regular", "symlink_note"]
+__all__ = ["FileTooLargeError", "NotRegularFileError", "Refuse", "TooLarge", "UNENDING_KINDS", "check_regular", "copy_regular",
+           "describe_mode", "format_size", "non_regular_kind", "not_regular", "open_regular", "open_regular_fd",
+           "read_announced", "read_json_capped", "read_regular_capped", "read_text_capped", "sha256_regular",
+           "symlink_note", "too_large"]
