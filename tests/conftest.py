@@ -8,7 +8,10 @@ history of its own (H3BRIDGE_HISTORY_PATH, h3bridge/history/store.py), never the
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import settings
@@ -21,6 +24,37 @@ from h3bridge.userdirs import MACHINE_DIR_ENV
 # runner a pause fails a property that holds. The properties are checked without it.
 settings.register_profile("h3bridge", deadline=None)
 settings.load_profile("h3bridge")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[None]:
+    """With PYTHONDONTWRITEBYTECODE set (as on some CI images), every child Python the tests start
+    (thousands: h3-sim per job, h3bridge CLIs and servers) compiled every h3bridge module it imports
+    from source again. Bytecode is written instead to one folder per run, shared by the xdist
+    workers, outside the checkout (PYTHONPYCACHEPREFIX), so the checkout stays as clean as the
+    variable keeps it and each module is compiled once a run. Without the variable nothing changes."""
+    if not sys.flags.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ:
+        yield
+        return
+    run_root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        run_root = run_root.parent       # popen-gwN's parent: this run's folder, shared by the workers
+    prefix = run_root / "pycache"
+    prefix.mkdir(exist_ok=True)
+    saved = {name: os.environ.get(name) for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    saved_flag, saved_prefix = sys.dont_write_bytecode, sys.pycache_prefix
+    sys.dont_write_bytecode, sys.pycache_prefix = False, str(prefix)
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode, sys.pycache_prefix = saved_flag, saved_prefix
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)
