@@ -47,7 +47,7 @@ settings.load_profile("h3bridge")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[None]:
+def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """With PYTHONDONTWRITEBYTECODE set (as on some CI images), every child Python the tests start
     (thousands: h3-sim per job, h3bridge CLIs and servers) compiled every h3bridge module it imports
     from source again. Bytecode is written instead to one folder per run, shared by the xdist
@@ -57,7 +57,7 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) ->
         yield
         return
     run_root = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         run_root = run_root.parent       # popen-gwN's parent: this run's folder, shared by the workers
     prefix = run_root / "pycache"
     prefix.mkdir(exist_ok=True)
