@@ -86,14 +86,15 @@ class ServerProcess:
                 raise AssertionError(f"h3bridge serve exited {self.process.returncode}:\n{self.log()}")
             assert time.monotonic() < deadline, f"h3bridge serve never listened:\n{self.log()}"
             time.sleep(0.02)
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"h3bridge serve never became ready:\n{self.log()}"
-            time.sleep(0.02)
+        with httpx.Client(timeout=5) as client:     # one client: each new one reads the CA bundle again
+            while True:
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"h3bridge serve never became ready:\n{self.log()}"
+                time.sleep(0.02)
 
     def log(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""

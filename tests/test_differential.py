@@ -35,7 +35,12 @@ FIXED_CASES = ["capi-0170"]
 
 @pytest.fixture(scope="module")
 def workspace(upstream_engine, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
-    return build_workspace(tmp_path_factory.mktemp("differential") / "workspace").resolve()
+    """The models and media every test of this module reads (built once: the cases only read it,
+    each writes under its own runs folder), with upstream's shaders beside them as run_all puts them."""
+    root = build_workspace(tmp_path_factory.mktemp("differential") / "workspace").resolve()
+    (root / differential.SHADERS).write_bytes(
+        Path(upstream_engine.program).with_name(differential.SHADERS).read_bytes())
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +127,11 @@ def _cache_bytes(side: differential.Side, workspace: Path, runs: Path) -> list[o
     return [call for call in observation["calls"] if call["op"] == "cache_info"]
 
 
-def test_the_cached_conditioning_has_upstreams_size(upstream_engine, tmp_path: Path) -> None:  # noqa: F811
+def test_the_cached_conditioning_has_upstreams_size(upstream_engine, workspace: Path,  # noqa: F811
+                                                    tmp_path: Path) -> None:
     """The double's h3_cache_get_info counts upstream's token rows: the prompt's ids and the
     multimodal presentation's labels and vision spans (h3-sim once guessed 24 + bytes/4 + 256
     per image, 14x too many for a 64x32 job)."""
-    workspace = build_workspace(tmp_path / "workspace").resolve()
-    (workspace / "h3_shaders.metal").write_bytes(
-        Path(upstream_engine.program).with_name("h3_shaders.metal").read_bytes())
     (tmp_path / "runs").mkdir()
     upstream = differential.Side.upstream(str(upstream_engine.program), str(upstream_engine.library))
     expected = _cache_bytes(upstream, workspace, tmp_path / "runs")
@@ -140,12 +143,10 @@ def test_the_cached_conditioning_has_upstreams_size(upstream_engine, tmp_path: P
                                  {"H3_PROFILE": "", "H3_GPU_SAMPLER_WINDOW": "0"}],
                          ids=["gpu-profile-0", "cpu-profile-1", "gpu-empty-unbounded"])
 def test_the_samplers_profile_lines_are_upstreams(env: dict[str, str], upstream_engine,  # noqa: F811
-                                                  tmp_path: Path) -> None:
+                                                  workspace: Path, tmp_path: Path) -> None:
     """h3_dit.c prints the reuse schedule's size and the GPU sampler's encode window whenever
     H3_PROFILE is set at all ("0" and "" too), unlike the "h3 profile:" lines."""
-    workspace = build_workspace(tmp_path / "workspace").resolve()
-    shaders = workspace / "h3_shaders.metal"
-    shaders.write_bytes(Path(upstream_engine.program).with_name("h3_shaders.metal").read_bytes())
+    shaders = workspace / differential.SHADERS
     (tmp_path / "runs").mkdir()
     case = {"id": "sampler-lines", "category": "cli-env", "kind": "cli", "env": env, "stdin": "",
             "args": ["-d", "{MODEL:ok}", "-p", "a fox", "--width", "64", "--height", "32",

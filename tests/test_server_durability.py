@@ -23,6 +23,7 @@ JOBS = 10
 FRAMES = 22
 BODY = {"prompt": "a red fox runs through snow", "size": "96x64", "num_frames": FRAMES, "steps": 2}
 HEADERS = {"Authorization": f"Bearer {KEY}"}
+POLL = 0.1      # seconds between two looks at the queue (each is a request the server answers)
 
 
 class ContentWatcher(threading.Thread):
@@ -54,8 +55,10 @@ class ContentWatcher(threading.Thread):
                 self.stopping.wait(0.05)
 
 
-def statuses(server: ServerProcess) -> dict[str, dict]:
-    response = httpx.get(f"{server.api}/videos", params={"limit": 100}, headers=HEADERS, timeout=30)
+def statuses(server: ServerProcess, client: httpx.Client) -> dict[str, dict]:
+    # One client per trial: a new one per poll reads the CA bundle again each time (~70 ms of CPU,
+    # at every 10 ms poll), which starved the server and the engines the trial waits for.
+    response = client.get(f"{server.api}/videos", params={"limit": 100}, headers=HEADERS, timeout=30)
     response.raise_for_status()
     return {video["id"]: video for video in response.json()["data"]}
 
@@ -75,18 +78,19 @@ def test_a_killed_server_loses_no_job_and_reruns_none_that_finished(seed: int, t
                 response = client.post(f"{server.api}/videos", json=BODY | {"seed": index})
                 assert response.status_code == 200, response.text
                 accepted.append(response.json()["id"])
-        kills = 1 + (seed % 2)             # odd seeds: killed twice
-        for _ in range(kills):
-            # A random moment while the queue runs: some jobs done, one maybe mid-render.
-            done_before = rng.randint(0, JOBS - 1)
-            wait_until(lambda: sum(v["status"] == "completed" for v in statuses(server).values()) >= done_before,
-                       timeout=60)
-            threading.Event().wait(rng.uniform(0.0, 0.6))
-            server.kill()
-            server.start()
-        assert wait_until(lambda: all(v["status"] in ("completed", "failed") for v in statuses(server).values()),
-                          timeout=120), statuses(server)
-        final = statuses(server)
+            kills = 1 + (seed % 2)             # odd seeds: killed twice
+            for _ in range(kills):
+                # A random moment while the queue runs: some jobs done, one maybe mid-render.
+                done_before = rng.randint(0, JOBS - 1)
+                wait_until(lambda: sum(v["status"] == "completed" for v in statuses(server, client).values())
+                           >= done_before, timeout=60, interval=POLL)
+                threading.Event().wait(rng.uniform(0.0, 0.6))
+                server.kill()
+                server.start()
+            assert wait_until(lambda: all(v["status"] in ("completed", "failed")
+                                          for v in statuses(server, client).values()),
+                              timeout=120, interval=POLL), statuses(server, client)
+            final = statuses(server, client)
     finally:
         watcher.stopping.set()
         watcher.join(30)
@@ -128,10 +132,12 @@ def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path, m
             second.stop()       # if it did start (the old code), it must not outlive the test
         assert f"another h3bridge serve is using the data directory {data_dir.resolve()}" in str(refused.value)
         assert "--data-dir" in str(refused.value)
-        response = httpx.post(f"{first.api}/videos", json=BODY, headers=HEADERS, timeout=30)
-        assert response.status_code == 200, response.text
-        video_id = response.json()["id"]
-        assert wait_until(lambda: statuses(first)[video_id]["status"] in ("completed", "failed"), timeout=120)
-        assert statuses(first)[video_id]["status"] == "completed", statuses(first)[video_id]
-    with second:
-        assert statuses(second)[video_id]["status"] == "completed"
+        with httpx.Client(headers=HEADERS, timeout=30) as client:
+            response = client.post(f"{first.api}/videos", json=BODY)
+            assert response.status_code == 200, response.text
+            video_id = response.json()["id"]
+            assert wait_until(lambda: statuses(first, client)[video_id]["status"] in ("completed", "failed"),
+                              timeout=120, interval=POLL)
+            assert statuses(first, client)[video_id]["status"] == "completed", statuses(first, client)[video_id]
+    with second, httpx.Client(headers=HEADERS, timeout=30) as client:
+        assert statuses(second, client)[video_id]["status"] == "completed"

@@ -20,6 +20,7 @@ Mirrored (h3_safetensors.c at 8974cc0):
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -304,6 +305,15 @@ def read_header(path: str) -> Header:
             raise HeaderError(f"{path}: cannot read header")
     finally:
         os.close(descriptor)
+    return _parse_header(path, size, header_size, data)
+
+
+# Every file is still opened and read as upstream reads it (so every I/O error is the same); only
+# the parse of identical header bytes is not repeated. A job reads each shard's header twice
+# (h3_st_inventory_dir, then h3_weight_store_open), and parsing was a third of a small job's time.
+# The result is immutable (a frozen Header of tuples); a parse that fails is not kept.
+@functools.lru_cache(maxsize=256)
+def _parse_header(path: str, size: int, header_size: int, data: bytes) -> Header:
     cursor = _Cursor(data)
     tensors: list[TensorEntry] = []
     cursor.take("{")
