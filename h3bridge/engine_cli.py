@@ -7,6 +7,7 @@ It lives below all three so that none of them imports another (cli.py registers 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -173,8 +174,25 @@ def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
     with its own --engine)."""
     parser.add_argument("--force", action="store_true",
                         help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
-    parser.add_argument("--stall-timeout", type=float, default=600.0, metavar="SECONDS",
+    parser.add_argument("--stall-timeout", type=stall_seconds, default=600.0, metavar="SECONDS",
                         help="stop the engine after this long without progress (default 600; 0 disables)")
+
+
+MAX_STALL_SECONDS = 7 * 24 * 3600.0     # a week: longer is a typo, not a watchdog
+
+
+def stall_seconds(text: str) -> float:
+    """--stall-timeout's value: finite seconds from 0 (off) to a week. NaN, infinity, negative
+    times and numbers of hundreds of digits were taken, and the watchdog with them."""
+    try:
+        value = float(text) if len(text) <= 32 else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= MAX_STALL_SECONDS:
+        shown = text if len(text) <= 32 else f"a {len(text)}-character value"
+        raise argparse.ArgumentTypeError(f"{shown} is not a number of seconds from 0 (no watchdog) to "
+                                         f"{MAX_STALL_SECONDS:.0f} (a week); e.g. --stall-timeout 600")
+    return value
 
 
 @dataclass

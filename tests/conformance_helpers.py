@@ -74,7 +74,7 @@ ARGUMENT_KINDS: dict[str, ArgKind] = {
     "output": ArgKind.OUTPUT_FILE, "preview_dir": ArgKind.OUTPUT_DIR, "job_dir": ArgKind.OUTPUT_DIR,
     "data_dir": ArgKind.OUTPUT_DIR, "directory": ArgKind.OUTPUT_DIR,
     # numbers that are not type=int/float
-    "max_size": ArgKind.NUMBER, "memory_gb": ArgKind.NUMBER, "limit": ArgKind.NUMBER, "max_queued": ArgKind.NUMBER,
+    "stall_timeout": ArgKind.NUMBER, "workers": ArgKind.NUMBER, "max_size": ArgKind.NUMBER, "memory_gb": ArgKind.NUMBER, "limit": ArgKind.NUMBER, "max_queued": ArgKind.NUMBER,
     "seed": ArgKind.SIGNED,
     # text and names
     "prompt": ArgKind.TEXT,
@@ -219,7 +219,7 @@ LONG = "x" * 100_000
 def hostile_numbers(*, signed: bool) -> list[Hostile]:
     cases = [Hostile("400 digits", HUGE_400), Hostile("5000 digits", HUGE_5000), Hostile("-400 digits", "-" + HUGE_400),
              Hostile("NaN", "nan"), Hostile("infinity", "inf"), Hostile("-infinity", "-inf"),
-             Hostile("nested array", "[[1]]"), Hostile("wrong type", "abc")]
+             Hostile("nested array", "[[1]]"), Hostile("wrong type", "abc")]     # on a command line, all text
     if not signed:
         cases.append(Hostile("negative", "-1"))
     return cases
@@ -506,6 +506,12 @@ class CliWorld:
         return cls(root, engine, model, story, lora, out, home, cwd, HostileFiles(root / "hostile"), env)
 
 
+# Arguments walked but not fed, and why.
+NOT_FED: dict[tuple[str, str], str] = {
+    ("demo", "prompt"): "demo renders a whole clip with the bundled simulator for any prompt (generate --prompt is fed)",
+}
+
+
 # The values each command gets for the arguments it needs, by dest (a callable takes the world),
 # and the flags it always gets. A command the walk finds with no entry here fails
 # test_every_command_has_a_base_invocation: add it the day the command is added.
@@ -593,7 +599,7 @@ def cli_cases(parser: argparse.ArgumentParser, world: CliWorld, arguments: Seque
     cases: list[CliCase] = []
     for argument in arguments:
         kind = argument.kind
-        if kind in (ArgKind.FLAG, None):
+        if kind in (ArgKind.FLAG, None) or (argument.command, argument.action.dest) in NOT_FED:
             continue
         output = kind in (ArgKind.OUTPUT_FILE, ArgKind.OUTPUT_DIR)
         if kind in (ArgKind.INPUT_FILE, ArgKind.INPUT_DIR):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import signal
 import sys
@@ -78,8 +79,23 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
     prune.set_defaults(handler=run_prune)
 
 
+def _check_folders(folders: list[Path]) -> None:
+    """Every FOLDER is a folder: a missing one, a file, a FIFO or a device was listed (or pruned)
+    as an empty cache and the command exited 0."""
+    from ..errors import LoraError
+    from ..files import non_regular_kind, symlink_note
+    for folder in folders:
+        if not folder.is_dir():
+            kind = non_regular_kind(folder) or ("a file" if os.path.lexists(folder) else "missing")
+            raise LoraError(f"FOLDER {str(folder)!r} is {'not there' if kind == 'missing' else kind}"
+                            f"{symlink_note(folder)}, not a folder",
+                            hint="give a base model folder, the folder holding it (ComfyUI's models/h3) or its "
+                                 ".h3bridge-lora cache folder")
+
+
 def run_list(args: argparse.Namespace) -> int:
     from datetime import datetime
+    _check_folders(args.folders)
     for folder in args.folders:
         root = cache_folder(folder)
         folds = list_folds(root)
@@ -92,6 +108,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     limit = parse_size(args.max_size, what="--max-size") if args.max_size is not None else cache_limit()
+    _check_folders(args.folders)
     for folder in args.folders:
         root = cache_folder(folder)
         removed = prune(root, limit if limit is not None else None, dry_run=args.dry_run)
