@@ -22,7 +22,6 @@ bench/conformance_counts.py runs the same walk as a program.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -41,7 +40,6 @@ from conformance_helpers import (
     HostileFiles,
     IS_ROOT,
     BASE_VALUES,
-    build_argv,
     changes,
     cli_cases,
     comfy_node_inputs,
@@ -61,7 +59,7 @@ def _known(reason: str):
 
 
 # ----------------------------------------------------------------------------- known defects
-# case id prefix -> the defect it waits for (being fixed elsewhere in issue 29; the marks go at merge)
+# The defects the failing cases wait for (being fixed elsewhere in issue 29; the marks go at merge)
 OUTPUT_PUBLISHING = "issue 29 item 2 (safeio outputs): -o writers must never replace a FIFO, device or link"
 NUMBERS = "issue 29 item 2 (safeio numbers): bounded, finite, in-range numbers with the field named"
 BUILD_ENGINE = "issue 29 campaign 3 (build-engine): a FIFO or /dev/zero as the source hangs"
@@ -170,7 +168,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> CliWorld:
     made = CliWorld.make(root / "case", engine, env)
     # Everything a command may import is imported once here, so a forked case costs a fork.
     import h3bridge.fleet.cli, h3bridge.hexgrid.cli, h3bridge.lora.cli, h3bridge.model.download_cli  # noqa: F401,E401
-    import h3bridge.server.app, h3bridge.story.runner, h3bridge.engines.library_cli  # noqa: F401,E401
+    import h3bridge.server.app, h3bridge.story.runner, h3bridge.engines.library_cli  # noqa: F401,E401  (preloaded)
     return made
 
 
