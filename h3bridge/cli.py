@@ -500,10 +500,22 @@ def _model_dir_from(args: argparse.Namespace) -> Path:
     from .engines.locate import MODEL_DIR_ENV
     from .errors import ModelError
     if args.model_dir is not None:
-        return args.model_dir
+        return _model_folder(args.model_dir, "MODEL_DIR")
     if os.environ.get(MODEL_DIR_ENV):
         return Path(os.environ[MODEL_DIR_ENV])
     raise ModelError("no model directory given", hint=f"pass MODEL_DIR or set {MODEL_DIR_ENV}")
+
+
+def _model_folder(path: Path, shown: str) -> Path:
+    """`path` if it is not there (the inventory says what to download) or a folder; a FIFO, a
+    device, a file or a dangling link is a bad argument (exit 2), said before anything opens it."""
+    from .errors import ModelError
+    from .safeio.paths import non_regular_kind, symlink_note
+    if path.is_dir() or not os.path.lexists(path):
+        return path
+    kind = non_regular_kind(path) or "a file"
+    raise ModelError(f"{shown} {str(path)!r} is {kind}{symlink_note(path)}, not a model folder",
+                     hint="pass the model folder, the one that holds FL2VA/")
 
 
 def add_info_command(subparsers: argparse._SubParsersAction) -> None:
@@ -531,7 +543,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
                         help="hash every shard (all cores) and compare; results cached by path, size and mtime")
     parser.add_argument("--rewrite-manifest", action="store_true",
                         help="record the current hashes as the reference (after replacing a file on purpose)")
-    parser.add_argument("--workers", type=int_flag(), help="hashing threads (default: all cores)")
+    parser.add_argument("--workers", type=int_flag(1, MAX_WORKERS), help="hashing threads (default: all cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true",
                         help="list every shard with its size and status (default: only problems and a summary)")
@@ -562,7 +574,7 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("--show", action="store_true", help="plan for h3's live preview (--show, ~10 GiB more)")
     machine.add_argument("--memory-gb", type=_positive_gigabytes, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
-    machine.add_argument("--chip", metavar="NAME", help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
+    machine.add_argument("--chip", metavar="NAME", type=_chip_name, help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
     machine.add_argument("--session", action="store_true",
                          help="plan for a warm session (generate --session, ComfyUI's warm session): h3 keeps "
                               "the DiT and the video decoder loaded between clips")
@@ -582,6 +594,9 @@ def run_plan(args: argparse.Namespace) -> int:
     else:
         machine = MachineFacts.detect()
     model_dir = args.model_dir or (Path(os.environ[MODEL_DIR_ENV]) if os.environ.get(MODEL_DIR_ENV) else None)
+    if model_dir is not None:
+        _model_folder(model_dir, "--model-dir")
+    _check_plan_media(request)
     inventory = inspect_model(model_dir) if model_dir is not None else None
     if inventory is not None:
         for problem in inventory.errors:
@@ -589,6 +604,33 @@ def run_plan(args: argparse.Namespace) -> int:
     plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=args.session)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
     return EXIT_OK if plan.fits else EXIT_FAILURE
+
+
+def _check_plan_media(request: GenerationRequest) -> None:
+    """The plan reads no media, but a path that is not a file (a FIFO, a device, a folder, a dangling
+    link) is refused as `generate` would refuse it: a reference that was a FIFO hung the plan."""
+    from .errors import RequestError
+    from .safeio.paths import non_regular_kind, symlink_note
+    named = [("first_frame", request.first_frame), ("last_frame", request.last_frame)]
+    for reference in request.references:
+        named += [("references", reference.path), ("references", reference.audio_path)]
+    for field, path in named:
+        kind = non_regular_kind(path) if path is not None else None
+        if kind is not None:
+            raise RequestError(f"{_FLAG_FOR_FIELD.get(field, '--ref-*')} {str(path)!r} is {kind}{symlink_note(path)}, "
+                               "not a media file", field=field, hint="give the path of an image, video or audio file")
+
+
+MAX_WORKERS = 1024
+MAX_CHIP_CHARS = 100
+
+
+def _chip_name(text: str) -> str:
+    """--chip: one short line of printable text, as Apple names its chips."""
+    if not text.isprintable() or not 0 < len(text) <= MAX_CHIP_CHARS:
+        raise argparse.ArgumentTypeError(f"the chip name must be one line of at most {MAX_CHIP_CHARS} printable "
+                                         'characters, e.g. "Apple M5 Max"')
+    return text
 
 
 def _positive_gigabytes(text: str) -> float:

@@ -174,8 +174,11 @@ def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
     with its own --engine)."""
     parser.add_argument("--force", action="store_true",
                         help="start even if the model check or the memory plan says it will fail (see `h3bridge plan`)")
-    parser.add_argument("--stall-timeout", type=float_flag(), default=600.0, metavar="SECONDS",
+    parser.add_argument("--stall-timeout", type=float_flag(0, MAX_STALL_SECONDS), default=600.0, metavar="SECONDS",
                         help="stop the engine after this long without progress (default 600; 0 disables)")
+
+
+MAX_STALL_SECONDS = 7 * 24 * 3600.0     # a week: longer is a typo, not a watchdog
 
 
 @dataclass

@@ -538,7 +538,12 @@ def _validate_files(request: GenerationRequest) -> None:
 
     def probe(path: Path, field_name: str, what: str) -> MediaInfo:
         path = Path(path)
-        if not path.is_file():
+        try:
+            regular = path.is_file()
+        except OSError as error:     # a name the file system cannot even look up (too long, ...)
+            raise RequestError(f"{what} {shown_value(str(path), limit=80)} cannot be looked up: "
+                               f"{error.strerror or error}", field=field_name, hint="check the path") from None
+        if not regular:
             raise RequestError(f"{what} {str(path)!r} does not exist or is not a file", field=field_name,
                                hint="check the path")
         try:

@@ -312,8 +312,10 @@ def check_grid_settings(width: int, height: int, resolution: int, overlap_px: in
         return
     if problem.kind in ("side", "small") or (problem.kind == "memory" and problem.field == "width"):
         small = problem.kind == "small"
-        columns, rows = _suggested_frame(width, height, DEFAULT_RESOLUTION, DEFAULT_OVERLAP_PX, limit,
-                                         prefer_smallest=small)
+        # from sides held to 1..MAX_SIDE: a side of hundreds of digits overflowed the float
+        # arithmetic of the suggestion and the refusal became a traceback
+        columns, rows = _suggested_frame(min(max(width, 1), MAX_SIDE), min(max(height, 1), MAX_SIDE),
+                                         DEFAULT_RESOLUTION, DEFAULT_OVERLAP_PX, limit, prefer_smallest=small)
         hint = f"use a frame of {'at least about ' if small else 'about '}{columns}x{rows} pixels"
     elif problem.kind == "resolution":
         usable = usable_resolutions(width, height)

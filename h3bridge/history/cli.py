@@ -105,6 +105,9 @@ def _where() -> str:
     return "turned off" if path is None else str(path)
 
 
+MAX_LIMIT = 10**9
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -112,6 +115,9 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number of jobs")
+    if value > MAX_LIMIT:       # SQLite's integers are 64-bit: a 400-digit limit was a traceback
+        raise argparse.ArgumentTypeError(f"{text if len(text) <= 20 else f'a {len(text)}-digit number'} is more jobs "
+                                         f"than a history holds; give at most {MAX_LIMIT}")
     return value
 
 

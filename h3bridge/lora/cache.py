@@ -16,6 +16,7 @@ removed folder is ever taken for a finished fold.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import secrets
@@ -98,6 +99,9 @@ class CachedFold:
     base: str
 
 
+MAX_SIZE_DIGITS = 20      # a size in bytes of a 64-bit disk has at most 20 digits
+
+
 def parse_size(text: str, *, what: str) -> int:
     """"128G", "500M", "1.5T" or a byte count; 0 is allowed (no limit for the cache variable)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*", text, flags=re.IGNORECASE)
@@ -105,7 +109,12 @@ def parse_size(text: str, *, what: str) -> int:
         raise RequestError(f"{what} must be a size such as 100G or 500M, not {text!r}", field=what,
                            hint=f"e.g. {what} 100G")
     unit = (match.group(2) or "B")[0].upper()
-    return int(float(match.group(1)) * {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[unit])
+    size = float(match.group(1)) * {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[unit]
+    if len(match.group(1)) > MAX_SIZE_DIGITS or not math.isfinite(size):
+        # float() of a 400-digit count is inf, and int(inf) was an OverflowError traceback
+        raise RequestError(f"{what} must be a size such as 100G or 500M; {text[:20]!r}... has "
+                           f"{len(match.group(1))} digits", field=what, hint=f"e.g. {what} 100G")
+    return int(size)
 
 
 def cache_limit() -> int | None:

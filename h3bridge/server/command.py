@@ -28,6 +28,33 @@ def default_data_dir() -> Path:
     return cache_dir() / "serve"
 
 
+MAX_API_KEY_CHARS = 1024      # an HTTP header line; far more than any generated key
+MAX_ORIGIN_CHARS = 2048       # a browser origin is a scheme, a host and a port
+
+
+def _data_folder(text: str) -> Path:
+    """--data-dir: a folder, or a path where one can be made; a FIFO, a device, a file or a dangling
+    link there was found only when the job store opened it (exit 1, "Not a directory")."""
+    import os
+    path = Path(text)
+    if os.path.lexists(path) and not path.is_dir():
+        from ..safeio.paths import non_regular_kind, symlink_note
+        kind = non_regular_kind(path) or "a file"
+        raise argparse.ArgumentTypeError(f"{text!r} is {kind}{symlink_note(path)}, not a folder; give a folder "
+                                         "for the queue, the uploads and the clips (made if missing)")
+    return path
+
+
+def _header_text(flag: str, limit: int):
+    """A value that travels in an HTTP header (a key, an origin): one line of printable text."""
+    def check(text: str) -> str:
+        if not text or len(text) > limit or not text.isprintable():
+            raise argparse.ArgumentTypeError(f"{flag} must be one line of at most {limit} printable characters")
+        return text
+    check.__name__ = flag.strip("-").replace("-", "_")
+    return check
+
+
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     from ..engine_cli import add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
@@ -40,7 +67,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int_flag(0, 65535), default=DEFAULT_PORT,
                         help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed at start)")
-    parser.add_argument("--data-dir", type=Path, metavar="DIR",
+    parser.add_argument("--data-dir", type=_data_folder, metavar="DIR",
                         help="where the queue, the uploads and the clips live (default: h3bridge's cache "
                              "folder, serve/); the server reads and writes nothing else")
     parser.add_argument("--engine", choices=ENGINES, default="session",
@@ -52,7 +79,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                         help="stream each job's denoise previews on GET /v1/videos/{id}/events (needs --engine "
                              "library; the preview VAE, the video decoder the library's warm context keeps, "
                              "is in the memory plan at start and for every job)")
-    parser.add_argument("--api-key", metavar="KEY",
+    parser.add_argument("--api-key", metavar="KEY", type=_header_text("--api-key", MAX_API_KEY_CHARS),
                         help=f"require Authorization: Bearer KEY (default ${API_KEY_ENV}; prefer the "
                              "variable: a flag shows in the process list and the shell history)")
     parser.add_argument("--max-upload-mb", type=float_flag(greater_than=0, maximum=1024 * 1024), default=UploadLimits.max_file_bytes / MiB, metavar="MB",
@@ -64,6 +91,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                              "bound); one more is refused with HTTP 429 and Retry-After, so a load balancer "
                              "sends it to another server (h3bridge fleet: use 1)")
     parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                        type=_header_text("--cors-origin", MAX_ORIGIN_CHARS),
                         help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(parser)

@@ -162,6 +162,12 @@ class Storyboard:
             raise RequestError(f"title = {shown(self.title)} must be text (the film's title)", field="title",
                                hint='e.g. title = "The lighthouse"')
         _check_tail_seconds(self.tail_seconds, "the story")
+        seed = self.defaults.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            # Every shot's seed is derived from it (seed_for): one that is not a whole number was
+            # silently replaced by the default, and the film was not the one asked for.
+            raise RequestError(f"seed = {shown(seed)} must be a whole number (each shot's seed is derived from "
+                               "the story's)", field="seed", hint="e.g. seed = 7")
 
     # ------------------------------------------------------------------ per shot
 
