@@ -1,11 +1,10 @@
 """The conformance walk's counts (issue 29 item 3): entry points walked, hostile cases, untyped
 errors, hangs, writes and other wrong answers, as tests/test_conformance.py finds them.
 
-    python bench/conformance_counts.py            # today's counts, known defects included
-    python bench/conformance_counts.py --marked   # with the xfail marks (the suite's view)
+    python bench/conformance_counts.py
 
-Runs the test file itself (one walk, one set of hostile cases: nothing to keep in step), without
-its xfail marks unless --marked, and prints the counts line the last test writes.
+Runs the test file itself (one walk, one set of hostile cases: nothing to keep in step) and prints
+the counts line its last test writes.
 """
 from __future__ import annotations
 
@@ -19,12 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--marked", action="store_true", help="keep the xfail marks of known defects")
-    args = parser.parse_args()
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     env = dict(os.environ)
-    if not args.marked:
-        env["CONFORMANCE_NO_MARKS"] = "1"
     done = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q", "-s", "-p", "no:cacheprovider",
                            "--tb=no", "-rN", str(ROOT / "tests" / "test_conformance.py")],
                           cwd=ROOT, env=env, capture_output=True, text=True)

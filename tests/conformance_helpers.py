@@ -118,7 +118,7 @@ def argument_kind(command: str, action: argparse.Action) -> ArgKind | None:
     explicit = ARGUMENT_KINDS_IN.get((command, action.dest), ARGUMENT_KINDS.get(action.dest))
     if explicit is not None:
         return explicit
-    if action.type in (int, float):
+    if action.type in (int, float) or getattr(action.type, "reads_number", False):     # safeio.numbers' flags
         return ArgKind.NUMBER
     return None
 

@@ -13,10 +13,6 @@ What a refusal is, per interface:
 * storyboard: RequestError whose `field` is the key;
 * ComfyUI node: the library's own H3BridgeError (what the node shows in ComfyUI's error panel).
 
-Cases failing today in code other engineers are changing in this issue are marked xfail(strict)
-in KNOWN_DEFECTS with the defect they wait for: the marks go when the fixes merge (strict, so a
-fix that lands makes its mark fail until removed).
-
 `-s` prints the counts (entry points walked, hostile cases, untyped errors, hangs, writes);
 bench/conformance_counts.py runs the same walk as a program.
 """
@@ -52,77 +48,6 @@ from conformance_helpers import (
 from h3bridge.cli import build_parser
 
 COUNTS = Counts()
-
-
-def _known(reason: str):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
-# ----------------------------------------------------------------------------- known defects
-# The defects the failing cases wait for (being fixed elsewhere in issue 29; the marks go at merge)
-OUTPUT_PUBLISHING = "issue 29 item 2 (safeio outputs): -o writers must never replace a FIFO, device or link"
-NUMBERS = "issue 29 item 2 (safeio numbers): bounded, finite, in-range numbers with the field named"
-BUILD_ENGINE = "issue 29 campaign 3 (build-engine): a FIFO or /dev/zero as the source hangs"
-DOWNLOAD = "issue 29 campaign 2 (model download): the record and the folder through safeio"
-FLEET = "issue 29 campaign 4 (fleet): hosts, names and numbers checked (control characters, 100,000 characters, 10**400, inf)"
-# Exact case ids failing today (CONFORMANCE_NO_MARKS=1 lists them afresh), with the defect each waits for.
-KNOWN_FAILING: dict[str, str] = {
-    **dict.fromkeys([
-        'build-engine source: fifo',
-        'build-engine source: link to /dev/zero',
-        'build-engine source: device node',
-        'build-engine source: huge sparse file',
-    ], BUILD_ENGINE),
-    **dict.fromkeys([
-        'fleet --output: fifo',
-        'fleet --output: link to /dev/zero',
-        'fleet --output: dangling link',
-        'fleet --output: device node',
-        'fleet --output: folder',
-        'story --output: fifo',
-        'story --output: link to /dev/zero',
-        'story --output: dangling link',
-        'story --output: device node',
-        'story --output: folder',
-    ], OUTPUT_PUBLISHING),
-    **dict.fromkeys([
-        'serve --port: 400 digits',
-        'serve --port: -400 digits',
-        'serve --port: negative',
-        'serve --max-upload-mb: 400 digits',
-        'serve --max-upload-mb: 5000 digits',
-        'serve --max-upload-mb: -400 digits',
-        'serve --max-upload-mb: NaN',
-        'serve --max-upload-mb: infinity',
-        'serve --max-upload-mb: -infinity',
-        'serve --max-upload-mb: negative',
-        'serve --max-uploads: 400 digits',
-        'serve --max-uploads: -400 digits',
-        'serve --max-uploads: negative',
-        'serve --max-queued: 400 digits',
-    ], NUMBERS),
-    **dict.fromkeys([
-        'fleet --key-env: 100000 characters',
-        'fleet --peer-key-env: control characters',
-        'fleet --peer-key-env: 100000 characters',
-        'fleet --master-key-env: 100000 characters',
-        'fleet --model-name: control characters',
-        'fleet --model-name: 100000 characters',
-        'fleet --retries: 400 digits',
-        'fleet --cooldown: 400 digits',
-        'fleet --cooldown: 5000 digits',
-        'fleet --cooldown: infinity',
-        'fleet --timeout: 400 digits',
-        'fleet --timeout: 5000 digits',
-        'fleet --timeout: infinity',
-    ], FLEET),
-}
-
-
-def known_defect(case_id: str) -> str | None:
-    if os.environ.get("CONFORMANCE_NO_MARKS"):      # to list today's failures afresh
-        return None
-    return KNOWN_FAILING.get(case_id)
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -213,8 +138,7 @@ def _hostile_names(kind: ArgKind) -> list[str]:
 def _cli_params():
     params = []
     for case_id, index in _cli_case_ids():
-        reason = known_defect(case_id)
-        params.append(pytest.param(index, id=case_id, marks=[_known(reason)] if reason else []))
+        params.append(pytest.param(index, id=case_id))
     return params
 
 
@@ -271,9 +195,8 @@ def test_cli_argument_refuses_hostile_value(world: CliWorld, index: int) -> None
     before = snapshot(world.root)
     outcome = _refused_by_argparse(argv)      # most hostile numbers stop here: no fork needed
     if outcome is None:
-        # A known defect's hang is told apart sooner: the mark is for the defect, not for the wait.
         outcome = run_main_forked(argv, cwd=world.cwd, env=world.base_env, capture=world.root.parent / "capture",
-                                  main=_main_without_serving, timeout=3.0 if known_defect(case.id) else HANG_SECONDS)
+                                  main=_main_without_serving, timeout=HANG_SECONDS)
     after = snapshot(world.root)
     written = changes(before, after)
     _clean_up(world, before, after)
@@ -328,53 +251,6 @@ SERVER_FIELDS = server_fields()
 # signed fields negatives.
 TEXT_FIELDS = {"prompt", "model", "user"}
 SIGNED_FIELDS = {"seed"}
-# The peer dialects' number fields (and those every dialect pins) answer a 400-digit integer with a
-# 500 today: dialects.py's float() of a huge int (issue 29 campaign 1); a peer's length, translated
-# to h3bridge's `seconds`, is refused later under that name.
-SERVER_KNOWN: dict[str, str] = dict.fromkeys([
-    'h3bridge flow_shift: 400 digits',
-    'h3bridge flow_shift: -400 digits',
-    'h3bridge n: 400 digits',
-    'h3bridge n: -400 digits',
-    'h3bridge num_outputs_per_prompt: 400 digits',
-    'h3bridge num_outputs_per_prompt: -400 digits',
-    'vllm-omni flow_shift: 400 digits',
-    'vllm-omni flow_shift: -400 digits',
-    'vllm-omni num_outputs_per_prompt: 400 digits',
-    'vllm-omni num_outputs_per_prompt: -400 digits',
-    'vllm-omni short_edge: 400 digits',
-    'vllm-omni short_edge: -400 digits',
-    'vllm-omni start_time_seconds: 400 digits',
-    'vllm-omni start_time_seconds: -400 digits',
-    'vllm-omni extra_params.duration: 400 digits',
-    'vllm-omni extra_params.duration: -400 digits',
-    'vllm-omni extra_params.duration: negative',
-    'vllm-omni extra_params.short_edge: 400 digits',
-    'vllm-omni extra_params.short_edge: -400 digits',
-    'vllm-omni extra_params.flow_shift: 400 digits',
-    'vllm-omni extra_params.flow_shift: -400 digits',
-    'vllm-omni extra_params.audio_flow_shift: 400 digits',
-    'vllm-omni extra_params.audio_flow_shift: -400 digits',
-    'vllm-omni extra_params.start_time_seconds: 400 digits',
-    'vllm-omni extra_params.start_time_seconds: -400 digits',
-    'sglang audio_flow_shift: 400 digits',
-    'sglang audio_flow_shift: -400 digits',
-    'sglang flow_shift: 400 digits',
-    'sglang flow_shift: -400 digits',
-    'sglang n: 400 digits',
-    'sglang n: -400 digits',
-    'sglang num_outputs_per_prompt: 400 digits',
-    'sglang num_outputs_per_prompt: -400 digits',
-    'sglang target.short_edge: 400 digits',
-    'sglang target.short_edge: -400 digits',
-    'sglang target.duration_seconds: 400 digits',
-    'sglang target.duration_seconds: -400 digits',
-    'sglang target.duration_seconds: negative',
-    'sglang conditions[0].start_time_seconds: 400 digits',
-    'sglang conditions[0].start_time_seconds: -400 digits',
-], NUMBERS)
-
-
 # A field h3 cannot honour is refused whatever its value: two values show it (a value of the
 # wrong shape, a huge one); every other field gets the whole set.
 REFUSED_ANY_VALUE = ("object", "100000 characters")
@@ -385,10 +261,7 @@ def _server_params():
     params = []
     for dialect, name in SERVER_FIELDS:
         for value_name in (REFUSED_ANY_VALUE if name in dialects._CANNOT else JSON_HOSTILE):
-            case_id = f"{dialect} {name}: {value_name}"
-            reason = None if os.environ.get("CONFORMANCE_NO_MARKS") else SERVER_KNOWN.get(case_id)
-            params.append(pytest.param(dialect, name, value_name, id=case_id,
-                                       marks=[_known(reason)] if reason else []))
+            params.append(pytest.param(dialect, name, value_name, id=f"{dialect} {name}: {value_name}"))
     return params
 
 
@@ -654,5 +527,5 @@ def test_zz_print_the_counts() -> None:
     """Last in the file: the counts of this run (with -s; also in bench/conformance_counts.py)."""
     print("\n" + COUNTS.line())
     if COUNTS.untyped or COUNTS.hangs or COUNTS.writes or COUNTS.wrong:
-        print("  (failing cases, xfail-marked known defects included: "
+        print("  (failing cases: "
               + ", ".join((COUNTS.untyped + COUNTS.hangs + COUNTS.writes + COUNTS.wrong)[:20]) + ")")

@@ -45,7 +45,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import EngineNotFoundError, LibraryBuildError
 from ..safeio.paths import open_regular, sha256_regular, symlink_note
-from ..safeio.archives import ArchiveError, UnpackLimits, unpack_tar
+from ..safeio.archives import ArchiveError, UnpackLimits, refuse_oversized, unpack_tar
 from ..userdirs import cache_dir
 from .diagnose import diagnose
 from .record import commit_of_clone, commit_of_tarball, record_build
@@ -382,6 +382,10 @@ def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda 
                 else _build_portable(source, log, cache_root, commit))
     # a tarball: only a regular file is opened (a FIFO would hang the open, /dev/zero never ends)
     with open_regular(source, _refuse_tarball) as probe:
+        try:
+            refuse_oversized(probe, source, SOURCE_LIMITS, TARBALL_HINT)
+        except ArchiveError as error:
+            raise EngineNotFoundError(error.message, hint=error.hint) from None
         if not tarfile.is_tarfile(probe):
             raise EngineNotFoundError(f"{source} is neither a folder nor a tar archive", hint=TARBALL_HINT)
     commit = commit_of_tarball(source)

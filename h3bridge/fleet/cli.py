@@ -8,6 +8,7 @@ from pathlib import Path
 from ..safeio.numbers import float_flag, int_flag
 from ..server.wire import API_KEY_ENV
 from .config import (
+    check_env_name,
     DEFAULT_ALLOWED_FAILS,
     DEFAULT_COOLDOWN_SECONDS,
     DEFAULT_MASTER_KEY_ENV,
@@ -69,6 +70,11 @@ def add_fleet_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> FleetSettings:
+    # every name given is checked, also one no server uses (--peer-key-env without a peer)
+    for flag, name in (("--key-env", args.key_env), ("--peer-key-env", args.peer_key_env),
+                       ("--master-key-env", args.master_key_env)):
+        if name:
+            check_env_name(name, flag)
     servers = ([FleetServer(url, ServerKind.H3BRIDGE, args.key_env) for url in args.server]
                + [FleetServer(url, ServerKind.VLLM_OMNI, args.peer_key_env) for url in args.vllm_omni]
                + [FleetServer(url, ServerKind.SGLANG, args.peer_key_env) for url in args.sglang])

@@ -54,6 +54,7 @@ _NEVER = 1_000_000      # RateLimitErrorAllowedFails: a 429 is a full queue, not
 # carries the clip; neither waits for a render.
 DEFAULT_TIMEOUT_SECONDS = 600.0
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_ENV_NAME = 255          # a variable's name, not a flood of text
 # The most a setting may say: a retry count or a wait in seconds past these is a typo, never a plan.
 MAX_RETRIES = 1000
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -121,11 +122,11 @@ def default_retries(servers: int) -> int:
 
 def check_env_name(name: str, flag: str) -> None:
     """An environment variable's name, never a key pasted in its place."""
-    if not _ENV_NAME.fullmatch(name):
+    if len(name) > MAX_ENV_NAME or not _ENV_NAME.fullmatch(name):
         # not echoed: what was given in place of a name may well be the key itself
         raise RequestError(f"{flag} takes the name of an environment variable (letters, digits and _, not "
-                           "starting with a digit), not what was given; the key itself never goes into the "
-                           "proxy's file", field=flag,
+                           f"starting with a digit, at most {MAX_ENV_NAME}), not what was given; the key itself "
+                           "never goes into the proxy's file", field=flag,
                            hint=f"put the key in a variable and name it: export {API_KEY_ENV}=...; {flag} {API_KEY_ENV}")
 
 

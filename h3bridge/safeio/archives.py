@@ -25,6 +25,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from ..errors import H3BridgeError
 # the path reader (moving to safeio/paths.py): the archive is opened only if it is a regular file
@@ -55,6 +56,23 @@ class UnpackLimits:
 
     max_total_bytes: int      # sum of the regular members' sizes
     max_members: int          # entries of any kind (files, folders, links)
+
+    @property
+    def max_archive_bytes(self) -> int:
+        """The largest archive file that can hold no more than these caps: every member's
+        contents plus a header and a padding block each, and the two end blocks (an uncompressed
+        tar; a compressed one is smaller). A larger file is refused before a byte of it is read
+        (a 64 GiB sparse file was read to the end)."""
+        return self.max_total_bytes + (2 * self.max_members + 2) * tarfile.BLOCKSIZE
+
+
+def refuse_oversized(handle: BinaryIO, archive: Path, limits: UnpackLimits, fix: str) -> None:
+    """ArchiveError if the opened `archive` is larger than any archive within `limits` can be."""
+    size = os.fstat(handle.fileno()).st_size
+    if size > limits.max_archive_bytes:
+        raise ArchiveError(f"{archive} is {size:,} bytes, more than an archive within the caps can be "
+                           f"({limits.max_archive_bytes:,} bytes for at most {limits.max_total_bytes:,} bytes in "
+                           f"{limits.max_members:,} members)", archive=archive, hint=fix)
 
 
 def has_extraction_filters() -> bool:
@@ -88,6 +106,7 @@ def unpack_tar(archive: str | os.PathLike[str], into: str | os.PathLike[str], li
     except OSError as error:
         raise ArchiveError(f"cannot read {archive}: {error.strerror or error}", archive=archive, hint=fix) from None
     with handle:
+        refuse_oversized(handle, archive, limits, fix)
         try:
             with tarfile.open(fileobj=handle, mode="r:*") as tar:
                 members, total = _walk(tar, archive, into, limits, fix)

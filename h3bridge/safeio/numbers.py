@@ -190,6 +190,7 @@ def int_flag(minimum: int | None = None, maximum: int | None = None, *,
         except RequestError as error:
             raise argparse.ArgumentTypeError(f"{error.message}; fix: {error.hint}") from None
     whole_number_flag.__name__ = "whole number"
+    whole_number_flag.reads_number = True      # type: ignore[attr-defined]  (the conformance walk's marker)
     return whole_number_flag
 
 
@@ -203,6 +204,7 @@ def float_flag(minimum: float | None = None, maximum: float | None = None, *, gr
         except RequestError as error:
             raise argparse.ArgumentTypeError(f"{error.message}; fix: {error.hint}") from None
     number_flag.__name__ = "number"
+    number_flag.reads_number = True      # type: ignore[attr-defined]
     return number_flag
 
 

@@ -361,7 +361,8 @@ class _Translation:
             return
         name, value = self.duration
         other = self._given("seconds", "num_frames", "frames")
-        seconds = _as_number(name, value)
+        # refused under the peer's own name (a negative duration was refused as `seconds`)
+        seconds = read_float(value, field=name, greater_than=0.0, hint=f"send {name} as a positive number of seconds")
         if other is not None:
             given = dict(self.pairs)[other]
             if other == "seconds" and _as_number("seconds", given) == seconds:
