@@ -267,3 +267,41 @@ def test_a_server_sigkilled_and_restarted_finishes_the_job_the_resumed_story_fol
         held.stop()
     assert_same_film(film, reference_film)
     assert json.loads(manifest_path.read_text())["remote_jobs"] == {}
+
+
+class ServerStoppingEngine(RemoteEngine):
+    """Stops the server just before shot `prompt` is submitted: the server dies between shots."""
+
+    def __init__(self, server, prompt: str) -> None:
+        super().__init__(server.url, api_key=KEY)
+        self.server, self.prompt = server, prompt
+
+    def generate(self, request, output=None, **options):
+        if request.prompt == self.prompt:
+            self.server.stop()
+        return super().generate(request, output, **options)
+
+
+def test_a_dead_server_is_a_refusal_before_the_story_began_and_a_failure_after(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, model: Path) -> None:  # noqa: F811
+    """The same dead server exited 2 or 1 depending on whether it died between shots (the next
+    submission: 'refused before anything ran') or during one (a poll): once the story has had work
+    done it is a failure (exit 1) whichever step meets the dead server; dead from the start, a
+    refusal (exit 2)."""
+    from h3bridge.errors import RemoteUnreachableError
+    story = write_story(tmp_path, THREE_SHOTS)
+    dead = "http://127.0.0.1:9"           # the discard port: nothing listens there
+    done = subprocess.run(_story_cli(story, tmp_path / "never.mp4", dead), capture_output=True, text=True,
+                          env={**os.environ, "H3BRIDGE_API_KEY": KEY}, timeout=WAIT)
+    assert done.returncode == 2, done.stderr
+    assert "cannot reach the server" in done.stderr
+    server = start_server(tmp_path_factory.mktemp("story-dies-between-shots"), model)
+    storyboard = Storyboard.from_toml(story)
+    try:
+        with ServerStoppingEngine(server, storyboard.shots[1].prompt) as engine, \
+                pytest.raises(RemoteUnreachableError) as failed:
+            run_story(storyboard, tmp_path / "film.mp4", engine=engine)
+    finally:
+        server.stop()
+    assert failed.value.before_start is False, "shot 1 had rendered: the story failed, it was not refused"
+    assert set(Manifest.from_json((tmp_path / "film.h3story" / "manifest.json").read_text()).shots) == {1}

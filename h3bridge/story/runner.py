@@ -29,7 +29,7 @@ import numpy as np
 
 from ..cancel import CancelToken
 from ..engines.protocol import Engine
-from ..errors import GenerationCancelled, OutputExistsError, RequestError, UnsupportedRequestError
+from ..errors import GenerationCancelled, OutputExistsError, RemoteError, RequestError, UnsupportedRequestError
 from ..geometry import FPS, SAMPLE_RATE
 from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
@@ -311,6 +311,10 @@ class _Runner:
         self._manifest_lock = threading.RLock()
         self._report_lock = threading.RLock()
         self.in_flight: dict[int, ShotInFlight] = {}
+        # Set once this run has had work done (a server accepted a shot's job, an engine reported
+        # progress, a shot finished): from then on a server that cannot be reached is a failure of
+        # the story (CLI exit 1), not a refusal before anything ran (exit 2), whichever step met it.
+        self.work_began = threading.Event()
 
     def notice(self, text: str) -> None:
         with self._report_lock:
@@ -345,6 +349,7 @@ class _Runner:
             self.notice(f"shot {shot.index}: following job {earlier}, submitted by an earlier run")
 
         def submitted(job_id: str) -> None:
+            self.work_began.set()
             with self._manifest_lock:
                 self.manifest.remote_jobs[shot.index] = RemoteJobRecord(shot.key, job_id, url)
                 self.jobs.save(self.manifest)
@@ -473,15 +478,21 @@ class _Runner:
         began = time.monotonic()
 
         def progress(event: ProgressEvent) -> None:
+            if not engine.capabilities.remote:     # (a server's progress comes after it accepted the job)
+                self.work_began.set()
             self._report(shot.index, event.phase, event.fraction, event)
 
         try:
             result = engine.generate(request, video, want_frames=True, want_audio=True, on_progress=progress,
                                      cancel=cancel, **self._adoption(shot, engine))
-        except BaseException:
+        except BaseException as error:
             with self._report_lock:
                 self.in_flight.pop(shot.index, None)
+            if isinstance(error, RemoteError) and error.before_start and self.work_began.is_set():
+                # the same dead server exited 2 or 1 by whether it died between shots or during one
+                error.before_start = False
             raise
+        self.work_began.set()
         frames, audio = result.frames, result.audio
         assert frames is not None and audio is not None
         from ..media.references import write_png
