@@ -3,7 +3,9 @@ the h3-sim engine with a fixture model. Imported by test modules, not a conftest
 helpers' conftest files stay independent."""
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -154,3 +156,21 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(home / "cache"))
     return home
+
+
+def not_regular_outputs(folder: Path, suffix: str) -> dict[str, Path]:
+    """What an output must never be written over, --overwrite or not, made in `folder` (a test's
+    own): a folder, a FIFO, a dangling link and, as root, a character device (/dev/full's
+    numbers), each named `<kind>{suffix}`; by kind."""
+    made = folder / f"folder{suffix}"
+    made.mkdir()
+    fifo = folder / f"fifo{suffix}"
+    os.mkfifo(fifo)
+    dangling = folder / f"dangling{suffix}"
+    dangling.symlink_to(folder / f"nowhere{suffix}")
+    names = {"folder": made, "fifo": fifo, "dangling link": dangling}
+    if os.geteuid() == 0:
+        device = folder / f"device{suffix}"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        names["device"] = device
+    return names

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core_helpers import assert_group_gone, media, model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401
+from core_helpers import assert_group_gone, media, model_dir, not_regular_outputs, sim_engine_path, sim_invocations, sim_log  # noqa: F401
 from h3bridge.cli import build_parser, main, request_from_args
 from h3bridge import Reference, ReferenceKind, SlowerPath
 
@@ -291,18 +291,8 @@ def test_an_output_that_is_not_a_regular_file_is_refused_before_the_engine_and_k
         overwrite: list[str]) -> None:
     """With --overwrite, a FIFO, a device node or a dangling link at -o was replaced by the clip after
     the render (issue 29): exit 2 naming what it is, before the engine starts, and left as it was."""
-    import stat
-    folder = tmp_path / "folder.mp4"
-    folder.mkdir()
-    fifo = tmp_path / "fifo.mp4"
-    os.mkfifo(fifo)
-    dangling = tmp_path / "dangling.mp4"
-    dangling.symlink_to(tmp_path / "nowhere.mp4")
-    names = [folder, fifo, dangling]
-    if os.geteuid() == 0:
-        device = tmp_path / "device.mp4"
-        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
-        names.append(device)
+    made = not_regular_outputs(tmp_path, ".mp4")
+    names, folder = list(made.values()), made["folder"]
     before = {path: (os.lstat(path).st_mode, os.lstat(path).st_ino) for path in names}
     for path in names:
         status = main(["generate", "-p", "fox", *FAST_FLAGS, "-o", str(path), *overwrite, "--quiet",

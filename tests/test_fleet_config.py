@@ -12,6 +12,8 @@ import yaml
 from h3bridge.errors import OutputExistsError, RequestError
 from h3bridge.fleet import FleetServer, FleetSettings, ServerKind, fleet_config, write_fleet_config
 
+from core_helpers import not_regular_outputs
+
 SECRET = "sk-do-not-write-me-0123456789"
 
 
@@ -210,21 +212,8 @@ def test_the_server_urls_and_numbers_people_use_are_still_taken(tmp_path: Path, 
 
 
 def _hostile_outputs(tmp_path: Path) -> dict[str, Path]:
-    """What -o must never write over, --overwrite or not: made in tmp_path (the device as root)."""
-    import os
-    import stat
-    folder = tmp_path / "folder.yaml"
-    folder.mkdir()
-    fifo = tmp_path / "fifo.yaml"
-    os.mkfifo(fifo)
-    dangling = tmp_path / "dangling.yaml"
-    dangling.symlink_to(tmp_path / "nowhere.yaml")
-    names = {"folder": folder, "fifo": fifo, "dangling link": dangling}
-    if os.geteuid() == 0:
-        device = tmp_path / "full"
-        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
-        names["device"] = device
-    return names
+    """What -o must never write over, --overwrite or not."""
+    return not_regular_outputs(tmp_path, ".yaml")
 
 
 @pytest.mark.parametrize("overwrite", [(), ("--overwrite",)])

@@ -12,6 +12,8 @@ from h3bridge.cli import main
 from h3bridge.hexgrid.draw import draw_tiling
 from h3bridge.hexgrid.grid import hex_grid
 
+from core_helpers import not_regular_outputs
+
 
 def _read_png(path: Path) -> np.ndarray:
     with av.open(str(path)) as container:
@@ -119,20 +121,10 @@ def test_an_output_that_is_not_a_regular_file_is_refused_before_the_grid_and_kep
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, overwrite: list[str]) -> None:
     """A device node, FIFO, folder or dangling link named by -o: exit 2 naming what it is, before the
     grid is computed, whatever --overwrite says; nothing is written or replaced (issue 29)."""
-    import stat
     from h3bridge.hexgrid import cli as hexgrid_cli
     monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed"))
-    folder = tmp_path / "folder.png"
-    folder.mkdir()
-    fifo = tmp_path / "fifo.png"
-    os.mkfifo(fifo)
-    dangling = tmp_path / "dangling.png"
-    dangling.symlink_to(tmp_path / "nowhere.png")
-    names = [folder, fifo, dangling]
-    if os.geteuid() == 0:
-        device = tmp_path / "device.png"
-        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
-        names.append(device)
+    made = not_regular_outputs(tmp_path, ".png")
+    names, folder = list(made.values()), made["folder"]
     before = {path: os.lstat(path) for path in names}
     for path in names:
         assert main(["hexgrid", "--width", "480", "--height", "240", "-o", str(path), *overwrite]) == 2, path

@@ -23,7 +23,7 @@ from h3bridge.story import jobdir as jobdir_module
 from h3bridge.story.jobdir import file_sha256
 from h3bridge.story.storyboard import REQUEST_KEYS, SHOT_KEYS, STORY_KEYS
 
-from core_helpers import model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixtures)
+from core_helpers import model_dir, not_regular_outputs, sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixtures)
 from story_helpers import CANVAS, write_story
 
 pytestmark = pytest.mark.timeout(120)     # on the old code, a FIFO hung these forever
@@ -250,20 +250,8 @@ def test_whatever_a_storyboard_file_holds_only_storyboard_errors_come_out(tmp_pa
 
 
 def _not_regular_outputs(tmp_path: Path) -> list[Path]:
-    """What a film must never be written over, --overwrite or not (the device as root, in tmp_path)."""
-    import stat
-    folder = tmp_path / "folder.mp4"
-    folder.mkdir()
-    fifo = tmp_path / "fifo.mp4"
-    os.mkfifo(fifo)
-    dangling = tmp_path / "dangling.mp4"
-    dangling.symlink_to(tmp_path / "nowhere.mp4")
-    names = [folder, fifo, dangling]
-    if os.geteuid() == 0:
-        device = tmp_path / "device.mp4"
-        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
-        names.append(device)
-    return names
+    """What a film must never be written over, --overwrite or not."""
+    return list(not_regular_outputs(tmp_path, ".mp4").values())
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
