@@ -84,3 +84,63 @@ def test_a_session_cancelled_while_it_starts_leaves_no_session_folder(model_dir:
     else:
         assert left == []
     assert not (tmp_path / "clip.mp4").exists()
+
+
+HOST = """
+import sys
+from pathlib import Path
+import h3bridge.engines.lock as lock_module
+lock_module.SESSION_DIR_PARENT = sys.argv[1]
+from h3bridge.engines.session import SessionEngine
+sys.path.insert(0, sys.argv[4])
+from core_helpers import fast_request
+SessionEngine(sys.argv[2], sys.argv[3], idle_timeout=60).generate(fast_request(), Path(sys.argv[1]).parent / "clip.mp4")
+"""
+
+
+@pytest.mark.parametrize("killed", ["host", "host and engine"])
+def test_a_host_killed_while_its_session_starts_leaves_the_folder_to_the_next_holder(
+        model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed: str) -> None:  # noqa: F811
+    """The host SIGKILLed (with its engine, or leaving it running, as after a real crash) after h3
+    made its session folder and before it said where: nothing could clean up then, and the next
+    holder of the lock found no folder in the record (4 SIGKILLs of a server's process group left
+    one /tmp/h3-* for good). The record names the session folders that existed before the engine
+    started, and the next holder removes the one that appeared since."""
+    import signal
+    import subprocess
+    import h3bridge.engines.lock as lock_module
+    from h3bridge.engines.lock import (LOCK_PATH_ENV, RECORD_FILE_NAME, RECORD_FOLDER_INFIX, engine_lock,
+                                       read_engine_record)
+    parent = tmp_path / "tmp"          # h3's /tmp, privately: other programs' sessions stay out of it
+    parent.mkdir()
+    (parent / "h3-Before").mkdir()     # a session folder of this user from before: never touched
+    monkeypatch.setattr(lock_module, "SESSION_DIR_PARENT", str(parent))
+    engine_path, notice = _starting_engine(tmp_path, parent, "made")
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(parent), str(engine_path), str(model_dir),
+                             str(Path(__file__).parent)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock_path = Path(os.environ[LOCK_PATH_ENV])
+    record = lock_path.with_name(f"{lock_path.name}{RECORD_FOLDER_INFIX}{os.getuid()}") / RECORD_FILE_NAME
+
+    def recorded() -> bool:        # (the engine may make its folder before its host has recorded it)
+        loaded = read_engine_record(record)
+        return loaded is not None and loaded[1].session_dirs_before is not None
+
+    try:
+        assert wait_until(lambda: notice.exists() and recorded(), timeout=60), "the stand-in engine never started"
+        made = notice.read_text()
+        engine_pid = None
+        if killed == "host and engine":
+            import psutil
+            engine_pid = next(child.pid for child in psutil.Process(host.pid).children(recursive=True))
+        host.send_signal(signal.SIGKILL)
+        host.wait(30)
+        if engine_pid is not None:
+            os.killpg(engine_pid, signal.SIGKILL)
+        assert os.path.isdir(made)
+        with engine_lock():            # the next holder: its orphan recovery
+            pass
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(30)
+    assert sorted(path.name for path in parent.iterdir()) == ["h3-Before"]

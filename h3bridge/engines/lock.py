@@ -68,7 +68,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
@@ -368,19 +368,23 @@ class EngineLock:
                 continue
         return records
 
-    def record_engine(self, pid: int, *, leftovers: Sequence[Path | str] = ()) -> None:
+    def record_engine(self, pid: int, *, leftovers: Sequence[Path | str] = (),
+                      session_dirs_before: Iterable[str] | None = None) -> None:
         """Note, while holding the lock, the engine just started (it leads its own process group)
         and the files it may leave half-written, for the next holder should this process die.
         A leftover is a path (a folder goes with its contents), a glob pattern, or `DIR/` (that
         folder only if it is empty); they are removed in order (see `remove_leftovers`).
-        Raises EngineError when the record cannot be written: the caller stops its engine, since
+        `session_dirs_before`: for an interactive h3, this user's session folders before it
+        started (see EngineRecord). Raises EngineError when the record cannot be written: the caller stops its engine, since
         an engine nobody could find after a crash might run beside the next one."""
         import psutil
         try:
             started = psutil.Process(pid).create_time()
         except psutil.Error:
             return            # already gone: nothing to leave behind
-        record = EngineRecord(pid=pid, started=started, leftovers=tuple(str(path) for path in leftovers))
+        record = EngineRecord(pid=pid, started=started, leftovers=tuple(str(path) for path in leftovers),
+                              session_dirs_before=None if session_dirs_before is None
+                              else tuple(sorted(session_dirs_before)))
         write_engine_record(self._record_path, record)
 
     def clear_engine(self) -> None:
@@ -499,6 +503,10 @@ class EngineRecord:
     pid: int                    # leads its own process group (start_new_session)
     started: float              # its psutil create_time: tells a reused pid apart
     leftovers: tuple[str, ...]  # our temporary files and folders it writes into (remove_leftovers)
+    # An interactive h3 (the warm session): this user's session folders that existed before it
+    # started. It makes its own (mkdtemp /tmp/h3-XXXXXX) before saying where; should this process
+    # die before it has heard where, the next holder takes the one folder that appeared since.
+    session_dirs_before: tuple[str, ...] | None = None
 
 
 def _record_folder_error(folder: Path, problem: str, hint: str | None = None) -> EngineError:
@@ -709,8 +717,10 @@ def read_engine_record(path: Path) -> tuple[int, EngineRecord] | None:
             if not stat.S_ISREG(info.st_mode):
                 return None
             data = json.loads(handle.read(_RECORD_LIMIT))
+        before = data.get("session_dirs_before")
         record = EngineRecord(pid=int(data["pid"]), started=float(data["started"]),
-                              leftovers=tuple(str(item) for item in data["leftovers"]))
+                              leftovers=tuple(str(item) for item in data["leftovers"]),
+                              session_dirs_before=None if before is None else tuple(str(item) for item in before))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return info.st_uid, record
@@ -773,8 +783,29 @@ def stop_orphaned_engine(record_path: Path) -> bool:
                 _log.warning("h3bridge: not removing %s named in the engine record %s: it is not one of "
                              "h3bridge's own temporary files", entry, record_path)
         remove_leftovers(trusted)
+        if record.session_dirs_before is not None:
+            remove_leftovers(_unannounced_session_dir(record))
     _remove_own_record(record_path)
     return stopped
+
+
+def _unannounced_session_dir(record: EngineRecord) -> list[str]:
+    """What to remove of a dead interactive h3's session folder when it died before anyone heard
+    where it was (a host SIGKILLed with its engine, between h3's mkdtemp and `Outputs: DIR`): the
+    one folder of this user's that appeared since the engine started, its partial clips and then
+    the folder if nothing else is in it. Only one: the lock was held all that while, so no other
+    h3bridge engine made one; two new ones mean someone else's h3 did, and neither is touched."""
+    before = set(record.session_dirs_before or ())
+    appeared = []
+    for path in own_session_dirs() - before:
+        try:
+            if os.lstat(path).st_ctime >= record.started - 1.0:     # (made after the engine started)
+                appeared.append(path)
+        except OSError:
+            pass
+    if len(appeared) != 1:
+        return []
+    return [os.path.join(appeared[0], SESSION_CLIP_PATTERN), f"{appeared[0]}{os.sep}"]
 
 
 @contextmanager

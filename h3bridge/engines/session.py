@@ -744,7 +744,7 @@ class SessionEngine(WarmEngine):
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:
                 raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
-            self._lock.record_engine(self._process.pid)
+            self._lock.record_engine(self._process.pid, session_dirs_before=self._session_dirs_before)
             self._identity = identity
             self.starts += 1
             job.before_progress = SESSION_STARTING
