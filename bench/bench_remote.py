@@ -50,8 +50,8 @@ def cancel_latencies(url: str, count: int) -> list[float]:
         engine = RemoteEngine(url, api_key=KEY, poll_interval=0.1)
         submit = engine._submit
 
-        def remember(request, submit=submit):
-            job = submit(request)
+        def remember(*args, submit=submit, **options):
+            job = submit(*args, **options)
             job_ids.append(job.id)
             return job
 
