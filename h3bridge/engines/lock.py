@@ -611,7 +611,7 @@ def own_leftover(entry: str) -> bool:
       file directly in it;
     - a staging file `.h3bridge-<12 hex>.partial.mp4` (engine.staging_path), a regular file;
     - the warm session's `/tmp/h3-XXXXXX/` (interactive h3's mkdtemp), or the `video-[0-9]*.mp4`
-      clips pattern in it (session._outputs_leftovers);
+      clips pattern in it (session_dir_leftovers);
     each existing and owned by this user, with no `..` and no symlink on the way."""
     if not os.path.isabs(entry) or ".." in entry.split(os.sep):
         return False
@@ -791,21 +791,30 @@ def stop_orphaned_engine(record_path: Path) -> bool:
 
 def _unannounced_session_dir(record: EngineRecord) -> list[str]:
     """What to remove of a dead interactive h3's session folder when it died before anyone heard
-    where it was (a host SIGKILLed with its engine, between h3's mkdtemp and `Outputs: DIR`): the
-    one folder of this user's that appeared since the engine started, its partial clips and then
-    the folder if nothing else is in it. Only one: the lock was held all that while, so no other
-    h3bridge engine made one; two new ones mean someone else's h3 did, and neither is touched."""
-    before = set(record.session_dirs_before or ())
+    where it was (a host SIGKILLed with its engine, between h3's mkdtemp and `Outputs: DIR`)."""
+    folder = new_session_dir(record.session_dirs_before or (), made_after=record.started - 1.0)
+    return session_dir_leftovers(folder) if folder is not None else []
+
+
+def new_session_dir(before: Iterable[str], *, made_after: float | None = None) -> str | None:
+    """The one session folder of this user's that is not among `before` (and, with `made_after`,
+    was made since), else None. Only one: the machine-wide lock was held all that while, so no
+    other h3bridge engine made one; two new ones mean someone else's h3 did, and neither is ours."""
     appeared = []
-    for path in own_session_dirs() - before:
+    for path in own_session_dirs() - set(before):
         try:
-            if os.lstat(path).st_ctime >= record.started - 1.0:     # (made after the engine started)
+            if made_after is None or os.lstat(path).st_ctime >= made_after:
                 appeared.append(path)
         except OSError:
             pass
-    if len(appeared) != 1:
-        return []
-    return [os.path.join(appeared[0], SESSION_CLIP_PATTERN), f"{appeared[0]}{os.sep}"]
+    return appeared[0] if len(appeared) == 1 else None
+
+
+def session_dir_leftovers(folder: str | os.PathLike[str]) -> list[str]:
+    """What is ours to remove from h3's session folder, whoever removes it (the session, or the
+    next lock holder after its host died): the partial `video-NNNN.mp4` clips, then the folder if
+    nothing else is in it."""
+    return [os.path.join(folder, SESSION_CLIP_PATTERN), f"{os.fspath(folder)}{os.sep}"]
 
 
 @contextmanager

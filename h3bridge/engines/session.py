@@ -104,7 +104,7 @@ from ..errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import SESSION_CLIP_PATTERN, own_session_dirs, remove_leftovers
+from .lock import new_session_dir, own_session_dirs, remove_leftovers, session_dir_leftovers
 from ..history.recorder import recorded
 from ..media.decode import decode_video_frames, remove_quietly
 from ..userdirs import cache_dir
@@ -476,13 +476,6 @@ class _SessionProcess(EngineChild):
 
 # ============================================================================ the engine
 
-def _outputs_leftovers(outputs: Path) -> list[str]:
-    """What is ours to remove from h3's session directory, whoever removes it (this session, or
-    the next lock holder after this process died): the partial `video-NNNN.mp4` clips, then the
-    directory if nothing else is in it (see SessionEngine._remove_outputs_dir)."""
-    return [str(outputs / SESSION_CLIP_PATTERN), f"{outputs}{os.sep}"]
-
-
 def session_home() -> Path:
     """The HOME the session's h3 runs with: `session-home` in h3bridge's cache directory.
 
@@ -751,7 +744,7 @@ class SessionEngine(WarmEngine):
             self._read_banner(references, job)
             job.before_progress = SESSION_BEFORE_PROGRESS
             if self._outputs_dir is not None:
-                self._lock.record_engine(self._process.pid, leftovers=_outputs_leftovers(self._outputs_dir))
+                self._lock.record_engine(self._process.pid, leftovers=session_dir_leftovers(self._outputs_dir))
         except BaseException:
             self._shutdown(graceful=False)
             raise
@@ -812,8 +805,8 @@ class SessionEngine(WarmEngine):
                 break
             if event.stream == "out" and event.text and event.text.startswith("Outputs: "):
                 return Path(event.text[len("Outputs: "):])
-        appeared = own_session_dirs() - self._session_dirs_before
-        return Path(appeared.pop()) if len(appeared) == 1 else None
+        appeared = new_session_dir(self._session_dirs_before)
+        return Path(appeared) if appeared is not None else None
 
     def _remove_outputs_dir(self) -> None:
         """h3 leaves its mkdtemp session directory (/tmp/h3-XXXXXX) behind. Every finished MP4 was
@@ -822,7 +815,7 @@ class SessionEngine(WarmEngine):
         other file means the directory is not just ours: it is left alone."""
         outputs, self._outputs_dir = self._outputs_dir, None
         if outputs is not None:
-            remove_leftovers(_outputs_leftovers(outputs))
+            remove_leftovers(session_dir_leftovers(outputs))
 
     # ------------------------------------------------------------------ talking to h3
 
