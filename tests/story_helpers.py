@@ -59,3 +59,10 @@ def decode_film(path: Path) -> tuple[np.ndarray, np.ndarray, list]:
         for frame in container.decode(container.streams.video[0]):
             frames.append(frame.to_ndarray(format="rgb24"))
     return np.stack(frames), decode_audio(path), chapters
+
+
+def assert_same_film(path: Path, expected: tuple[np.ndarray, np.ndarray]) -> None:
+    """The film at `path` decodes to exactly `expected` (frames uint8 [F, H, W, 3], audio float32 [2, n])."""
+    frames, audio, _ = decode_film(path)
+    assert frames.shape == expected[0].shape and np.array_equal(frames, expected[0])
+    assert audio.shape == expected[1].shape and np.array_equal(audio, expected[1])

@@ -26,7 +26,7 @@ from h3bridge.story.runner import MAX_PARALLEL, StoryProgress, story_chains
 from core_helpers import isolated_home  # noqa: F401 (a fixture)
 from remote_helpers import KEY, start_server
 from server_helpers import model  # noqa: F401  (the module's fixture model)
-from story_helpers import CANVAS, FOUR_SHOTS, decode_film, write_story
+from story_helpers import CANVAS, FOUR_SHOTS, assert_same_film, decode_film, write_story
 
 WAIT = 120.0      # a safety net for a loaded machine, never an expected time
 
@@ -61,12 +61,6 @@ def serial_film(tmp_path_factory: pytest.TempPathFactory, server) -> tuple[np.nd
     assert result.rendered == 5
     frames, audio, _ = decode_film(folder / "film.mp4")
     return frames, audio
-
-
-def assert_same_film(path: Path, expected: tuple[np.ndarray, np.ndarray]) -> None:
-    frames, audio, _ = decode_film(path)
-    assert frames.shape == expected[0].shape and np.array_equal(frames, expected[0])
-    assert audio.shape == expected[1].shape and np.array_equal(audio, expected[1])
 
 
 class GatedEngine(RemoteEngine):

@@ -27,7 +27,7 @@ from h3bridge.story.jobdir import Manifest
 from core_helpers import isolated_home  # noqa: F401 (a fixture)
 from remote_helpers import KEY, start_server
 from server_helpers import model  # noqa: F401  (the module's fixture model)
-from story_helpers import CANVAS, decode_film, write_story
+from story_helpers import CANVAS, assert_same_film, decode_film, write_story
 
 WAIT = 120.0      # a safety net for a loaded machine, never an expected time
 THREE_SHOTS = CANVAS + '''
@@ -81,12 +81,6 @@ def jobs_since(url: str, before: dict[str, str]) -> list[str]:
     """The statuses of the jobs submitted since `before` was taken (whatever their status: a shot
     paid for twice shows even while its second job still runs)."""
     return [status for job_id, status in jobs_on(url).items() if job_id not in before]
-
-
-def assert_same_film(path: Path, expected: tuple[np.ndarray, np.ndarray]) -> None:
-    frames, audio, _ = decode_film(path)
-    assert frames.shape == expected[0].shape and np.array_equal(frames, expected[0])
-    assert audio.shape == expected[1].shape and np.array_equal(audio, expected[1])
 
 
 def test_a_submission_sent_again_with_its_key_gets_the_same_job(server) -> None:
