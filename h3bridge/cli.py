@@ -510,11 +510,11 @@ def _model_folder(path: Path, shown: str) -> Path:
     """`path` if it is not there (the inventory says what to download) or a folder; a FIFO, a
     device, a file or a dangling link is a bad argument (exit 2), said before anything opens it."""
     from .errors import ModelError
-    from .safeio.paths import non_regular_kind, symlink_note
-    if path.is_dir() or not os.path.lexists(path):
+    from .safeio.paths import not_a_folder
+    what = not_a_folder(path)
+    if what is None:
         return path
-    kind = non_regular_kind(path) or "a file"
-    raise ModelError(f"{shown} {str(path)!r} is {kind}{symlink_note(path)}, not a model folder",
+    raise ModelError(f"{shown} {str(path)!r} is {what}, not a model folder",
                      hint="pass the model folder, the one that holds FL2VA/")
 
 

@@ -66,6 +66,15 @@ def non_regular_kind(path: str | os.PathLike[str]) -> str | None:
     return describe_mode(mode)
 
 
+def not_a_folder(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is, in words with where a link points ("a named pipe (FIFO)", "a file (a symbolic
+    link to ...)"), when something that is not a folder stands there; None for a folder or nothing.
+    Only stats: for a folder argument refused before anything opens it."""
+    if os.path.isdir(path) or not os.path.lexists(path):
+        return None
+    return f"{non_regular_kind(path) or 'a file'}{symlink_note(path)}"
+
+
 def symlink_note(path: str | os.PathLike[str]) -> str:
     """" (a symbolic link to TARGET)" when `path` is a link, else "": where a device came from."""
     return f" (a symbolic link to {os.path.realpath(path)})" if os.path.islink(path) else ""
@@ -252,6 +261,6 @@ def _copy_bytes(source: int, target: int, size: int) -> int:
 
 
 __all__ = ["FileTooLargeError", "NotRegularFileError", "Refuse", "TooLarge", "UNENDING_KINDS", "check_regular", "copy_regular",
-           "describe_mode", "format_size", "non_regular_kind", "not_regular", "open_regular", "open_regular_fd",
+           "describe_mode", "format_size", "non_regular_kind", "not_a_folder", "not_regular", "open_regular", "open_regular_fd",
            "read_announced", "read_json_capped", "read_regular_capped", "read_text_capped", "sha256_regular",
            "symlink_note", "too_large"]

@@ -35,12 +35,11 @@ MAX_ORIGIN_CHARS = 2048       # a browser origin is a scheme, a host and a port
 def _data_folder(text: str) -> Path:
     """--data-dir: a folder, or a path where one can be made; a FIFO, a device, a file or a dangling
     link there was found only when the job store opened it (exit 1, "Not a directory")."""
-    import os
+    from ..safeio.paths import not_a_folder
     path = Path(text)
-    if os.path.lexists(path) and not path.is_dir():
-        from ..safeio.paths import non_regular_kind, symlink_note
-        kind = non_regular_kind(path) or "a file"
-        raise argparse.ArgumentTypeError(f"{text!r} is {kind}{symlink_note(path)}, not a folder; give a folder "
+    what = not_a_folder(path)
+    if what is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} is {what}, not a folder; give a folder "
                                          "for the queue, the uploads and the clips (made if missing)")
     return path
 
