@@ -1,0 +1,7 @@
+"""`python -m h3bridge ...`: the same command line as the `h3bridge` console script, for an
+install that has no console scripts (ComfyUI's `pip install -r requirements.txt`)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())
