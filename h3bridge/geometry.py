@@ -76,6 +76,30 @@ def largest_canvas_like(width: int, height: int) -> tuple[int, int]:
     return best[1]
 
 
+def _log_aspect(width: int, height: int) -> float:
+    """log(width / height) for whole sizes of any magnitude (math.log takes big ints; a quotient
+    of two huge ints would overflow a float)."""
+    return math.log(max(width, 1)) - math.log(max(height, 1))
+
+
+def canvas_for(width: int, height: int) -> tuple[int, int]:
+    """The valid canvas to suggest for a requested `width` x `height` that is not one (a side not
+    a multiple of 32, or over the pixel limit): of the canvases made of the multiples of 32 just
+    below and above each side, the one closest to the requested aspect (then in size), when one
+    is within MAX_PIXELS (1280x720 -> 1280x736); otherwise the largest canvas of about the same
+    aspect (largest_canvas_like: 1920x1080 -> 1344x768, never 1920x512). Both sides are named
+    in the suggestion, so it never silently keeps a side that no longer fits."""
+    width, height = max(width, CANVAS_MULTIPLE), max(height, CANVAS_MULTIPLE)
+    around = [sorted({max(CANVAS_MULTIPLE, side // CANVAS_MULTIPLE * CANVAS_MULTIPLE),
+                      -(-side // CANVAS_MULTIPLE) * CANVAS_MULTIPLE}) for side in (width, height)]
+    fitting = [(w, h) for w in around[0] for h in around[1] if w * h <= MAX_PIXELS]
+    if not fitting:
+        return largest_canvas_like(width, height)
+    target = _log_aspect(width, height)
+    return min(fitting, key=lambda wh: (abs(_log_aspect(*wh) - target),
+                                        abs(math.log(wh[0] * wh[1]) - math.log(width * height)), wh))
+
+
 def round_to_canvas(value: float) -> int:
     """nearbyint(value / 32) * 32, at least 32 (nearbyint rounds half to even, like round())."""
     return max(CANVAS_MULTIPLE, round(value / CANVAS_MULTIPLE) * CANVAS_MULTIPLE)

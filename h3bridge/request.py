@@ -21,6 +21,7 @@ from .geometry import (
     SAMPLE_RATE,
     align_frame_count,
     frames_from_seconds,
+    canvas_for,
     largest_canvas_like,
     legal_frame_counts,
     reference_video_frames,
@@ -273,23 +274,39 @@ def _validate_frames(request: GenerationRequest) -> None:
                            hint=f"use frames={below} or frames={above} (legal lengths are 5 + 17n, {MIN_FRAMES}..{MAX_FRAMES})")
 
 
+def _canvas_side_error(name: str, value: int, other: int) -> RequestError:
+    """A side that is not a multiple of 32: the multiples around it, and the whole canvas to use
+    instead, which must also pass the pixel limit and keep the requested aspect (canvas_for):
+    1920x1080's nearest heights make 1920x1056 and 1920x1088, both over the limit, so the fix is
+    1344x768, not a 1920x512 strip."""
+    width, height = (value, other) if name == "width" else (other, value)
+    other_name = "height" if name == "width" else "width"
+    options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, max(CANVAS_MULTIPLE, value + CANVAS_MULTIPLE))
+    shown = [shown_value(option) for option in options]
+    nearest = (f"the nearest valid {name} is {shown[0]}" if len(options) == 1 else
+               f"the nearest valid {name}s are {shown[0]} and {shown[1]}")
+    fit_w, fit_h = canvas_for(width, height)
+    other_kept = (fit_h if name == "width" else fit_w) == other
+    if other_kept and (fit_w if name == "width" else fit_h) in options:
+        why = f"of the canvases they make, {fit_w}x{fit_h} is closest to {shown_value(width)}x{shown_value(height)}'s aspect"
+    elif all(option * max(other, CANVAS_MULTIPLE) > MAX_PIXELS for option in options):
+        why = (f"beside {other_name}={shown_value(other)} they are over h3's 768*1344 ({MAX_PIXELS}) pixel limit; "
+               f"the valid canvas of about {shown_value(width)}x{shown_value(height)}'s aspect within it is "
+               f"{fit_w}x{fit_h}")
+    else:
+        why = (f"the valid canvas closest to {shown_value(width)}x{shown_value(height)}'s aspect within h3's "
+               f"768*1344 pixel limit is {fit_w}x{fit_h}")
+    return RequestError(f"{name}={shown_value(value)} is not a multiple of 32 of at least 32; {nearest}; {why}",
+                        field=name, hint=f"use width={fit_w} and height={fit_h}")
+
+
 def _validate_canvas(request: GenerationRequest) -> None:
     # h3.c h3_valid_params: "width and height must be multiples of 32 and at least 32"
     for name, other_name in (("width", "height"), ("height", "width")):
         value = _require_int(getattr(request, name), name)
         if value < CANVAS_MULTIPLE or value % CANVAS_MULTIPLE:
-            # The suggestion must pass the pixel limit too, with the other side as it is (or as
-            # its own suggestion will make it): --height 2160 beside --width 864 is 1184, not 1344.
             other = _require_int(getattr(request, other_name), other_name)
-            other = min(1344, max(CANVAS_MULTIPLE, round(other / CANVAS_MULTIPLE) * CANVAS_MULTIPLE)) \
-                if other < CANVAS_MULTIPLE or other % CANVAS_MULTIPLE else other
-            high = max(CANVAS_MULTIPLE, min(1344, MAX_PIXELS // other // CANVAS_MULTIPLE * CANVAS_MULTIPLE))
-            options = _multiples_around(value, CANVAS_MULTIPLE, CANVAS_MULTIPLE, high)
-            nearest = (f"the nearest valid {name} is {options[0]}" if len(options) == 1 else
-                       f"the nearest valid {name}s are {options[0]} and {options[1]}")
-            closest = min(options, key=lambda option: (abs(option - value), option))
-            raise RequestError(f"{name}={shown_value(value)} is not a multiple of 32 of at least 32; {nearest}", field=name,
-                               hint=f"use {name}={closest}")
+            raise _canvas_side_error(name, value, other)
     width, height = request.width, request.height
     # h3.c h3_valid_params: "canvas exceeds the released 768*1344 pixel limit"
     if width * height > MAX_PIXELS:

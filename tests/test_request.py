@@ -102,7 +102,7 @@ def test_frames_and_seconds_are_mutually_exclusive() -> None:
 
 
 @pytest.mark.parametrize("field, value, nearest", [("width", 500, "480 and 512"), ("height", 70, "64 and 96"),
-                                                   ("width", 16, "nearest valid width is 32"), ("height", 0, "32"), ("width", 2000, "nearest valid width is 1344")])
+                                                   ("width", 16, "nearest valid width is 32"), ("height", 0, "32"), ("width", 2000, "nearest valid widths are 1984 and 2016")])
 def test_canvas_must_be_multiples_of_32(field: str, value: int, nearest: str) -> None:
     reject(fast_request(**{field: value}), field, f"{field}={value}", "multiple of 32", nearest)
 
@@ -333,3 +333,43 @@ def test_every_over_cap_suggestion_is_a_legal_canvas(width_units: int, height_un
     w, h = largest_canvas_like(width, height)
     assert w >= 32 and h >= 32 and w % 32 == 0 and h % 32 == 0 and w * h <= 768 * 1344
     assert (w >= h) == (width >= height) or w == h
+
+
+def _valid_canvases() -> list[tuple[int, int]]:
+    """Every canvas h3 accepts (multiples of 32, at most 768*1344 pixels), by brute force."""
+    limit = 768 * 1344
+    return [(w, h) for h in range(32, limit // 32 + 1, 32) for w in range(32, limit // h + 1, 32)]
+
+
+@pytest.mark.parametrize("width", [100, 500, 720, 864, 1000, 1080, 1280, 1344, 1920, 2000, 3840])
+@pytest.mark.parametrize("height", [70, 480, 544, 720, 768, 1080, 1088, 2160])
+def test_a_refused_canvas_suggests_a_valid_canvas_of_the_closest_aspect(width: int, height: int) -> None:
+    """Issue 30: 1920x1080 was told "use --height 512" (a 1920x512 strip). Whatever rule refuses
+    the canvas, the fix names both sides, passes validate(), and no valid canvas is both closer
+    to the requested aspect and closer to the requested size (capped at the pixel limit); when a
+    valid canvas within 3 % of the aspect exists at that size, the suggestion is within 3 % too."""
+    import math
+    import re
+    request = fast_request(width=width, height=height)
+    if width % 32 == 0 and height % 32 == 0 and width * height <= 768 * 1344:
+        request.validate(check_files=False)
+        return
+    with pytest.raises(RequestError) as caught:
+        request.validate(check_files=False)
+    suggested = re.fullmatch(r"use width=(\d+) and height=(\d+)", caught.value.hint or "")
+    assert suggested, caught.value.hint
+    w, h = int(suggested[1]), int(suggested[2])
+    fast_request(width=w, height=h).validate(check_files=False)
+    target_aspect = math.log(width / height)
+    target_size = math.log(min(width * height, 768 * 1344))
+
+    def distance(canvas: tuple[int, int]) -> tuple[float, float]:
+        return (abs(math.log(canvas[0] / canvas[1]) - target_aspect), abs(math.log(canvas[0] * canvas[1]) - target_size))
+
+    aspect_off, size_off = distance((w, h))
+    better = [c for c in _valid_canvases() if distance(c)[0] < aspect_off - 1e-12 and distance(c)[1] < size_off - 1e-12]
+    assert not better, f"{width}x{height}: suggested {w}x{h}, but {better[:3]} are closer in aspect and size"
+    same_size_close = [c for c in _valid_canvases() if distance(c)[1] <= size_off + 1e-12
+                       and distance(c)[0] <= math.log1p(0.03)]
+    if same_size_close:
+        assert aspect_off <= math.log1p(0.03) + 1e-12, f"{width}x{height}: {w}x{h} is over 3 % off; {same_size_close[:3]}"
