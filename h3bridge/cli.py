@@ -36,6 +36,7 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
 from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
 # Number flags go through safeio.numbers (bounded digits, finite); the ranges are the request's own rules.
 from .safeio.numbers import float_flag, int_flag
+from .runnable import h3bridge_command
 from .request import (
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
@@ -407,15 +408,18 @@ def run_doctor(args: argparse.Namespace) -> int:
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")
     machine = f"{platform.system()} {platform.machine()}"
     apple = platform.system() == "Darwin" and platform.machine() == "arm64"
-    record("platform", True, machine + ("" if apple else " (the real h3 needs an Apple Silicon Mac; h3-sim runs here)"))
+    record("platform", True, machine + ("" if apple else
+                                        " (the Metal h3 needs an Apple Silicon Mac; here h3-sim runs, and build-engine "
+                                        "builds upstream's own C over the portable CPU backend for testing)"))
     if args.json:
         print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
     else:
         for check in checks:
             mark = "ok     " if check["ok"] else "MISSING"
-            print(f"{mark} {check['check']:<9} {check['detail']}")
+            # library messages name fields (engine_path); here the user types flags (--engine-path)
+            print(f"{mark} {check['check']:<9} {in_cli_words(str(check['detail']))}")
             if check["fix"]:
-                print(f"          fix: {check['fix']}")
+                print(f"          fix: {in_cli_words(str(check['fix']))}")
     return EXIT_OK if all(c["ok"] for c in checks) else EXIT_FAILURE
 
 
@@ -438,7 +442,7 @@ def engine_commit_check(engine_path: Path) -> tuple[str, bool, str, str | None]:
         return ("h3 build", True, f"h3.c {commit}{changes}, the pinned commit", None)
     return ("h3 build", False, f"h3.c {commit}{changes}, not the pinned {pinned} h3bridge is tested with",
             f"build the pinned commit: `git -C {found.source} checkout {pinned}`, then "
-            f"`h3bridge build-engine {found.source}`")
+            f"`{h3bridge_command('build-engine', found.source)}`")
 
 
 # ----------------------------------------------------------------------------- model: info, verify, plan
@@ -466,8 +470,13 @@ def default_request_advice(model_dir: Path | None = None) -> str:
         return f"{what} fits without --ssd-streaming (planned peak {format_bytes(plan.peak)} of " \
                f"{format_bytes(plan.budget)} usable)"
     if plan.suggestion is None:
-        return f"{what} does not fit even at the smallest settings (see `h3bridge plan`)"
-    return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `h3bridge plan`)"
+        return f"{what} does not fit even at the smallest settings (see `{_plan_command(model_dir)}`)"
+    return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `{_plan_command(model_dir)}`)"
+
+
+def _plan_command(model_dir: Path | None) -> str:
+    """`h3bridge plan` for doctor's model folder, as it runs here (its default request is doctor's)."""
+    return h3bridge_command("plan", *(["--model-dir", model_dir] if model_dir is not None else []))
 
 
 def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False,
@@ -514,6 +523,9 @@ def _model_folder(path: Path, shown: str) -> Path:
     what = not_a_folder(path)
     if what is None:
         return path
+    if what == "a file":        # a repack checkpoint: the inventory's one wording (what it is, and the fix)
+        from .model.inventory import not_a_model_folder_error
+        raise not_a_model_folder_error(path.absolute())
     raise ModelError(f"{shown} {str(path)!r} is {what}, not a model folder",
                      hint="pass the model folder, the one that holds FL2VA/")
 

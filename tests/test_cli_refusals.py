@@ -60,7 +60,9 @@ def test_a_model_path_that_is_a_file_exits_2(tmp_path: Path, sim_log: Path,  # n
     model = tmp_path / "model.safetensors"
     model.write_bytes(b"\0" * 64)
     status, err = generate(capsys, tmp_path, engine=sim_engine_path(), model=model)
-    assert_refused(status, err, sim_log, tmp_path, str(model), "not a directory")
+    # issue 30: say what the file is (a repack checkpoint) and the download that gives a model folder
+    assert_refused(status, err, sim_log, tmp_path, str(model), "single-file checkpoint", "not a ComfyUI-style repack",
+                   "model download DIR")
 
 
 def test_no_model_folder_at_all_exits_2_naming_the_flag(tmp_path: Path, sim_log: Path,  # noqa: F811
@@ -114,12 +116,13 @@ def test_a_folder_given_as_the_engine_says_it_is_a_folder(tiny: Path, tmp_path: 
     assert_refused(status, err, sim_log, tmp_path, f"is a folder with no h3 program in it: {folder}",
                    "give the h3 program itself")
     assert "does not exist" not in err
-    # An h3.c checkout that was never built: the fix is `make` there.
+    # An h3.c checkout that was never built: the fix is build-engine on it (issue 30: not a bare `make`).
     (folder / "h3.c").write_text("/* h3 */\n")
     (folder / "Makefile").write_text("all:\n")
     status, err = generate(capsys, tmp_path, engine=folder, model=tiny)
-    assert_refused(status, err, sim_log, tmp_path, "is a folder", "never built", "run `make` in it",
-                   str(folder / "h3"))
+    assert_refused(status, err, sim_log, tmp_path, "is a folder", "never built", f"build-engine {folder}`",
+                   "checkout 8974cc0")
+    assert "`make`" not in err
 
 
 def test_a_memory_plan_that_does_not_fit_exits_2(tmp_path: Path, sim_log: Path,  # noqa: F811

@@ -112,7 +112,7 @@ def test_comfyui_single_file_repack(tmp_path: Path) -> None:
         write_safetensors(root / relative, [TensorSpec("x", "BF16", (4,))])
     problems = inspect_model(root).problems
     assert [p.kind for p in problems] == ["comfyui-repack"]
-    assert "quantized" in problems[0].message and "huggingface-cli download" in problems[0].fix
+    assert "quantized" in problems[0].message and "hf download" in problems[0].fix and "huggingface-cli" not in problems[0].fix
 
 
 def test_model_path_that_is_a_single_file(tmp_path: Path) -> None:

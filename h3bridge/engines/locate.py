@@ -8,8 +8,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+from ..engine_build.record import PINNED_COMMIT
+from ..model.inventory import DOWNLOAD_HINT, not_a_model_folder_error
 from ..errors import EngineNotFoundError, ModelError
 from ..request import GenerationRequest
+from ..runnable import command, h3bridge_command
 
 
 ENGINE_ENV = "H3_BIN"
@@ -19,15 +22,33 @@ MODEL_DIR_ENV = "H3_MODEL_DIR"
 
 
 # Field names appear bare (`engine_path`), never as `name=value`: the CLI turns them into its flags
-# (cli.in_cli_words) and ComfyUI shows its node input of the same name.
-ENGINE_BUILD_HINT = (
-    "build h3 on an Apple Silicon Mac: `git clone https://github.com/antirez/h3.c && cd h3.c && make`, "
-    "then give the path of the h3 it builds as engine_path (CLI: --engine-path), set H3_BIN, or put h3 on "
-    "PATH. To try h3bridge without a Mac, give the simulator h3-sim (installed with h3bridge) as "
-    "engine_path, with a fixture model from `h3-sim-model DIR`"
-    # the real h3 cannot run here: the one-step way to see h3bridge work comes first for this machine
-    + ("." if platform.system() == "Darwin" else
-       ", or run `h3bridge demo`, which does both and renders a clip end to end (synthetic patterns)."))
+# (cli.in_cli_words) and ComfyUI shows its node input of the same name. Commands are built by
+# runnable (as they run where the message is shown: console script or `python -m`), and the h3.c
+# commit is the pin build-engine and doctor check, so message, README and doctor agree.
+PINNED_SHORT = PINNED_COMMIT[:7]
+UPSTREAM_URL = "https://github.com/antirez/h3.c"
+
+
+def engine_source_steps(folder: str = "DIR") -> str:
+    """How to get the pinned h3.c source and build it with build-engine, as commands to run one by one."""
+    return (f"`git clone {UPSTREAM_URL} {folder}`, `git -C {folder} checkout {PINNED_SHORT}` (the commit h3bridge "
+            f"is tested with), then `{h3bridge_command('build-engine', folder)}`")
+
+
+def _engine_build_hint(system: str) -> str:
+    where = "give the h3 path it prints as engine_path, set H3_BIN, or put h3 on PATH"
+    if system == "Darwin":
+        return (f"build the pinned h3.c: {engine_source_steps()} (upstream's own make, with Xcode's command line "
+                f"tools, on an Apple Silicon Mac); {where}")
+    # The real (Metal) h3 cannot run here: the one-step way to see h3bridge work comes first.
+    return (f"the Metal h3 runs only on an Apple Silicon Mac. Here, `{h3bridge_command('demo')}` renders a clip end "
+            f"to end with the simulator h3-sim and a fixture model (synthetic patterns); or give h3-sim as "
+            f"engine_path with a model from `{command('h3-sim-model', 'DIR')}`. Upstream's own C also runs here, "
+            f"over h3bridge's portable CPU backend, for testing (on a model of the released shapes, e.g. "
+            f"`{command('h3-sim-model', '--realistic', 'DIR')}`): {engine_source_steps()}; {where}")
+
+
+ENGINE_BUILD_HINT = _engine_build_hint(platform.system())
 
 
 FFMPEG_HINT = ("install FFmpeg (`brew install ffmpeg` on macOS, `apt-get install ffmpeg` on Debian/Ubuntu), "
@@ -55,12 +76,14 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
         path = path / "h3"
     elif path.is_dir():
         unbuilt = (path / "h3.c").is_file() and (path / "Makefile").is_file()
+        build = h3bridge_command("build-engine", path.absolute())
         raise EngineNotFoundError(
             f"the h3 engine from {source} is a folder with no h3 program in it: {path.absolute()}",
-            hint=f"this looks like an h3.c checkout that was never built: run `make` in it on an Apple Silicon "
-                 f"Mac, then give {path.absolute() / 'h3'} (or this folder again)" if unbuilt else
-                 "give the h3 program itself (the `h3` file `make` builds in an h3.c checkout) or the h3.c "
-                 "checkout that holds it; to try h3bridge without a Mac, give the simulator h3-sim")
+            hint=f"this looks like an h3.c source that was never built: run `{build}` (h3bridge is tested with "
+                 f"h3.c {PINNED_SHORT}: `git -C {path.absolute()} checkout {PINNED_SHORT}` first in a clone), then "
+                 f"give the h3 path it prints" if unbuilt else
+                 "give the h3 program itself (the path build-engine prints) or the h3.c folder that "
+                 f"holds it. {ENGINE_BUILD_HINT[0].upper()}{ENGINE_BUILD_HINT[1:]}")
     if not path.is_file():
         # A bare name ("h3-sim") given explicitly or in H3_BIN: look it up on PATH.
         found = shutil.which(raw) if os.sep not in raw else None
@@ -69,7 +92,7 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
         path = Path(found)
     if not os.access(path, os.X_OK):
         raise EngineNotFoundError(f"the h3 engine from {source} is not executable: {path}",
-                                  hint=f"chmod +x {path}, or rebuild it with `make`")
+                                  hint=f"`chmod +x {path}`, or build it again ({ENGINE_BUILD_HINT})")
     return path.absolute()
 
 
@@ -85,12 +108,12 @@ def locate_model_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(MODEL_DIR_ENV)
     if not raw:
         raise ModelError("no MiniMax-H3 model directory given",
-                         hint=f"pass model_dir (CLI: --model-dir) or set {MODEL_DIR_ENV}; "
-                              "for tests, `h3-sim-model DIR` writes a fixture model")
+                         hint=f"pass model_dir (CLI: --model-dir) or set {MODEL_DIR_ENV}; {DOWNLOAD_HINT}; to try "
+                              f"h3bridge with the simulator h3-sim, `{command('h3-sim-model', 'DIR')}` writes a "
+                              "fixture model")
     path = Path(raw).expanduser().absolute()
     if not path.is_dir():
-        raise ModelError(f"the model directory {path} does not exist or is not a directory",
-                         hint="download MiniMaxAI/MiniMax-H3 there, or fix the path")
+        raise not_a_model_folder_error(path)
     return path
 
 

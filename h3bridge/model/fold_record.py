@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .fold_survival import INT8_NOTE, Survival, format_report, warnings
 from .problem import Problem
+from ..runnable import h3bridge_command
 from ..safeio.outputs import write_output
 from ..safeio.paths import not_regular, read_announced, read_json_capped, too_large
 from .safetensors import MAX_HEADER_BYTES, open_regular_file
@@ -168,7 +169,8 @@ def check_provenance(root: Path, provenance: Provenance) -> list[Problem]:
     problems: list[Problem] = []
     for record in provenance.folded_files:
         path = root / record.relative
-        fix = ("fold again (`h3bridge lora fold`): this file is not the one the fold wrote, so the model is "
+        fix = (f"fold again (`{h3bridge_command('lora', 'fold')}` with the base and LoRAs the record names): this "
+               "file is not the one the fold wrote, so the model is "
                "neither the base nor the folded model its record describes")
         if not path.is_file():
             problems.append(Problem("error", "fold-record", f"{path}: folded shard listed in {PROVENANCE_FILE} "

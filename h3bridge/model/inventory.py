@@ -44,12 +44,13 @@ from .safetensors import (
 )
 from .fold_record import PROVENANCE_FILE, check_provenance, read_provenance
 from .problem import Problem
+from ..runnable import command, h3bridge_command
 
 FL2VA, REF2VA = "FL2VA", "Ref2VA"
 PARTITIONS = (FL2VA, REF2VA)
 OFFICIAL_REPO = "MiniMaxAI/MiniMax-H3"
-DOWNLOAD_HINT = (f"download the official layout: `h3bridge model download DIR` (or "
-                 f"`huggingface-cli download {OFFICIAL_REPO} --local-dir DIR`)")
+DOWNLOAD_HINT = (f"download the official layout: `{h3bridge_command('model', 'download', 'DIR')}` (or "
+                 f"`{command('hf', 'download', OFFICIAL_REPO, '--local-dir', 'DIR')}`)")
 HF_DOWNLOAD_CACHE = Path(".cache") / "huggingface" / "download"   # `--local-dir` keeps partial files here
 
 
@@ -176,7 +177,7 @@ class ModelInventory:
             first = self.errors[0].exception()
             if len(self.errors) == 1:
                 raise first
-            message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `h3bridge info {self.root}`)"
+            message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `{h3bridge_command('info', self.root)}`)"
             if isinstance(first, IntegrityError):
                 raise IntegrityError(message, path=first.path, tensor=first.tensor, hint=first.hint)
             raise ModelError(message, hint=first.hint)
@@ -187,7 +188,7 @@ class ModelInventory:
         """Why a reference job cannot run from this Ref2VA/: every piece it lacks (errors first)."""
         problems = self.reference_errors + [p for p in self.warnings if p.references_only]
         shown = "; ".join(p.message for p in problems[:4])
-        more = f"; and {len(problems) - 4} more (run `h3bridge info {self.root}`)" if len(problems) > 4 else ""
+        more = f"; and {len(problems) - 4} more (run `{h3bridge_command('info', self.root)}`)" if len(problems) > 4 else ""
         message = (f"references need h3's Ref2VA checkpoint, and {self.root / REF2VA} is incomplete: "
                    f"{shown}{more}")
         fix = self.ref2va_download_fix + " (jobs without references do not need Ref2VA and still run)"
@@ -210,9 +211,10 @@ class ModelInventory:
     @property
     def ref2va_download_fix(self) -> str:
         # A Hugging Face cache snapshot is filled by downloading into the cache, not into a folder.
-        into = "" if hf_cache_blobs_dir(self.root) is not None else f" --local-dir {self.root}"
-        return (f"finish the Ref2VA download: `huggingface-cli download {OFFICIAL_REPO} --include 'Ref2VA/*'{into}` "
-                f"(it continues where it stopped), then `h3bridge verify {self.root}`")
+        into = () if hf_cache_blobs_dir(self.root) is not None else ("--local-dir", self.root)
+        download = command("hf", "download", OFFICIAL_REPO, "--include", "Ref2VA/*", *into)
+        return (f"finish the Ref2VA download: `{download}` "
+                f"(it continues where it stopped), then `{h3bridge_command('verify', self.root)}`")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -252,7 +254,8 @@ class ModelInventory:
             lines.append(f"{problem.label}: {problem.message}")
             lines.append(f"  fix: {problem.fix}")
         if not self.problems:
-            lines.append("layout: OK (headers checked; `h3bridge verify --checksums` also hashes the data)")
+            lines.append(f"layout: OK (headers checked; `{h3bridge_command('verify', '--checksums', self.root)}` "
+                         "also hashes the data)")
         return "\n".join(lines)
 
 
@@ -387,7 +390,7 @@ def _report_tree_findings(root: Path, add: Callable[[Problem], None], appledoubl
         else:
             error = None
             message = f"{path}: is {kind}{symlink_note(path)}, not a file: reading it would block or never end"
-            fix = f"remove it (`rm {path}`); `h3bridge lora fold` copies every file of the model and refuses it"
+            fix = f"remove it (`rm {path}`); `{h3bridge_command('lora', 'fold')}` copies every file of the model and refuses it"
         unread = "folder" if path.parent not in read_by_h3.shard_dirs else "file"
         add(Problem("error" if loaded else "warning", "not-a-file",
                     message + count + ("" if loaded else f"; h3 does not read this {unread}, but tools that scan "
@@ -403,12 +406,12 @@ def _report_tree_findings(root: Path, add: Callable[[Problem], None], appledoubl
             f"delete them: `dot_clean -m {root}` or `find {root} -name '._*' -delete`", appledouble[0]))
     if partial:
         ours = root / ".cache" / "h3bridge" in partial[0].parents     # `h3bridge model download`'s .part files
-        resume = (f"`h3bridge model download {root}`" if ours
-                  else f"`huggingface-cli download {OFFICIAL_REPO} --local-dir {root}`")
+        resume = (f"`{h3bridge_command('model', 'download', root)}`" if ours
+                  else f"`{command('hf', 'download', OFFICIAL_REPO, '--local-dir', root)}`")
         add(Problem("error", "partial-download",
                     f"unfinished download: {len(partial)} partial file(s), e.g. {partial[0]}",
                     f"resume the download ({resume} continues where it stopped), then run "
-                    "`h3bridge verify --checksums`", partial[0]))
+                    f"`{h3bridge_command('verify', '--checksums', root)}`", partial[0]))
     if gguf:
         add(Problem("error", "gguf",
                     f"GGUF file(s) h3 cannot read (it reads BF16/F32 safetensors only), e.g. {gguf[0]}",
@@ -595,16 +598,29 @@ def inspect_model(model_dir: str | Path, *, read_headers: bool = True) -> ModelI
                          hint="check the folder's permissions and that its disk is attached") from None
 
 
+def not_a_model_folder_error(path: Path) -> ModelError:
+    """Why `path`, given as the model folder, is not one: missing, a repack file (GGUF or a
+    single-file checkpoint, which h3 cannot load), or something else that is not a folder. One
+    wording for `info FILE`, `-d FILE` and H3_MODEL_DIR=FILE."""
+    from ..safeio.paths import not_a_folder
+    if not os.path.lexists(path):
+        return ModelError(f"the model directory {path} does not exist", hint=f"{DOWNLOAD_HINT}, or fix the path")
+    if path.is_file() and non_regular_kind(path) is None:
+        kind = "a GGUF file" if _starts_with(path, GGUF_MAGIC) else "a single-file checkpoint"
+        return ModelError(f"{path} is {kind}; h3 needs the official model directory "
+                          "(FL2VA/ and optional Ref2VA/ folders), not a ComfyUI-style repack",
+                          hint=f"{DOWNLOAD_HINT}, then give that folder")
+    return ModelError(f"{path} is {not_a_folder(path) or 'not a folder'}, not a model folder",
+                      hint="pass the model folder, the one that holds FL2VA/")
+
+
 def _inspect_model(model_dir: str | Path, *, read_headers: bool) -> ModelInventory:
     root = resolve_model_root(model_dir)
     inventory = ModelInventory(root=root)
     if not root.exists():
         raise ModelError(f"model directory not found: {root}", hint=DOWNLOAD_HINT)
     if root.is_file():
-        kind = "GGUF" if _starts_with(root, GGUF_MAGIC) else "single-file"
-        raise ModelError(f"{root} is a {kind} file; h3 needs the official model directory "
-                         "(FL2VA/ and optional Ref2VA/ folders), not a ComfyUI-style repack",
-                         hint=DOWNLOAD_HINT)
+        raise not_a_model_folder_error(root)
     if not (root / FL2VA).is_dir():
         # Not a model folder: say so, and nothing else. Its files are not the model's, so there is
         # no tree to scan (`info /` walked the whole file system) and nothing in it to delete.

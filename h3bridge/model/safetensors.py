@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import IntegrityError
+from ..runnable import command, h3bridge_command
 from ..safeio.paths import format_size, open_regular, read_announced, symlink_note
 
 # h3_safetensors.c: #define H3_ST_MAX_HEADER (256u * 1024u * 1024u)
@@ -99,7 +100,8 @@ def _fail(path: Path, message: str, *, tensor: str | None = None, hint: str | No
     return IntegrityError(where + message, path=path, tensor=tensor, hint=hint)
 
 
-_REDOWNLOAD = "download this file again (the official MiniMaxAI BF16/F32 shards); `h3bridge verify --checksums` confirms a good copy"
+_REDOWNLOAD = (f"download this file again (the official MiniMaxAI BF16/F32 shards); "
+               f"`{h3bridge_command('verify', '--checksums', 'DIR')}` confirms a good copy")
 
 
 def not_a_file_error(path: Path, kind: str) -> IntegrityError:
@@ -138,7 +140,8 @@ def _uint(value: object) -> int | None:
 def _sniff_other_format(path: Path, prefix: bytes) -> IntegrityError | None:
     if prefix.startswith(GIT_LFS_POINTER_PREFIX[:8]):
         return _fail(path, "is a Git LFS pointer file, not the weights",
-                     hint="run `git lfs pull` in the clone, or download with `huggingface-cli download`")
+                     hint=f"run `git lfs pull` in the clone, or download with "
+                          f"`{command('hf', 'download', 'MiniMaxAI/MiniMax-H3', '--local-dir', 'DIR')}`")
     if prefix.startswith(GGUF_MAGIC):
         return _fail(path, "is a GGUF file renamed to .safetensors; h3 reads only safetensors",
                      hint="use the official MiniMaxAI BF16/F32 safetensors shards")

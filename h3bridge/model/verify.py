@@ -30,6 +30,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from ..errors import IntegrityError, ModelError, RequestError
+from ..runnable import h3bridge_command
 from .inventory import ModelInventory, Problem, format_bytes, inspect_model
 from ..safeio.outputs import write_output
 from ..safeio.paths import non_regular_kind
@@ -248,7 +249,7 @@ class ShardResult:
             return None
         fix = ("download this file again" if self.expected_source != "manifest" else
                "the file changed since h3bridge recorded it: download it again, or if you replaced it on "
-               "purpose run `h3bridge verify --checksums --rewrite-manifest`")
+               f"purpose run `{h3bridge_command('verify', '--checksums', '--rewrite-manifest', self.path.parents[len(self.relative.parts) - 1])}`")
         return IntegrityError(f"{self.path}: checksum mismatch: sha256 {self.sha256}, expected "
                               f"{self.expected_sha256} ({self.expected_source})", path=self.path, hint=fix)
 
