@@ -367,13 +367,15 @@ def run_doctor(args: argparse.Namespace) -> int:
     import psutil
 
     from .engines.locate import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
-    from .model.inventory import inspect_model
+    from .model.inventory import inspect_model, small_fixture_note
+    from .runnable import command
 
     checks: list[dict[str, object]] = []
 
     def record(name: str, ok: bool, detail: str, fix: str | None = None) -> None:
         checks.append({"check": name, "ok": ok, "detail": detail, "fix": None if ok else fix})
 
+    engine_path = None
     try:
         engine_path = locate_engine(args.engine_path)
         shaders = engine_working_directory(engine_path) / "h3_shaders.metal"
@@ -392,10 +394,18 @@ def run_doctor(args: argparse.Namespace) -> int:
         # The same header-only inventory that `h3bridge info` and the generate pre-flight use.
         inventory = inspect_model(model_dir)
         errors = inventory.errors
-        record("model", not errors,
+        # h3-sim's small fixture passes every header check, yet only h3-sim runs it: say so, and with
+        # another engine (upstream's build, the Metal h3) it is not a model that engine can use.
+        fixture_only = inventory.small_fixture and not errors
+        sim_engine = engine_path is not None and engine_path.name.startswith("h3-sim")
+        record("model", not errors and (not fixture_only or sim_engine or engine_path is None),
                f"{inventory.root}" + (f" ({'; '.join(p.message for p in errors)})" if errors else
-                                      f" (FL2VA{' + Ref2VA' if inventory.has_ref2va else ', no Ref2VA: references unavailable'})"),
-               "; ".join(dict.fromkeys(p.fix for p in errors)) or None)
+                                      f" (FL2VA{' + Ref2VA' if inventory.has_ref2va else ', no Ref2VA: references unavailable'})")
+               + (f"; {small_fixture_note()}" if fixture_only else ""),
+               "; ".join(dict.fromkeys(p.fix for p in errors)) or
+               (f"for {engine_path}, write the released shapes: "
+                f"`{command('h3-sim-model', '--realistic', 'DIR')}`, then give DIR as --model-dir"
+                if fixture_only else None))
     except H3BridgeError as error:
         record("model", False, error.message, error.hint)
         model_dir = None

@@ -411,7 +411,10 @@ def test_missing_engine_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineNotFoundError) as caught:
         locate_engine()
-    assert "antirez/h3.c" in caught.value.hint and "make" in caught.value.hint and "h3-sim" in caught.value.hint
+    # issue 30: the pinned commit and build-engine, as the README says (not an unpinned clone && make)
+    hint = caught.value.hint or ""
+    assert "antirez/h3.c" in hint and "checkout 8974cc0" in hint and "build-engine DIR" in hint and "h3-sim" in hint
+    assert "&& make" not in hint
     with pytest.raises(EngineNotFoundError, match="does not exist"):
         locate_engine(tmp_path / "nope" / "h3")
 

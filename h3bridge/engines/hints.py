@@ -2,6 +2,9 @@
 """
 from __future__ import annotations
 import signal
+from pathlib import Path
+
+from ..errors import H3BridgeError
 from ..progress import ProgressEvent
 from ..request import MIN_LAYERS, GenerationRequest
 from .locate import FFMPEG_HINT
@@ -14,7 +17,9 @@ def out_of_memory_hint(request: GenerationRequest) -> str:
     options += ["fewer frames", "a smaller canvas or render canvas"]
     if request.layers > MIN_LAYERS:
         options.append("fewer DiT layers (--layers)")
-    return ("SIGKILL usually means macOS ran out of memory; check `h3bridge plan`, then try "
+    from ..runnable import h3bridge_command
+    return (f"SIGKILL usually means macOS ran out of memory; check `{h3bridge_command('plan')}` (with this "
+            "request's flags), then try "
             + ", ".join(options[:-1]) + " or " + options[-1])
 
 
@@ -37,11 +42,32 @@ CRASH_HINT = ("see the engine log; the next job starts a fresh engine. If the sa
               "report it at https://github.com/antirez/h3.c/issues with that log")
 
 
+def shape_mismatch_hint(model_dir: Path | None) -> str:
+    """The fix for h3's "weight NAME shape mismatch at dimension N" (h3_weights.c): upstream hard-codes
+    the released shapes. On h3-sim's small fixture that is the whole story (the fixture upstream
+    runs is `h3-sim-model --realistic`); on anything else the folder is not the official release."""
+    from ..model.inventory import inspect_model
+    from ..runnable import command, h3bridge_command
+    try:
+        small = model_dir is not None and inspect_model(model_dir).small_fixture
+    except H3BridgeError:
+        small = False
+    if small:
+        return (f"{model_dir} is h3-sim's small fixture model, which only h3-sim runs: for this h3 write the "
+                f"released shapes with `{command('h3-sim-model', '--realistic', 'DIR')}` (sparse files, no disk "
+                "used) and give DIR as model_dir, with ssd_streaming (--ssd-streaming) on a machine under ~32 GB; "
+                "or give h3-sim as engine_path")
+    where = "DIR" if model_dir is None else model_dir
+    return (f"h3 loads only the official MiniMax-H3 release's tensor shapes: check the folder with "
+            f"`{h3bridge_command('info', where)}`, and download the official layout "
+            f"(`{h3bridge_command('model', 'download', 'DIR')}`) if it is another checkpoint")
+
+
 def failure_hint(request: GenerationRequest, message: str | None, *, signal_number: int | None = None,
-                 stalled: bool = False) -> str | None:
+                 stalled: bool = False, model_dir: Path | None = None) -> str | None:
     """The fix line for an engine that failed (`message`: h3's last error), died from
     `signal_number`, or was stopped by the watchdog (`stalled`). None leaves h3's message to
-    speak for itself."""
+    speak for itself. `model_dir`: the engine's model folder, read only for a model error."""
     if stalled:
         return ("h3 reports nothing while it decodes the video (the tiled video VAE decode) and little while "
                 "it loads from a slow disk: for a very large clip raise stall_timeout; otherwise see the "
@@ -72,8 +98,12 @@ def failure_hint(request: GenerationRequest, message: str | None, *, signal_numb
     if request.int8_row_fc2 and ("metal" in lowered or "m5" in lowered or "int8" in lowered):
         return "drop int8_row_fc2 (--int8-row-fc2, M5 only) and try again"
     if "metal" in lowered:
-        return ("the GPU gave up on the work, most often for lack of memory: check `h3bridge plan`, close other "
+        from ..runnable import h3bridge_command
+        return (f"the GPU gave up on the work, most often for lack of memory: check `{h3bridge_command('plan')}`, close other "
                 "GPU-heavy apps, and see the engine log")
+    if "shape mismatch" in lowered:
+        return shape_mismatch_hint(model_dir)
     if "safetensors" in lowered or "model" in lowered or "tokenizer" in lowered or "config.json" in lowered:
-        return "check the model directory (h3bridge verify)"
+        from ..runnable import h3bridge_command
+        return f"check the model directory: `{h3bridge_command('verify', model_dir if model_dir is not None else 'DIR')}`"
     return None

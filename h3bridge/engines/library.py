@@ -441,7 +441,7 @@ class LibraryEngine(WarmEngine):
         raise_for_disk_problem(log, job.disk_needs, engine_message=text)
         raise EngineError(f"h3 failed: {text}" if text else "h3_generate failed without a message",
                           engine_message=text, exit_code=None, stderr=log, command=self._command(job),
-                          hint=failure_hint(job.request, text))
+                          hint=failure_hint(job.request, text, model_dir=self.model_dir))
 
     def _worker_gone(self, worker: _Worker, job: _Job) -> None:
         """The worker's control stream ended: it died. A typed error naming where."""
@@ -460,7 +460,7 @@ class LibraryEngine(WarmEngine):
                 hint=failure_hint(job.request, message, signal_number=-status))
         raise EngineError(f"the library worker exited unexpectedly (status {status}) {job.where()}"
                           + (f": {message}" if message else ""), engine_message=message, exit_code=status,
-                          stderr=log, command=self._command(job), hint=failure_hint(job.request, message))
+                          stderr=log, command=self._command(job), hint=failure_hint(job.request, message, model_dir=self.model_dir))
 
     # ------------------------------------------------------------------ worker lifecycle
 

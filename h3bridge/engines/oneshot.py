@@ -287,7 +287,7 @@ class OneShotEngine:
                               exit_code=status, stderr=stderr, command=argv,
                               hint="this h3 build may be older or newer than h3bridge expects (upstream 8974cc0)")
         raise EngineError(f"h3 failed: {message or f'exit status {status}'}", engine_message=message,
-                          exit_code=status, stderr=stderr, command=argv, hint=failure_hint(request, message))
+                          exit_code=status, stderr=stderr, command=argv, hint=failure_hint(request, message, model_dir=self.model_dir))
 
 
 # ----------------------------------------------------------------------------- what to do about a failure

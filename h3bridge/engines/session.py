@@ -887,7 +887,7 @@ class SessionEngine(WarmEngine):
         raise SessionError(
             f"the h3 session exited unexpectedly (status {status}) {job.where()}" + (f": {message}" if message else ""),
             engine_message=message, exit_code=status, stderr=log, command=job.commands,
-            hint=failure_hint(job.request, message))
+            hint=failure_hint(job.request, message, model_dir=self.model_dir))
 
     def _command(self, command: SessionCommand, job: _Job) -> None:
         """Send one `!` command; its one reply is on stdout (worked) or stderr (refused)."""
@@ -957,7 +957,7 @@ class SessionEngine(WarmEngine):
             raise_for_disk_problem(log, self._disk_needs(job.request, None), engine_message=message)
             raise EngineError(f"h3 failed: {message}" if message else "h3 produced no video",
                               engine_message=message, stderr=log, command=job.commands,
-                              hint=failure_hint(job.request, message))
+                              hint=failure_hint(job.request, message, model_dir=self.model_dir))
         assert seed is not None
         return produced, seed
 

@@ -53,6 +53,19 @@ DOWNLOAD_HINT = (f"download the official layout: `{h3bridge_command('model', 'do
                  f"`{command('hf', 'download', OFFICIAL_REPO, '--local-dir', 'DIR')}`)")
 HF_DOWNLOAD_CACHE = Path(".cache") / "huggingface" / "download"   # `--local-dir` keeps partial files here
 
+# h3_text_encoder.c's vocabulary (151936 rows of the text encoder's embedding): upstream hard-codes the
+# released dimensions and refuses any other ("weight model.language_model.embed_tokens.weight shape
+# mismatch at dimension 0"). h3-sim's small fixture (h3-sim-model DIR, the demo's model) has 16 rows.
+EMBED_TOKENS = "model.language_model.embed_tokens.weight"
+RELEASED_VOCAB = 151936
+
+
+def small_fixture_note() -> str:
+    """What to know about h3-sim's small fixture model, and the fixture upstream's h3 can run."""
+    return ("h3-sim's small fixture model (tiny tensors): only h3-sim runs it; upstream's h3 (build-engine's, or "
+            f"the Metal h3) needs the released shapes: `{command('h3-sim-model', '--realistic', 'DIR')}` writes them "
+            "as sparse files (no disk used; render with --ssd-streaming on a machine under ~32 GB)")
+
 
 @dataclass(frozen=True)
 class ComponentSpec:
@@ -165,6 +178,14 @@ class ModelInventory:
     def file_bytes(self) -> int:
         return sum(c.file_bytes for p in self.partitions.values() for c in p.components.values())
 
+    @property
+    def small_fixture(self) -> bool:
+        """The text encoder has h3-sim's small fixture shapes (see RELEASED_VOCAB): no real h3 runs it."""
+        encoder = self.component(FL2VA, "text_encoder")
+        rows = [t.shape[0] for shard in (encoder.shards if encoder else []) for t in shard.tensors
+                if t.name == EMBED_TOKENS and t.shape]
+        return bool(rows) and rows[0] < RELEASED_VOCAB
+
     def component(self, partition: str, key: str) -> Component | None:
         found = self.partitions.get(partition)
         return found.components.get(key) if found else None
@@ -227,6 +248,7 @@ class ModelInventory:
                           "references_only": p.references_only,
                           "path": None if p.path is None else str(p.path)} for p in self.problems],
             "provenance": None if self.provenance is None else self.provenance.to_dict(),  # type: ignore[attr-defined]
+            "small_fixture": self.small_fixture,
         }
 
     def table(self) -> str:
@@ -250,6 +272,8 @@ class ModelInventory:
             lines.append(f"Ref2VA: {state} (prompt-only and first/last-frame jobs work; references need it)")
         if self.provenance is not None:
             lines.append(self.provenance.summary())      # type: ignore[attr-defined]
+        if self.small_fixture:
+            lines.append(f"note: {small_fixture_note()}")
         for problem in self.problems:
             lines.append(f"{problem.label}: {problem.message}")
             lines.append(f"  fix: {problem.fix}")

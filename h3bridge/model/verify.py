@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ..errors import IntegrityError, ModelError, RequestError
 from ..runnable import h3bridge_command
-from .inventory import ModelInventory, Problem, format_bytes, inspect_model
+from .inventory import ModelInventory, Problem, format_bytes, inspect_model, small_fixture_note
 from ..safeio.outputs import write_output
 from ..safeio.paths import non_regular_kind
 from .safetensors import open_regular_file
@@ -308,6 +308,7 @@ class VerifyReport:
                        for r in self.results],
             "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix}
                          for p in self.problems],
+            "small_fixture": self.inventory.small_fixture,
         }
 
     def table(self, verbose: bool = False) -> str:
@@ -338,6 +339,7 @@ class VerifyReport:
         summary = f"{len(self.results)} shard(s): " + ("OK" if self.ok else f"{len(self.errors)} problem(s)")
         if verbose:
             lines.append(summary)
+            lines += [f"note: {small_fixture_note()}"] if self.inventory.small_fixture else []
             return "\n".join(lines)
         if not self.checksums:
             checked = "headers checked"
@@ -349,6 +351,8 @@ class VerifyReport:
         if written:
             details.append(f"manifest written: {self.manifest} (later runs check against it)")
         lines.append(f"{summary} ({'; '.join(details)}; --verbose lists every shard)")
+        if self.inventory.small_fixture:      # headers are fine, yet no real h3 loads it: say so
+            lines.append(f"note: {small_fixture_note()}")
         return "\n".join(lines)
 
 
