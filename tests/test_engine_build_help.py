@@ -131,3 +131,40 @@ def test_doctor_says_which_commit_the_engine_was_built_from(tmp_path: Path, monk
     assert fix == f"build the pinned commit: `git -C {program.parent} checkout 8974cc0`, then " \
                   f"`h3bridge build-engine {program.parent}`"
     assert engine_commit_check(Path("/usr/bin/h3-sim"))[1:3] == (True, "h3-sim, h3bridge's simulator of h3.c 8974cc0")
+
+
+def test_a_rebuild_from_the_extracted_tarball_keeps_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: build-engine from the tarball records its commit; build-engine again from the folder
+    it extracts to (h3.c-8974cc0, not a git clone) hit the same cache entry and recorded "commit
+    unknown". The entry is keyed by the hash of upstream's files, so its manifest's commit stands."""
+    import json
+    import tarfile
+
+    from h3bridge.engine_build.build import compiler_identity, find_compiler, read_source, source_hash
+    from h3bridge.engine_build import build_engine
+    upstream = Path(os.environ.get(UPSTREAM_SOURCE_ENV, "/work/shared/upstream/h3.c-8974cc0.tar.gz"))
+    if not upstream.is_file():
+        pytest.skip(f"{UPSTREAM_SOURCE_ENV} is not a source tarball")
+    try:
+        compiler = find_compiler()
+    except Exception as error:           # no C compiler: build-engine cannot run here at all
+        pytest.skip(str(error))
+    monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
+    with tarfile.open(upstream) as archive:
+        archive.extractall(tmp_path / "src", filter="data")
+    folder = next((tmp_path / "src").glob("*/h3.h")).parent
+    # The cache entry a build from the tarball made (its manifest holds the tarball's commit); the
+    # compile itself is what the upstream tests cover, not this record keeping.
+    entry = tmp_path / "cache" / "engines" / source_hash(read_source(folder), compiler_identity(compiler))[:16]
+    entry.mkdir(parents=True)
+    (entry / "h3").write_text("")
+    (entry / "engine.json").write_text(json.dumps({"commit": PINNED_COMMIT}))
+    built = build_engine(folder, cache_root=tmp_path / "cache")
+    assert built.cached and built.program == entry / "h3"
+    recorded = json.loads((tmp_path / "cache" / "engines" / "builds.json").read_text())
+    assert recorded[str(built.program.resolve())]["commit"] == PINNED_COMMIT
+    assert build_record(built.program).commit == PINNED_COMMIT
+    assert engine_commit_check(built.program)[1:3] == (True, "h3.c 8974cc0, the pinned commit")
+    # an entry recorded as unknown before this fix: the manifest beside the program still tells
+    record_build(built.program, None, folder)
+    assert engine_commit_check(built.program)[2] == "h3.c 8974cc0, the pinned commit"

@@ -48,7 +48,7 @@ from ..safeio.paths import open_regular, sha256_regular, symlink_note
 from ..safeio.archives import ArchiveError, UnpackLimits, refuse_oversized, unpack_tar
 from ..userdirs import cache_dir
 from .diagnose import diagnose
-from .record import commit_of_clone, commit_of_tarball, record_build
+from .record import MANIFEST_NAME, commit_of_clone, commit_of_tarball, manifest_commit, record_build
 
 PORTABLE_DIR = Path(__file__).resolve().parent / "portable"
 PORTABLE_SOURCES = ("h3_portable_gpu.c", "h3_portable_metal.c", "h3_portable_tokenizer.c",
@@ -60,7 +60,6 @@ REQUIRED_FILES = ("Makefile", "h3.h", "h3_gpu.h", "h3_metal.h", "h3_tokenizer.h"
 SHADER_FILE = "h3_shaders.metal"
 PROGRAM_NAME = "h3"
 LIBRARY_NAME = "libh3.so"
-MANIFEST_NAME = "engine.json"
 BUILD_FORMAT = "h3bridge-portable-engine-1"     # change when the build recipe changes
 C_FLAGS = ("-std=c11", "-O1", "-fPIC", "-D_GNU_SOURCE", "-w")
 GENERATE_RENAME = "-Dh3_generate=h3_portable_upstream_generate"
@@ -309,11 +308,12 @@ def _build_portable(folder: Path, log: Log, cache_root: Path | None = None, comm
     built = BuiltEngine(program=final / PROGRAM_NAME, library=final / LIBRARY_NAME, source_hash=digest,
                         backend="portable", cached=True)
     if (final / MANIFEST_NAME).is_file():
-        record_build(built.program, commit, source.folder, cache_root)
+        record_build(built.program, commit or manifest_commit(final), source.folder, cache_root)
         return built
     try:
         with FileLock(str(engines / f"{digest[:16]}.lock"), timeout=LOCK_TIMEOUT):
             if (final / MANIFEST_NAME).is_file():       # another process built it while we waited
+                record_build(built.program, commit or manifest_commit(final), source.folder, cache_root)
                 return built
             work = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=engines))
             try:

@@ -24,6 +24,19 @@ from ..userdirs import cache_dir
 
 PINNED_COMMIT = "8974cc055ea9c02fcd14cc27dfda3e1027c05153"     # the h3.c h3bridge is tested against
 RECORD_NAME = "builds.json"
+MANIFEST_NAME = "engine.json"      # beside a portable build's program: what it was built from (build.py)
+
+
+def manifest_commit(folder: Path) -> str | None:
+    """The commit a portable build's manifest records. Builds are keyed by the hash of upstream's
+    files, so any source with these files (the tarball, or the folder it was extracted to, which
+    is not a git clone and tells no commit) is that commit: a rebuild from the extracted folder
+    keeps what the tarball said instead of forgetting it."""
+    try:
+        value = json.loads((folder / MANIFEST_NAME).read_text()).get("commit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and len(value.split("+")[0]) == 40 else None
 
 
 def commit_of_clone(folder: Path) -> str | None:
@@ -92,5 +105,7 @@ def build_record(program: Path, cache_root: Path | None = None) -> BuildRecord |
     if not isinstance(entry, dict):
         return None
     commit = entry.get("commit")
-    return BuildRecord(program=str(program), commit=commit if isinstance(commit, str) else None,
-                       source=str(entry.get("source", "")))
+    if not isinstance(commit, str):
+        # recorded before the manifest fallback (build.py) existed: the build's own manifest may know
+        commit = manifest_commit(program.resolve().parent)
+    return BuildRecord(program=str(program), commit=commit, source=str(entry.get("source", "")))
