@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -702,7 +703,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample:
         cases = sample_cases(cases, args.sample)
     if args.report:
-        return report(cases, load_journal(args.out / "sim.jsonl"), load_journal(args.out / "upstream.jsonl"))
+        stored = {side: load_journal(args.out / f"{side}.jsonl") for side in ("sim", "upstream")}
+        wanted = {str(case["id"]) for case in cases}
+        missing = [side for side, found in stored.items() if not wanted & found.keys()]
+        if missing:
+            # a table of zeros would read as "every case failed to run"; nothing ran at all
+            print(no_run_recorded(args.out, missing), file=sys.stderr)
+            return 2
+        return report(cases, stored["sim"], stored["upstream"])
     args.out.mkdir(parents=True, exist_ok=True)
     workspace = build_workspace(args.workspace or args.out / "workspace").resolve()
     runs = Path(tempfile.mkdtemp(prefix="runs-", dir=args.out))
@@ -757,6 +765,21 @@ def main(argv: list[str] | None = None) -> int:
                 handle.write(json.dumps({"id": key, "case": case, "aspects": aspects,
                                          "sim": a, "upstream": b}) + "\n")
     return status
+
+
+def no_run_recorded(out: Path, sides: list[str]) -> str:
+    """What --report says when OUT holds no observations of a side for the chosen cases: where it
+    looked, and the commands that record a run (build-engine prints the h3 and libh3 paths)."""
+    from h3bridge.runnable import h3bridge_command
+    journals = " and ".join(str(out / f"{side}.jsonl") for side in sides)
+    record = [sys.executable, str(Path(__file__).resolve()), "--upstream-h3", "H3", "--upstream-lib", "LIBH3"]
+    if out.resolve() != (HERE / ".differential").resolve():
+        record += ["--out", str(out)]
+    return (f"differential.py: no run is recorded: {journals} hold no observations of these cases, so there is "
+            f"nothing to report.\n  fix: record one: `{h3bridge_command('build-engine', 'H3C_SOURCE')}` prints "
+            f"upstream's h3 (H3) and libh3 (LIBH3) built from an h3.c clone or tarball (H3C_SOURCE); then "
+            f"`{shlex.join(record)}` (--sample N runs only N cases per category), "
+            "then --report again")
 
 
 def report(cases: list[dict[str, object]], sim: dict[str, dict], upstream: dict[str, dict]) -> int:

@@ -158,3 +158,17 @@ def test_the_samplers_profile_lines_are_upstreams(env: dict[str, str], upstream_
     assert upstream["status"] == 0 and any("reuse schedule has 3 evaluations" in line
                                            for line in upstream["messages"])
     assert differential.differing_aspects(sim, upstream) == []
+
+
+def test_report_with_no_recorded_run_says_so_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: --report with nothing recorded printed a table of zeros ("2,464 cases did not run to
+    an outcome") and exited 0. It must say no run is recorded, show the command that records one,
+    and fail; a journal of one side only is still no run to compare."""
+    assert differential.main(["--out", str(tmp_path), "--report"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no run is recorded" in captured.err
+    assert f"differential.py --upstream-h3 H3 --upstream-lib LIBH3 --out {tmp_path}`" in captured.err
+    assert "build-engine H3C_SOURCE" in captured.err
+    (tmp_path / "sim.jsonl").write_text('{"id": "args-0000", "observation": {"status": 0}}\n')
+    assert differential.main(["--out", str(tmp_path), "--report"]) == 2
+    assert str(tmp_path / "upstream.jsonl") in capsys.readouterr().err
