@@ -251,12 +251,14 @@ def _host_os() -> str:
 
 
 def _fix_hint() -> str:
+    from .engines.locate import engine_source_steps
+    from .runnable import command
     if sys.platform == "darwin":
-        return ("build it from an h3.c checkout with `h3bridge build-library H3C_DIR` "
-                "and pass the .dylib it prints")
-    return ("libh3 itself runs only on Apple Silicon Macs (build it there with "
-            "`h3bridge build-library`); for tests here, build the C double with `h3-sim-lib` "
-            "and pass the path it prints")
+        return (f"build it from the pinned h3.c: {engine_source_steps()}, and pass the libh3.dylib path it prints "
+                "last")
+    return ("the Metal libh3 runs only on Apple Silicon Macs; here, build the C double of libh3 with "
+            f"`{command('h3-sim-lib')}` and pass the path it prints, or build upstream's own libh3 over h3bridge's "
+            f"portable CPU backend for testing: {engine_source_steps()}, and pass the libh3.so path it prints last")
 
 
 def describe_binary(header: bytes) -> tuple[str, str | None, list[str]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from ..runnable import h3bridge_command
 
 PR_59_PATCH = "https://github.com/antirez/h3.c/pull/59.diff"
 _QUOTE = "['\u2018\u2019]"        # gcc quotes with U+2018/U+2019 in a UTF-8 locale
@@ -34,8 +35,8 @@ def diagnose(output: str, source: Path) -> tuple[str, str] | None:
                 "either install the macOS 26 SDK (Xcode 26 or its command line tools from Software Update; "
                 "`xcrun --show-sdk-version` must say 26 or later), or apply upstream's open fix, pull request 59: "
                 f"`curl -fsSL {PR_59_PATCH} | git -C {source} apply`; then run "
-                f"`h3bridge build-engine {source}` again")
+                f"`{h3bridge_command('build-engine', source)}` again")
     if _NO_TOOLS.search(output):
         return ("Apple's command line tools are not installed (xcrun has no developer directory)",
-                f"install them with `xcode-select --install`, then run `h3bridge build-engine {source}` again")
+                f"install them with `xcode-select --install`, then run `{h3bridge_command('build-engine', source)}` again")
     return None

@@ -21,6 +21,7 @@ from ..safeio.outputs import staging_path as outputs_staging_path
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from .disk import DiskNeed, disk_error_from_os_error
+from ..runnable import h3bridge_command
 
 
 def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> Path | None:
@@ -107,7 +108,7 @@ def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Pat
                                   "progress output: it does not look like h3", engine_message=None, exit_code=0,
                                   stderr=engine_log, command=command,
                                   hint="give the h3 program built from h3.c as engine_path, or the simulator "
-                                       "h3-sim (`h3bridge demo` runs it)")
+                                       f"h3-sim (`{h3bridge_command('demo')}` runs it)")
             raise EngineError("h3 reported success but wrote no MP4", engine_message=None,
                               exit_code=0, stderr=engine_log, command=command)
         if want_audio:

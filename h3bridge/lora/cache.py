@@ -33,6 +33,7 @@ from ..progress import ProgressCallback
 from .fold import LoraSpec, fold_model, plan_fold
 from .keys import sha256_of
 from ..model.fold_record import base_identity, read_provenance
+from ..runnable import h3bridge_command
 
 CACHE_FOLDER = ".h3bridge-lora"      # beside the base model: same file system, so shards link or clone
 LIMIT_VARIABLE = "H3BRIDGE_LORA_CACHE_LIMIT"
@@ -214,7 +215,7 @@ def describe(root: Path) -> str:
     limit = cache_limit()
     cap = f"capped at {format_bytes(limit)} ({LIMIT_VARIABLE})" if limit else f"no cap ({LIMIT_VARIABLE}=0)"
     return (f"{len(folds)} folded model(s) in {root}, {format_bytes(sum(f.size for f in folds))} on disk, {cap}; "
-            f"`h3bridge lora list {root}` shows them, `h3bridge lora prune {root}` trims them")
+            f"`{h3bridge_command('lora', 'list', root)}` shows them, `{h3bridge_command('lora', 'prune', root)}` trims them")
 
 
 def _finished(output: Path, key: str) -> bool:

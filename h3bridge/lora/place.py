@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..errors import LoraError
 from ..safeio.paths import copy_regular, non_regular_kind, open_regular, symlink_note
+from ..runnable import h3bridge_command
 
 CLONE, HARDLINK, COPY = "clone", "hardlink", "copy"
 _FICLONE = 0x40049409              # linux/fs.h: _IOW(0x94, 9, int)
@@ -42,7 +43,7 @@ def not_a_model_file(path: Path, kind: str) -> LoraError:
     """The refusal of a base model entry the fold cannot copy (a FIFO, a device, a socket, a dangling link)."""
     return LoraError(f"the base model holds {path}, which is {kind}{symlink_note(path)}, not a file: the fold copies "
                      "every file of the base model and would hang or fill the disk on it",
-                     hint=f"remove it from the base model (`rm {path}`; `h3bridge info` lists such entries) "
+                     hint=f"remove it from the base model (`rm {path}`; `{h3bridge_command('info', 'MODEL_DIR')}` lists such entries) "
                           "and fold again")
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..runnable import command
 from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError, shown_value
 from ..safeio.paths import open_regular, symlink_note
 from ..safeio.http import (FetchConnectionError, FetchError, FetchLimits, FetchTimeout, FetchTooLong,
@@ -86,8 +87,8 @@ _MARKERS = tuple(f"{FL2VA}/{name}" for name in REQUIRED_FILES) + (f"{REF2VA}/{RE
 
 def download_command(directory: str | Path, partition: str = ALL) -> str:
     """The exact command that downloads the model into `directory` (for messages and nodes)."""
-    extra = "" if partition == ALL else f" --partition {partition}"
-    return f"h3bridge model download {directory}{extra}"
+    from ..runnable import h3bridge_command
+    return h3bridge_command("model", "download", directory, *(() if partition == ALL else ("--partition", partition)))
 
 
 @dataclass(frozen=True)
@@ -246,12 +247,12 @@ def _hub_error(error: Exception, repo_id: str, revision: str, endpoint: str) -> 
                                f"(the pinned revision is {PINNED_REVISION!r})")
     if isinstance(error, GatedRepoError):
         return ModelError(f"{repo_id} needs you to accept its licence before downloading",
-                          hint=f"accept it on {endpoint}/{repo_id}, then log in with `hf auth login` and run the "
+                          hint=f"accept it on {endpoint}/{repo_id}, then log in with `{command('hf', 'auth', 'login')}` and run the "
                                "same command again")
     if isinstance(error, RepositoryNotFoundError):
         return ModelError(f"repository {repo_id} not found on {endpoint}",
                           hint=f"pass --repo {OFFICIAL_REPO} (the official checkpoint), or log in with "
-                               "`hf auth login` if it is private")
+                               f"`{command('hf', 'auth', 'login')}` if it is private")
     return ModelError(f"cannot reach {endpoint}: {error}",
                       hint="check the network (and HF_ENDPOINT if you set it), then run the same command again: "
                            "it continues where it stopped")

@@ -337,9 +337,10 @@ class VerifyReport:
             if written:
                 lines.append(f"manifest written: {self.manifest} (later runs check against it)")
         summary = f"{len(self.results)} shard(s): " + ("OK" if self.ok else f"{len(self.errors)} problem(s)")
+        if self.inventory.small_fixture:      # headers are fine, yet no real h3 loads it: say so (the
+            lines.append(f"note: {small_fixture_note()}")     # summary stays the last line)
         if verbose:
             lines.append(summary)
-            lines += [f"note: {small_fixture_note()}"] if self.inventory.small_fixture else []
             return "\n".join(lines)
         if not self.checksums:
             checked = "headers checked"
@@ -351,8 +352,6 @@ class VerifyReport:
         if written:
             details.append(f"manifest written: {self.manifest} (later runs check against it)")
         lines.append(f"{summary} ({'; '.join(details)}; --verbose lists every shard)")
-        if self.inventory.small_fixture:      # headers are fine, yet no real h3 loads it: say so
-            lines.append(f"note: {small_fixture_note()}")
         return "\n".join(lines)
 
 

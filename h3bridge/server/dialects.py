@@ -44,6 +44,7 @@ from .peer_wire import (
     parse_ratio,
 )
 from .uploads import MEDIA_SUFFIXES, UploadLimits, store_bytes
+from ..runnable import h3bridge_command
 from .wire import (
     JobStatus,
     UploadedFile,
@@ -75,7 +76,8 @@ _CANNOT: dict[str, tuple[str, str]] = {
     "audio_guidance_scale": (_CFG, "drop audio_guidance_scale"),
     "boundary_ratio": ("it splits a two-expert model (Wan2.2); MiniMax-H3 has one transformer", "drop boundary_ratio"),
     "lora": ("h3 loads one model per server and takes no LoRA per request",
-             "fold the LoRA into a model (`h3bridge lora fold`) and serve that model, or drop lora"),
+             f"fold the LoRA into a model (`{h3bridge_command('lora', 'fold')}` on the server) and serve that model, "
+             "or drop lora"),
     "timeline_guides": ("h3 anchors only the first and the last frame; it has no guides at other frames",
                         "use input_references with extra_params {\"task\": \"fl2va\", \"frame_indices\": [0, -1]}"),
     "guide_files": ("h3 anchors only the first and the last frame; it has no guides at other frames",

@@ -29,8 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = write_fixture_model(args.directory, realistic=args.realistic, ref2va=args.ref2va)
     print(f"wrote {root} ({fixture_size_note(root)})")
     if args.lora is not None:
-        print(f"wrote {write_fixture_lora(args.lora)} (a demo LoRA: try `h3bridge lora fold {root} --lora "
-              f"{args.lora} -o {root}-folded`)")
+        from ..runnable import h3bridge_command
+        fold = h3bridge_command("lora", "fold", root, "--lora", args.lora, "-o", f"{root}-folded")
+        print(f"wrote {write_fixture_lora(args.lora)} (a demo LoRA: try `{fold}`)")
     return 0
 
 
