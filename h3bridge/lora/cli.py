@@ -148,6 +148,8 @@ def run_fold(args: argparse.Namespace) -> int:
         print(f"h3bridge: warning: {warning}", file=sys.stderr)
     print(f"h3bridge: note: {INT8_NOTE}", file=sys.stderr)
     if record.distilled:
-        print(f"h3bridge: sample it with `h3bridge generate -d {result.output} --preset turbo` (--steps "
+        from ..runnable import h3bridge_command      # as it runs here (console script or python -m)
+        sample = h3bridge_command("generate", "-d", result.output, "--preset", "turbo", "-p", "PROMPT")
+        print(f"h3bridge: sample it with `{sample}` (--steps "
               f"{DISTILLED_STEPS[0]} or {DISTILLED_STEPS[1]}, no --reuse/--core-reuse)", file=sys.stderr)
     return 0

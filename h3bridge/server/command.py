@@ -143,12 +143,13 @@ def check_previews_fit(inventory: ModelInventory, machine: MachineFacts | None, 
     server refuses to start (unless --force) instead of refusing every job."""
     from ..model.memory import plan_memory
     from ..request import GenerationRequest
+    from ..runnable import h3bridge_command
     plan = plan_memory(GenerationRequest("h3bridge serve --previews"), inventory, machine=machine, preview=True,
                        session=True)
     if plan.fits or plan.suggestion is not None or force:
         return plan
     raise MemoryPlanError(f"--previews: no job fits this device with the preview VAE loaded ({plan.verdict()})",
-                          plan=plan, hint="see `h3bridge plan --session --show` for the plan on a Mac with more "
+                          plan=plan, hint=f"see `{h3bridge_command('plan', '--session', '--show')}` for the plan on a Mac with more "
                                           "memory (--memory-gb), or pass --force to start anyway")
 
 
