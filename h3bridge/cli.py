@@ -450,9 +450,14 @@ def engine_commit_check(engine_path: Path) -> tuple[str, bool, str, str | None]:
     commit = found.commit.split("+")[0][:7]
     if found.matches_pin:
         return ("h3 build", True, f"h3.c {commit}{changes}, the pinned commit", None)
-    return ("h3 build", False, f"h3.c {commit}{changes}, not the pinned {pinned} h3bridge is tested with",
-            f"build the pinned commit: `git -C {found.source} checkout {pinned}`, then "
-            f"`{h3bridge_command('build-engine', found.source)}`")
+    source = Path(found.source)
+    if (source / ".git").exists():
+        fix = (f"build the pinned commit: `git -C {found.source} checkout {pinned}`, then "
+               f"`{h3bridge_command('build-engine', found.source)}`")
+    else:       # a tarball, or a folder that is no clone (or no longer there): get the pinned source
+        from .engines.locate import engine_source_steps
+        fix = f"build the pinned commit: {engine_source_steps()}"
+    return ("h3 build", False, f"h3.c {commit}{changes}, not the pinned {pinned} h3bridge is tested with", fix)
 
 
 # ----------------------------------------------------------------------------- model: info, verify, plan

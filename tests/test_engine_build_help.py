@@ -16,6 +16,7 @@ from h3bridge.engine_build.diagnose import diagnose
 from h3bridge.engine_build.record import (PINNED_COMMIT, build_record, commit_of_clone, commit_of_tarball,
                                           record_build)
 from h3bridge.errors import LibraryBuildError
+from h3bridge.runnable import h3bridge_command
 from upstream_helpers import UPSTREAM_SOURCE_ENV
 
 # Recorded on a Mac with the macOS 15 SDK (clang; antirez/h3.c issue 66, building 8974cc0's h3_metal.m).
@@ -128,8 +129,12 @@ def test_doctor_says_which_commit_the_engine_was_built_from(tmp_path: Path, monk
     record_build(program, other, program.parent)
     name, ok, detail, fix = engine_commit_check(program)
     assert not ok and "h3.c 0123456, not the pinned 8974cc0" in detail
+    # not a clone (a tarball's folder, or one gone since): the pinned source's steps, not a `git -C` there
+    assert "`git clone https://github.com/antirez/h3.c DIR`, `git -C DIR checkout 8974cc0`" in fix, fix
+    (program.parent / ".git").mkdir()
+    fix = engine_commit_check(program)[3]
     assert fix == f"build the pinned commit: `git -C {program.parent} checkout 8974cc0`, then " \
-                  f"`h3bridge build-engine {program.parent}`"
+                  f"`{h3bridge_command('build-engine', program.parent)}`"
     assert engine_commit_check(Path("/usr/bin/h3-sim"))[1:3] == (True, "h3-sim, h3bridge's simulator of h3.c 8974cc0")
 
 
@@ -165,6 +170,10 @@ def test_a_rebuild_from_the_extracted_tarball_keeps_the_commit(tmp_path: Path, m
     assert recorded[str(built.program.resolve())]["commit"] == PINNED_COMMIT
     assert build_record(built.program).commit == PINNED_COMMIT
     assert engine_commit_check(built.program)[1:3] == (True, "h3.c 8974cc0, the pinned commit")
+    # the same source as the tarball: the record names the tarball the user gave, not the temporary
+    # folder it was unpacked into (doctor's fix must point at something that is still there)
+    assert build_engine(upstream, cache_root=tmp_path / "cache").program == built.program
+    assert build_record(built.program).source == str(upstream.absolute())
     # an entry recorded as unknown before this fix: the manifest beside the program still tells
     record_build(built.program, None, folder)
     assert engine_commit_check(built.program)[2] == "h3.c 8974cc0, the pinned commit"

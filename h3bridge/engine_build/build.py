@@ -297,8 +297,12 @@ def _engines_dir(cache_root: Path | None = None) -> Path:
     return (cache_root if cache_root is not None else cache_dir()) / "engines"
 
 
-def _build_portable(folder: Path, log: Log, cache_root: Path | None = None, commit: str | None = None) -> BuiltEngine:
+def _build_portable(folder: Path, log: Log, cache_root: Path | None = None, commit: str | None = None,
+                    origin: Path | None = None) -> BuiltEngine:
+    """`origin`: what the user gave when it is not `folder` (a tarball unpacked into a temporary
+    folder): the record names it, so doctor's fix points at something that still exists."""
     source = read_source(folder)
+    given = origin if origin is not None else source.folder
     compiler = find_compiler()
     identity = compiler_identity(compiler)
     digest = source_hash(source, identity)
@@ -308,12 +312,12 @@ def _build_portable(folder: Path, log: Log, cache_root: Path | None = None, comm
     built = BuiltEngine(program=final / PROGRAM_NAME, library=final / LIBRARY_NAME, source_hash=digest,
                         backend="portable", cached=True)
     if (final / MANIFEST_NAME).is_file():
-        record_build(built.program, commit or manifest_commit(final), source.folder, cache_root)
+        record_build(built.program, commit or manifest_commit(final), given, cache_root)
         return built
     try:
         with FileLock(str(engines / f"{digest[:16]}.lock"), timeout=LOCK_TIMEOUT):
             if (final / MANIFEST_NAME).is_file():       # another process built it while we waited
-                record_build(built.program, commit or manifest_commit(final), source.folder, cache_root)
+                record_build(built.program, commit or manifest_commit(final), given, cache_root)
                 return built
             work = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=engines))
             try:
@@ -335,7 +339,7 @@ def _build_portable(folder: Path, log: Log, cache_root: Path | None = None, comm
     except Timeout:
         raise LibraryBuildError(f"another build of this engine has held {engines / (digest[:16] + '.lock')} "
                                 f"for {LOCK_TIMEOUT:.0f} s", hint="wait for it, or stop the other build-engine") from None
-    record_build(built.program, commit, source.folder, cache_root)
+    record_build(built.program, commit, given, cache_root)
     return BuiltEngine(program=built.program, library=built.library, source_hash=digest, backend="portable",
                        cached=False)
 
@@ -400,7 +404,7 @@ def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda 
         return _build_metal(folder, log, cache_root, commit)
     _engines_dir(cache_root).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".source.", dir=_engines_dir(cache_root)) as unpacked:
-        return _build_portable(_unpack(source, Path(unpacked)), log, cache_root, commit)
+        return _build_portable(_unpack(source, Path(unpacked)), log, cache_root, commit, origin=source)
 
 
 # ----------------------------------------------------------------------------- the command
