@@ -504,3 +504,20 @@ def test_the_synchronous_variant_answers_the_mp4(server, key, files) -> None:
     refused = httpx.post(f"{server.url}/v1/videos/sync", files=[*parts, ("negative_prompt", (None, "blur"))],
                          headers={"Authorization": f"Bearer {key}"}, timeout=60)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "negative_prompt"
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"frame_indices": [-1]}, "extra_params.frame_indices"),      # would have anchored the image last: dropped
+    ({"start_time_seconds": 2.0}, "extra_params.start_time_seconds"),   # h3 reads a video from its start
+])
+def test_peer_parameters_beside_h3bridge_own_file_parts_are_checked_not_dropped(app_client, files, extra,
+                                                                                field) -> None:
+    """A vLLM-Omni body whose files come as h3bridge's own parts (first_frame, ref_video): its
+    extra_params are checked as they are with the peer's file fields, never silently dropped."""
+    part = "first_frame" if "frame_indices" in extra else "ref_video"
+    path = files["image"] if part == "first_frame" else files["video"]
+    parts = [("prompt", (None, "a fox")), ("extra_params", (None, json.dumps(extra))),
+             (part, (path.name, path.read_bytes()))]
+    response = app_client.post("/v1/videos", files=parts)
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["error"]["param"] == field
