@@ -885,9 +885,11 @@ def _program_words(process) -> str:
         return "another program"
 
 
-def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], None] | None:
+def waiting_reporter(on_progress: ProgressCallback | None,
+                     path: Path | None = None) -> Callable[[float], None] | None:
     """An `on_wait` for lock.engine_lock that reports WAITING_PHASE through `on_progress`, with
-    who holds the engine (looked at again every HOLDER_REFRESH_SECONDS)."""
+    who holds the engine lock at `path` (default: the machine-wide one), looked at again every
+    HOLDER_REFRESH_SECONDS."""
     if on_progress is None:
         return None
     holder: str | None = None
@@ -898,7 +900,7 @@ def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], 
         now = time.monotonic()
         if now - read_at >= HOLDER_REFRESH_SECONDS:
             try:
-                holder = describe_engine_holder()
+                holder = describe_engine_holder(path)
             except Exception:  # noqa: BLE001 - who holds it is a courtesy; the wait goes on
                 holder = None
             read_at = now

@@ -132,7 +132,7 @@ class WarmEngine:
     def _acquire_guard(self, on_progress: ProgressCallback | None, cancel: CancelToken | None) -> None:
         """Wait for this engine's previous job (another thread's) to end: reported as
         WAITING_PHASE and cancellable, like waiting for the machine-wide lock."""
-        report = waiting_reporter(on_progress)
+        report = waiting_reporter(on_progress, self._lock.path)
         started = time.monotonic()
         while not self._guard.acquire(timeout=0.1):
             if cancel is not None and cancel.cancelled:
@@ -143,7 +143,7 @@ class WarmEngine:
     def _take_engine_lock(self, *, on_progress: ProgressCallback | None, cancel: CancelToken | None) -> None:
         """Before the child starts: the machine-wide lock (waiting reported and cancellable), and
         the yield hook that lets another job in this process ask an idle engine to step aside."""
-        self._lock.acquire(cancel=cancel, on_wait=waiting_reporter(on_progress))
+        self._lock.acquire(cancel=cancel, on_wait=waiting_reporter(on_progress, self._lock.path))
         self._hook_id = register_yield_hook(self._yield_if_idle)
 
     def _shutdown(self, *, graceful: bool) -> None:
