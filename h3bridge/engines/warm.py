@@ -66,6 +66,11 @@ class WarmEngine:
         self._last_used = time.monotonic()
         _live_warm_engines.add(self)
 
+    @property
+    def lock_path(self) -> Path:
+        """The engine lock this engine takes (its one-shot fallback takes the same one)."""
+        return self._lock.path
+
     # ------------------------------------------------------------------ for subclasses
 
     def _child(self) -> Any:
