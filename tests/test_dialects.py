@@ -30,7 +30,7 @@ from h3bridge import GenerationRequest, RemoteEngine, RequestError
 from h3bridge.request import Reference, ReferenceKind
 from h3bridge.server.app import ServeSettings, create_app
 from h3bridge.server.jobs import JobStore
-from h3bridge.server.peer_wire import AUDIO_FLOW_SHIFT, VIDEO_FLOW_SHIFT, job_from_peer
+from h3bridge.wire.peers import AUDIO_FLOW_SHIFT, VIDEO_FLOW_SHIFT, job_from_peer
 from h3bridge.server.uploads import MiB, UploadLimits
 from h3bridge.server.worker import Worker
 from h3bridge.sim.fixture import write_fixture_model

@@ -43,10 +43,11 @@ from ..request import GenerationRequest
 from ..safeio.numbers import IntField
 from . import dialects
 from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, idempotency_key_problem, is_job_id, new_job_id
-from .peer_wire import Dialect
-from .progress_feed import EVENTS_PATH, StreamSlots
+from ..wire.peers import Dialect
+from ..wire.events import EVENTS_PATH
+from .progress_feed import StreamSlots
 from .uploads import ReceivedBody, UploadLimits, receive_body
-from .wire import (
+from ..wire.videos import (
     DEFAULT_MODEL,
     HEALTH_PATH,
     IDEMPOTENCY_HEADER,

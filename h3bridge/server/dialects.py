@@ -30,7 +30,7 @@ from ..errors import RequestError, shown_value
 from ..geometry import FPS, MAX_PIXELS
 from ..media.decode import probe_media
 from ..safeio.numbers import json_int, read_float, read_int
-from .peer_wire import (
+from ..wire.peers import (
     AUDIO_FLOW_SHIFT,
     AUTO_ASPECT_RATIOS,
     NAMED_ASPECT_RATIOS,
@@ -44,7 +44,7 @@ from .peer_wire import (
     parse_ratio,
 )
 from .uploads import MEDIA_SUFFIXES, UploadLimits, store_bytes
-from .wire import (
+from ..wire.videos import (
     JobStatus,
     UploadedFile,
     VideoError,
