@@ -521,3 +521,25 @@ def test_peer_parameters_beside_h3bridge_own_file_parts_are_checked_not_dropped(
     response = app_client.post("/v1/videos", files=parts)
     assert response.status_code == 400, response.text[:300]
     assert response.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("body, shape", [
+    ({"prompt": "a fox", "extra_params": {"task": "t2va"}}, "vllm"),      # vLLM-Omni: {"error": {..., code: 409}}
+    ({"prompt": "a fox", "task": "t2va"}, "sglang"),                      # SGLang: {"detail": ...}
+    ({"prompt": "a fox"}, "h3bridge"),
+])
+def test_every_answer_about_a_job_is_in_its_dialect(app_client, body, shape) -> None:
+    """Not only 400 and 500: the 409 for content not ready yet (the app has no worker, so the job
+    stays queued) and the 400 for a variant are shaped as the job's clients read them."""
+    job = app_client.post("/v1/videos", json=body).json()
+    for path, status in ((f"/v1/videos/{job['id']}/content", 409),
+                         (f"/v1/videos/{job['id']}/content?variant=thumbnail", 400)):
+        answer = app_client.get(path)
+        assert answer.status_code == status, answer.text[:300]
+        error = answer.json()
+        if shape == "vllm":
+            assert error["error"]["code"] == status and "detail" not in error
+        elif shape == "sglang":
+            assert error["detail"] == error["error"]["message"]
+        else:
+            assert isinstance(error["error"]["code"], str) and "detail" not in error
