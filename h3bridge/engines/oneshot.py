@@ -63,7 +63,7 @@ from .h3_command import (
 )
 from .hints import failure_hint, phase_words
 from .output import finish_result, job_files, raise_if_cancelled, resolve_output, staging_path
-from .lock import waiting_reporter
+from .holder import waiting_reporter
 from .protocol import EngineCapabilities
 from ..progress import PreviewCallback
 

@@ -28,13 +28,8 @@ from typing import Any, Iterator
 from ..cancel import CancelToken
 from ..errors import GenerationCancelled
 from ..progress import ProgressCallback
-from .lock import (
-    EngineLock,
-    has_in_process_waiters,
-    register_yield_hook,
-    unregister_yield_hook,
-    waiting_reporter,
-)
+from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
+from .holder import waiting_reporter
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 # How often an idle engine checks its idle timeout and for waiters in other processes.

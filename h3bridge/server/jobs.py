@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
-from ..engines.lock import remove_dead_scratch
+from ..engines.scratch import remove_dead_scratch
 from ..errors import DataDirectoryInUse, QueueFullError
 from ..wire.videos import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
 
