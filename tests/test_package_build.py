@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+REPO_DOCS = ROOT / "docs"
 # Build leftovers and local environments: in a folder, never part of the sources.
 NOT_SOURCES = (".git", ".venv*", "__pycache__", "*.py[cod]", "*.egg-info", "build", "dist", ".pytest_cache",
                ".hypothesis", ".differential")
@@ -155,18 +156,30 @@ def test_the_wheel_carries_every_file_of_the_package(built: Built) -> None:
             assert carried == (built.sources / "locales" / language / page).read_bytes(), (language, page)
 
 
-@pytest.mark.slow
-def test_an_installed_wheel_finds_its_web_folder_and_locale_strings(built: Built, tmp_path: Path) -> None:
-    """A fresh virtual environment with only the wheel (no dependencies: none of these reads
-    needs one), run outside any checkout: `h3bridge.comfy` is the installed one, and what
-    ComfyUI would load from it as a custom node is inside it."""
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def wheel_venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with only the wheel installed (no dependencies: none of the
+    reads below needs one); its python."""
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                               "--no-deps", "--no-index", "--disable-pip-version-check", str(built.wheel)],
                              capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-3000:]
+    return python
+
+
+def outside_any_venv() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_finds_its_web_folder_and_locale_strings(built: Built, wheel_venv: Path,
+                                                                     tmp_path: Path) -> None:
+    """Run outside any checkout: `h3bridge.comfy` is the installed one, and what ComfyUI would
+    load from it as a custom node is inside it."""
+    python, venv = wheel_venv, wheel_venv.parent.parent
     script = (
         "import json, pathlib, h3bridge.comfy as comfy, h3bridge.comfy.locales as locales\n"
         "folder = pathlib.Path(comfy.__file__).parent\n"
@@ -176,8 +189,7 @@ def test_an_installed_wheel_finds_its_web_folder_and_locale_strings(built: Built
         "print(json.dumps({'package': str(folder.resolve()), 'web': sorted(p.name for p in web.glob('*.js')),\n"
         "                  'zh_strings': json.loads(locales.ZH_STRINGS.read_text(encoding='utf-8')),\n"
         "                  'pages': pages, 'entrypoint': callable(comfy.comfy_entrypoint)}))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    run = subprocess.run([str(python), "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+    run = subprocess.run([str(python), "-I", "-c", script], cwd=tmp_path, env=outside_any_venv(), capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     found = json.loads(run.stdout)
@@ -189,3 +201,43 @@ def test_an_installed_wheel_finds_its_web_folder_and_locale_strings(built: Built
                                                                .read_text(encoding="utf-8"))
                               for language in ("en", "zh") for page in ("main.json", "nodeDefs.json")}
     assert found["entrypoint"] is True
+
+
+@pytest.mark.slow
+def test_the_installed_package_linked_into_custom_nodes_loads_as_comfyui_loads_a_custom_node(
+        wheel_venv: Path, tmp_path: Path) -> None:
+    """docs/comfyui.md's wheel install: the folder its `python -c` prints, linked into
+    custom_nodes, loaded the way ComfyUI loads a custom node folder (nodes.py load_custom_node: its
+    __init__.py under a module name made from the path; WEB_DIRECTORY relative to the folder;
+    app/custom_node_manager.py: custom_nodes/*/locales/<lang>/*.json). comfy_entrypoint needs
+    ComfyUI itself to run (tests/test_comfy_install.py); here it must be there and awaitable."""
+    python, env = wheel_venv, outside_any_venv()
+    page = (REPO_DOCS / "comfyui.md").read_text(encoding="utf-8")
+    command = re.search(r'^ln -s "\$\(python -c \'(.+?)\'\)" ComfyUI/custom_nodes/h3bridge$', page, flags=re.M)
+    assert command, "docs/comfyui.md's `ln -s` line for a wheel install"
+    where = subprocess.run([str(python), "-c", command[1]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           check=True, timeout=60).stdout.strip()
+    custom_nodes = tmp_path / "ComfyUI" / "custom_nodes"
+    custom_nodes.mkdir(parents=True)
+    (custom_nodes / "h3bridge").symlink_to(where)
+    script = (
+        "import glob, importlib.util, inspect, json, os, sys\n"
+        "module_path = sys.argv[1]\n"
+        "name = module_path.replace('.', '_x_')\n"
+        "spec = importlib.util.spec_from_file_location(name, os.path.join(module_path, '__init__.py'))\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules[name] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "web = os.path.abspath(os.path.join(module_path, module.WEB_DIRECTORY))\n"
+        "locales = sorted(os.path.relpath(p, module_path) for p in glob.glob(os.path.join(os.path.dirname(module_path), '*/', 'locales', '*', '*.json')))\n"
+        "print(json.dumps({'web': sorted(os.listdir(web)) if os.path.isdir(web) else None, 'locales': locales,\n"
+        "                  'entrypoint': inspect.iscoroutinefunction(module.comfy_entrypoint),\n"
+        "                  'comfy_api_imported': 'comfy_api' in sys.modules}))\n")
+    run = subprocess.run([str(python), "-I", "-c", script, str(custom_nodes / "h3bridge")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout)
+    assert "h3_prompt_labels.js" in (found["web"] or [])
+    assert found["locales"] == ["locales/en/main.json", "locales/en/nodeDefs.json", "locales/zh/main.json",
+                                "locales/zh/nodeDefs.json"]
+    assert found["entrypoint"] is True and found["comfy_api_imported"] is False
