@@ -76,6 +76,7 @@ class Built:
     sources: Path
     sdist: Path
     wheel: Path
+    output: str             # what the build frontend and the backend printed
 
     def sdist_names(self) -> set[str]:
         """The sdist's files, without its top folder (h3bridge-VERSION/)."""
@@ -104,7 +105,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
                                           r"Failed to establish|Network is unreachable", output):
         pytest.skip("pip could not fetch the build backend (no package index here)")
     assert done.returncode == 0, output[-4000:]
-    return Built(sources, next(dist.glob("h3bridge-*.tar.gz")), next(dist.glob("h3bridge-*.whl")))
+    return Built(sources, next(dist.glob("h3bridge-*.tar.gz")), next(dist.glob("h3bridge-*.whl")), output)
 
 
 @pytest.mark.slow
@@ -241,3 +242,22 @@ def test_the_installed_package_linked_into_custom_nodes_loads_as_comfyui_loads_a
     assert found["locales"] == ["locales/en/main.json", "locales/en/nodeDefs.json", "locales/zh/main.json",
                                 "locales/zh/nodeDefs.json"]
     assert found["entrypoint"] is True and found["comfy_api_imported"] is False
+
+
+@pytest.mark.slow
+def test_the_build_warns_of_no_deprecation_and_carries_the_license(built: Built) -> None:
+    """The backend is the newest setuptools pyproject.toml allows: its output holds no deprecation
+    warning (the TOML-table license form stops building on 2027-02-18), and both packages carry
+    the SPDX license expression and the license file (PEP 639)."""
+    output = built.output
+    assert "DeprecationWarning" not in output, output[output.find("DeprecationWarning") - 500:][:1500]
+    with zipfile.ZipFile(built.wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in metadata.splitlines()
+    assert "License-File: LICENSE" in metadata.splitlines()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    with tarfile.open(built.sdist) as archive:
+        top = archive.getnames()[0].split("/")[0]
+        pkg_info = archive.extractfile(f"{top}/PKG-INFO").read().decode()
+    assert "License-Expression: MIT" in pkg_info.splitlines() and "LICENSE" in built.sdist_names()
