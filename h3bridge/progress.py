@@ -17,7 +17,9 @@ class ProgressEvent:
     phase: str          # upstream phase name, e.g. "denoise", or WAITING_PHASE
     done: int
     total: int
-    fraction: float     # overall job fraction 0..1, phase-weighted
+    # Overall job fraction 0..1, phase-weighted: by this engine's past runs of the shape on this
+    # machine when there are some (history/eta.py), else by upstream's costs (upstream_costs.py).
+    fraction: float
     elapsed: float      # seconds since the job started
     # Seconds left, estimated from past runs of the same shape on this machine (history/eta.py);
     # None when there are none (the upstream cost model's seconds are another machine's).

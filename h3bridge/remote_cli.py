@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 
 from .engines.remote import RemoteEngine
-from .server.peer_wire import DIALECTS, Dialect
+from .wire.peers import DIALECTS, Dialect
 from .errors import RequestError
-from .server.wire import API_KEY_ENV
+from .wire.videos import API_KEY_ENV
 
 # dest -> (the flag, why it does not apply to a server)
 LOCAL_ONLY_FLAGS: dict[str, tuple[str, str]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import math
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 from .errors import RequestError, shown_value
@@ -652,3 +652,26 @@ def _validate_files(request: GenerationRequest) -> None:
             raise RequestError(f"reference audio adds up to {total_samples / SAMPLE_RATE:.2f} s after reference "
                                f"{index}; all reference audio together must be at most 15 s", field="references",
                                hint="drop or trim audio references")
+
+
+def request_fields(request: GenerationRequest, *, path_value=str) -> dict[str, object]:
+    """Every field of `request` as JSON-ready values: enums by value, sets sorted (so the same
+    request always reads the same), dataclasses (references) as their fields, paths through
+    `path_value` (text by default). The one serialisation of a request: the job history's record,
+    a story shot's manifest record and a shot's key are all made from it."""
+    def plain(value: object) -> object:
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, Path):
+            return path_value(value)
+        if is_dataclass(value) and not isinstance(value, type):
+            return {item.name: plain(getattr(value, item.name)) for item in fields(value)}
+        if isinstance(value, (set, frozenset)):
+            return sorted(plain(item) for item in value)     # type: ignore[type-var]
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        return value
+    return {item.name: plain(getattr(request, item.name)) for item in fields(request)}
+

@@ -346,7 +346,8 @@ def server_fields() -> list[tuple[str, str]]:
     """(dialect, field) for every field a `POST /v1/videos` body may name: h3bridge's own, then
     vLLM-Omni's and SGLang's (their marker fields, the fields refused or pinned in every dialect,
     and the nested keys: `extra_params.KEY`, `target.KEY`, `conditions[0].KEY`)."""
-    from h3bridge.server import dialects, wire
+    from h3bridge.server import dialects
+    from h3bridge.wire import videos as wire
     found: list[tuple[str, str]] = []
     for body_field in wire.FIELDS:
         found.append(("h3bridge", body_field.name))

@@ -3,8 +3,6 @@ a fixture model, and a C compiler for the ABI checks."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +13,6 @@ from h3bridge import libh3
 from h3bridge.errors import LibraryBuildError
 from h3bridge.sim.library import build_double, find_compiler
 
-UPSTREAM_MIRROR = Path("/work/.mirror/antirez+h3.c/repo")   # bare git mirror, when present
-UPSTREAM_COMMIT = "8974cc0"
 
 
 def double_library_path() -> Path:
@@ -35,15 +31,12 @@ def compiler_or_skip() -> list[str]:
 
 
 def upstream_header(destination: Path) -> Path | None:
-    """upstream's h3.h at the pinned commit, from the local mirror, or None without one."""
-    git = shutil.which("git")
-    if git is None or not UPSTREAM_MIRROR.is_dir():
+    """upstream's h3.h from $H3_UPSTREAM_SOURCE, written to `destination`, or None without it."""
+    from upstream_helpers import upstream_source_file
+    data = upstream_source_file("h3.h")
+    if data is None:
         return None
-    done = subprocess.run([git, "-C", str(UPSTREAM_MIRROR), "show", f"{UPSTREAM_COMMIT}:h3.h"],
-                          capture_output=True)
-    if done.returncode != 0:
-        return None
-    destination.write_bytes(done.stdout)
+    destination.write_bytes(data)
     return destination
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from h3bridge.errors import H3BridgeError
 from h3bridge.safeio.numbers import read_float, read_int
-from h3bridge.server import dialects, wire
+from h3bridge.server import dialects
+from h3bridge.wire import videos as wire
 from h3bridge.server.uploads import UploadLimits, parse_json_body
 
 _VLLM_EXTRA_KEYS = ("task", "duration", "frame_indices", "aspect_ratio", "short_edge", "flow_shift",

@@ -297,7 +297,7 @@ PARTNERS = {"render_width": ("render_height", 64), "render_height": ("render_wid
 
 def _accepts(name: str, value_name: str) -> bool:
     """A value the field may take: text in a text field, a negative seed."""
-    from h3bridge.server import wire
+    from h3bridge.wire import videos as wire
     base = name.split(".")[-1]
     if base == "user":        # vLLM-Omni's tracking id for its logs: read by nothing, any value
         return True
@@ -332,7 +332,7 @@ def test_server_field_refuses_hostile_value(app_client, dialect: str, name: str,
     error = response.json()["error"]
     param = error.get("param")
     shown = {name, name.split(".")[-1], name.split("[")[0], name.split(".")[0]}
-    from h3bridge.server import wire
+    from h3bridge.wire import videos as wire
     field = next((f for f in wire.FIELDS if name in (f.name, f.alias)), None)
     if field is not None:
         shown |= {field.name, field.target, field.alias or field.name}

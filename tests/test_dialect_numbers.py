@@ -117,5 +117,5 @@ def test_a_hostile_list_limit_is_a_400_naming_it_with_a_fix(app_client: TestClie
 
 @pytest.mark.parametrize("text", ["²:1", "16:١", "9" * 5000 + ":1", "16:0", "-16:9", "16:9:1", "a:b"])
 def test_an_aspect_ratio_that_is_not_two_whole_numbers_is_none(text: str) -> None:
-    from h3bridge.server.peer_wire import parse_ratio
+    from h3bridge.wire.peers import parse_ratio
     assert parse_ratio(text) is None          # "²".isdigit() is True, and int("²") raised ValueError

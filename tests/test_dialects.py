@@ -30,7 +30,7 @@ from h3bridge import GenerationRequest, RemoteEngine, RequestError
 from h3bridge.request import Reference, ReferenceKind
 from h3bridge.server.app import ServeSettings, create_app
 from h3bridge.server.jobs import JobStore
-from h3bridge.server.peer_wire import AUDIO_FLOW_SHIFT, VIDEO_FLOW_SHIFT, job_from_peer
+from h3bridge.wire.peers import AUDIO_FLOW_SHIFT, VIDEO_FLOW_SHIFT, job_from_peer
 from h3bridge.server.uploads import MiB, UploadLimits
 from h3bridge.server.worker import Worker
 from h3bridge.sim.fixture import write_fixture_model
@@ -504,3 +504,42 @@ def test_the_synchronous_variant_answers_the_mp4(server, key, files) -> None:
     refused = httpx.post(f"{server.url}/v1/videos/sync", files=[*parts, ("negative_prompt", (None, "blur"))],
                          headers={"Authorization": f"Bearer {key}"}, timeout=60)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "negative_prompt"
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"frame_indices": [-1]}, "extra_params.frame_indices"),      # would have anchored the image last: dropped
+    ({"start_time_seconds": 2.0}, "extra_params.start_time_seconds"),   # h3 reads a video from its start
+])
+def test_peer_parameters_beside_h3bridge_own_file_parts_are_checked_not_dropped(app_client, files, extra,
+                                                                                field) -> None:
+    """A vLLM-Omni body whose files come as h3bridge's own parts (first_frame, ref_video): its
+    extra_params are checked as they are with the peer's file fields, never silently dropped."""
+    part = "first_frame" if "frame_indices" in extra else "ref_video"
+    path = files["image"] if part == "first_frame" else files["video"]
+    parts = [("prompt", (None, "a fox")), ("extra_params", (None, json.dumps(extra))),
+             (part, (path.name, path.read_bytes()))]
+    response = app_client.post("/v1/videos", files=parts)
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("body, shape", [
+    ({"prompt": "a fox", "extra_params": {"task": "t2va"}}, "vllm"),      # vLLM-Omni: {"error": {..., code: 409}}
+    ({"prompt": "a fox", "task": "t2va"}, "sglang"),                      # SGLang: {"detail": ...}
+    ({"prompt": "a fox"}, "h3bridge"),
+])
+def test_every_answer_about_a_job_is_in_its_dialect(app_client, body, shape) -> None:
+    """Not only 400 and 500: the 409 for content not ready yet (the app has no worker, so the job
+    stays queued) and the 400 for a variant are shaped as the job's clients read them."""
+    job = app_client.post("/v1/videos", json=body).json()
+    for path, status in ((f"/v1/videos/{job['id']}/content", 409),
+                         (f"/v1/videos/{job['id']}/content?variant=thumbnail", 400)):
+        answer = app_client.get(path)
+        assert answer.status_code == status, answer.text[:300]
+        error = answer.json()
+        if shape == "vllm":
+            assert error["error"]["code"] == status and "detail" not in error
+        elif shape == "sglang":
+            assert error["detail"] == error["error"]["message"]
+        else:
+            assert isinstance(error["error"]["code"], str) and "detail" not in error

@@ -5,7 +5,11 @@ The convention (BRIEF "Documentation", docs/sim-and-testing.md):
   folder, HOME a fresh temporary folder too, `h3bridge`, `h3-sim-model` and h3-sim as `h3` on PATH,
   `H3_DOCS_MODEL` naming a fixture model made once with `h3-sim-model`; what it starts in the
   background is stopped with the block's process group;
-- a ```python block runs with this Python, in the same environment;
+- a ```python block runs with this Python, in the same environment, twice in the same folder (a
+  reader runs an example again: it must not fail on what its first run left);
+- a block passes when it exits 0 and prints nothing unexpected on stderr: no Python warning or
+  traceback, no "No such file or directory", no complaint of bash or of a tool it runs
+  (UNEXPECTED_STDERR); the programs' own progress and messages are expected;
 - a block preceded by `<!-- tested-by: tests/test_x.py::test_name -->` is not run here; that test
   must exist and contain each of the block's lines, so the block cannot drift from what it runs;
 - every other fenced block carries a language tag (```text for output, or for commands that need a
@@ -158,15 +162,31 @@ def _stop_group(pgid: int) -> None:
             time.sleep(0.1)
 
 
-def run_block(argv: list[str], block: Block, tmp_path: Path, env: dict[str, str]) -> None:
+# What a block must not print on stderr although it exits 0: a reader would see it and wonder.
+# Python's warnings and tracebacks, a file a command looked for too early (a race in the block),
+# bash's own errors and a standard tool complaining (`grep: FILE: ...`, `kill: ...`).
+UNEXPECTED_STDERR = re.compile(
+    r"\b[A-Z][A-Za-z]*Warning\b|^Traceback \(most recent call last\)|No such file or directory"
+    r"|command not found|Permission denied|^(?:bash|sh): |^(?:grep|sed|awk|cat|head|tail|cp|mv|rm|ls|kill|"
+    r"curl|wait|python3?): ", flags=re.M)
+
+
+def unexpected_stderr(text: str) -> list[str]:
+    """The lines of a block's stderr a reader should not see (UNEXPECTED_STDERR)."""
+    return [line for line in text.splitlines() if UNEXPECTED_STDERR.search(line)]
+
+
+def run_block(argv: list[str], block: Block, tmp_path: Path, env: dict[str, str], *, run: str = "first") -> None:
+    """Run the block in tmp_path/work (made by the first run, kept for a run `again`); it must exit
+    0 and print nothing unexpected on stderr."""
     work = tmp_path / "work"
-    work.mkdir()
-    log = tmp_path / "output.txt"
-    # Output goes to a file, not a pipe: a background server keeps its inherited stdout open long
+    work.mkdir(parents=True, exist_ok=True)
+    log, errors = tmp_path / f"output-{run}.txt", tmp_path / f"stderr-{run}.txt"
+    # Output goes to files, not pipes: a background server keeps its inherited stdout open long
     # after the block ends, and a pipe would only reach end-of-file when it stops.
-    with open(log, "wb") as out:
+    with open(log, "wb") as out, open(errors, "wb") as err:
         process = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+                                   stderr=err, start_new_session=True)
         try:
             status = process.wait(timeout=BLOCK_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -174,9 +194,13 @@ def run_block(argv: list[str], block: Block, tmp_path: Path, env: dict[str, str]
         finally:
             _stop_group(process.pid)
             process.wait(timeout=10)
-    output = log.read_text(errors="replace")
-    assert status is not None, f"{block.where} did not finish within {BLOCK_TIMEOUT:.0f} s:\n{output[-4000:]}"
-    assert status == 0, f"{block.where} exited {status}:\n{block.text}\n--- output ---\n{output[-4000:]}"
+    stderr = errors.read_text(errors="replace")
+    output = f"{log.read_text(errors='replace')[-3000:]}\n--- stderr ---\n{stderr[-3000:]}"
+    where = block.where if run == "first" else f"{block.where} (run {run})"
+    assert status is not None, f"{where} did not finish within {BLOCK_TIMEOUT:.0f} s:\n{output}"
+    assert status == 0, f"{where} exited {status}:\n{block.text}\n--- output ---\n{output}"
+    unexpected = unexpected_stderr(stderr)
+    assert not unexpected, f"{where} printed on stderr {unexpected}:\n{block.text}\n--- output ---\n{output}"
 
 
 # ----------------------------------------------------------------------------- the blocks run as written
@@ -197,7 +221,25 @@ def test_python_block_runs_as_written(block: Block, tmp_path: Path, docs_bin: Pa
     home.mkdir()
     script = tmp_path / "example.py"
     script.write_text(block.text, encoding="utf-8")
-    run_block([sys.executable, str(script)], block, tmp_path, block_environment(home, docs_bin, docs_model))
+    environment = block_environment(home, docs_bin, docs_model)
+    run_block([sys.executable, str(script)], block, tmp_path, environment)
+    run_block([sys.executable, str(script)], block, tmp_path, environment, run="again")
+
+
+def test_a_block_that_exits_0_fails_on_what_it_should_not_print(tmp_path: Path) -> None:
+    """The harness itself: a race's `grep: FILE: No such file or directory` and a Python warning
+    fail a block that exits 0; the programs' own progress and refusals on stderr do not."""
+    page = README                # only named in the messages
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    quiet = Block(page, 1, "sh", "echo 'h3bridge: tokenizer (overall 0%, 0.2 s)' >&2\n"
+                                 "echo 'h3bridge: the output fox.mp4 already exists' >&2\n", None)
+    run_block(["bash", "-euo", "pipefail", "-c", quiet.text], quiet, tmp_path / "quiet", env)
+    for name, text in (("race", "grep -q listening serve.log || true\n"),
+                       ("warning", f"{sys.executable} -c 'import warnings; warnings.warn(\"old\", DeprecationWarning)'\n"),
+                       ("missing", "no-such-command-here || true\n")):
+        block = Block(page, 1, "sh", text, None)
+        with pytest.raises(AssertionError, match="printed on stderr"):
+            run_block(["bash", "-euo", "pipefail", "-c", block.text], block, tmp_path / name, env)
 
 
 # ----------------------------------------------------------------------------- blocks other tests run

@@ -3,41 +3,21 @@
 not against a second reading of it. Skipped without the source or a C compiler."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import tarfile
-from pathlib import Path
 
 import pytest
 
-from double_helpers import UPSTREAM_COMMIT, UPSTREAM_MIRROR
+from upstream_helpers import upstream_source_file
 from h3bridge.geometry import video_encoder_latent_t, video_latent_t
 
-UPSTREAM_ARCHIVE = Path("/work/shared/upstream/h3.c-8974cc0.tar.gz")
-UPSTREAM_FOLDER = Path("/tmp/up/h3.c-8974cc0")
 
 
 def upstream_file(name: str) -> str | None:
-    """One file of h3.c at the pinned commit: $H3_UPSTREAM_SOURCE (a checkout), the extracted
-    copy, the source archive or the git mirror, whichever is here; None if none is."""
-    for folder in (os.environ.get("H3_UPSTREAM_SOURCE"), UPSTREAM_FOLDER):
-        if folder and (Path(folder) / name).is_file():
-            return (Path(folder) / name).read_text()
-    if UPSTREAM_ARCHIVE.is_file():
-        with tarfile.open(UPSTREAM_ARCHIVE) as archive:
-            member = next((m for m in archive.getmembers() if m.name.split("/")[-1] == name
-                           and m.name.count("/") <= 1), None)
-            if member is not None:
-                return archive.extractfile(member).read().decode()   # type: ignore[union-attr]
-    git = shutil.which("git")
-    if git and UPSTREAM_MIRROR.is_dir():
-        done = subprocess.run([git, "-C", str(UPSTREAM_MIRROR), "show", f"{UPSTREAM_COMMIT}:{name}"],
-                              capture_output=True, text=True)
-        if done.returncode == 0:
-            return done.stdout
-    return None
+    """One file of h3.c from $H3_UPSTREAM_SOURCE; None without it."""
+    data = upstream_source_file(name)
+    return data.decode("utf-8") if data is not None else None
 
 
 def upstream_function(source: str, name: str) -> str:

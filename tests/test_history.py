@@ -347,3 +347,55 @@ def test_a_locked_history_is_skipped_with_one_warning(tmp_path: Path, sim_model:
         holder.communicate("go\n", timeout=30)
     assert holder.returncode == 0
     assert [row.shape for row in store.recent_jobs()] == ["another shape"]     # nothing half-written
+
+
+# ----------------------------------------------------------------------------- the overall fraction
+
+def _fractions(engine, tmp_path: Path, name: str) -> list[tuple[str, int, float]]:
+    seen: list[tuple[str, int, float]] = []
+    engine.generate(fast_request(), tmp_path / name, overwrite=True,
+                    on_progress=lambda e: seen.append((e.phase, e.done, e.fraction)))
+    return seen
+
+
+def _first(events: list[tuple[str, int, float]], phase: str) -> float:
+    return next(fraction for seen, _, fraction in events if seen == phase)
+
+
+def test_the_overall_fraction_is_the_past_runs_split_not_upstreams(tmp_path: Path, sim_model: Path) -> None:
+    """Issue 30: the demo said "FFmpeg (overall 99%)" with most of its time still to go: the
+    fraction was weighed by upstream's costs, where FFmpeg is 1 % of a job, while h3-sim spends
+    its time starting and encoding. With past runs of the shape, the fraction is theirs: here 1 s
+    before the first progress record, 3 s of phases before FFmpeg, FFmpeg 6 s, 1 s finishing."""
+    engine = OneShotEngine(sim_engine_path(), sim_model)
+    no_history = _fractions(engine, tmp_path, "first.mp4")
+    assert _first(no_history, "FFmpeg") > 0.9            # upstream's split: FFmpeg is the last 1 %
+    store = HistoryStore()
+    shape = shape_key(fast_request())
+    phases = {"tokenizer": 0.5, "text encoder": 0.5, "denoise enqueue": 1.0, "audio VAE": 0.5, "video VAE load": 0.5,
+              "FFmpeg": 6.0, FINISHING: 1.0}
+    for past in HistoryStore().completed_jobs(shape=shape):
+        store.forget_job(past.id)                      # only the runs below count
+    for _ in range(3):
+        store.add_job(NewJob(engine="one-shot", device=local_device(), shape=shape, request={"prompt": "past"}),
+                      JobEnd(outcome=COMPLETED, phases=phases, total_seconds=sum(phases.values()) + 1.0))
+    weighed = _fractions(engine, tmp_path, "second.mp4")
+    whole = 1.0 + sum(phases.values())
+    assert _first(weighed, "tokenizer") == pytest.approx(1.0 / whole, abs=1e-9)      # the start is behind
+    assert _first(weighed, "FFmpeg") == pytest.approx((1.0 + 3.0) / whole, abs=1e-9)
+    assert weighed[-1][2] == pytest.approx((whole - 1.0) / whole, abs=1e-9)          # finishing still ahead
+    assert [f for _, _, f in weighed] == sorted(f for _, _, f in weighed)              # never goes back
+
+
+def test_the_fraction_before_ffmpeg_is_the_split_the_engine_really_had(tmp_path: Path, sim_model: Path) -> None:
+    """h3-sim for real, twice: when the second run reaches FFmpeg, its overall fraction is the
+    share of the first run's time (as recorded: its run less FFmpeg and finishing) that came
+    before FFmpeg, to within 1e-6 (float rounding of the recorded seconds); the two runs' own
+    speeds do not enter it."""
+    engine = OneShotEngine(sim_engine_path(), sim_model)
+    _fractions(engine, tmp_path, "first.mp4")
+    first = only_job()
+    run = first.total_seconds - (first.waited_seconds or 0.0)
+    before_ffmpeg = run - first.phases["FFmpeg"] - first.phases[FINISHING]
+    second = _fractions(engine, tmp_path, "second.mp4")
+    assert _first(second, "FFmpeg") == pytest.approx(before_ffmpeg / run, abs=1e-6)

@@ -128,7 +128,7 @@ def test_the_doubles_header_has_h3h_layout_constants_defaults_and_prototypes(tmp
 def test_upstream_h3h_has_the_same_layout_constants_defaults_and_prototypes(tmp_path: Path) -> None:
     header = upstream_header(tmp_path / "h3.h")
     if header is None:
-        pytest.skip("no local mirror of antirez/h3.c to read h3.h from")
+        pytest.skip("upstream's h3.h is not at $H3_UPSTREAM_SOURCE (a clone or source tarball of antirez/h3.c)")
     _check_layout(_compile_and_run(header, tmp_path))
 
 

@@ -14,7 +14,8 @@ import av
 import pytest
 
 from core_helpers import model_dir  # noqa: F401 (fixture)
-from double_helpers import UPSTREAM_COMMIT, UPSTREAM_MIRROR, double_library_path
+from double_helpers import double_library_path
+from upstream_helpers import upstream_source_file
 from h3bridge.cli import main
 from h3bridge.engines.library_build import build_library, link_command, makefile_variables
 from h3bridge.errors import EngineNotFoundError, LibraryLoadError
@@ -88,15 +89,14 @@ def test_build_library_says_why_not_on_linux(tmp_path: Path, capsys: pytest.Capt
 
 @pytest.fixture
 def upstream_checkout(tmp_path: Path) -> Path:
-    """A folder with upstream's Makefile (from the pinned mirror) and the files a checkout has."""
-    if not UPSTREAM_MIRROR.is_dir() or shutil.which("make") is None:
-        pytest.skip("needs the upstream mirror and make")
+    """A folder with upstream's Makefile (from $H3_UPSTREAM_SOURCE) and the files a checkout has."""
+    files = {name: upstream_source_file(name) for name in ("Makefile", "h3.h")}
+    if None in files.values() or shutil.which("make") is None:
+        pytest.skip("needs upstream's source ($H3_UPSTREAM_SOURCE) and make")
     folder = tmp_path / "h3.c"
     folder.mkdir()
-    for name in ("Makefile", "h3.h"):
-        done = subprocess.run(["git", "-C", str(UPSTREAM_MIRROR), "show", f"{UPSTREAM_COMMIT}:{name}"],
-                              capture_output=True, check=True)
-        (folder / name).write_bytes(done.stdout)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)     # type: ignore[arg-type]
     (folder / "h3_shaders.metal").write_text("// shaders\n")
     return folder
 

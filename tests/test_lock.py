@@ -311,7 +311,7 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _work_folder() -> Path:
     """A work folder made exactly as the one-shot engine makes it (engines/output.py job_files)."""
-    from h3bridge.engines.lock import make_work_folder
+    from h3bridge.engines.scratch import make_work_folder
     return make_work_folder()
 
 
@@ -386,9 +386,9 @@ def test_the_cache_directory_setting_does_not_move_the_lock(monkeypatch: pytest.
 def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead session's h3 folder: its partial clips go, the folder only if nothing else is there."""
-    import h3bridge.engines.lock as lock_module
+    import h3bridge.engines.scratch as scratch_module
     from h3bridge.engines.lock import EngineRecord, write_engine_record, stop_orphaned_engine
-    monkeypatch.setattr(lock_module, "SESSION_DIR_PARENT", str(tmp_path))   # h3's /tmp, privately
+    monkeypatch.setattr(scratch_module, "SESSION_DIR_PARENT", str(tmp_path))   # h3's /tmp, privately
     lock_path.parent.mkdir(parents=True)
     record_path = EngineLock(lock_path)._record_path
     folders = {}
@@ -408,7 +408,7 @@ def test_leftover_forms_folder_only_if_empty_and_glob(lock_path: Path, tmp_path:
 
 def test_folder_names_in_leftovers_are_literal(tmp_path: Path) -> None:
     """A user's output folder named `out [1]` is removed as written, not read as a pattern."""
-    from h3bridge.engines.lock import remove_leftovers
+    from h3bridge.engines.scratch import remove_leftovers
     folder = tmp_path / "out [1]"
     folder.mkdir()
     (folder / "video-0001.mp4").write_bytes(b"partial")
@@ -473,7 +473,7 @@ def test_a_folder_another_account_planted_that_is_not_open_to_all_is_refused(mon
     lock = _machine_lock(monkeypatch)
     lock.parent.mkdir(mode=0o755)
     os.chmod(lock.parent, 0o755)
-    monkeypatch.setattr(lock_module, "_uid", lambda: os.geteuid() + 4242)    # we are another account
+    monkeypatch.setattr(lock_module, "account_uid", lambda: os.geteuid() + 4242)    # we are another account
     with pytest.raises(EngineError, match=f"belongs to {_user_name(os.geteuid())}") as caught:
         with engine_lock():
             pass
@@ -493,7 +493,7 @@ def test_a_planted_engine_record_deletes_nothing_and_kills_nothing(lock_path: Pa
     removes only its own scratch and stops only its own engine."""
     import json
     from h3bridge.engines.process import group_alive
-    from h3bridge.engines.lock import WORKDIR_PREFIX
+    from h3bridge.engines.scratch import WORKDIR_PREFIX
     precious = tmp_path / "any" / "folder"
     (precious / "inside").mkdir(parents=True)
     (precious / "inside" / "thesis.txt").write_text("years of work")
@@ -531,7 +531,7 @@ def test_dead_scratch_is_removed_only_when_provably_ours_and_dead(tmp_path: Path
     """remove_dead_scratch: a probe or work folder named for a process that no longer runs goes;
     one named for a live process, one of another account, a symlink or a file of another kind
     named like one, and a work folder outside the temporary folder stay."""
-    from h3bridge.engines.lock import remove_dead_scratch
+    from h3bridge.engines.scratch import remove_dead_scratch
     dead = _dead_pid()
     outputs = tmp_path / "outputs"
     outputs.mkdir()

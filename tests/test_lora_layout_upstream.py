@@ -5,24 +5,16 @@ calls is a grouped one, and fc1's gate half comes first (so fc1 rows stay in pla
 from __future__ import annotations
 
 import re
-import tarfile
-from pathlib import Path
 
-import pytest
 
 from h3bridge.lora.layout import HeadShape, flat_to_per_head
 
-ARCHIVE = Path("/work/shared/upstream/h3.c-8974cc0.tar.gz")
+from upstream_helpers import upstream_source_text_or_skip
+
 
 
 def _upstream(name: str) -> str:
-    if not ARCHIVE.is_file():
-        pytest.skip(f"upstream h3.c source archive not here ({ARCHIVE})")
-    with tarfile.open(ARCHIVE) as archive:
-        member = next((m for m in archive.getmembers() if m.name.endswith("/" + name)), None)
-        if member is None:
-            pytest.skip(f"{name} not in {ARCHIVE}")
-        return archive.extractfile(member).read().decode()
+    return upstream_source_text_or_skip(name)
 
 
 def test_the_kernels_grouped_rows_are_where_the_fold_puts_a_flat_loras_rows() -> None:

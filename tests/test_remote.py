@@ -23,7 +23,7 @@ from h3bridge import (
     RemoteUnreachableError,
     RequestError,
 )
-from h3bridge.server.wire import request_to_wire
+from h3bridge.wire.videos import request_to_wire
 
 from core_helpers import fast_request, ffmpeg, make_image
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from h3bridge import GenerationRequest, RequestError
 from h3bridge.errors import shown_value
 from h3bridge.request import MAX_PROMPT_BYTES, PRESETS
 
-UPSTREAM_ARCHIVE = Path("/work/shared/upstream/h3.c-8974cc0.tar.gz")
 
 
 class Unprintable:
@@ -119,11 +117,8 @@ def test_a_prompt_longer_than_h3_takes_is_refused_before_anything_runs() -> None
 def test_the_prompt_cap_is_h3s_text_encoder_limit() -> None:
     """MAX_PROMPT_BYTES is (2**32-1) // TEXT_INTERMEDIATE, the token count h3's Qwen text encoder refuses
     past (h3_text_encoder.c at the pinned commit), read from upstream's own source."""
-    if not UPSTREAM_ARCHIVE.is_file():
-        pytest.skip(f"upstream h3.c source not here ({UPSTREAM_ARCHIVE})")
-    with tarfile.open(UPSTREAM_ARCHIVE) as archive:
-        member = next(m for m in archive.getmembers() if m.name.endswith("/h3_text_encoder.c"))
-        source = archive.extractfile(member).read().decode()  # type: ignore[union-attr]
+    from upstream_helpers import upstream_source_text_or_skip
+    source = upstream_source_text_or_skip("h3_text_encoder.c")
     intermediate = int(re.search(r"TEXT_INTERMEDIATE\s*=\s*(\d+)", source)[1])  # type: ignore[index]
     assert "token_count > UINT32_MAX / TEXT_INTERMEDIATE" in source
     assert MAX_PROMPT_BYTES == (2**32 - 1) // intermediate

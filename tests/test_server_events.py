@@ -25,7 +25,7 @@ from h3bridge.engines.oneshot import OneShotEngine
 from h3bridge.server.app import ServeSettings, create_app
 from h3bridge.server.jobs import JobStore
 from h3bridge.server.progress_feed import ProgressHub, StreamSlots
-from h3bridge.server.wire import request_to_wire
+from h3bridge.wire.videos import request_to_wire
 from h3bridge.server.worker import Worker
 
 from core_helpers import fast_request, isolated_home, model_dir, sim_engine_path  # noqa: F401 (fixtures)
@@ -210,6 +210,7 @@ def test_a_reconnect_with_last_event_id_gets_only_what_it_missed(tmp_path: Path,
 def test_hub_keeps_a_bounded_history_and_the_newest_preview(tmp_path: Path) -> None:
     from h3bridge.progress import PreviewFrame, ProgressEvent
     from h3bridge.server import progress_feed
+    from h3bridge.wire.events import PREVIEW_MAX_SIDE
     hub = ProgressHub()
     for step in range(progress_feed.FEED_EVENTS + 10):
         hub.progress("job", ProgressEvent("denoise", step, 1000, step / 1000, 1.0), progress=0)
@@ -219,7 +220,7 @@ def test_hub_keeps_a_bounded_history_and_the_newest_preview(tmp_path: Path) -> N
     assert [event.kind for event in behind] == ["progress", "preview"]
     assert json.loads(behind[0].data)["done"] == progress_feed.FEED_EVENTS + 9
     preview = json.loads(behind[1].data)
-    assert preview["step"] == 2 and max(preview["width"], preview["height"]) <= progress_feed.PREVIEW_MAX_SIDE
+    assert preview["step"] == 2 and max(preview["width"], preview["height"]) <= PREVIEW_MAX_SIDE
 
 
 # ----------------------------------------------------------------------------- RemoteEngine

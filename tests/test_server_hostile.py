@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h3bridge.request import MAX_PROMPT_BYTES
-from h3bridge.server import wire
+from h3bridge.wire import videos as wire
 from h3bridge.server.app import ServeSettings, create_app
 from h3bridge.server.jobs import JobStore
 from h3bridge.server.uploads import MiB, UploadLimits

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from h3bridge.request import MAX_PROMPT_BYTES
-from h3bridge.server.wire import LISTED_PROMPT_CHARS
+from h3bridge.wire.videos import LISTED_PROMPT_CHARS
 
 from core_helpers import make_image
 from server_helpers import ServerProcess, isolated_env, model  # noqa: F401  (model: a fixture)

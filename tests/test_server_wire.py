@@ -1,4 +1,4 @@
-"""The OpenAI Videos API body <-> GenerationRequest mapping (h3bridge/server/wire.py)."""
+"""The OpenAI Videos API body <-> GenerationRequest mapping (h3bridge/wire/videos.py)."""
 from __future__ import annotations
 
 import base64
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from h3bridge import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, RequestError, SlowerPath
-from h3bridge.server import wire
-from h3bridge.server.wire import JobStatus, UploadedFile, VideoJob
+from h3bridge.wire import videos as wire
+from h3bridge.wire.videos import JobStatus, UploadedFile, VideoJob
 
 
 def as_uploads(body: wire.WireBody) -> list[UploadedFile]:

@@ -52,10 +52,10 @@ def _starting_engine(tmp_path: Path, parent: Path, stage: str) -> tuple[Path, Pa
 def test_a_session_cancelled_while_it_starts_leaves_no_session_folder(model_dir: Path, tmp_path: Path,  # noqa: F811
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       stage: str) -> None:
-    import h3bridge.engines.lock as lock_module
+    import h3bridge.engines.scratch as scratch_module
     parent = tmp_path / "tmp"          # h3's /tmp, privately: other programs' sessions stay out of it
     parent.mkdir()
-    monkeypatch.setattr(lock_module, "SESSION_DIR_PARENT", str(parent))
+    monkeypatch.setattr(scratch_module, "SESSION_DIR_PARENT", str(parent))
     engine_path, notice = _starting_engine(tmp_path, parent, stage)
     session = SessionEngine(engine_path, model_dir, idle_timeout=60)
     token = CancelToken()
@@ -89,8 +89,8 @@ def test_a_session_cancelled_while_it_starts_leaves_no_session_folder(model_dir:
 HOST = """
 import sys
 from pathlib import Path
-import h3bridge.engines.lock as lock_module
-lock_module.SESSION_DIR_PARENT = sys.argv[1]
+import h3bridge.engines.scratch as scratch_module
+scratch_module.SESSION_DIR_PARENT = sys.argv[1]
 from h3bridge.engines.session import SessionEngine
 sys.path.insert(0, sys.argv[4])
 from core_helpers import fast_request
@@ -108,13 +108,13 @@ def test_a_host_killed_while_its_session_starts_leaves_the_folder_to_the_next_ho
     started, and the next holder removes the one that appeared since."""
     import signal
     import subprocess
-    import h3bridge.engines.lock as lock_module
+    import h3bridge.engines.scratch as scratch_module
     from h3bridge.engines.lock import (LOCK_PATH_ENV, RECORD_FILE_NAME, RECORD_FOLDER_INFIX, engine_lock,
                                        read_engine_record)
     parent = tmp_path / "tmp"          # h3's /tmp, privately: other programs' sessions stay out of it
     parent.mkdir()
     (parent / "h3-Before").mkdir()     # a session folder of this user from before: never touched
-    monkeypatch.setattr(lock_module, "SESSION_DIR_PARENT", str(parent))
+    monkeypatch.setattr(scratch_module, "SESSION_DIR_PARENT", str(parent))
     engine_path, notice = _starting_engine(tmp_path, parent, "made")
     host = subprocess.Popen([sys.executable, "-c", HOST, str(parent), str(engine_path), str(model_dir),
                              str(Path(__file__).parent)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -13,7 +13,7 @@ from core_helpers import sim_engine_path
 from h3bridge.cli import build_parser, main, request_from_args
 from h3bridge.errors import RequestError
 from h3bridge.request import GenerationRequest, SlowerPath
-from h3bridge.server.wire import FIELDS, request_from_wire, request_to_wire
+from h3bridge.wire.videos import FIELDS, request_from_wire, request_to_wire
 from h3bridge.story.storyboard import SHOT_KEYS, Storyboard
 from model_helpers import fl2va_template  # noqa: F401  (fixture)
 

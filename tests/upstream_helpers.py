@@ -51,6 +51,34 @@ def upstream_engine_or_skip() -> BuiltEngine:
     return built
 
 
+def upstream_source_file(name: str) -> bytes | None:
+    """One top-level file of upstream's source (`h3.h`, `Makefile`, `h3_text_encoder.c`, ...) from
+    H3_UPSTREAM_SOURCE, a clone or the `git archive` tarball; None without the variable or the file.
+    The one way tests read upstream's source: never from a path of one machine."""
+    source = os.environ.get(UPSTREAM_SOURCE_ENV)
+    if not source:
+        return None
+    root = Path(source)
+    if root.is_dir():
+        return (root / name).read_bytes() if (root / name).is_file() else None
+    import tarfile
+    try:
+        with tarfile.open(root) as archive:
+            # `git archive` puts every file under one folder (h3.c-8974cc0/NAME)
+            member = next((m for m in archive.getmembers() if m.isfile() and m.name.split("/")[-1] == name
+                           and m.name.count("/") <= 1), None)
+            return archive.extractfile(member).read() if member is not None else None   # type: ignore[union-attr]
+    except (OSError, tarfile.TarError):
+        return None
+
+
+def upstream_source_text_or_skip(name: str) -> str:
+    data = upstream_source_file(name)
+    if data is None:
+        pytest.skip(f"upstream's {name} is not at ${UPSTREAM_SOURCE_ENV} (a clone or source tarball of antirez/h3.c)")
+    return data.decode("utf-8")
+
+
 @pytest.fixture(scope="session")
 def upstream_engine() -> BuiltEngine:
     return upstream_engine_or_skip()
@@ -64,4 +92,5 @@ def realistic_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 __all__ = ["BOTH_ENGINES", "SIM", "UPSTREAM", "UPSTREAM_SOURCE_ENV", "realistic_model", "upstream_engine",
+           "upstream_source_file", "upstream_source_text_or_skip",
            "upstream_engine_or_skip"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 from ..errors import DiskError
 from ..safeio.outputs import why_not_writable as outputs_why_not_writable
-from .lock import PROBE_PREFIX, remove_dead_scratch
+from .scratch import PROBE_PREFIX, remove_dead_scratch
 from ..media.decode import remove_quietly
 from ..request import GenerationRequest
 from ..geometry import FPS

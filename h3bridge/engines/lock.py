@@ -27,7 +27,7 @@ can then write, replace or remove a record, and a name another account took firs
 EngineError naming it, never a record silently not written. A record is still only evidence:
 h3bridge stops a recorded engine only when the record file is its own user's (a regular file, not
 a symlink) and the process is its own user's, leads its own process group and started at the
-recorded time; it removes only recorded leftovers that are h3bridge's own scratch (`own_leftover`:
+recorded time; it removes only recorded leftovers that are h3bridge's own scratch (scratch.py `own_leftover`:
 the one-shot engine's `h3bridge-*` temporary folder, its `.h3bridge-<hex>.partial.mp4` staging
 files, the warm session's `/tmp/h3-XXXXXX` folder and the `video-NNNN.mp4` clips in it), each owned
 by this user. Anything else is left alone with a logged warning. A live engine recorded by another
@@ -51,18 +51,17 @@ a marker not touched for WANTED_FRESHNESS seconds is a dead waiter and loses its
 holder (a warm session) checks `others_waiting()` while idle and after each job
 and steps aside, so a one-shot run in a terminal does not sit behind another
 program's idle session until that session's idle timeout.
+
+Who holds the lock, as a waiter says it, is holder.py; the scratch names and their clean-up are
+scratch.py.
 """
 from __future__ import annotations
 
 import glob
 import json
 import logging
-import math
 import os
-import re
-import shutil
 import stat
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -76,8 +75,8 @@ from ..cancel import CancelToken
 from .process import terminate_group
 from ..errors import EngineError, GenerationCancelled, H3BridgeError
 from ..userdirs import machine_dir
-from ..safeio.outputs import STAGING_MARK, STAGING_PREFIX, write_output
-from ..progress import ProgressCallback, ProgressEvent, WAITING_PHASE
+from ..safeio.outputs import write_output
+from .scratch import account_uid, new_session_dir, own_leftover, remove_leftovers, session_dir_leftovers
 
 LOCK_PATH_ENV = "H3BRIDGE_LOCK_PATH"
 LOCK_FILE_NAME = "engine.lock"
@@ -94,22 +93,6 @@ RECORD_FILE_NAME = "engine"
 # A record is a few hundred bytes; anything much larger is not one of ours.
 _RECORD_LIMIT = 1 << 20
 
-# h3bridge's own scratch, the only things an engine record may make it remove (own_leftover).
-WORKDIR_PREFIX = "h3bridge-"           # tempfile.mkdtemp(prefix=...) of the one-shot engine
-# a clip before its atomic rename: safeio.outputs.staging_path of an .mp4
-STAGING_SUFFIX = STAGING_MARK + ".mp4"
-_STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"[0-9a-f]{12}" + re.escape(STAGING_SUFFIX))
-# mkdtemp's random part, after the pid of the process that made it (make_work_folder; older
-# h3bridge made them without).
-_WORKDIR_NAME = re.compile(r"h3bridge-(?:(?P<pid>[1-9][0-9]*)-)?[a-z0-9_]{8}")
-# disk.py's probe of a folder's writability, `.h3bridge-probe-<pid>-XXXXXXXX` (mkstemp).
-PROBE_PREFIX = ".h3bridge-probe-"
-_PROBE_NAME = re.compile(r"\.h3bridge-probe-(?P<pid>[1-9][0-9]*)-[a-z0-9_]{8}")
-# Interactive h3 writes into mkdtemp("/tmp/h3-XXXXXX") (h3_cli.c:736) as `video-NNNN.mp4`.
-SESSION_DIR_PARENT = "/tmp"
-_SESSION_DIR_NAME = re.compile(r"h3-[A-Za-z0-9]{6}")
-SESSION_CLIP_PATTERN = "video-[0-9]*.mp4"
-
 _log = logging.getLogger("h3bridge")
 
 WaitCallback = Callable[[float], None]
@@ -123,11 +106,6 @@ def default_lock_path() -> Path:
     if override:
         return Path(override).expanduser()
     return machine_dir() / LOCK_FILE_NAME
-
-
-def _uid() -> int:
-    """The account h3bridge acts for: records, engines and leftovers must be this user's."""
-    return os.geteuid()
 
 
 def _user_name(uid: int) -> str:
@@ -170,7 +148,7 @@ def prepare_shared_folder(folder: Path) -> None:
     mode = stat.S_IMODE(info.st_mode)
     if mode == 0o1777:
         return
-    if info.st_uid == _uid():
+    if info.st_uid == account_uid():
         try:
             os.chmod(folder, 0o1777)        # ours: an older h3bridge or a umask made it narrower
         except OSError:
@@ -202,7 +180,7 @@ def _check_lock_file(path: Path, *, shared: bool) -> None:
         if not stat.S_ISREG(info.st_mode):
             raise _lock_file_error(path, "it is not a regular file",
                                    f"remove {path}, or set {LOCK_PATH_ENV} to a lock file of your own")
-        if shared and info.st_uid == _uid() and stat.S_IMODE(info.st_mode) != 0o666:
+        if shared and info.st_uid == account_uid() and stat.S_IMODE(info.st_mode) != 0o666:
             os.fchmod(descriptor, 0o666)     # the umask narrowed it: other accounts must lock it too
     finally:
         os.close(descriptor)
@@ -308,7 +286,7 @@ class EngineLock:
         """This account's record folder, `<lock>.records.<uid>`: made by this account, mode 0755,
         so in the shared (sticky) folder no other account can write, replace or remove what is in
         it (`prepare_record_folder`); every account can read it, to wait for what it names."""
-        return self.path.with_name(f"{self.path.name}{RECORD_FOLDER_INFIX}{_uid()}")
+        return self.path.with_name(f"{self.path.name}{RECORD_FOLDER_INFIX}{account_uid()}")
 
     @property
     def _record_path(self) -> Path:
@@ -531,7 +509,7 @@ def prepare_record_folder(folder: Path) -> None:
         info = os.lstat(folder)
     except OSError as error:
         raise _record_folder_error(folder, error.strerror or str(error)) from None
-    if info.st_uid != _uid() or not stat.S_ISDIR(info.st_mode):
+    if info.st_uid != account_uid() or not stat.S_ISDIR(info.st_mode):
         what = ("a symbolic link" if stat.S_ISLNK(info.st_mode) else
                 "a folder" if stat.S_ISDIR(info.st_mode) else "a file")
         owner = _user_name(info.st_uid)
@@ -566,142 +544,10 @@ def _remove_own_record(path: Path) -> None:
     symlink never touches its target); another account's file is theirs."""
     try:
         info = os.lstat(path)
-        if info.st_uid == _uid() or stat.S_ISLNK(info.st_mode):
+        if info.st_uid == account_uid() or stat.S_ISLNK(info.st_mode):
             os.unlink(path)
     except OSError:
         pass
-
-
-def remove_leftovers(entries: Sequence[str]) -> None:
-    """Remove, in order, what an engine leaves behind: `DIR/` only if empty, a path whose file
-    name is a glob pattern the files it matches in that (literal) folder, any other path
-    outright (a folder with its contents: our own temporary one). Folder names are never
-    patterns, so a user's `out [1]/` is taken as written. Best effort: what cannot go stays.
-    Only for entries h3bridge made itself: what a record names goes through `own_leftover` first."""
-    for entry in entries:
-        folder, name = os.path.split(entry)
-        pattern = name and glob.has_magic(name)
-        targets = glob.glob(os.path.join(glob.escape(folder), name)) if pattern else [entry]
-        for target in targets:
-            try:
-                if entry.endswith(os.sep):
-                    os.rmdir(target)
-                elif os.path.isdir(target) and not os.path.islink(target):
-                    shutil.rmtree(target, ignore_errors=True)
-                else:
-                    os.unlink(target)
-            except OSError:
-                pass
-
-
-def _own_folder(path: str, parent: str, name: re.Pattern[str]) -> bool:
-    """`path` is a real folder (not a symlink) of this user, named like `name`, directly in `parent`."""
-    try:
-        info = os.lstat(path)
-        parent_real = os.path.realpath(parent)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid == _uid() and name.fullmatch(os.path.basename(path)) is not None
-            and os.path.realpath(os.path.dirname(path)) == parent_real)
-
-
-def own_leftover(entry: str) -> bool:
-    """True when a leftover read from an engine record is h3bridge's own scratch, safe to remove:
-    - the one-shot engine's work folder, `<tempdir>/h3bridge-XXXXXXXX` (oneshot.py mkdtemp), or a
-      file directly in it;
-    - a staging file `.h3bridge-<12 hex>.partial.mp4` (engine.staging_path), a regular file;
-    - the warm session's `/tmp/h3-XXXXXX/` (interactive h3's mkdtemp), or the `video-[0-9]*.mp4`
-      clips pattern in it (session_dir_leftovers);
-    each existing and owned by this user, with no `..` and no symlink on the way."""
-    if not os.path.isabs(entry) or ".." in entry.split(os.sep):
-        return False
-    folder, name = os.path.split(entry)
-    if not name:                                   # `DIR/`: the session folder, if empty
-        return _own_folder(folder, SESSION_DIR_PARENT, _SESSION_DIR_NAME)
-    if name == SESSION_CLIP_PATTERN:
-        return _own_folder(folder, SESSION_DIR_PARENT, _SESSION_DIR_NAME)
-    if glob.has_magic(name):
-        return False
-    if _own_folder(entry, tempfile.gettempdir(), _WORKDIR_NAME):
-        return True
-    try:
-        info = os.lstat(entry)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != _uid():
-        return False
-    return _STAGING_NAME.fullmatch(name) is not None or _own_folder(folder, tempfile.gettempdir(), _WORKDIR_NAME)
-
-
-def _maker_gone(pid: int, made: float) -> bool:
-    """The process `pid` that made a file last changed at `made` (its ctime) runs no more: there is
-    no such process, it is a zombie, or the process now called `pid` started after the file was
-    made (the pid was used again). A process that started before and still runs is its maker."""
-    import psutil
-    try:
-        process = psutil.Process(pid)
-        return process.status() == psutil.STATUS_ZOMBIE or process.create_time() > made
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
-
-
-def remove_dead_scratch(folder: Path | str) -> None:
-    """Remove from `folder` the scratch h3bridge processes that died (SIGKILL, a power cut) left
-    there, and only that: a writability probe (`.h3bridge-probe-<pid>-*`, a regular file) and, in
-    the system temporary folder, a work folder (`h3bridge-<pid>-*`, a real folder), each owned by
-    this user and named for a process that no longer runs (`_maker_gone`). The lock's orphan
-    recovery removes what an engine was writing; this removes what was made before any engine
-    started (a host killed while it waited for the lock). Best effort."""
-    folder = str(folder)
-    in_temporary = os.path.realpath(folder) == os.path.realpath(tempfile.gettempdir())
-    try:
-        with os.scandir(folder) as entries:
-            candidates = [(entry.name, entry.path) for entry in entries if entry.name.startswith((
-                PROBE_PREFIX, WORKDIR_PREFIX))]
-    except OSError:
-        return
-    for name, path in candidates:
-        probe = _PROBE_NAME.fullmatch(name)
-        work = _WORKDIR_NAME.fullmatch(name) if in_temporary else None
-        match = probe or work
-        if match is None or match["pid"] is None:
-            continue
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        kind_ok = stat.S_ISREG(info.st_mode) if probe else stat.S_ISDIR(info.st_mode)
-        if not kind_ok or info.st_uid != _uid() or not _maker_gone(int(match["pid"]), info.st_ctime):
-            continue
-        try:
-            if probe:
-                os.unlink(path)
-            else:
-                shutil.rmtree(path)
-        except OSError:
-            pass
-
-
-def make_work_folder() -> Path:
-    """A new private work folder for one job in the system temporary folder, named for this
-    process (`h3bridge-<pid>-XXXXXXXX`) so that, should it die before removing it, a later job
-    can prove it dead and remove it (`remove_dead_scratch`, done here first)."""
-    remove_dead_scratch(tempfile.gettempdir())
-    return Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
-
-
-def own_session_dirs() -> set[str]:
-    """This user's warm-session folders (`/tmp/h3-XXXXXX`, interactive h3's mkdtemp) that exist
-    now: real folders, not symlinks (see SessionEngine, which compares them before and after a
-    session that was stopped while it started)."""
-    try:
-        with os.scandir(SESSION_DIR_PARENT) as entries:
-            names = [entry.path for entry in entries if _SESSION_DIR_NAME.fullmatch(entry.name)]
-    except OSError:
-        return set()
-    return {path for path in names if _own_folder(path, SESSION_DIR_PARENT, _SESSION_DIR_NAME)}
 
 
 def read_engine_record(path: Path) -> tuple[int, EngineRecord] | None:
@@ -726,7 +572,7 @@ def read_engine_record(path: Path) -> tuple[int, EngineRecord] | None:
     return info.st_uid, record
 
 
-def _recorded_process(record: EngineRecord, uid: int):
+def recorded_process(record: EngineRecord, uid: int):
     """The psutil.Process the record describes, if it still runs as `uid`, leads its own process
     group (an engine does: start_new_session) and started when recorded; else None."""
     import psutil
@@ -751,7 +597,7 @@ def _foreign_engine(record_path: Path) -> tuple[str, EngineRecord] | None:
     if loaded is None:
         return None
     owner, record = loaded
-    if owner == _uid() or _recorded_process(record, owner) is None:
+    if owner == account_uid() or recorded_process(record, owner) is None:
         return None
     return _user_name(owner), record
 
@@ -766,11 +612,11 @@ def stop_orphaned_engine(record_path: Path) -> bool:
     stopped = False
     if loaded is not None:
         owner, record = loaded
-        if owner != _uid():
+        if owner != account_uid():
             _log.warning("h3bridge: ignoring the engine record %s: it belongs to %s, not to this user",
                          record_path, _user_name(owner))
             return False
-        if _recorded_process(record, owner) is not None:
+        if recorded_process(record, owner) is not None:
             _log.warning("h3bridge: stopping engine process %d, left running by a program that exited "
                          "while it held the engine", record.pid)
             terminate_group(record.pid)
@@ -796,27 +642,6 @@ def _unannounced_session_dir(record: EngineRecord) -> list[str]:
     return session_dir_leftovers(folder) if folder is not None else []
 
 
-def new_session_dir(before: Iterable[str], *, made_after: float | None = None) -> str | None:
-    """The one session folder of this user's that is not among `before` (and, with `made_after`,
-    was made since), else None. Only one: the machine-wide lock was held all that while, so no
-    other h3bridge engine made one; two new ones mean someone else's h3 did, and neither is ours."""
-    appeared = []
-    for path in own_session_dirs() - set(before):
-        try:
-            if made_after is None or os.lstat(path).st_ctime >= made_after:
-                appeared.append(path)
-        except OSError:
-            pass
-    return appeared[0] if len(appeared) == 1 else None
-
-
-def session_dir_leftovers(folder: str | os.PathLike[str]) -> list[str]:
-    """What is ours to remove from h3's session folder, whoever removes it (the session, or the
-    next lock holder after its host died): the partial `video-NNNN.mp4` clips, then the folder if
-    nothing else is in it."""
-    return [os.path.join(folder, SESSION_CLIP_PATTERN), f"{os.fspath(folder)}{os.sep}"]
-
-
 @contextmanager
 def engine_lock(*, cancel: CancelToken | None = None, on_wait: WaitCallback | None = None,
                 path: Path | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL) -> Iterator[EngineLock]:
@@ -832,76 +657,3 @@ def engine_lock(*, cancel: CancelToken | None = None, on_wait: WaitCallback | No
         yield lock
     finally:
         lock.release()
-
-
-# How often a waiter looks again at who holds the engine (it reads records and asks psutil).
-HOLDER_REFRESH_SECONDS = 2.0
-
-
-def describe_engine_holder(path: Path | None = None) -> str:
-    """Who holds the engine, for a waiter to say: the running engine a holder recorded beside
-    the lock (`record_engine`), as its program, the program that started it, its process and
-    user; prompts and other arguments are never shown. A holder that
-    has not started its engine yet (or keeps no record) is "another program"."""
-    import psutil
-    lock = EngineLock(path)
-    for record_path in [lock._record_path, *lock._other_records()]:
-        loaded = read_engine_record(record_path)
-        if loaded is None:
-            continue
-        owner, record = loaded
-        process = _recorded_process(record, owner)
-        if process is None:
-            continue
-        try:
-            what = process.name()
-            parent = process.parent()
-            started_by = _program_words(parent) if parent is not None else None
-        except psutil.Error:
-            what, started_by = "an engine", None
-        return (f"{what}" + (f" started by {started_by}" if started_by else "")
-                + f" (process {record.pid} of user {_user_name(owner)})")
-    return "another program (its engine has not started yet)"
-
-
-def _program_words(process) -> str:
-    """`h3bridge serve`, `main.py` (ComfyUI), or the program's name: what a user recognises,
-    without the rest of its command line (a prompt is private)."""
-    import psutil
-    try:
-        arguments = process.cmdline()
-    except psutil.Error:
-        arguments = []
-    names = [os.path.basename(argument) for argument in arguments]
-    for index, name in enumerate(names):
-        if name == "h3bridge" or (name == "h3bridge.cli" and index and names[index - 1] == "-m"):
-            following = [n for n in names[index + 1:] if not n.startswith("-")]
-            return "h3bridge" + (f" {following[0]}" if following else "")
-    if len(names) > 1 and names[0].startswith("python") and names[1].endswith(".py"):
-        return names[1]
-    try:
-        return process.name()
-    except psutil.Error:
-        return "another program"
-
-
-def waiting_reporter(on_progress: ProgressCallback | None) -> Callable[[float], None] | None:
-    """An `on_wait` for lock.engine_lock that reports WAITING_PHASE through `on_progress`, with
-    who holds the engine (looked at again every HOLDER_REFRESH_SECONDS)."""
-    if on_progress is None:
-        return None
-    holder: str | None = None
-    read_at = -math.inf
-
-    def report(waited: float) -> None:
-        nonlocal holder, read_at
-        now = time.monotonic()
-        if now - read_at >= HOLDER_REFRESH_SECONDS:
-            try:
-                holder = describe_engine_holder()
-            except Exception:  # noqa: BLE001 - who holds it is a courtesy; the wait goes on
-                holder = None
-            read_at = now
-        on_progress(ProgressEvent(phase=WAITING_PHASE, done=0, total=0, fraction=0.0, elapsed=waited,
-                                  detail=holder))
-    return report

@@ -63,7 +63,7 @@ from .h3_command import (
 )
 from .hints import failure_hint, phase_words
 from .output import finish_result, job_files, raise_if_cancelled, resolve_output, staging_path
-from .lock import waiting_reporter
+from .holder import waiting_reporter
 from .protocol import EngineCapabilities
 from ..progress import PreviewCallback
 
@@ -115,14 +115,17 @@ class OneShotEngine:
     stall_timeout: kill the engine if it reports no progress for this many seconds
       (None disables the watchdog). The tiled video VAE decode reports nothing at
       upstream 8974cc0, so keep this generous on large clips.
+    lock_path: the engine lock file (default lock.default_lock_path()); a warm engine's one-shot
+      fallback takes the warm engine's, so the two never run at once.
     """
 
     def __init__(self, engine_path: str | os.PathLike[str] | None = None,
                  model_dir: str | os.PathLike[str] | None = None, *,
-                 stall_timeout: float | None = 600.0) -> None:
+                 stall_timeout: float | None = 600.0, lock_path: Path | None = None) -> None:
         self.engine_path = locate_engine(engine_path)
         self.model_dir = locate_model_dir(model_dir)
         self.stall_timeout = stall_timeout
+        self.lock_path = lock_path
 
     def command(self, request: GenerationRequest, output_arg: str, frames_dir: str | None) -> list[str]:
         """The exact argv for one job (`output_arg` '' means no MP4, as in h3)."""
@@ -190,7 +193,8 @@ class OneShotEngine:
             # One engine per machine (lock.py): wait, cancellably, while another holds the model.
             env = self.environment(locate_media_tools())
             check_argument_limits(argv, env, request.prompt)
-            with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress)) as lock:
+            with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress, self.lock_path),
+                             path=self.lock_path) as lock:
                 stderr, timings = self._run(argv, request, env, writes_mp4=mp4_temp is not None,
                                             on_progress=on_progress, cancel=cancel, lock=lock,
                                             disk_needs=disk_needs,

@@ -15,7 +15,7 @@ from ..cancel import CancelToken
 from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsError, RequestError
 from ..media.decode import decode_audio, remove_quietly
 from ..progress import parse_progress
-from .lock import make_work_folder, remove_leftovers
+from .scratch import make_work_folder, remove_leftovers
 from ..safeio.outputs import check_output, kind_of, link_new, missing_folders, publish
 from ..safeio.outputs import staging_path as outputs_staging_path
 from ..request import GenerationRequest

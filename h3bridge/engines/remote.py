@@ -41,9 +41,9 @@ from ..media.decode import decode_video_frames, remove_quietly
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
-from ..server.peer_wire import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
-from ..server.wire import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
-from .lock import make_work_folder, remove_leftovers
+from ..wire.peers import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
+from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
+from .scratch import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
 from .remote_events import QUEUED_PHASE, RUNNING_PHASE, StreamUnavailable, follow_events

@@ -1,5 +1,5 @@
 """RemoteEngine following a job through the server's event stream (`GET /v1/videos/{id}/events`,
-server/progress_feed.py) instead of polling, read with httpx-sse.
+wire/events.py) instead of polling, read with httpx-sse.
 
 The stream is read in a thread of its own that hands events over a queue, so a cancel is acted
 on at once (the stream is closed under the reader) rather than at the next event. A stream that
@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from ..cancel import CancelToken
 from ..errors import GenerationCancelled, MediaError, RemoteError
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
-from ..server.progress_feed import END_EVENT, PREVIEW_EVENT, PROGRESS_EVENT, EndData, PreviewData, ProgressData
-from ..server.wire import VIDEOS_PATH, JobStatus, VideoJob
+from ..wire.events import END_EVENT, PREVIEW_EVENT, PROGRESS_EVENT, EndData, PreviewData, ProgressData
+from ..wire.videos import VIDEOS_PATH, JobStatus, VideoJob
 
 if TYPE_CHECKING:
     from .remote import RemoteEngine

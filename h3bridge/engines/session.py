@@ -104,7 +104,7 @@ from ..errors import (
     SessionError,
     SessionUnsupportedError,
 )
-from .lock import new_session_dir, own_session_dirs, remove_leftovers, session_dir_leftovers
+from .scratch import new_session_dir, own_session_dirs, remove_leftovers, session_dir_leftovers
 from ..history.recorder import recorded
 from ..media.decode import decode_video_frames, remove_quietly
 from ..userdirs import cache_dir

@@ -28,13 +28,8 @@ from typing import Any, Iterator
 from ..cancel import CancelToken
 from ..errors import GenerationCancelled
 from ..progress import ProgressCallback
-from .lock import (
-    EngineLock,
-    has_in_process_waiters,
-    register_yield_hook,
-    unregister_yield_hook,
-    waiting_reporter,
-)
+from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
+from .holder import waiting_reporter
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 # How often an idle engine checks its idle timeout and for waiters in other processes.
@@ -65,6 +60,11 @@ class WarmEngine:
         self._idle_timer: threading.Timer | None = None
         self._last_used = time.monotonic()
         _live_warm_engines.add(self)
+
+    @property
+    def lock_path(self) -> Path:
+        """The engine lock this engine takes (its one-shot fallback takes the same one)."""
+        return self._lock.path
 
     # ------------------------------------------------------------------ for subclasses
 
@@ -132,7 +132,7 @@ class WarmEngine:
     def _acquire_guard(self, on_progress: ProgressCallback | None, cancel: CancelToken | None) -> None:
         """Wait for this engine's previous job (another thread's) to end: reported as
         WAITING_PHASE and cancellable, like waiting for the machine-wide lock."""
-        report = waiting_reporter(on_progress)
+        report = waiting_reporter(on_progress, self._lock.path)
         started = time.monotonic()
         while not self._guard.acquire(timeout=0.1):
             if cancel is not None and cancel.cancelled:
@@ -143,7 +143,7 @@ class WarmEngine:
     def _take_engine_lock(self, *, on_progress: ProgressCallback | None, cancel: CancelToken | None) -> None:
         """Before the child starts: the machine-wide lock (waiting reported and cancellable), and
         the yield hook that lets another job in this process ask an idle engine to step aside."""
-        self._lock.acquire(cancel=cancel, on_wait=waiting_reporter(on_progress))
+        self._lock.acquire(cancel=cancel, on_wait=waiting_reporter(on_progress, self._lock.path))
         self._hook_id = register_yield_hook(self._yield_if_idle)
 
     def _shutdown(self, *, graceful: bool) -> None:

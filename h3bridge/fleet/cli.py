@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..safeio.numbers import float_flag, int_flag
-from ..server.wire import API_KEY_ENV
+from ..wire.videos import API_KEY_ENV
 from .config import (
     check_env_name,
     DEFAULT_ALLOWED_FAILS,

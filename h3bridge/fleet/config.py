@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from ..errors import RequestError, shown_value
 from ..safeio.numbers import read_float, read_int
 from ..safeio.outputs import write_output
-from ..server.wire import API_KEY_ENV, DEFAULT_MODEL
+from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL
 
 DEFAULT_MODEL_NAME = DEFAULT_MODEL                 # what clients ask the proxy for
 DEFAULT_MASTER_KEY_ENV = "LITELLM_MASTER_KEY"      # the key clients give the proxy

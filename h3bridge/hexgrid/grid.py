@@ -185,12 +185,6 @@ def max_overlap_px(width: int, height: int, resolution: int) -> int:
     return int(cell_size_px(width, height, resolution))
 
 
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise RequestError(f"{name} must be a whole number, got {value!r}", field=name)
-    return int(value)
-
-
 def grid_memory_limit() -> int:
     """The most memory one grid may take on this machine (MAX_GRID_BYTES, less on a small one)."""
     import psutil

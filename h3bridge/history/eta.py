@@ -1,10 +1,13 @@
-"""Time left for a job, from past runs of the same shape on this machine.
+"""Time left for a job, and how much of it is done, from past runs of the same shape on this machine.
 
-The progress fraction every engine reports is weighed by the upstream cost model
-(upstream_costs.py): seconds on the reference Mac, right in proportion, not in size. Past
-runs here give this machine's seconds per phase; a ProgressTracker (progress.py) weighed by
-them turns the same progress records into the seconds still to go. Without past runs there
-is no estimate (`ProgressEvent.eta` stays None) rather than a guess in another Mac's seconds.
+Every engine reports an overall fraction weighed by the upstream cost model (upstream_costs.py):
+seconds on the reference Mac, right in proportion for h3 there, but not for another engine (h3-sim
+spends its time starting Python and encoding with FFmpeg, not denoising) nor for another
+machine. Past runs here give this engine's own seconds per phase, the time before its first
+progress record and after its last; a ProgressTracker (progress.py) weighed by them turns the
+same progress records into the seconds still to go and the fraction done, which then replace the
+engine's (history/recorder.py). Without past runs there is no estimate (`ProgressEvent.eta`
+stays None, the fraction the engine's) rather than a guess in another Mac's seconds.
 """
 from __future__ import annotations
 
@@ -18,18 +21,33 @@ class EtaEstimator:
     engine, whose length no history knows, and always None without `expected` seconds).
 
     expected: seconds per upstream phase (stats.expected_phase_seconds);
-    finishing: seconds after the last phase (stats.FINISHING: publishing, reading back)."""
+    finishing: seconds after the last phase (stats.FINISHING: publishing, reading back);
+    starting: seconds before the first phase (stats.expected_starting_seconds: the engine
+    starting), already behind when the first progress record comes."""
 
-    def __init__(self, expected: Mapping[str, float], started: float, *, finishing: float = 0.0) -> None:
+    def __init__(self, expected: Mapping[str, float], started: float, *, finishing: float = 0.0,
+                 starting: float = 0.0) -> None:
         self.tracker = ProgressTracker(expected, started)
         self.available = bool(self.tracker.phases)
         self.finishing = finishing
+        self.starting = starting
 
     def estimate(self, event: ProgressEvent, now: float) -> float | None:
         self.tracker.update(event.phase, event.done, event.total, now)
         if not self.available or event.phase == WAITING_PHASE:
             return None
         return self.tracker.remaining_weight() + self.finishing
+
+    def fraction(self) -> float | None:
+        """The job's overall fraction done in past runs' seconds (starting, the phases, finishing),
+        as of the last event `estimate` was given; None without past runs."""
+        if not self.available:
+            return None
+        phases = self.tracker.total_weight
+        whole = self.starting + phases + self.finishing
+        if whole <= 0:
+            return None
+        return min(1.0, (self.starting + phases - self.tracker.remaining_weight()) / whole)
 
 
 def format_eta(seconds: float) -> str:

@@ -8,16 +8,13 @@ like the command line that made them.
 """
 from __future__ import annotations
 
-import dataclasses
-import enum
 import functools
 import platform
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ..request import GenerationRequest
+from ..request import GenerationRequest, request_fields
 
 
 @dataclass(frozen=True)
@@ -75,25 +72,9 @@ def shape_key(request: GenerationRequest) -> str:
 
 
 def request_record(request: GenerationRequest) -> dict[str, Any]:
-    """The request as JSON-ready values (paths as text, enums by value), every field kept, plus
-    the frame count the engine produces."""
-    record = {field.name: _plain(getattr(request, field.name)) for field in dataclasses.fields(request)}
-    record["frame_count"] = request.frame_count
-    return record
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
-    if isinstance(value, frozenset):
-        return sorted(_plain(item) for item in value)
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
+    """The request as JSON-ready values (request.request_fields: every field kept), plus the frame
+    count the engine produces."""
+    return {**request_fields(request), "frame_count": request.frame_count}
 
 
 __all__ = ["Device", "local_device", "shape_key", "request_record"]

@@ -8,8 +8,11 @@
 
 The decorated `generate` (the `Engine` protocol's signature) then
 
-* looks up past runs of the request's shape on this device and, when there are some, adds
-  `eta` (seconds left, history/eta.py) to every ProgressEvent the caller receives;
+* looks up past runs of the request's shape on this device (this engine's at this engine path
+  first, then this engine's, then any engine's) and, when there are some, adds `eta` (seconds
+  left, history/eta.py) to every ProgressEvent the caller receives and replaces its `fraction`
+  with the fraction done in those runs' seconds (the engine's own is weighed by upstream's costs,
+  which another engine, h3-sim, or another machine does not follow);
 * inserts a `running` row before the engine starts (so a host killed mid-job leaves a row,
   shown as `interrupted`), and when `generate` returns or raises, records the outcome
   (`completed`, `failed` with the message, `cancelled`), the run and waiting times and each
@@ -45,7 +48,7 @@ from ..progress import WAITING_PHASE, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from .eta import EtaEstimator
 from .job import Device, local_device, request_record, shape_key
-from .stats import FINISHING, expected_finishing_seconds, expected_phase_seconds
+from .stats import FINISHING, expected_finishing_seconds, expected_phase_seconds, expected_starting_seconds
 from .store import CANCELLED, COMPLETED, FAILED, HistoryStore, HistoryUnavailable, JobEnd, JobRow, NewJob
 
 log = logging.getLogger("h3bridge.history")
@@ -101,10 +104,11 @@ class JobRecorder:
         recorder = cls(store, started, {})
         try:
             device = _device_of(engine_object)
-            past = _past_runs(store, device, shape, engine)
-            recorder.estimator = EtaEstimator(expected_phase_seconds(past), started,
-                                              finishing=expected_finishing_seconds(past))
             path = getattr(engine_object, "engine_path", None)
+            past = _past_runs(store, device, shape, engine, None if path is None else str(path))
+            recorder.estimator = EtaEstimator(expected_phase_seconds(past), started,
+                                              finishing=expected_finishing_seconds(past),
+                                              starting=expected_starting_seconds(past))
             pid, pid_started = _this_process()
             recorder.job_id = store.start_job(NewJob(
                 engine=engine, device=device, shape=shape, request=record,
@@ -126,10 +130,13 @@ class JobRecorder:
                 self.last_event_at = now
             try:
                 eta = self.estimator.estimate(event, now)
+                fraction = None if eta is None else self.estimator.fraction()
             except Exception:  # noqa: BLE001 - an estimate is never worth a failed render
-                eta = None
+                eta = fraction = None
             if on_progress is not None:
-                on_progress(event if eta is None else replace(event, eta=eta))
+                if eta is not None:
+                    event = replace(event, eta=eta, fraction=event.fraction if fraction is None else fraction)
+                on_progress(event)
         return forward
 
     # ------------------------------------------------------------------ end
@@ -188,10 +195,13 @@ def _device_of(engine_object: Any) -> Device:
     return method() if callable(method) else local_device()
 
 
-def _past_runs(store: HistoryStore, device: Device, shape: str, engine: str) -> list[JobRow]:
-    """Past completed runs of this shape on this device: this engine's if it has any, else
-    every engine's (the first job in a warm session runs like a one-shot job)."""
-    return store.completed_jobs(device=device, shape=shape, engine=engine, limit=ETA_RUNS) \
+def _past_runs(store: HistoryStore, device: Device, shape: str, engine: str, engine_path: str | None) -> list[JobRow]:
+    """Past completed runs of this shape on this device: this engine's with this engine program
+    if it has any (h3-sim and h3 on one Mac are one engine kind, not one speed), else this
+    engine's, else every engine's (the first job in a warm session runs like a one-shot job)."""
+    return (engine_path is not None and store.completed_jobs(device=device, shape=shape, engine=engine,
+                                                             engine_path=engine_path, limit=ETA_RUNS)) \
+        or store.completed_jobs(device=device, shape=shape, engine=engine, limit=ETA_RUNS) \
         or store.completed_jobs(device=device, shape=shape, limit=ETA_RUNS)
 
 

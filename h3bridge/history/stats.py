@@ -92,6 +92,15 @@ def expected_phase_seconds(rows: Sequence[JobRow]) -> dict[str, float]:
     return medians
 
 
+def expected_starting_seconds(rows: Sequence[JobRow]) -> float:
+    """The median time past jobs took before the engine's first progress record (starting the
+    engine process and what it does before it reports anything): each run less its phases and
+    its finishing (0 without any)."""
+    values = [max(0.0, run - sum(row.phases.values())) for row in rows
+              if row.phases and (run := run_seconds(row)) is not None]
+    return float(statistics.median(values)) if values else 0.0
+
+
 def expected_finishing_seconds(rows: Sequence[JobRow]) -> float:
     """The median FINISHING time of past jobs (0 without any)."""
     values = [row.phases[FINISHING] for row in rows if FINISHING in row.phases]
@@ -99,4 +108,4 @@ def expected_finishing_seconds(rows: Sequence[JobRow]) -> float:
 
 
 __all__ = ["Spread", "ShapeStats", "shape_stats", "phase_spreads", "expected_phase_seconds", "run_seconds", "TOTAL",
-           "FINISHING", "expected_finishing_seconds"]
+           "FINISHING", "expected_finishing_seconds", "expected_starting_seconds"]

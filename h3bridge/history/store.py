@@ -355,8 +355,10 @@ class HistoryStore:
             return self._rows(connection, "SELECT * FROM jobs ORDER BY started_at DESC, id DESC LIMIT ?", (limit,))
 
     def completed_jobs(self, *, device: Device | None = None, shape: str | None = None,
-                       engine: str | None = None, limit: int | None = None) -> list[JobRow]:
-        """Completed jobs, newest first, optionally of one device (name and memory), shape, engine."""
+                       engine: str | None = None, engine_path: str | None = None,
+                       limit: int | None = None) -> list[JobRow]:
+        """Completed jobs, newest first, optionally of one device (name and memory), shape, engine,
+        engine program (its path)."""
         where, values = ["outcome = ?"], [COMPLETED]
         if device is not None:
             where.append("device = ? AND memory_bytes IS ?")
@@ -367,6 +369,9 @@ class HistoryStore:
         if engine is not None:
             where.append("engine = ?")
             values.append(engine)
+        if engine_path is not None:
+            where.append("engine_path = ?")
+            values.append(engine_path)
         if self.path is not None and not self.path.exists():
             return []
         query = f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY started_at DESC, id DESC"

@@ -41,17 +41,13 @@ from starlette.requests import ClientDisconnect
 from ..errors import H3BridgeError, QueueFullError, RequestError
 from ..request import GenerationRequest
 from ..safeio.numbers import IntField
-from . import dialects
-from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, idempotency_key_problem, is_job_id, new_job_id
-from .peer_wire import Dialect
-from .progress_feed import EVENTS_PATH, StreamSlots
-from .uploads import ReceivedBody, UploadLimits, receive_body
-from .wire import (
+from ..wire.events import EVENTS_PATH
+from ..wire.peers import Dialect
+from ..wire.videos import (
     DEFAULT_MODEL,
     HEALTH_PATH,
     IDEMPOTENCY_HEADER,
     VIDEOS_PATH,
-    ErrorBody,
     ErrorCode,
     JobStatus,
     VideoDeleted,
@@ -62,6 +58,10 @@ from .wire import (
     request_from_wire,
     request_to_wire,
 )
+from . import dialects
+from .jobs import DEFAULT_MAX_QUEUED, JobStore, StoredJob, idempotency_key_problem, is_job_id, new_job_id
+from .progress_feed import StreamSlots
+from .uploads import ReceivedBody, UploadLimits, receive_body
 from .worker import Worker
 
 _log = logging.getLogger("h3bridge.serve")
@@ -90,9 +90,12 @@ class ServeSettings:
 
 def error_response(status: int, code: ErrorCode, message: str, *, param: str | None = None,
                    hint: str | None = None, kind: str = "invalid_request_error",
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody(error=VideoError(code=code.value, message=message, param=param, hint=hint, type=kind))
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+                   headers: dict[str, str] | None = None, dialect: Dialect = Dialect.H3BRIDGE) -> JSONResponse:
+    """An error answer in `dialect`'s shape: the job's own dialect once there is a job (its clients
+    read every answer about it alike); h3bridge's before a body or a job says which (a missing key,
+    an unknown video, a full queue)."""
+    error = VideoError(code=code.value, message=message, param=param, hint=hint, type=kind)
+    return JSONResponse(dialects.error_body(status, error, dialect), status_code=status, headers=headers)
 
 
 def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> FastAPI:
@@ -302,12 +305,13 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
         if variant != "video":
             return error_response(400, ErrorCode.INVALID_REQUEST,
                                   f"variant={variant!r}: this server has only the video (an MP4 with its audio)",
-                                  param="variant", hint="ask for variant=video")
+                                  param="variant", hint="ask for variant=video", dialect=dialects.job_dialect(job.shape))
         path = store.video_path(video_id)
         if job.status is not JobStatus.COMPLETED or not path.is_file():
             return error_response(409, ErrorCode.NOT_READY, f"video {video_id} is {job.status.value}; its content "
                                   "is there once it is completed", param="video_id",
-                                  hint="poll GET /v1/videos/{id} until status is completed")
+                                  hint="poll GET /v1/videos/{id} until status is completed",
+                                  dialect=dialects.job_dialect(job.shape))
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
 
     @app.get(EVENTS_PATH)
@@ -322,7 +326,7 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
                                   f"too many open event streams (at most {slots.per_client} per client, "
                                   f"{slots.total} in all)", param="video_id", kind="rate_limit_error",
                                   hint="close the streams of jobs you no longer follow, or poll GET /v1/videos/{id}",
-                                  headers={"Retry-After": "5"})
+                                  headers={"Retry-After": "5"}, dialect=dialects.job_dialect(job.shape))
         from .event_stream import event_stream_response
         return event_stream_response(video_id, store, worker.events, slots, client,
                                      request.headers.get("last-event-id"), request.is_disconnected)

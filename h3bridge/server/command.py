@@ -12,7 +12,7 @@ from ..errors import EngineNotFoundError, MemoryPlanError, RequestError, shown_v
 from ..safeio.numbers import float_flag, int_flag, read_int
 from .jobs import DEFAULT_MAX_QUEUED
 from .uploads import MiB, UploadLimits
-from .wire import API_KEY_ENV
+from ..wire.videos import API_KEY_ENV
 
 if TYPE_CHECKING:
     from ..model.inventory import ModelInventory

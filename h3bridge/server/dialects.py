@@ -30,7 +30,7 @@ from ..errors import RequestError, shown_value
 from ..geometry import FPS, MAX_PIXELS
 from ..media.decode import probe_media
 from ..safeio.numbers import json_int, read_float, read_int
-from .peer_wire import (
+from ..wire.peers import (
     AUDIO_FLOW_SHIFT,
     AUTO_ASPECT_RATIOS,
     NAMED_ASPECT_RATIOS,
@@ -45,7 +45,7 @@ from .peer_wire import (
 )
 from .uploads import MEDIA_SUFFIXES, UploadLimits, store_bytes
 from ..runnable import h3bridge_command
-from .wire import (
+from ..wire.videos import (
     JobStatus,
     UploadedFile,
     VideoError,
@@ -345,8 +345,18 @@ class _Translation:
             return "fl2va"       # the OpenAI meaning of one input_reference image: the clip's first frame
         return "ref2va"
 
-    def finish(self) -> TranslatedBody:
-        uploads = self.canonical_uploads()
+    def finish(self, own: Sequence[UploadedFile] | None = None) -> TranslatedBody:
+        """The translated body. `own`: h3bridge's own file parts, which already say what each file is
+        (first_frame, ref_image, ...), instead of the files given in the peer's words; every other
+        check (duration, canvas, start times) is the same for both."""
+        if own is None:
+            uploads = self.canonical_uploads()
+        else:
+            if self.frame_indices is not None:
+                raise _refuse("extra_params.frame_indices", "extra_params.frame_indices says which frames a peer's "
+                              "images anchor; h3bridge's own file parts (first_frame, last_frame) already say it",
+                              "drop extra_params.frame_indices, or send the images as input_references")
+            uploads = list(own)
         self._apply_duration()
         self._apply_canvas(uploads)
         for name, value in self.start_times:
@@ -653,9 +663,7 @@ def translate(pairs: Sequence[tuple[str, object]], uploads: Sequence[UploadedFil
         if t.task is not None:
             raise _refuse(t.task_field, "a task with h3bridge's own file parts: the parts already say what they are",
                           f"drop {t.task_field}")
-        t._apply_duration()
-        t._apply_canvas(list(own))
-        return TranslatedBody(dialect, t.pairs, list(own))
+        return t.finish(own)
     return t.finish()
 
 

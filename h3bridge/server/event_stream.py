@@ -17,16 +17,9 @@ from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from .jobs import JobStore, StoredJob
-from .progress_feed import (
-    END_EVENT,
-    KEEPALIVE_SECONDS,
-    PROGRESS_EVENT,
-    EndData,
-    ProgressData,
-    ProgressHub,
-    StreamSlots,
-)
-from .wire import JobStatus
+from ..wire.events import END_EVENT, PROGRESS_EVENT, EndData, ProgressData
+from .progress_feed import KEEPALIVE_SECONDS, ProgressHub, StreamSlots
+from ..wire.videos import JobStatus
 
 ROW_CHECK_SECONDS = 2.0      # how often a quiet stream re-reads the job's row
 SEND_TIMEOUT_SECONDS = 30.0  # a client that takes no data for this long is dropped

@@ -3,7 +3,7 @@ server's data directory, so a server killed at any moment and restarted loses no
 
 A job is accepted when its row is committed (after its uploads are all on disk, before the HTTP
 answer); until then its folder is scratch that `recover` removes. The row keeps the request as
-its wire body (wire.py: the same mapping the HTTP body went through) and the uploads by their
+its wire body (wire/videos.py: the same mapping the HTTP body went through) and the uploads by their
 names inside the job's folder, so a restarted server rebuilds exactly the request it accepted.
 
 Layout of the data directory:
@@ -26,9 +26,9 @@ from typing import Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
-from ..engines.lock import remove_dead_scratch
+from ..engines.scratch import remove_dead_scratch
 from ..errors import DataDirectoryInUse, QueueFullError
-from .wire import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
+from ..wire.videos import ErrorCode, JobStatus, UploadedFile, VideoError, VideoJob, request_from_wire
 
 DATABASE_NAME = "jobs.sqlite3"
 OWNER_LOCK_NAME = "serve.lock"

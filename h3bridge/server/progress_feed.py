@@ -1,9 +1,6 @@
-"""A job's progress as server-sent events: what `GET /v1/videos/{id}/events` streams, and the
-bodies RemoteEngine reads back (one definition for both sides; no web framework imported here).
-
-    event: progress   data: ProgressData   (phase, step done/total, fraction, ETA)
-    event: preview    data: PreviewData    (the denoised estimate after a step, a PNG in base64)
-    event: end        data: EndData        (completed / failed / cancelled, with the job): the last
+"""A job's progress as server-sent events, on the server's side: the hub the worker publishes into
+and each stream reads from. The events themselves (ProgressData, PreviewData, EndData) are the
+wire's (wire/events.py), which RemoteEngine reads back.
 
 The worker publishes into a ProgressHub (from its thread); each stream reads the job's feed from
 its own cursor and is woken when something new arrives. Memory is bounded whatever the clients
@@ -18,70 +15,18 @@ restart is recognised as stale and answered with the current state.
 from __future__ import annotations
 
 import asyncio
-import base64
 import secrets
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Literal
-
-import numpy as np
-from pydantic import BaseModel
 
 from ..progress import PreviewFrame, ProgressEvent
-from .wire import VIDEOS_PATH, JobStatus, VideoJob
+from ..wire.events import END_EVENT, PREVIEW_EVENT, PROGRESS_EVENT, EndData, EndStatus, PreviewData, ProgressData
+from ..wire.videos import JobStatus, VideoJob
 
-EVENTS_PATH = VIDEOS_PATH + "/{video_id}/events"
-PROGRESS_EVENT, PREVIEW_EVENT, END_EVENT = "progress", "preview", "end"
 FEED_EVENTS = 256           # progress events a feed keeps for clients that reconnect
 MAX_FEEDS = 64              # jobs with a feed; the oldest finished ones go first
-PREVIEW_MAX_SIDE = 512      # previews are cut down (every k-th pixel) to at most this many pixels a side
 KEEPALIVE_SECONDS = 15.0    # a comment line this often keeps proxies from closing a quiet stream
-
-
-class ProgressData(BaseModel):
-    id: str
-    status: JobStatus
-    phase: str | None = None
-    done: int = 0
-    total: int = 0
-    fraction: float = 0.0
-    progress: int = 0              # the job object's 0-100
-    eta: float | None = None       # seconds left, from the server's past runs of this shape
-    elapsed: float = 0.0           # seconds since the engine started the job
-
-
-class PreviewData(BaseModel):
-    id: str
-    step: int
-    total_steps: int
-    frame_index: int
-    width: int
-    height: int
-    png: str                       # base64 of a PNG (RGB)
-
-    @classmethod
-    def of(cls, job_id: str, preview: PreviewFrame) -> "PreviewData":
-        from ..media.png import png_bytes
-        image = preview.image
-        step = max(1, -(-max(image.shape[:2]) // PREVIEW_MAX_SIDE))
-        image = np.ascontiguousarray(image[::step, ::step])
-        return cls(id=job_id, step=preview.step, total_steps=preview.total_steps, frame_index=preview.frame_index,
-                   width=image.shape[1], height=image.shape[0], png=base64.b64encode(png_bytes(image)).decode("ascii"))
-
-    def frame(self) -> PreviewFrame:
-        from ..media.png import image_from_png
-        return PreviewFrame(step=self.step, total_steps=self.total_steps, frame_index=self.frame_index,
-                            image=image_from_png(base64.b64decode(self.png, validate=True)))
-
-
-EndStatus = Literal["completed", "failed", "cancelled"]
-
-
-class EndData(BaseModel):
-    id: str
-    status: EndStatus
-    job: VideoJob | None = None    # the job as GET /v1/videos/{id} shows it (None once deleted)
 
 
 @dataclass(frozen=True)
@@ -227,5 +172,4 @@ class StreamSlots:
                 self._open.pop(client, None)
 
 
-__all__ = ["END_EVENT", "EVENTS_PATH", "EndData", "FeedEvent", "PREVIEW_EVENT", "PROGRESS_EVENT", "PreviewData",
-           "ProgressData", "ProgressHub", "StreamSlots"]
+__all__ = ["FEED_EVENTS", "FeedEvent", "KEEPALIVE_SECONDS", "MAX_FEEDS", "ProgressHub", "StreamSlots"]

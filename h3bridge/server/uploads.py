@@ -19,7 +19,7 @@ from typing import AsyncIterator
 from ..errors import RequestError, shown_value
 from ..request import MAX_PROMPT_BYTES
 from ..safeio.outputs import publish
-from .wire import (
+from ..wire.videos import (
     PEER_INLINE_FILE_FIELDS,
     LongNumber,
     UploadedFile,

@@ -19,7 +19,7 @@ from ..errors import GenerationCancelled, H3BridgeError, RequestError, Unsupport
 from ..progress import PreviewFrame, ProgressEvent
 from .jobs import JobStore
 from .progress_feed import ProgressHub
-from .wire import ErrorCode, VideoError, progress_percent
+from ..wire.videos import ErrorCode, VideoError, progress_percent
 
 _log = logging.getLogger("h3bridge.serve")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
 from ..safeio.paths import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
-from ..request import GenerationRequest, Reference, ReferenceKind
+from ..request import GenerationRequest, Reference, ReferenceKind, request_fields
 from .storyboard import Continuation, Storyboard
 
 
@@ -274,24 +274,12 @@ def _shot_key(request: GenerationRequest, continuation: Continuation, tail: int 
               previous_key: str | None, check_files: bool) -> str:
     """A digest of what the shot is made of: its request (and its input files' contents), how it
     continues, and the key of the shot it continues from."""
-    def encode(value: object) -> object:
-        if isinstance(value, Path):
-            return {"path": str(value), "sha256": _file_digest(value) if check_files else None}
-        if isinstance(value, (set, frozenset)):
-            return sorted(encode(item) for item in value)    # type: ignore[type-var]
-        if isinstance(value, (list, tuple)):
-            return [encode(item) for item in value]
-        if isinstance(value, dict):
-            return {key: encode(item) for key, item in value.items()}
-        if hasattr(value, "value"):
-            return value.value          # enums
-        return value
+    def file(path: Path) -> object:
+        return {"path": str(path), "sha256": _file_digest(path) if check_files else None}
 
-    fields = {name: value for name, value in asdict(request).items()}
-    fields["references"] = [{"kind": r.kind.value, "path": encode(r.path), "audio_path": encode(r.audio_path)}
-                            for r in request.references]
+    fields = request_fields(request, path_value=file)
     fields["frames"], fields["seconds"] = request.frame_count, None     # the same clip however it was said
-    description = {"request": encode(fields), "continue": continuation.value, "tail_frames": tail,
+    description = {"request": fields, "continue": continuation.value, "tail_frames": tail,
                    "after": previous_key}
     return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
 

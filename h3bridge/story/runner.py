@@ -33,7 +33,7 @@ from ..errors import GenerationCancelled, OutputExistsError, RemoteError, Reques
 from ..geometry import FPS, SAMPLE_RATE
 from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
-from ..request import GenerationRequest
+from ..request import GenerationRequest, request_fields
 from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
 from ..safeio.outputs import check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
@@ -281,18 +281,6 @@ def _digest(array: np.ndarray | None) -> str:
     return "" if array is None else hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
-def _request_record(request: GenerationRequest) -> dict:
-    def plain(value: object) -> object:
-        if isinstance(value, Path):
-            return str(value)
-        if isinstance(value, (set, frozenset, tuple, list)):
-            return [plain(item) for item in value]
-        if isinstance(value, dict):
-            return {key: plain(item) for key, item in value.items()}
-        return getattr(value, "value", value)
-    return {name: plain(value) for name, value in asdict(request).items()}
-
-
 class _Runner:
     def __init__(self, plan: StoryPlan, jobs: JobDir, manifest: Manifest, engine: Engine,
                  fallback: Engine | None, on_progress: StoryProgressCallback | None,
@@ -503,7 +491,7 @@ class _Runner:
             last_frame=last_frame.name, last_frame_sha256=file_sha256(last_frame),
             frames_sha256=_digest(frames), audio_sha256=_digest(audio), frame_count=int(frames.shape[0]),
             width=result.width, height=result.height, audio_samples=int(audio.shape[1]),
-            request=_request_record(request),
+            request=request_fields(request),
             engine={"kind": type(engine).__name__, "engine_path": str(getattr(engine, "engine_path", "")),
                     "model_dir": str(getattr(engine, "model_dir", "")), "warm": engine.capabilities.warm_model,
                     "variables": dict(result.engine_variables)},

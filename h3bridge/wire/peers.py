@@ -43,7 +43,7 @@ from ..errors import RequestError, shown_value
 from ..geometry import CANVAS_MULTIPLE, FPS, MAX_PIXELS, largest_canvas_like, legal_frame_counts
 from ..request import MAX_LAYERS, GenerationRequest, ReferenceImageSize, ReferenceKind
 from ..safeio.numbers import read_int
-from .wire import JobStatus, VideoJob
+from .videos import JobStatus, VideoJob
 
 
 class Dialect(str, enum.Enum):
