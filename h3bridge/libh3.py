@@ -250,15 +250,20 @@ def _host_os() -> str:
                                                    else f"{sys.platform} machine")
 
 
+# The h3.c commit whose h3.h this module mirrors, which build-engine's pin (engine_build/record.py,
+# a layer above, so not imported here) must equal: tests/test_libh3_abi.py checks the two agree.
+MIRRORED_COMMIT = "8974cc0"
+
+
 def _fix_hint() -> str:
-    from .engines.locate import engine_source_steps
-    from .runnable import command
+    from .runnable import command, h3bridge_command
+    steps = (f"`git clone https://github.com/antirez/h3.c DIR`, `git -C DIR checkout {MIRRORED_COMMIT}` (the commit "
+             f"h3bridge is tested with), then `{h3bridge_command('build-engine', 'DIR')}`")
     if sys.platform == "darwin":
-        return (f"build it from the pinned h3.c: {engine_source_steps()}, and pass the libh3.dylib path it prints "
-                "last")
+        return f"build it from the pinned h3.c: {steps}, and pass the libh3.dylib path it prints last"
     return ("the Metal libh3 runs only on Apple Silicon Macs; here, build the C double of libh3 with "
             f"`{command('h3-sim-lib')}` and pass the path it prints, or build upstream's own libh3 over h3bridge's "
-            f"portable CPU backend for testing: {engine_source_steps()}, and pass the libh3.so path it prints last")
+            f"portable CPU backend for testing: {steps}, and pass the libh3.so path it prints last")
 
 
 def describe_binary(header: bytes) -> tuple[str, str | None, list[str]]:

@@ -239,7 +239,11 @@ def test_an_x86_64_dylib_on_an_arm64_mac(tmp_path: Path, monkeypatch: pytest.Mon
     library.write_bytes(_macho(0x01000007))
     error = _load_error(library)
     assert error.message == f"{library} is an x86_64 library on an arm64 Mac"
-    assert "build-engine DIR" in error.hint and "checkout 8974cc0" in error.hint   # issue 30: build-library is retired
+    # issue 30: build-library is retired; the steps are build-engine's at the pinned commit (the
+    # commit libh3 mirrors is the one build-engine and doctor check)
+    from h3bridge.engine_build.record import PINNED_COMMIT
+    assert libh3.MIRRORED_COMMIT == PINNED_COMMIT[:7]
+    assert "build-engine DIR" in error.hint and f"checkout {PINNED_COMMIT[:7]}" in error.hint
     universal = tmp_path / "fat.dylib"
     universal.write_bytes(b"\xca\xfe\xba\xbe" + struct.pack(">I", 1)
                           + struct.pack(">IIIII", 0x01000007, 3, 4096, 100, 12) + b"\0" * 64)

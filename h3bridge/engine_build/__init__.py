@@ -7,6 +7,17 @@ shared libh3: on macOS with upstream's own `make` (and the dylib link of
 layer, so that upstream's CLI, C API, validation, messages and phase order can run (and be
 tested) on Linux. Built engines are cached by source hash under the user cache directory.
 """
-from .build import BuiltEngine, build_engine, add_build_engine_command
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["BuiltEngine", "add_build_engine_command", "build_engine"]
+
+
+def __getattr__(name: str) -> Any:
+    # build.py (compilers, archives) loads on first use: messages that only need the pinned commit
+    # (engine_build.record, imported wherever an engine is looked for) do not pay for it
+    if name in __all__:
+        from . import build
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

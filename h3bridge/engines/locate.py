@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 from ..engine_build.record import PINNED_COMMIT
-from ..model.inventory import DOWNLOAD_HINT, not_a_model_folder_error
 from ..errors import EngineNotFoundError, ModelError
 from ..request import GenerationRequest
 from ..runnable import command, h3bridge_command
@@ -105,6 +104,8 @@ def engine_working_directory(engine_path: Path) -> Path:
 
 def locate_model_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The model directory: `explicit`, else env H3_MODEL_DIR. Must be a directory."""
+    # the inventory's wording (lazily: it reads headers with numpy, which finding an engine never needs)
+    from ..model.inventory import DOWNLOAD_HINT, not_a_model_folder_error
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(MODEL_DIR_ENV)
     if not raw:
         raise ModelError("no MiniMax-H3 model directory given",
