@@ -587,9 +587,12 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("--memory-gb", type=_positive_gigabytes, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
     machine.add_argument("--chip", metavar="NAME", type=_chip_name, help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
-    machine.add_argument("--session", action="store_true",
-                         help="plan for a warm session (generate --session, ComfyUI's warm session): h3 keeps "
-                              "the DiT and the video decoder loaded between clips")
+    from .engine_cli import _OldEngineFlag, add_engine_choice
+    from .vocabulary import EngineKind
+    # the engine to plan for, as generate names it: a warm one (session, library) keeps the DiT
+    # and the video decoder loaded between clips
+    add_engine_choice(machine, parser, kinds=PLAN_ENGINES, default=EngineKind.ONE_SHOT)
+    machine.add_argument("--session", dest="session", action=_OldEngineFlag, kind=EngineKind.SESSION)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=run_plan)
 
@@ -613,7 +616,10 @@ def run_plan(args: argparse.Namespace) -> int:
     if inventory is not None:
         for problem in inventory.errors:
             print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
-    plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=args.session)
+    from .engine_cli import engine_kind
+    from .vocabulary import EngineKind
+    warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
+    plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=warm)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
     return EXIT_OK if plan.fits else EXIT_FAILURE
 
@@ -634,6 +640,7 @@ def _check_plan_media(request: GenerationRequest) -> None:
 
 
 MAX_WORKERS = 1024
+PLAN_ENGINES = ("one-shot", "session", "library")      # the engines on this machine (a server plans its own)
 MAX_CHIP_CHARS = 100
 
 

@@ -385,3 +385,19 @@ def test_python_m_h3bridge_help_runs_for_every_subcommand(path: list[str]) -> No
     done = run_cli(*path, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: h3bridge {' '.join(path)}")
+
+
+def test_plan_names_the_engine_as_generate_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """plan --session (the old spelling) plans what --engine session plans, with a notice; the
+    library's worker is warm too."""
+    plans = {}
+    for name, flags in (("old", ["--session"]), ("session", ["--engine", "session"]),
+                        ("library", ["--engine", "library"]), ("one-shot", [])):
+        status = main(["plan", "--memory-gb", "64", "--json", *flags])
+        captured = capsys.readouterr()
+        assert status in (0, 1)
+        plans[name] = (captured.out, captured.err)
+    assert plans["old"][0] == plans["session"][0] == plans["library"][0] != plans["one-shot"][0]
+    assert '"session": true' in plans["session"][0] and '"session": false' in plans["one-shot"][0]
+    assert plans["old"][1] == "h3bridge: notice: --session is now --engine session (the old spelling still works for now)\n"
+    assert plans["session"][1] == ""

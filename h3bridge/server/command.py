@@ -142,7 +142,7 @@ def check_previews_fit(inventory: ModelInventory, machine: MachineFacts | None, 
     if plan.fits or plan.suggestion is not None or force:
         return plan
     raise MemoryPlanError(f"--previews: no job fits this device with the preview VAE loaded ({plan.verdict()})",
-                          plan=plan, hint="see `h3bridge plan --session --show` for the plan on a Mac with more "
+                          plan=plan, hint="see `h3bridge plan --engine library --show` for the plan on a Mac with more "
                                           "memory (--memory-gb), or pass --force to start anyway")
 
 
