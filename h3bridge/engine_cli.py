@@ -213,12 +213,13 @@ def add_engine_choice(group: argparse._ActionsContainer, parser: argparse.Argume
                       kinds: tuple[str, ...], default: EngineKind) -> None:
     """--engine {kinds} (vocabulary.EngineKind), its help from ENGINE_KIND_MEANING: generate and
     story offer every kind, serve the ones on its own machine. Read with `engine_kind(args)`."""
-    notes = {EngineKind.LIBRARY: " (needs --library-path or $H3_LIBRARY)", EngineKind.REMOTE: " (with --remote URL)"}
-    meanings = "; ".join(f"{kind}: {ENGINE_KIND_MEANING[EngineKind(kind)]}{notes.get(EngineKind(kind), '')}"
+    notes = {EngineKind.SESSION: "; a request it cannot take runs one-shot",
+             EngineKind.LIBRARY: "; needs --library-path or $H3_LIBRARY", EngineKind.REMOTE: "; with --remote URL"}
+    meanings = ". ".join(f"{kind}: {ENGINE_KIND_MEANING[EngineKind(kind)]}{notes.get(EngineKind(kind), '')}"
                          for kind in kinds)
     group.add_argument("--engine", choices=EngineChoices(kinds), action=_EngineFlag, default=None,
                        metavar="{" + ",".join(kinds) + "}",
-                       help=f"how the clip is rendered: {meanings}. Default: {default}")
+                       help=f"how the clip is rendered. {meanings}. Default: {default}")
     parser.set_defaults(engine_default=default)
 
 
