@@ -587,12 +587,12 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("--memory-gb", type=_positive_gigabytes, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
     machine.add_argument("--chip", metavar="NAME", type=_chip_name, help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
-    from .engine_cli import _OldEngineFlag, add_engine_choice
+    from .engine_cli import OldEngineFlag, add_engine_choice
     from .vocabulary import EngineKind
     # the engine to plan for, as generate names it: a warm one (session, library) keeps the DiT
     # and the video decoder loaded between clips
     add_engine_choice(machine, parser, kinds=PLAN_ENGINES, default=EngineKind.ONE_SHOT)
-    machine.add_argument("--session", dest="session", action=_OldEngineFlag, kind=EngineKind.SESSION)
+    machine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=run_plan)
 

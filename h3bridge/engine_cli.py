@@ -158,8 +158,8 @@ def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: 
     engine = parser.add_argument_group("engine")
     add_engine_choice(engine, parser, kinds=ENGINE_KINDS, default=default)
     # the flags that chose the warm mode before `--engine session` (issue 30): still read, with a notice
-    engine.add_argument("--session", dest="session", action=_OldEngineFlag, kind=EngineKind.SESSION)
-    engine.add_argument("--one-shot", dest="session", action=_OldEngineFlag, kind=EngineKind.ONE_SHOT)
+    engine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
+    engine.add_argument("--one-shot", dest="session", action=OldEngineFlag, kind=EngineKind.ONE_SHOT)
     from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
     add_library_options(parser)
     from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
@@ -179,6 +179,9 @@ class EngineChoices(tuple):
             return False
         return True
 
+    def offers(self, kind: EngineKind) -> bool:
+        return any(choice == kind.value for choice in self)
+
 
 class _EngineFlag(argparse.Action):
     """--engine KIND: the EngineKind in `dest`, and the spelling it was given in (an old one gets
@@ -186,8 +189,8 @@ class _EngineFlag(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
         kind, old = read_engine_kind(values)
-        if kind.value not in tuple.__iter__(self.choices):      # serve: its own machine only
-            offered = ", ".join(tuple.__iter__(self.choices))
+        if not self.choices.offers(kind):      # serve: its own machine only
+            offered = ", ".join(self.choices)
             raise argparse.ArgumentError(self, f"{kind.value} is not an engine `{parser.prog}` runs (it runs "
                                                f"{offered}); to pass jobs on to other servers, put `h3bridge fleet` "
                                                "in front of them")
@@ -195,7 +198,7 @@ class _EngineFlag(argparse.Action):
         namespace.engine_spelling = old
 
 
-class _OldEngineFlag(argparse.Action):
+class OldEngineFlag(argparse.Action):
     """--session / --one-shot, the flags before `--engine session` / `--engine one-shot`: hidden
     from --help; `dest` keeps the flag as given (engine_kind reads it, says its notice and finds
     contradictions)."""
