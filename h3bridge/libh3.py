@@ -252,10 +252,11 @@ def _host_os() -> str:
 
 def _fix_hint() -> str:
     if sys.platform == "darwin":
-        return ("build it from an h3.c checkout with `h3bridge build-library H3C_DIR` "
-                "and pass the .dylib it prints")
+        from .runnable import h3bridge_command
+        return (f"build it from an h3.c checkout with `{h3bridge_command('build-engine', 'H3C_DIR')}` "
+                "and pass the libh3.dylib it prints last")
     return ("libh3 itself runs only on Apple Silicon Macs (build it there with "
-            "`h3bridge build-library`); for tests here, build the C double with `h3-sim-lib` "
+            "`h3bridge build-engine H3C_DIR`); for tests here, build the C double with `h3-sim-lib` "
             "and pass the path it prints")
 
 

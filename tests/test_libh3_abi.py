@@ -174,7 +174,7 @@ def _load_error(path: Path) -> LibraryLoadError:
         libh3.load_library(path)
     error = caught.value
     assert isinstance(error, EngineNotFoundError) and error.before_start
-    assert error.hint and ("h3-sim-lib" in error.hint or "build-library" in error.hint)
+    assert error.hint and ("h3-sim-lib" in error.hint or "build-engine" in error.hint)
     assert error.path == path
     return error
 
@@ -239,7 +239,7 @@ def test_an_x86_64_dylib_on_an_arm64_mac(tmp_path: Path, monkeypatch: pytest.Mon
     library.write_bytes(_macho(0x01000007))
     error = _load_error(library)
     assert error.message == f"{library} is an x86_64 library on an arm64 Mac"
-    assert "h3bridge build-library" in error.hint
+    assert "build-engine H3C_DIR" in error.hint and "build-library" not in error.hint
     universal = tmp_path / "fat.dylib"
     universal.write_bytes(b"\xca\xfe\xba\xbe" + struct.pack(">I", 1)
                           + struct.pack(">IIIII", 0x01000007, 3, 4096, 100, 12) + b"\0" * 64)
