@@ -29,6 +29,8 @@ _PUBLIC: dict[str, str] = {
     **{name: ".request" for name in (
         "PRESETS", "GenerationRequest", "Reference", "ReferenceImageSize", "ReferenceKind", "SlowerPath")},
     "GenerationResult": ".result",
+    # the engine choice, one spelling in every interface: one-shot, session, library, remote
+    "EngineKind": ".vocabulary",
     # the engines (engines/)
     "engine_lock": ".engines.lock",
     "locate_engine": ".engines.locate",
@@ -75,6 +77,7 @@ if TYPE_CHECKING:  # what type checkers and editors resolve the lazy names to (t
     from .request import PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
     from .result import GenerationResult
     from .story import Storyboard, StoryResult, run_story
+    from .vocabulary import EngineKind
 
 __version__ = "0.1.0"
 
@@ -99,8 +102,8 @@ __all__ = [
     "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "PreviewFrame", "ProgressEvent",
     "Reference", "ReferenceImageSize", "ReferenceKind", "RequestError", "SessionError", "SlowerPath",
     "UnsupportedRequestError", "align_frame_count",
-    # the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
-    "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
+    # the engine choice (vocabulary.py), and the engines: the protocol, one-shot, the warm session, the machine-wide engine lock (engines/)
+    "EngineKind", "Engine", "EngineCapabilities", "EngineProcess", "OneShotEngine", "locate_engine",
     "SessionEngine", "shared_session", "LibraryEngine", "SessionCommandError", "SessionUnsupportedError", "engine_lock",
     # a Videos API server (h3bridge serve, SGLang Diffusion, vLLM-Omni) as an engine (engines/remote.py)
     "RemoteEngine", "RemoteError", "RemoteAuthError", "RemoteUnreachableError",

@@ -11,6 +11,7 @@ refused before anything ran (including an output that already exists), 130 cance
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -513,21 +514,32 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
         print(f"h3bridge: --force: {plan.verdict()}", file=sys.stderr)
 
 
-def _model_dir_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_dir", nargs="?", metavar="MODEL_DIR", type=Path,
-                        help="the MiniMax-H3 model directory (default: $H3_MODEL_DIR)")
+def add_model_dir_argument(parser: argparse.ArgumentParser, *, what: str = "the MiniMax-H3 model directory") -> None:
+    """-d/--model-dir, as generate, doctor, plan, story and serve take it, for a command that took the
+    folder as its first argument before (info, verify, lora fold): that spelling keeps working."""
+    parser.add_argument("-d", "--model-dir", metavar="PATH", type=Path, help=f"{what} (default: $H3_MODEL_DIR)")
+    parser.add_argument("model_dir_positional", nargs="?", metavar="MODEL_DIR", type=Path,
+                        help="the same folder given without -d")
 
 
-def _model_dir_from(args: argparse.Namespace) -> Path:
+def model_dir_from_args(args: argparse.Namespace) -> Path:
+    """The folder -d/--model-dir or MODEL_DIR names (both: refused), else $H3_MODEL_DIR."""
     import os
 
     from .engines.locate import MODEL_DIR_ENV
-    from .errors import ModelError
-    if args.model_dir is not None:
-        return _model_folder(args.model_dir, "MODEL_DIR")
+    from .errors import ModelError, RequestError
+    flag, positional = args.model_dir, getattr(args, "model_dir_positional", None)
+    if flag is not None and positional is not None:
+        raise RequestError(f"the model folder is given twice: --model-dir {str(flag)!r} and MODEL_DIR "
+                           f"{str(positional)!r}", field="model_dir",
+                           hint="give it once, as -d PATH")
+    if flag is not None:
+        return _model_folder(flag, "--model-dir")
+    if positional is not None:
+        return _model_folder(positional, "MODEL_DIR")
     if os.environ.get(MODEL_DIR_ENV):
         return Path(os.environ[MODEL_DIR_ENV])
-    raise ModelError("no model directory given", hint=f"pass MODEL_DIR or set {MODEL_DIR_ENV}")
+    raise ModelError("no model directory given", hint=f"add -d PATH (the model folder) or set {MODEL_DIR_ENV}")
 
 
 def _model_folder(path: Path, shown: str) -> Path:
@@ -549,14 +561,14 @@ def add_info_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("info", help="inventory a model directory (files, tensors, sizes, problems)",
                                    description="Inventory a MiniMax-H3 model directory from its shard headers "
                                                "(no tensor data read) and report layout problems with fixes.")
-    _model_dir_argument(parser)
+    add_model_dir_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the inventory as JSON")
     parser.set_defaults(handler=run_info)
 
 
 def run_info(args: argparse.Namespace) -> int:
     from .model.inventory import inspect_model
-    inventory = inspect_model(_model_dir_from(args))
+    inventory = inspect_model(model_dir_from_args(args))
     print(json.dumps(inventory.to_dict(), indent=2) if args.json else inventory.table())
     return EXIT_FAILURE if inventory.errors else EXIT_OK
 
@@ -565,7 +577,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("verify", help="check every shard's header (and with --checksums, its SHA-256)",
                                    description="Check every shard header; with --checksums hash every shard and "
                                                "compare with the Hugging Face hashes or h3bridge's manifest.")
-    _model_dir_argument(parser)
+    add_model_dir_argument(parser)
     parser.add_argument("--checksums", action="store_true",
                         help="hash every shard (all cores) and compare; results cached by path, size and mtime")
     parser.add_argument("--rewrite-manifest", action="store_true",
@@ -580,7 +592,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
 
 def run_verify(args: argparse.Namespace) -> int:
     from .model.verify import verify_model
-    report = verify_model(_model_dir_from(args), checksums=args.checksums or args.rewrite_manifest,
+    report = verify_model(model_dir_from_args(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.table(verbose=args.verbose))
@@ -602,9 +614,12 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("--memory-gb", type=_positive_gigabytes, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
     machine.add_argument("--chip", metavar="NAME", type=_chip_name, help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
-    machine.add_argument("--session", action="store_true",
-                         help="plan for a warm session (generate --session, ComfyUI's warm session): h3 keeps "
-                              "the DiT and the video decoder loaded between clips")
+    from .engine_cli import OldEngineFlag, add_engine_choice
+    from .vocabulary import EngineKind
+    # the engine to plan for, as generate names it: a warm one (session, library) keeps the DiT
+    # and the video decoder loaded between clips
+    add_engine_choice(machine, parser, kinds=PLAN_ENGINES, default=EngineKind.ONE_SHOT)
+    machine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=run_plan)
 
@@ -628,7 +643,10 @@ def run_plan(args: argparse.Namespace) -> int:
     if inventory is not None:
         for problem in inventory.errors:
             print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
-    plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=args.session)
+    from .engine_cli import engine_kind
+    from .vocabulary import EngineKind
+    warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
+    plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=warm)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
     return EXIT_OK if plan.fits else EXIT_FAILURE
 
@@ -649,6 +667,7 @@ def _check_plan_media(request: GenerationRequest) -> None:
 
 
 MAX_WORKERS = 1024
+PLAN_ENGINES = ("one-shot", "session", "library")      # the engines on this machine (a server plans its own)
 MAX_CHIP_CHARS = 100
 
 
@@ -683,12 +702,98 @@ from .model.download_cli import add_model_command   # noqa: E402 (`model downloa
 SUBCOMMANDS += [add_model_command]
 
 
+class H3BridgeParser(argparse.ArgumentParser):
+    """argparse with "did you mean" (the root parser and, through `parser_class`, every subcommand's).
+
+    An unknown option is said by the subcommand it was given to, with its usage and the closest of
+    its options (`unrecognized argument: --widht (did you mean --width?)`), even when a required
+    argument is missing too (argparse would only say that); a mistyped subcommand or choice gets
+    the closest valid one."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        arguments = list(sys.argv[1:] if args is None else args)
+        subcommand = self._subparsers is not None and any(
+            isinstance(action, argparse._SubParsersAction) for action in self._subparsers._group_actions)
+        if self.prog != ROOT_PROG and not subcommand:
+            unknown = self._unknown_options(arguments)      # before argparse's "required" check hides them
+            if unknown:
+                self.error(self._unrecognized(unknown))
+        namespace, extras = super().parse_known_args(arguments, namespace)
+        if extras and self.prog != ROOT_PROG:       # said here, with this subcommand's usage, not the root's
+            self.error(self._unrecognized(extras))
+        return namespace, extras
+
+    def _unknown_options(self, arguments: list[str]) -> list[str]:
+        unknown = []
+        for text in arguments:
+            if text == "--":
+                break
+            found = self._parse_optional(text)
+            # Python 3.12.7+ returns a list of (action, option, separator, value), older ones one tuple
+            options = found if isinstance(found, list) else [found] if found is not None else []
+            if options and all(option[0] is None for option in options):
+                unknown.append(text)
+        return unknown
+
+    def _unrecognized(self, extras: list[str]) -> str:
+        flags = sorted(option for action in self._actions if action.help is not argparse.SUPPRESS
+                       for option in action.option_strings)
+        said = []
+        for text in extras:
+            name = text.split("=", 1)[0]
+            close = difflib.get_close_matches(name, flags, n=3, cutoff=0.6) if name.startswith("-") else []
+            said.append(text + (f" (did you mean {' or '.join(close)}?)" if close else ""))
+        return f"unrecognized argument{'s' if len(said) > 1 else ''}: {', '.join(said)}"
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        if isinstance(action, argparse._SubParsersAction):      # the hidden alias (build-library) is not offered
+            offered = [choice.dest for choice in action._choices_actions]
+        else:
+            offered = [str(choice) for choice in action.choices]
+        close = difflib.get_close_matches(str(value), offered, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"choose from {', '.join(offered)}"
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r} ({hint})")
+
+
+ROOT_PROG = "h3bridge"
+
+# `h3bridge --help` lists the subcommands by what users do; every visible subcommand is in exactly
+# one group (build_parser checks, tests/test_cli_vocabulary.py too).
+COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
+    "render": ("generate", "story", "demo", "plan"),
+    "models": ("model", "info", "verify", "lora"),
+    "engines": ("build-engine", "doctor"),
+    "serve": ("serve", "fleet"),
+    "tools": ("history", "stats", "hexgrid"),
+}
+# Old subcommands that still run, hidden from --help (each says its current name when run).
+HIDDEN_COMMANDS = ("build-library",)
+
+
+def grouped_commands(subparsers: argparse._SubParsersAction) -> str:
+    """The subcommand list of `h3bridge --help`, a heading per COMMAND_GROUPS entry."""
+    helps = {choice.dest: choice.help or "" for choice in subparsers._choices_actions}
+    grouped = [name for names in COMMAND_GROUPS.values() for name in names]
+    stray = sorted(set(helps) ^ set(grouped)) + sorted({name for name in grouped if grouped.count(name) > 1})
+    if stray:
+        raise AssertionError(f"cli.COMMAND_GROUPS must list every subcommand once: {', '.join(stray)}")
+    width = max(len(name) for name in grouped) + 2
+    lines = []
+    for group, names in COMMAND_GROUPS.items():
+        lines.append(f"{group}:")
+        lines += [f"  {name:<{width}}{helps[name]}" for name in names]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="h3bridge", description="MiniMax-H3 through antirez's h3.c engine.",
-                                     epilog=EXIT_STATUS_HELP)
+    parser = H3BridgeParser(prog=ROOT_PROG, description="MiniMax-H3 through antirez's h3.c engine.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     from . import __version__
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                       parser_class=H3BridgeParser)
     from .fleet.cli import add_fleet_command         # a LiteLLM proxy config for many servers, h3bridge/fleet
     from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
     from .history.cli import add_history_command, add_stats_command     # the job history, h3bridge/history
@@ -698,6 +803,8 @@ def build_parser() -> argparse.ArgumentParser:
     for add_command in [*SUBCOMMANDS, add_fleet_command, add_hexgrid_command, add_history_command, add_stats_command,
                         add_lora_command, add_serve_command, add_story_command]:
         add_command(subparsers)
+    parser.epilog = (f"commands (h3bridge COMMAND --help for each):\n{grouped_commands(subparsers)}\n\n"
+                     f"{EXIT_STATUS_HELP}")
     return parser
 
 

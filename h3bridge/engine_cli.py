@@ -21,6 +21,7 @@ from .errors import GenerationCancelled, RequestError, UnsupportedRequestError
 from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from .progress import WAITING_PHASE, ProgressEvent
 from .request import GenerationRequest
+from .vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
 
 if TYPE_CHECKING:
     from .engines.protocol import Engine
@@ -150,22 +151,155 @@ class PhaseProgressBars:
 def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: bool = False) -> None:
     """The options that choose and run an engine, shared by `generate` and `story` (an engine added
     here, and in `engines_from_args`, reaches both). `warm_by_default`: the warm session unless
-    --one-shot (a story renders many clips), instead of one-shot unless --session."""
+    told otherwise (a story renders many clips), instead of one-shot."""
     add_engine_options(parser)
     add_engine_safety_options(parser)
-    warm = parser.add_mutually_exclusive_group()
-    warm.add_argument("--session", action="store_true", default=warm_by_default,
-                      help="render through h3's interactive mode (the warm SessionEngine the library and "
-                           "ComfyUI keep between clips; frames are decoded from the MP4). A prompt the "
-                           "session cannot take (several lines) runs one-shot instead"
-                           + (" (the default here)" if warm_by_default else ""))
-    if warm_by_default:
-        warm.add_argument("--one-shot", dest="session", action="store_false",
-                          help="start h3 afresh for every clip instead of keeping the model warm")
+    default = EngineKind.SESSION if warm_by_default else EngineKind.ONE_SHOT
+    engine = parser.add_argument_group("engine")
+    add_engine_choice(engine, parser, kinds=ENGINE_KINDS, default=default)
+    # the flags that chose the warm mode before `--engine session` (issue 30): still read, with a notice
+    engine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
+    engine.add_argument("--one-shot", dest="session", action=OldEngineFlag, kind=EngineKind.ONE_SHOT)
     from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
     add_library_options(parser)
     from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
     add_remote_option(parser)
+
+
+class EngineChoices(tuple):
+    """The engine kinds a command offers (what --help and "invalid choice" list), which also holds
+    every older spelling (vocabulary.OLD_ENGINE_SPELLINGS) and every other kind, so that argparse
+    lets them through to _EngineFlag: it says what they are called now, or why this command does
+    not take that kind, in better words than "invalid choice"."""
+
+    def __contains__(self, value: object) -> bool:
+        try:
+            read_engine_kind(value)
+        except ValueError:
+            return False
+        return True
+
+    def offers(self, kind: EngineKind) -> bool:
+        return any(choice == kind.value for choice in self)
+
+
+class _EngineFlag(argparse.Action):
+    """--engine KIND: the EngineKind in `dest`, and the spelling it was given in (an old one gets
+    its notice once the whole command line is read: engine_kind)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        kind, old = read_engine_kind(values)
+        if not self.choices.offers(kind):      # serve: its own machine only
+            offered = ", ".join(self.choices)
+            raise argparse.ArgumentError(self, f"{kind.value} is not an engine `{parser.prog}` runs (it runs "
+                                               f"{offered}); to pass jobs on to other servers, put `h3bridge fleet` "
+                                               "in front of them")
+        setattr(namespace, self.dest, kind)
+        namespace.engine_spelling = old
+
+
+class OldEngineFlag(argparse.Action):
+    """--session / --one-shot, the flags before `--engine session` / `--engine one-shot`: hidden
+    from --help; `dest` keeps the flag as given (engine_kind reads it, says its notice and finds
+    contradictions)."""
+
+    def __init__(self, option_strings, dest, kind: EngineKind, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        self.kind = kind
+        super().__init__(option_strings, dest, nargs=0, default=None, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        given = [*(getattr(namespace, self.dest, None) or []), (option_string, self.kind)]
+        setattr(namespace, self.dest, given)
+
+
+def add_engine_choice(group: argparse._ActionsContainer, parser: argparse.ArgumentParser, *,
+                      kinds: tuple[str, ...], default: EngineKind) -> None:
+    """--engine {kinds} (vocabulary.EngineKind), its help from ENGINE_KIND_MEANING: generate and
+    story offer every kind, serve the ones on its own machine. Read with `engine_kind(args)`."""
+    notes = {EngineKind.SESSION: "; a request it cannot take runs one-shot",
+             EngineKind.LIBRARY: "; needs --library-path or $H3_LIBRARY", EngineKind.REMOTE: "; with --remote URL"}
+    meanings = ". ".join(f"{kind}: {ENGINE_KIND_MEANING[EngineKind(kind)]}{notes.get(EngineKind(kind), '')}"
+                         for kind in kinds)
+    group.add_argument("--engine", choices=EngineChoices(kinds), action=_EngineFlag, default=None,
+                       metavar="{" + ",".join(kinds) + "}",
+                       help=f"how the clip is rendered. {meanings}. Default: {default}")
+    parser.set_defaults(engine_default=default)
+
+
+def _flag_words(kind: EngineKind) -> str:
+    return f"--engine {kind}"
+
+
+def engine_kind(args: argparse.Namespace) -> EngineKind:
+    """The engine the command line chose, in the one vocabulary (EngineKind), from `--engine`, the
+    older spellings (`--engine cli`/`oneshot`, `--session`, `--one-shot`: a notice each on stderr)
+    and `--remote URL` (the remote engine). Contradicting flags, --engine remote without --remote,
+    and the library engine's own flags with another engine are refused (RequestError naming the
+    flags). Read once: the result is kept in `args.engine_kind`."""
+    known = getattr(args, "engine_kind", None)
+    if isinstance(known, EngineKind):
+        return known
+    given: EngineKind | None = getattr(args, "engine", None)
+    spelled: str | None = getattr(args, "engine_spelling", None)
+    old_flags: list[tuple[str, EngineKind]] = getattr(args, "session", None) or []
+    remote = getattr(args, "remote", None)
+    notices: list[tuple[str, str]] = []
+    shown = f"--engine {spelled or given}"
+    if len({kind for _, kind in old_flags}) > 1:
+        raise RequestError(f"{old_flags[0][0]} and {old_flags[-1][0]} contradict each other", field="engine",
+                           hint="give one engine: --engine session or --engine one-shot")
+    flag, flag_kind = old_flags[-1] if old_flags else (None, None)
+    kind = given
+    if flag_kind is not None:
+        if given is not None and spelled == "cli":
+            # `--engine cli` named the h3 program, which --session made warm: the pair is one engine
+            notices.append((f"{shown} {flag}", _flag_words(flag_kind)))
+            spelled = None
+        elif given is not None and given is not flag_kind:
+            raise RequestError(f"{shown} and {flag} contradict each other ({flag} is the old spelling of "
+                               f"{_flag_words(flag_kind)})", field="engine",
+                               hint=f"keep one: {shown} or {_flag_words(flag_kind)}")
+        else:
+            notices.append((flag, _flag_words(flag_kind)))
+        kind = flag_kind
+    if spelled is not None and given is not None:
+        notices.append((shown, _flag_words(given)))
+    if remote:
+        if kind is not None and kind is not EngineKind.REMOTE:
+            words = flag if flag is not None and given is None else shown
+            raise RequestError(f"--remote {remote} and {words} contradict each other: --remote renders on that server, "
+                               f"{words} on this machine", field="engine",
+                               hint=f"drop {words} to render on the server, or drop --remote to render here")
+        kind = EngineKind.REMOTE
+    elif kind is EngineKind.REMOTE:
+        raise RequestError("--engine remote sends the job to a Videos API server, and no --remote URL says which",
+                           field="remote", hint="add --remote URL (e.g. --remote http://studio-mac.local:8765), "
+                                                "or choose an engine on this machine: --engine one-shot")
+    if kind is None:
+        kind = getattr(args, "engine_default", EngineKind.ONE_SHOT)
+    refuse_library_flags_without_library(args, kind)
+    for old, new in notices:
+        print(f"h3bridge: notice: {old} is now {new} (the old spelling still works for now)", file=sys.stderr)
+    args.engine_kind = kind
+    return kind
+
+
+# The library engine's own flags, by dest (--preview-dir has its own refusal: library_cli).
+LIBRARY_ONLY_FLAGS = {"library_path": "--library-path", "h3_dir": "--h3-dir"}
+
+
+def refuse_library_flags_without_library(args: argparse.Namespace, kind: EngineKind) -> None:
+    """--library-path / --h3-dir choose the library engine's files: with another engine they would be
+    ignored, so they are refused (said in flags, with both ways out)."""
+    if kind is EngineKind.LIBRARY:
+        return
+    given = [dest for dest in LIBRARY_ONLY_FLAGS if getattr(args, dest, None)]
+    if given:
+        flags = [LIBRARY_ONLY_FLAGS[dest] for dest in given]
+        add = "--engine library" + ("" if "library_path" in given else " --library-path PATH (or set $H3_LIBRARY)")
+        raise RequestError(f"{' and '.join(flags)} {'chooses' if len(flags) == 1 else 'choose'} the library engine's "
+                           f"files, and the engine is {kind}", field=given[0],
+                           hint=f"add {add}, or drop {' '.join(flags)}")
 
 
 def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
@@ -222,10 +356,11 @@ class EngineChoice:
         self.one_shot.close()
 
 
-def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) -> EngineChoice:
-    """The engines `add_engine_run_options`' flags describe (nothing starts yet). `session`
-    overrides --session/--one-shot (serve's --engine)."""
-    if getattr(args, "remote", None):
+def engines_from_args(args: argparse.Namespace) -> EngineChoice:
+    """The engines the flags describe (`engine_kind`: generate's, story's and serve's --engine;
+    nothing starts yet)."""
+    kind = engine_kind(args)
+    if kind is EngineKind.REMOTE:
         from .remote_cli import remote_engine_from_args      # refuses the local-only flags first
         return EngineChoice(remote_engine_from_args(args))
     if getattr(args, "remote_dialect", "h3bridge") != "h3bridge":
@@ -235,12 +370,12 @@ def engines_from_args(args: argparse.Namespace, *, session: bool | None = None) 
     from .engines.oneshot import OneShotEngine
     from .engines.session import SessionEngine
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    if getattr(args, "engine", "cli") == "library":     # warm by nature: --session/--one-shot do not apply
+    if kind is EngineKind.LIBRARY:     # warm by nature: its own worker
         from .engines.library_cli import library_engine_from_args
         return EngineChoice(library_engine_from_args(args, stall_timeout=stall_timeout))
     one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
     warm = None
-    if getattr(args, "session", False) if session is None else session:
+    if kind is EngineKind.SESSION:
         warm = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
     return EngineChoice(one_shot, warm)
 

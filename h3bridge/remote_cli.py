@@ -17,7 +17,6 @@ from .wire.videos import API_KEY_ENV
 LOCAL_ONLY_FLAGS: dict[str, tuple[str, str]] = {
     "engine_path": ("--engine-path", "the server runs its own engine (chosen with `h3bridge serve --engine-path`)"),
     "model_dir": ("--model-dir", "the server uses its own model (chosen with `h3bridge serve --model-dir`)"),
-    "session": ("--session", "whether the engine stays warm is the server's choice (`h3bridge serve`)"),
     "force": ("--force", "the model check and memory plan run on the server, for its machine"),
     "stall_timeout": ("--stall-timeout", "the engine's watchdog runs on the server"),
 }

@@ -68,7 +68,7 @@ ARGUMENT_KINDS: dict[str, ArgKind] = {
     "first_frame": ArgKind.INPUT_FILE, "last_frame": ArgKind.INPUT_FILE, "references": ArgKind.INPUT_FILE,
     "engine_path": ArgKind.INPUT_FILE, "library_path": ArgKind.INPUT_FILE, "storyboard": ArgKind.INPUT_FILE,
     "source": ArgKind.INPUT_FILE, "loras": ArgKind.INPUT_FILE,
-    "model_dir": ArgKind.INPUT_DIR, "h3c_dir": ArgKind.INPUT_DIR, "h3_dir": ArgKind.INPUT_DIR,
+    "model_dir": ArgKind.INPUT_DIR, "model_dir_positional": ArgKind.INPUT_DIR, "h3c_dir": ArgKind.INPUT_DIR, "h3_dir": ArgKind.INPUT_DIR,
     "folders": ArgKind.INPUT_DIR,
     # outputs
     "output": ArgKind.OUTPUT_FILE, "preview_dir": ArgKind.OUTPUT_DIR, "job_dir": ArgKind.OUTPUT_DIR,
@@ -554,6 +554,11 @@ def subparser_for(parser: argparse.ArgumentParser, command: str) -> argparse.Arg
     return current
 
 
+# Two arguments that give one value (`info -d PATH` or `info PATH`): feeding one, the base value
+# of the other is left out (both given is refused).
+SAME_VALUE: dict[str, str] = {"model_dir_positional": "model_dir"}
+
+
 def build_argv(parser: argparse.ArgumentParser, command: str, world: CliWorld, override: Argument | None = None,
                value: str | None = None, *, overwrite: bool = False) -> list[str]:
     """The command's base invocation with `override`'s value replaced by `value` (`--flag=value`,
@@ -568,7 +573,9 @@ def build_argv(parser: argparse.ArgumentParser, command: str, world: CliWorld, o
             continue
         if override is not None and action is override.action:
             shown = [value] * (action.nargs if isinstance(action.nargs, int) and action.nargs > 1 else 1)
-        elif action.dest in values and action.nargs != 0 and (override is None or action.dest != override.action.dest):
+        elif action.dest in values and action.nargs != 0 and (
+                override is None or SAME_VALUE.get(action.dest, action.dest)
+                != SAME_VALUE.get(override.action.dest, override.action.dest)):
             shown = [str(values[action.dest])]
         else:
             continue

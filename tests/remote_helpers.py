@@ -18,7 +18,7 @@ __all__ = ["KEY", "ServerProcess", "get", "start_server"]
 def start_server(root: Path, model: Path, *, extra_env: dict[str, str] | None = None,
                  extra_args: tuple[str, ...] = ()) -> ServerProcess:
     """A started server (stop it with `.stop()`); `extra_env` reaches its engine (H3_SIM_* faults)."""
-    return ServerProcess(data_dir=root / "data", model_dir=model, log_dir=root / "logs", engine="oneshot",
+    return ServerProcess(data_dir=root / "data", model_dir=model, log_dir=root / "logs", engine="one-shot",
                          extra_args=list(extra_args), env={**isolated_env(root), **(extra_env or {})}).start()
 
 

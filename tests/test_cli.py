@@ -279,9 +279,9 @@ def test_a_prompt_too_long_for_the_command_line_exits_2_and_goes_warm_with_sessi
             "--model-dir", str(model_dir)]
     assert main([*args, "-o", str(tmp_path / "one-shot.mp4")]) == 2
     err = capsys.readouterr().err
-    assert "the prompt is" in err and "--session" in err and "SessionEngine" not in err
+    assert "the prompt is" in err and "(--engine session)" in err and "SessionEngine" not in err
     assert "build h3" not in err and sim_invocations(sim_log) == []
-    assert main([*args, "-o", str(tmp_path / "warm.mp4"), "--session"]) == 0
+    assert main([*args, "-o", str(tmp_path / "warm.mp4"), "--engine", "session"]) == 0
     assert (tmp_path / "warm.mp4").is_file()
 
 

@@ -143,7 +143,7 @@ def test_story_says_who_holds_the_engine(model_dir: Path, tmp_path: Path) -> Non
     engine_pid = 0
     try:
         engine_pid = int(holder.stdout.readline())
-        job = subprocess.Popen([sys.executable, "-m", "h3bridge.cli", "story", str(story), "--one-shot",
+        job = subprocess.Popen([sys.executable, "-m", "h3bridge.cli", "story", str(story), "--engine", "one-shot",
                                 "--engine-path", str(sim_engine_path()), "--model-dir", str(model_dir)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seen: list[str] = []

@@ -1055,4 +1055,4 @@ def test_a_library_of_the_wrong_kind_is_one_sentence_on_the_node(server: Server,
     assert error["node_type"] == ENGINE and error["exception_type"] == "Library load error"
     first, *rest = error["exception_message"].split("\n")
     assert "static archive" in first and str(archive) in first
-    assert rest and "build-engine" in rest[0]   # issue 30: build-library is retired into build-engine
+    assert rest and "build-engine" in rest[0]

@@ -623,7 +623,7 @@ def test_a_prompt_over_the_argument_limit_is_refused_with_the_alternative(engine
         engine.generate(fast_request(prompt), tmp_path / "x.mp4")
     error = caught.value
     assert error.field == "prompt" and f"the prompt is {len(prompt)} bytes" in error.message
-    assert "MAX_ARG_STRLEN" in error.message and "warm session" in error.hint and "--session" in error.hint
+    assert "MAX_ARG_STRLEN" in error.message and "warm session" in error.hint and "CLI: --engine session" in error.hint
     assert sim_invocations(sim_log) == [] and files_in(tmp_path) == []
 
 

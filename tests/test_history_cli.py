@@ -162,7 +162,7 @@ def test_generate_shows_an_eta_once_the_shape_has_run_on_this_machine(sim_model:
     other = cli("generate", "-p", "a red fox", *FAST_FLAGS[:4], "--frames", "39", "--steps", "2",
                 "-o", str(tmp_path / "b.mp4"), *engine)
     assert other.returncode == 0 and "ETA" not in other.stderr          # another shape: still none
-    again = cli("generate", "-p", "another fox", *FAST_FLAGS, "-o", str(tmp_path / "c.mp4"), "--session", *engine)
+    again = cli("generate", "-p", "another fox", *FAST_FLAGS, "-o", str(tmp_path / "c.mp4"), "--engine", "session", *engine)
     assert again.returncode == 0, again.stderr
     phase_lines = [line for line in again.stderr.splitlines() if line.startswith("h3bridge: ") and "overall" in line]
     assert phase_lines and all(", ETA 0:0" in line for line in phase_lines), again.stderr

@@ -442,7 +442,7 @@ def test_session_mode_reaches_generate_plan_and_comfyui(realistic: Path, monkeyp
     from h3bridge.comfy import adapter
     args = ["plan", "-d", str(realistic), "--memory-gb", "48", "--chip", "Apple M4 Pro"]
     assert main(args) == 0
-    assert main([*args, "--session"]) == 1 and "warm session" in capsys.readouterr().out
+    assert main([*args, "--engine", "session"]) == 1 and "warm session" in capsys.readouterr().out
     request = GenerationRequest(PROMPT)
     machine = MachineFacts.mac(48, "Apple M4 Pro")
     assert adapter.decide_ssd_streaming("auto", request, realistic, machine=machine)[0] is False

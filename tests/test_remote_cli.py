@@ -28,7 +28,6 @@ def closed_port() -> int:
 @pytest.mark.parametrize("flags, named", [
     (["--engine-path", "/opt/h3/h3"], "--engine-path"),
     (["-d", "/models/MiniMax-H3"], "--model-dir"),
-    (["--session"], "--session"),
     (["--force"], "--force"),
     (["--stall-timeout", "30"], "--stall-timeout"),
 ])
@@ -42,8 +41,16 @@ def test_local_engine_flags_are_refused_with_remote(capsys: pytest.CaptureFixtur
 
 
 def test_several_local_flags_are_named_together(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    status, err = generate(capsys, tmp_path, "--remote", "http://127.0.0.1:9", "--session", "--engine-path", "h3")
-    assert status == 2 and "--engine-path and --session are for a local engine" in err
+    status, err = generate(capsys, tmp_path, "--remote", "http://127.0.0.1:9", "--force", "--engine-path", "h3")
+    assert status == 2 and "--engine-path and --force are for a local engine" in err
+
+
+def test_a_local_engine_choice_contradicts_remote(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--session (now --engine session) with --remote: two engines named, said as a contradiction
+    (engine_cli.engine_kind; tests/test_cli_vocabulary.py has every pair)."""
+    status, err = generate(capsys, tmp_path, "--remote", "http://127.0.0.1:9", "--session")
+    assert status == 2 and "--remote http://127.0.0.1:9 and --session contradict each other" in err
+    assert "drop --session to render on the server, or drop --remote" in err
 
 
 def test_there_is_no_api_key_flag() -> None:

@@ -216,7 +216,7 @@ def test_story_remote_renders_every_shot_on_the_server(server: ServerProcess, ke
     summary = json.loads(done.stdout)
     assert summary["rendered"] == 2 and summary["film_frames"] == 43
     assert len(get(server, "/v1/videos").json()["data"]) == before + 2
-    local = run_cli(story_argv(story, tmp_path / "local.mp4", sim_engine_path(), sim_model, "--one-shot",
+    local = run_cli(story_argv(story, tmp_path / "local.mp4", sim_engine_path(), sim_model, "--engine", "one-shot",
                                "--job-dir", str(tmp_path / "local-job"), "--only", "1"))
     assert local.returncode == 0, local.stderr
     [remote_shot_1] = (tmp_path / "remote-job").glob("shot-001-*.mp4")

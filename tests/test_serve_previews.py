@@ -117,17 +117,22 @@ def test_a_server_without_previews_says_so_and_streams_none(tmp_path: Path, mode
     assert previews == []
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--previews"], "--previews needs --engine library"),
-    (["--engine", "oneshot", "--previews"], "--previews needs --engine library"),
-    (["--library-path", "/nowhere/libh3.dylib"], "--library-path choose the library engine's files"),
+@pytest.mark.parametrize("flags, named, fix", [
+    (["--previews"], "--previews needs --engine library", "add --engine library --library-path PATH"),
+    (["--engine", "one-shot", "--previews"], "--previews needs --engine library", "add --engine library --library-path PATH"),
+    (["--engine", "oneshot", "--previews"], "--previews needs --engine library", "add --engine library --library-path PATH"),
+    (["--library-path", "/nowhere/libh3.dylib"], "--library-path chooses the library engine's files, and the engine "
+                                                 "is session", "add --engine library, or drop --library-path"),
+    (["--h3-dir", "/nowhere"], "--h3-dir chooses the library engine's files, and the engine is session",
+     "add --engine library --library-path PATH (or set $H3_LIBRARY), or drop --h3-dir"),
 ])
 def test_library_flags_without_the_library_engine_are_refused(tmp_path: Path, model_dir: Path, flags: list[str],  # noqa: F811
-                                                              named: str, capsys: pytest.CaptureFixture[str]) -> None:
+                                                              named: str, fix: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["serve", "--model-dir", str(model_dir), "--data-dir", str(tmp_path / "data"), "--port", "0", *flags])
     err = capsys.readouterr().err
     assert status == 2, err
-    assert named in err and "add --engine library --library-path PATH" in err
+    assert named in err and fix in err
     assert not (tmp_path / "data").exists()      # refused before anything started
 
 

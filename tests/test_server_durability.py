@@ -68,7 +68,7 @@ def test_a_killed_server_loses_no_job_and_reruns_none_that_finished(seed: int, t
     rng = random.Random(seed)
     env = isolated_env(tmp_path)
     log = Path(env["H3_SIM_LOG"])
-    server = ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="oneshot", env=env).start()
+    server = ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="one-shot", env=env).start()
     accepted: list[str] = []
     watcher = ContentWatcher(server, accepted)
     watcher.start()
@@ -122,8 +122,8 @@ def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path, m
     the first's running job for an interrupted one: the second exits 2 naming the directory, the
     first goes on, and once it stops the directory is free again."""
     data_dir = tmp_path / "data"
-    first = ServerProcess(data_dir, model, tmp_path / "logs-first", engine="oneshot", env=isolated_env(tmp_path / "a"))
-    second = ServerProcess(data_dir, model, tmp_path / "logs-second", engine="oneshot", env=isolated_env(tmp_path / "b"))
+    first = ServerProcess(data_dir, model, tmp_path / "logs-first", engine="one-shot", env=isolated_env(tmp_path / "a"))
+    second = ServerProcess(data_dir, model, tmp_path / "logs-second", engine="one-shot", env=isolated_env(tmp_path / "b"))
     with first:
         try:
             with pytest.raises(AssertionError, match="exited 2") as refused:

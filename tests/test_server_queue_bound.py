@@ -34,7 +34,7 @@ def _submit(server: ServerProcess, **extra: object) -> httpx.Response:
 def test_a_full_queue_answers_429_with_retry_after_and_takes_jobs_again_when_a_place_frees(
         tmp_path: Path, model: Path) -> None:  # noqa: F811
     env = isolated_env(tmp_path)
-    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="oneshot", env=env,
+    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="one-shot", env=env,
                        extra_args=["--max-queued", "1"]) as server:
         with engine_lock(path=Path(env["H3BRIDGE_LOCK_PATH"])):
             first, second = _submit(server, seed=1), _submit(server, seed=2)
@@ -64,7 +64,7 @@ def test_a_full_queue_answers_429_with_retry_after_and_takes_jobs_again_when_a_p
 def test_concurrent_submissions_never_take_more_places_than_there_are(tmp_path: Path, model: Path) -> None:  # noqa: F811
     from concurrent.futures import ThreadPoolExecutor
     env = isolated_env(tmp_path)
-    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="oneshot", env=env,
+    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="one-shot", env=env,
                        extra_args=["--max-queued", "2"]) as server:
         with engine_lock(path=Path(env["H3BRIDGE_LOCK_PATH"])):
             with ThreadPoolExecutor(8) as pool:
@@ -104,7 +104,7 @@ def _hold_full_then_render(tmp_path: Path, model: Path, *, cancel_while_full: bo
         if event.phase == FULL_SERVER_PHASE:
             waiting.set()
 
-    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="oneshot", env=env,
+    with ServerProcess(tmp_path / "data", model, tmp_path / "logs", engine="one-shot", env=env,
                        extra_args=["--max-queued", "1"]) as server:
         lock = engine_lock(path=Path(env["H3BRIDGE_LOCK_PATH"]))
         lock.__enter__()

@@ -1,4 +1,4 @@
-"""`h3bridge generate --session` (h3bridge/cli.py) against h3-sim's interactive mode."""
+"""`h3bridge generate --engine session` (h3bridge/cli.py) against h3-sim's interactive mode."""
 from __future__ import annotations
 
 import json
@@ -21,7 +21,7 @@ def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_generate_session_runs_through_interactive_mode(model_dir: Path, tmp_path: Path, sim_log: Path,  # noqa: F811
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "out" / "fox.mp4"
-    code = main(["generate", "--session", "--engine-path", str(sim_engine_path()), "-d", str(model_dir),
+    code = main(["generate", "--engine", "session", "--engine-path", str(sim_engine_path()), "-d", str(model_dir),
                  "-p", "a red fox", *CLIP, "--seed", "7", "-o", str(output), "--json", "--quiet", "--read-frames"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
@@ -35,7 +35,7 @@ def test_generate_session_runs_through_interactive_mode(model_dir: Path, tmp_pat
 def test_generate_session_falls_back_to_one_shot_for_multiline_prompts(
         model_dir: Path, tmp_path: Path, sim_log: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     output = tmp_path / "fox.mp4"
-    code = main(["generate", "--session", "--engine-path", str(sim_engine_path()), "-d", str(model_dir),
+    code = main(["generate", "--engine", "session", "--engine-path", str(sim_engine_path()), "-d", str(model_dir),
                  "-p", "a red fox\nin the snow", *CLIP, "-o", str(output), "--quiet", "--no-frames"])
     assert code == 0 and output.is_file()
     assert "running it one-shot instead" in capsys.readouterr().err

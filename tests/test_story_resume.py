@@ -119,7 +119,7 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path, model_dir: Path, s
     rng = random.Random(12)
     engine = sim_engine_path()
     story = write_story(tmp_path, CRASH_STORY)
-    reference_run = run_cli(story_argv(story, tmp_path / "reference.mp4", engine, model_dir, "--one-shot"))
+    reference_run = run_cli(story_argv(story, tmp_path / "reference.mp4", engine, model_dir, "--engine", "one-shot"))
     assert reference_run.returncode == 0, reference_run.stderr
     lines_per_shot = len(reference_run.stderr.splitlines()) / len(PROMPTS)
     reference_frames, reference_audio, _ = decode_film(tmp_path / "reference.mp4")
@@ -131,7 +131,7 @@ def test_sigkill_at_random_points_then_resume(tmp_path: Path, model_dir: Path, s
     while len(kills) < KILLS:
         cycle += 1
         film, job_dir = tmp_path / f"film-{cycle}.mp4", tmp_path / f"film-{cycle}.h3story"
-        argv = story_argv(story, film, engine, model_dir, "--one-shot")
+        argv = story_argv(story, film, engine, model_dir, "--engine", "one-shot")
         in_cycle = 0
         while True:
             finished = finished_prompts(job_dir)
@@ -168,7 +168,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path: Path, model_dir
 
     from h3bridge.engines.process import live_group_members
     story = write_story(tmp_path, CRASH_STORY)
-    argv = story_argv(story, tmp_path / "film.mp4", sim_engine_path(), model_dir, "--one-shot")
+    argv = story_argv(story, tmp_path / "film.mp4", sim_engine_path(), model_dir, "--engine", "one-shot")
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stderr is not None

@@ -143,7 +143,7 @@ def argument_limit_error(argv: Sequence[str], env: Mapping[str, str], prompt: st
     """The RequestError for a command line exec refuses (E2BIG), in the prompt's terms."""
     single, total_limit = _argument_limits()
     prompt_bytes = len(os.fsencode(prompt))
-    alternative = ("shorten the prompt, or render it in the warm session (SessionEngine, CLI: --session): "
+    alternative = ("shorten the prompt, or render it in the warm session (SessionEngine, CLI: --engine session): "
                    "it sends the prompt to h3 over stdin, where its length does not count")
     if single is not None and prompt_bytes + 1 > single:
         return RequestError(f"the prompt is {prompt_bytes} bytes; h3 takes it as one command-line argument, and "

@@ -1,6 +1,8 @@
-"""`h3bridge build-library H3C_DIR [-o PATH]`: a shared libh3 from an h3.c checkout. Deprecated:
-`h3bridge build-engine` (h3bridge/engine_build) runs upstream's make and then this link on macOS,
-and builds upstream's code over the portable backend elsewhere.
+"""The shared libh3 from an h3.c checkout: the library part of `h3bridge build-engine`
+(h3bridge/engine_build runs upstream's make and then this link on macOS, and builds upstream's
+code over the portable backend elsewhere). `h3bridge build-library H3C_DIR [-o PATH]`, the command
+before build-engine, still runs this part alone: hidden from --help, with a notice naming
+build-engine.
 
 Upstream's Makefile builds `h3` and the static `libh3.a` only. On an Apple Silicon Mac this runs
 `make libh3.a` in the checkout, links a `.dylib` from the archive with `-Wl,-all_load` (every
@@ -31,7 +33,7 @@ LIBRARY_NAME = "libh3.dylib"
 MAKE_TIMEOUT = 3600.0      # a cold build of h3.c takes minutes; this is a safety net
 NOT_A_MAC = ("libh3 runs only on Apple Silicon Macs (it is Metal code, and upstream builds it only there), "
              "so it cannot be built on {system}")
-NOT_A_MAC_HINT = ("build it on the Mac with `h3bridge build-library ~/h3.c`; to test the library engine here, "
+NOT_A_MAC_HINT = ("build it on the Mac with `h3bridge build-engine ~/h3.c`; to test the library engine here, "
                   "`h3-sim-lib` builds h3bridge's C double of libh3 and prints its path (give that as "
                   "--library-path)")
 
@@ -140,9 +142,10 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
 
 
 def add_build_library_command(subparsers: argparse._SubParsersAction) -> None:
+    # no help=: argparse leaves it out of `h3bridge --help` (cli.HIDDEN_COMMANDS)
     parser = subparsers.add_parser(
-        "build-library", help="deprecated: use build-engine (links libh3.dylib from an h3.c checkout, macOS)",
-        description="Run `make libh3.a` in an h3.c checkout and link a shared libh3.dylib from it (with the "
+        "build-library",
+        description="The command before `h3bridge build-engine`, which builds h3 and libh3 together: run `make libh3.a` in an h3.c checkout and link a shared libh3.dylib from it (with the "
                     "frameworks upstream's Makefile links), for `generate --engine library` and ComfyUI's "
                     "library mode. Checks it is arm64 and loads. macOS on Apple Silicon only; elsewhere use "
                     "h3-sim-lib (the test double).")
@@ -154,8 +157,10 @@ def add_build_library_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_build_library(args: argparse.Namespace) -> int:
-    print("h3bridge: build-library is deprecated: `h3bridge build-engine H3C_DIR` builds h3 and the shared "
-          "libh3 (on any platform) and prints both paths", file=sys.stderr)
+    from ..runnable import h3bridge_command
+    print(f"h3bridge: notice: build-library is now build-engine: `{h3bridge_command('build-engine', str(args.h3c_dir))}` "
+          "builds h3 and the shared libh3 together (on any platform) and prints both paths; build-library still "
+          "builds the library alone for now", file=sys.stderr)
     try:
         path = build_library(args.h3c_dir, args.output, log=lambda text: print(f"h3bridge: {text}", file=sys.stderr))
     except LibraryBuildError as error:

@@ -13,17 +13,12 @@ from ..progress import PreviewFrame
 from ..safeio.outputs import kind_of, staged_output
 from .library import LibraryEngine
 
-ENGINE_CHOICES = ("cli", "library")
 PREVIEW_PATTERN = "step-{step:04d}.png"
 
 
 def add_library_options(parser: argparse.ArgumentParser) -> None:
-    """After --session (and story's --one-shot): their default is kept to tell when one was given."""
-    parser.set_defaults(session_default=parser.get_default("session"))
-    group = parser.add_argument_group("library engine (libh3 in a worker process)")
-    group.add_argument("--engine", choices=ENGINE_CHOICES, default="cli",
-                       help="cli: the h3 program (one-shot, or --session); library: libh3 through ctypes in a "
-                            "worker (exact frames, denoise previews; needs --library-path or H3_LIBRARY)")
+    """The library engine's own flags (`--engine library`, which engine_cli.add_engine_choice adds)."""
+    group = parser.add_argument_group("library engine (--engine library: libh3 in a worker process)")
     add_library_location_options(group)
     group.add_argument("--preview-dir", metavar="DIR",
                        help="save the denoise preview after every step as DIR/step-0001.png, ... (library engine; "
@@ -34,7 +29,7 @@ def add_library_location_options(group: argparse._ActionsContainer) -> None:
     """--library-path / --h3-dir: where libh3 and its h3.c checkout are (generate, story, and serve,
     which chooses the library with its own --engine)."""
     group.add_argument("--library-path", metavar="PATH",
-                       help="libh3.dylib from `h3bridge build-library` (or the test double from h3-sim-lib; "
+                       help="libh3 from `h3bridge build-engine` (or the test double from h3-sim-lib; "
                             "default $H3_LIBRARY)")
     group.add_argument("--h3-dir", metavar="DIR",
                        help="the h3.c checkout the worker runs in (h3_shaders.metal); default the library's folder")
@@ -85,9 +80,6 @@ class PreviewWriter:
 def library_engine_from_args(args: argparse.Namespace, *, stall_timeout: float | None) -> LibraryEngine:
     """The engine `--engine library` names (nothing starts yet; cli.engines_from_args calls this).
     The caller plans memory with its `machine_facts()`: the library's own h3_device facts."""
-    if getattr(args, "session", None) != getattr(args, "session_default", None):
-        raise RequestError("--session and --one-shot choose the h3 program's warm mode; the library engine keeps "
-                           "its own warm worker", field="session", hint="drop --session/--one-shot, or drop --engine library")
     return LibraryEngine(args.library_path, args.model_dir, h3_dir=args.h3_dir, stall_timeout=stall_timeout)
 
 
@@ -98,10 +90,12 @@ def preview_writer_from_args(args: argparse.Namespace) -> PreviewWriter | None:
 
 
 def refuse_preview_without_library(args: argparse.Namespace) -> None:
-    if getattr(args, "preview_dir", None) and getattr(args, "engine", "cli") != "library":
+    from ..engine_cli import engine_kind
+    from ..vocabulary import EngineKind
+    if getattr(args, "preview_dir", None) and engine_kind(args) is not EngineKind.LIBRARY:
         raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
                            field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
 
 
-__all__ = ["ENGINE_CHOICES", "PreviewWriter", "add_library_location_options", "add_library_options", "library_engine_from_args",
+__all__ = ["PreviewWriter", "add_library_location_options", "add_library_options", "library_engine_from_args",
            "preview_writer_from_args", "refuse_preview_without_library"]

@@ -1,4 +1,5 @@
-"""`h3bridge lora fold MODEL_DIR --lora FILE[:STRENGTH] [--lora ...] -o OUT_DIR`."""
+"""`h3bridge lora fold -d MODEL_DIR --lora FILE[:STRENGTH] [--lora ...] -o OUT_DIR` (the model folder
+may also come first, without -d, as before), `lora list` and `lora prune`."""
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,15 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
                                                "of the checkpoint.")
     commands = parser.add_subparsers(dest="lora_command", required=True, metavar="COMMAND")
     fold = commands.add_parser(
-        "fold", help="write MODEL_DIR with LoRAs folded into its transformer, as a new model folder",
+        "fold", help="write the model (-d) with LoRAs folded into its transformer, as a new model folder",
         description="Write a complete model folder at OUT_DIR: the transformer shards with the LoRAs folded in "
                     "(W' = W + strength * scale * up @ down in float64, the LoRA's flat qkv rows placed on the "
                     "per-head rows h3 reads, rounded to bf16 stochastically by default), every other "
                     "file cloned, hard-linked or copied, and a fold record that `h3bridge info` shows and "
                     "`h3bridge verify` checks. Ends with how much of the LoRA survived the rounding. Nothing "
                     "appears at OUT_DIR until the fold is complete.")
-    fold.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the base MiniMax-H3 model folder")
+    from ..cli import add_model_dir_argument      # -d/--model-dir, or the folder first as before
+    add_model_dir_argument(fold, what="the base MiniMax-H3 model folder")
     fold.add_argument("--lora", dest="loras", action="append", required=True, metavar="FILE[:STRENGTH]",
                       help="a LoRA .safetensors and its strength (default 1.0); repeat for several, applied in order")
     fold.add_argument("-o", "--output", type=Path, required=True, metavar="OUT_DIR",
@@ -66,15 +68,21 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
         "list", help="the folded models kept for ComfyUI's H3 LoRA node, with their size and last use",
         description="List the folds kept in a LoRA cache (.h3bridge-lora beside the base model), least recently "
                     "used first.")
-    listing.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+    listing.add_argument("folders", type=Path, nargs="*", metavar="FOLDER",
                          help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    listing.add_argument("-d", "--model-dir", type=Path, metavar="PATH",
+                         help="the base model folder, as other commands take it (default, when no FOLDER is "
+                              "given: $H3_MODEL_DIR)")
     listing.set_defaults(handler=run_list)
     prune = commands.add_parser(
         "prune", help="remove the least recently used folds from a LoRA cache",
         description="Remove least recently used folds until the cache takes at most --max-size (default: "
                     f"{LIMIT_VARIABLE} or {DEFAULT_LIMIT // 2**30}G). Folds are re-made on demand.")
-    prune.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
-                       help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    prune.add_argument("folders", type=Path, nargs="*", metavar="FOLDER",
+                         help="a base model folder, the folder holding it (ComfyUI/models/h3), or the cache itself")
+    prune.add_argument("-d", "--model-dir", type=Path, metavar="PATH",
+                         help="the base model folder, as other commands take it (default, when no FOLDER is "
+                              "given: $H3_MODEL_DIR)")
     prune.add_argument("--max-size", metavar="SIZE", help="e.g. 100G, or 0 to remove every fold")
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     prune.set_defaults(handler=run_prune)
@@ -92,9 +100,21 @@ def existing_folder(folder: str | Path, command: str) -> Path:
     return path
 
 
+def folders_from_args(args: argparse.Namespace, command: str) -> list[Path]:
+    """FOLDER... and -d/--model-dir, else $H3_MODEL_DIR; each an existing folder (existing_folder)."""
+    from ..engines.locate import MODEL_DIR_ENV
+    given = [*args.folders, *([args.model_dir] if args.model_dir is not None else [])]
+    if not given and os.environ.get(MODEL_DIR_ENV):
+        given = [Path(os.environ[MODEL_DIR_ENV])]
+    if not given:
+        raise RequestError(f"lora {command}: no folder given", field="FOLDER",
+                           hint=f"add -d PATH (the base model folder) or the fold cache folder, or set {MODEL_DIR_ENV}")
+    return [existing_folder(folder, command) for folder in given]
+
+
 def run_list(args: argparse.Namespace) -> int:
     from datetime import datetime
-    for folder in [existing_folder(folder, "list") for folder in args.folders]:
+    for folder in folders_from_args(args, "list"):
         root = cache_folder(folder)
         folds = list_folds(root)
         print(f"{root}: {len(folds)} fold(s), {format_bytes(sum(f.size for f in folds))} on disk")
@@ -106,7 +126,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     limit = parse_size(args.max_size, what="--max-size") if args.max_size is not None else cache_limit()
-    for folder in [existing_folder(folder, "prune") for folder in args.folders]:
+    for folder in folders_from_args(args, "prune"):
         root = cache_folder(folder)
         removed = prune(root, limit if limit is not None else None, dry_run=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"
@@ -118,6 +138,8 @@ def run_prune(args: argparse.Namespace) -> int:
 
 
 def run_fold(args: argparse.Namespace) -> int:
+    from ..cli import model_dir_from_args
+    model_dir = model_dir_from_args(args)
     partitions = list(PARTITIONS) if args.partition == "all" else [args.partition]
     specs = [LoraSpec.parse(text) for text in args.loras]
 
@@ -127,7 +149,7 @@ def run_fold(args: argparse.Namespace) -> int:
     previous = {signum: signal.signal(signum, terminate) for signum in (signal.SIGTERM, signal.SIGHUP)
                 if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
-        result = fold_model(args.model_dir, specs, args.output, partitions=partitions, distilled=args.distilled,
+        result = fold_model(model_dir, specs, args.output, partitions=partitions, distilled=args.distilled,
                             progress=False if args.quiet else None, qkv_layout=args.qkv_layout,
                             rounding=args.rounding)
     except _Terminated as stop:

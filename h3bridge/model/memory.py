@@ -5,7 +5,7 @@ separately so the 33B transformer, Qwen encoder, and decoders never have to coex
 memory", upstream README "Checkpoint layout and media pipeline"), so the process peak is the
 largest phase, not the sum.
 
-Warm session (h3's interactive mode, `h3bridge generate --session`, ComfyUI "warm session"):
+Warm session (h3's interactive mode, `h3bridge generate --engine session`, ComfyUI "warm session"):
 h3_cli_run turns the caches on (h3_cli.c:697). The prepared DiT is retained after denoising
 (h3.c:1522-1531; not freed at h3.c:1591), the video decoder is then loaded next to it and
 retained too (h3.c:1604-1616, h3_acquire_video_decoder h3.c:693-717), and a later job at the same

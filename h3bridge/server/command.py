@@ -12,6 +12,7 @@ from ..errors import EngineNotFoundError, MemoryPlanError, RequestError, shown_v
 from ..safeio.numbers import float_flag, int_flag, read_int
 from .jobs import DEFAULT_MAX_QUEUED
 from .uploads import MiB, UploadLimits
+from ..vocabulary import EngineKind
 from ..wire.videos import API_KEY_ENV
 
 if TYPE_CHECKING:
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-ENGINES = ("session", "oneshot", "library")
+# The engines a server runs on its own machine (vocabulary.EngineKind; `remote` is h3bridge fleet's job)
+SERVE_ENGINES = (EngineKind.ONE_SHOT.value, EngineKind.SESSION.value, EngineKind.LIBRARY.value)
 
 
 def default_data_dir() -> Path:
@@ -55,7 +57,7 @@ def _header_text(flag: str, limit: int):
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
-    from ..engine_cli import add_engine_options, add_engine_safety_options
+    from ..engine_cli import add_engine_choice, add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
         "serve", help="serve this Mac's engine over the OpenAI Videos API (POST /v1/videos, poll, download)",
         description="Run an HTTP server speaking the OpenAI Videos API subset that SGLang Diffusion and "
@@ -69,11 +71,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", type=_data_folder, metavar="DIR",
                         help="where the queue, the uploads and the clips live (default: h3bridge's cache "
                              "folder, serve/); the server reads and writes nothing else")
-    parser.add_argument("--engine", choices=ENGINES, default="session",
-                        help="session (default): h3's interactive mode, the model stays loaded between jobs "
-                             "(what it cannot take runs one-shot); oneshot: one h3 process per job; library: "
-                             "libh3 in a worker process, warm between jobs (needs --library-path or $H3_LIBRARY; "
-                             "the only engine that makes --previews)")
+    add_engine_choice(parser, parser, kinds=SERVE_ENGINES, default=EngineKind.SESSION)
     parser.add_argument("--previews", action="store_true",
                         help="stream each job's denoise previews on GET /v1/videos/{id}/events (needs --engine "
                              "library; the preview VAE, the video decoder the library's warm context keeps, "
@@ -121,17 +119,13 @@ def model_health(inventory: ModelInventory) -> dict[str, object]:
 
 
 def refuse_unusable_library_options(args: argparse.Namespace) -> None:
-    """The flags that only the library engine reads, refused with another engine (before anything starts)."""
-    if args.engine == "library":
-        return
-    given = [flag for flag, value in (("--previews", args.previews), ("--library-path", args.library_path),
-                                      ("--h3-dir", args.h3_dir)) if value]
-    if given:
-        what = ("--previews needs --engine library: only libh3 hands its denoise previews over (the h3 program "
-                "shows them on a terminal only)" if "--previews" in given
-                else f"{' and '.join(given)} choose the library engine's files, and --engine is {args.engine}")
-        raise RequestError(what, field=given[0].lstrip("-").replace("-", "_"),
-                           hint=f"add --engine library --library-path PATH (or set $H3_LIBRARY), or drop {' '.join(given)}")
+    """The flags that only the library engine reads, refused with another engine (before anything starts):
+    --library-path / --h3-dir by engine_kind, as generate and story refuse them; --previews here."""
+    from ..engine_cli import engine_kind
+    if engine_kind(args) is not EngineKind.LIBRARY and args.previews:
+        raise RequestError("--previews needs --engine library: only libh3 hands its denoise previews over (the h3 "
+                           "program shows them on a terminal only)", field="previews",
+                           hint="add --engine library --library-path PATH (or set $H3_LIBRARY), or drop --previews")
 
 
 def check_previews_fit(inventory: ModelInventory, machine: MachineFacts | None, *, force: bool) -> MemoryPlan:
@@ -149,7 +143,7 @@ def check_previews_fit(inventory: ModelInventory, machine: MachineFacts | None, 
     if plan.fits or plan.suggestion is not None or force:
         return plan
     raise MemoryPlanError(f"--previews: no job fits this device with the preview VAE loaded ({plan.verdict()})",
-                          plan=plan, hint=f"see `{h3bridge_command('plan', '--session', '--show')}` for the plan on a Mac with more "
+                          plan=plan, hint=f"see `{h3bridge_command('plan', '--engine', 'library', '--show')}` for the plan on a Mac with more "
                                           "memory (--memory-gb), or pass --force to start anyway")
 
 
@@ -172,7 +166,7 @@ def run_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, api_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     refuse_unusable_library_options(args)
-    engines = engines_from_args(args, session=args.engine == "session")
+    engines = engines_from_args(args)
     one_shot, session = engines.one_shot, engines.warm
     # The model folder is the server's for its life: its headers are read once, not per
     # submission, and a folder that cannot run a job is refused here (exit 2), as a missing folder
@@ -202,7 +196,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,
-                             cors_origins=tuple(args.cors_origin), engine_name=args.engine,
+                             cors_origins=tuple(args.cors_origin), engine_name=args.engine_kind.value,
                              preflight=check_like_generate, model=model_health(inventory),
                              max_queued=args.max_queued or None, previews=args.previews)
     worker = Worker(store, session or one_shot, one_shot if session is not None else None, previews=args.previews)
@@ -215,7 +209,7 @@ def run_serve(args: argparse.Namespace) -> int:
             for server in self.servers:
                 for sock in server.sockets:
                     host, port = sock.getsockname()[:2]
-                    print(f"h3bridge serve: listening on http://{host}:{port} (data {data_dir}, engine {args.engine})",
+                    print(f"h3bridge serve: listening on http://{host}:{port} (data {data_dir}, engine {args.engine_kind})",
                           file=sys.stderr, flush=True)
 
         async def shutdown(self, sockets=None) -> None:

@@ -33,7 +33,7 @@ class _Running:
 
 class Worker:
     """Runs the queue on `engine`; `fallback` takes what `engine` cannot run (the one-shot
-    engine behind a warm session, as `generate --session` does). Every job's progress (and,
+    engine behind a warm session, as `generate --engine session` does). Every job's progress (and,
     with `previews` on an engine that makes them, its denoise previews) is published to
     `events`, which GET /v1/videos/{id}/events streams."""
 
