@@ -492,7 +492,7 @@ def default_request_advice(model_dir: Path | None = None) -> str:
 
 def _plan_command(model_dir: Path | None) -> str:
     """`h3bridge plan` for doctor's model folder, as it runs here (its default request is doctor's)."""
-    return h3bridge_command("plan", *(["--model-dir", model_dir] if model_dir is not None else []))
+    return h3bridge_command("plan", *(["-d", model_dir] if model_dir is not None else []))
 
 
 def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bool, session: bool = False,

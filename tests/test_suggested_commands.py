@@ -246,14 +246,14 @@ def test_model_messages_suggest_commands_that_run(user: User) -> None:
     done = user.h3bridge("generate", "-p", "a fox", *FAST, "-d", model, "--engine-path", engine,
                          "-o", user.home / "fox.mp4")
     assert done.returncode == 2, done.stderr
-    listed = user.run_as_shown(suggested(done.stderr, user, "h3bridge", "info", str(model)))
+    listed = user.run_as_shown(suggested(done.stderr, user, "h3bridge", "info", "-d", str(model)))
     assert "transformer/config.json" in listed.stdout and "tokenizer/tokenizer.json" in listed.stdout, listed.stdout
     # a good model: info's OK line names the checksum run
     good = tiny_model(user, "good")
     info = user.h3bridge("info", good)
     assert info.returncode == 0, info.stderr
     assert_no_other_form(info.stdout, user)
-    checked = user.run_as_shown(suggested(info.stdout, user, "h3bridge", "verify", "--checksums", str(good)))
+    checked = user.run_as_shown(suggested(info.stdout, user, "h3bridge", "verify", "-d", str(good), "--checksums"))
     assert checked.returncode == 0 and "sha256" in checked.stdout, checked.stdout + checked.stderr
 
 

@@ -59,7 +59,7 @@ def shape_mismatch_hint(model_dir: Path | None) -> str:
                 "or give h3-sim as engine_path")
     where = "DIR" if model_dir is None else model_dir
     return (f"h3 loads only the official MiniMax-H3 release's tensor shapes: check the folder with "
-            f"`{h3bridge_command('info', where)}`, and download the official layout "
+            f"`{h3bridge_command('info', '-d', where)}`, and download the official layout "
             f"(`{h3bridge_command('model', 'download', 'DIR')}`) if it is another checkpoint")
 
 
@@ -105,5 +105,5 @@ def failure_hint(request: GenerationRequest, message: str | None, *, signal_numb
         return shape_mismatch_hint(model_dir)
     if "safetensors" in lowered or "model" in lowered or "tokenizer" in lowered or "config.json" in lowered:
         from ..runnable import h3bridge_command
-        return f"check the model directory: `{h3bridge_command('verify', model_dir if model_dir is not None else 'DIR')}`"
+        return f"check the model directory: `{h3bridge_command('verify', '-d', model_dir if model_dir is not None else 'DIR')}`"
     return None

@@ -360,7 +360,7 @@ def plan_fold(model_dir: str | Path, loras: Sequence[LoraSpec | str | tuple[obje
         raise LoraError("cannot fold: " + "; ".join(refusals) + "; nothing was written",
                         hint="use a LoRA trained for MiniMax-H3's transformer (the checkpoint's own key names, "
                              "optionally prefixed diffusion_model./transformer., or kohya's lora_unet_ names); "
-                             f"`{h3bridge_command('info', 'MODEL_DIR', '--json')}` lists the transformer's tensors")
+                             f"`{h3bridge_command('info', '-d', 'MODEL_DIR', '--json')}` lists the transformer's tensors")
     ordered = dict(sorted(shards.items(), key=lambda item: str(item[1].relative)))
     flags = [distilled if distilled is not None else keys.looks_distilled(lora.path, lora.header.metadata)
              for lora in read]
@@ -663,7 +663,7 @@ def _read_rows(fd: int, into: np.ndarray, offset: int) -> None:
             view[done:done + count] = chunk
         if count <= 0:
             raise LoraError(f"the model file ended early at byte {offset + done}; nothing was published",
-                            hint=f"check the model with `{h3bridge_command('verify', 'MODEL_DIR')}`", before_start=False)
+                            hint=f"check the model with `{h3bridge_command('verify', '-d', 'MODEL_DIR')}`", before_start=False)
         done += count
 
 

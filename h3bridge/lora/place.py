@@ -43,7 +43,7 @@ def not_a_model_file(path: Path, kind: str) -> LoraError:
     """The refusal of a base model entry the fold cannot copy (a FIFO, a device, a socket, a dangling link)."""
     return LoraError(f"the base model holds {path}, which is {kind}{symlink_note(path)}, not a file: the fold copies "
                      "every file of the base model and would hang or fill the disk on it",
-                     hint=f"remove it from the base model (`rm {path}`; `{h3bridge_command('info', 'MODEL_DIR')}` lists such entries) "
+                     hint=f"remove it from the base model (`rm {path}`; `{h3bridge_command('info', '-d', 'MODEL_DIR')}` lists such entries) "
                           "and fold again")
 
 

@@ -198,7 +198,7 @@ class ModelInventory:
             first = self.errors[0].exception()
             if len(self.errors) == 1:
                 raise first
-            message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `{h3bridge_command('info', self.root)}`)"
+            message = f"{first.message} (and {len(self.errors) - 1} more problem(s): run `{h3bridge_command('info', '-d', self.root)}`)"
             if isinstance(first, IntegrityError):
                 raise IntegrityError(message, path=first.path, tensor=first.tensor, hint=first.hint)
             raise ModelError(message, hint=first.hint)
@@ -209,7 +209,7 @@ class ModelInventory:
         """Why a reference job cannot run from this Ref2VA/: every piece it lacks (errors first)."""
         problems = self.reference_errors + [p for p in self.warnings if p.references_only]
         shown = "; ".join(p.message for p in problems[:4])
-        more = f"; and {len(problems) - 4} more (run `{h3bridge_command('info', self.root)}`)" if len(problems) > 4 else ""
+        more = f"; and {len(problems) - 4} more (run `{h3bridge_command('info', '-d', self.root)}`)" if len(problems) > 4 else ""
         message = (f"references need h3's Ref2VA checkpoint, and {self.root / REF2VA} is incomplete: "
                    f"{shown}{more}")
         fix = self.ref2va_download_fix + " (jobs without references do not need Ref2VA and still run)"
@@ -235,7 +235,7 @@ class ModelInventory:
         into = () if hf_cache_blobs_dir(self.root) is not None else ("--local-dir", self.root)
         download = command("hf", "download", OFFICIAL_REPO, "--include", "Ref2VA/*", *into)
         return (f"finish the Ref2VA download: `{download}` "
-                f"(it continues where it stopped), then `{h3bridge_command('verify', self.root)}`")
+                f"(it continues where it stopped), then `{h3bridge_command('verify', '-d', self.root)}`")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -278,7 +278,7 @@ class ModelInventory:
             lines.append(f"{problem.label}: {problem.message}")
             lines.append(f"  fix: {problem.fix}")
         if not self.problems:
-            lines.append(f"layout: OK (headers checked; `{h3bridge_command('verify', '--checksums', self.root)}` "
+            lines.append(f"layout: OK (headers checked; `{h3bridge_command('verify', '-d', self.root, '--checksums')}` "
                          "also hashes the data)")
         return "\n".join(lines)
 
@@ -435,7 +435,7 @@ def _report_tree_findings(root: Path, add: Callable[[Problem], None], appledoubl
         add(Problem("error", "partial-download",
                     f"unfinished download: {len(partial)} partial file(s), e.g. {partial[0]}",
                     f"resume the download ({resume} continues where it stopped), then run "
-                    f"`{h3bridge_command('verify', '--checksums', root)}`", partial[0]))
+                    f"`{h3bridge_command('verify', '-d', root, '--checksums')}`", partial[0]))
     if gguf:
         add(Problem("error", "gguf",
                     f"GGUF file(s) h3 cannot read (it reads BF16/F32 safetensors only), e.g. {gguf[0]}",

@@ -101,7 +101,7 @@ def _fail(path: Path, message: str, *, tensor: str | None = None, hint: str | No
 
 
 _REDOWNLOAD = (f"download this file again (the official MiniMaxAI BF16/F32 shards); "
-               f"`{h3bridge_command('verify', '--checksums', 'DIR')}` confirms a good copy")
+               f"`{h3bridge_command('verify', '-d', 'DIR', '--checksums')}` confirms a good copy")
 
 
 def not_a_file_error(path: Path, kind: str) -> IntegrityError:

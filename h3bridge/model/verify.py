@@ -249,7 +249,7 @@ class ShardResult:
             return None
         fix = ("download this file again" if self.expected_source != "manifest" else
                "the file changed since h3bridge recorded it: download it again, or if you replaced it on "
-               f"purpose run `{h3bridge_command('verify', '--checksums', '--rewrite-manifest', self.path.parents[len(self.relative.parts) - 1])}`")
+               f"purpose run `{h3bridge_command('verify', '-d', self.path.parents[len(self.relative.parts) - 1], '--checksums', '--rewrite-manifest')}`")
         return IntegrityError(f"{self.path}: checksum mismatch: sha256 {self.sha256}, expected "
                               f"{self.expected_sha256} ({self.expected_source})", path=self.path, hint=fix)
 

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {root} ({fixture_size_note(root)})")
     if args.lora is not None:
         from ..runnable import h3bridge_command
-        fold = h3bridge_command("lora", "fold", root, "--lora", args.lora, "-o", f"{root}-folded")
+        fold = h3bridge_command("lora", "fold", "-d", root, "--lora", args.lora, "-o", f"{root}-folded")
         print(f"wrote {write_fixture_lora(args.lora)} (a demo LoRA: try `{fold}`)")
     return 0
 
