@@ -22,6 +22,7 @@ from .history.eta import eta_suffix     # seconds left from past runs of the sha
 from .progress import WAITING_PHASE, ProgressEvent
 from .request import GenerationRequest
 from .vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
+from .runnable import h3bridge_command
 
 if TYPE_CHECKING:
     from .engines.protocol import Engine
@@ -192,8 +193,8 @@ class _EngineFlag(argparse.Action):
         if not self.choices.offers(kind):      # serve: its own machine only
             offered = ", ".join(self.choices)
             raise argparse.ArgumentError(self, f"{kind.value} is not an engine `{parser.prog}` runs (it runs "
-                                               f"{offered}); to pass jobs on to other servers, put `h3bridge fleet` "
-                                               "in front of them")
+                                               f"{offered}); to pass jobs on to other servers, put "
+                                               f"`{h3bridge_command('fleet')}` in front of them")
         setattr(namespace, self.dest, kind)
         namespace.engine_spelling = old
 

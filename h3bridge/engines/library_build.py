@@ -28,14 +28,12 @@ from typing import Callable
 
 from ..errors import EngineNotFoundError, LibraryBuildError
 from ..safeio.outputs import check_output, staged_output
+from ..libh3 import _fix_hint
 
 LIBRARY_NAME = "libh3.dylib"
 MAKE_TIMEOUT = 3600.0      # a cold build of h3.c takes minutes; this is a safety net
 NOT_A_MAC = ("libh3 runs only on Apple Silicon Macs (it is Metal code, and upstream builds it only there), "
              "so it cannot be built on {system}")
-NOT_A_MAC_HINT = ("build it on the Mac with `h3bridge build-engine ~/h3.c`; to test the library engine here, "
-                  "`h3-sim-lib` builds h3bridge's C double of libh3 and prints its path (give that as "
-                  "--library-path)")
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -105,7 +103,7 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
     """Build and check `output` (default H3C_DIR/libh3.dylib); returns its path."""
     if system != "darwin":
         raise EngineNotFoundError(NOT_A_MAC.format(system="Linux" if system.startswith("linux") else system),
-                                  hint=NOT_A_MAC_HINT)
+                                  hint=_fix_hint())     # libh3's one fix: the pinned build-engine steps, h3-sim-lib
     folder = check_checkout(h3c_dir)
     target = (output.expanduser().absolute() if output is not None else folder / LIBRARY_NAME)
     if target.is_dir():
