@@ -374,7 +374,10 @@ def run_doctor(args: argparse.Namespace) -> int:
     checks: list[dict[str, object]] = []
 
     def record(name: str, ok: bool, detail: str, fix: str | None = None) -> None:
-        checks.append({"check": name, "ok": ok, "detail": detail, "fix": None if ok else fix})
+        # library messages name fields (engine_path); on the command line, text and JSON alike, the
+        # user's words are flags (--engine-path)
+        checks.append({"check": name, "ok": ok, "detail": in_cli_words(detail),
+                       "fix": None if ok or fix is None else in_cli_words(fix)})
 
     engine_path = None
     try:
@@ -427,10 +430,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     else:
         for check in checks:
             mark = "ok     " if check["ok"] else "MISSING"
-            # library messages name fields (engine_path); here the user types flags (--engine-path)
-            print(f"{mark} {check['check']:<9} {in_cli_words(str(check['detail']))}")
+            print(f"{mark} {check['check']:<9} {check['detail']}")
             if check["fix"]:
-                print(f"          fix: {in_cli_words(str(check['fix']))}")
+                print(f"          fix: {check['fix']}")
     return EXIT_OK if all(c["ok"] for c in checks) else EXIT_FAILURE
 
 

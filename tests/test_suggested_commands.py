@@ -194,6 +194,9 @@ def test_doctor_prints_its_fixes_in_flags(user: User) -> None:
     assert done.returncode != 0
     assert_no_other_form(done.stdout, user)
     assert "(CLI:" not in done.stdout and "engine_path" not in done.stdout and "--engine-path" in done.stdout
+    as_json = json.loads(user.h3bridge("doctor", "--engine-path", user.home / "nope" / "h3", "--json").stdout)
+    fixes = " ".join(check["fix"] or "" for check in as_json["checks"])
+    assert "--engine-path" in fixes and "engine_path" not in fixes and "(CLI:" not in fixes
     # without a model, the memory line points at `plan`: it runs, and says what the default request needs
     plan = re.search(r"see `([^`]+)`", done.stdout)
     if plan is not None:
