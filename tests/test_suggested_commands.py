@@ -306,3 +306,41 @@ def test_the_differential_report_without_a_run_names_commands_that_run(user: Use
     built = user.run_as_shown(build, {"H3C_SOURCE": source}, timeout=900)
     assert built.returncode == 0, built.stderr
     assert all(Path(line).is_file() for line in built.stdout.splitlines()[-2:])
+
+
+# upstream's h3 at 8974cc0 on h3-sim's small fixture, verbatim from a run of build-engine's build
+# (its stderr's last line is "h3: weight ... at dimension 0"; h3bridge reads the message after "h3: ")
+UPSTREAM_SHAPE_MISMATCH = "weight model.language_model.embed_tokens.weight shape mismatch at dimension 0"
+
+
+def test_the_shape_mismatch_fix_depends_on_the_model(tmp_path: Path) -> None:
+    """Without upstream's build at hand too: the fix for upstream's own words names the realistic
+    fixture when the model is the small one, and the official download otherwise."""
+    from core_helpers import fast_request
+    from h3bridge.engines.hints import failure_hint
+    from h3bridge.sim.fixture import write_fixture_model
+    small = write_fixture_model(tmp_path / "small")
+    fix = failure_hint(fast_request(), UPSTREAM_SHAPE_MISMATCH, model_dir=small) or ""
+    assert "small fixture" in fix and "--realistic DIR`" in fix and "ssd_streaming" in fix, fix
+    assert "check the model directory" not in fix
+    realistic = write_fixture_model(tmp_path / "realistic", realistic=True, ref2va=False)
+    fix = failure_hint(fast_request(), UPSTREAM_SHAPE_MISMATCH, model_dir=realistic) or ""
+    assert "small fixture" not in fix and f"info -d {realistic}`" in fix and "model download DIR`" in fix, fix
+
+
+def test_doctor_fails_the_small_fixture_for_an_engine_that_is_not_h3_sim(tmp_path: Path) -> None:
+    """`doctor` said "ok model" for the small fixture beside build-engine's h3, which refuses it."""
+    from h3bridge.sim.fixture import write_fixture_model
+    small = write_fixture_model(tmp_path / "small")
+    engine = tmp_path / "h3.c" / "h3"             # any h3 that is not the simulator
+    engine.parent.mkdir()
+    engine.write_text("#!/bin/sh\nexit 0\n")
+    engine.chmod(0o755)
+    env = {**os.environ, "HOME": str(tmp_path), "H3BRIDGE_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "h3bridge", "doctor", "--engine-path", str(engine), "-d", str(small)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert re.search(r"^MISSING model .*small fixture", done.stdout, re.M), done.stdout
+    assert "--realistic DIR`" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "h3bridge", "doctor", "--engine-path", str(sim_engine_path()),
+                           "-d", str(small)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert re.search(r"^ok +model .*small fixture", done.stdout, re.M), done.stdout
