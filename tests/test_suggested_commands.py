@@ -167,6 +167,13 @@ def test_engine_not_found_suggests_commands_that_run(user: User) -> None:
     assert fixture.returncode == 0, fixture.stderr
     verify = user.h3bridge("verify", user.home / "fixture")
     assert verify.returncode == 0 and "OK" in verify.stdout, verify.stdout + verify.stderr
+    # "or give SIM as --engine-path with a model from `h3-sim-model DIR`": that engine and that model render
+    simulator = re.search(r"or give (\S+) as --engine-path with a model", message)
+    assert simulator, message
+    rendered = user.h3bridge("generate", "-p", "a fox", *FAST, "-d", user.home / "fixture", "--engine-path",
+                             simulator[1], "-o", user.home / "sim.mp4")
+    print(f"\nSUGGESTED [{user.mode}] give {simulator[1]} as --engine-path  ->  exit {rendered.returncode}")
+    assert rendered.returncode == 0 and probe_size(user.home / "sim.mp4") == (96, 64), rendered.stderr
 
     realistic = user.run_as_shown(suggested(message, user, "h3-sim-model", "--realistic", "DIR"),
                                   {"DIR": user.home / "realistic"})

@@ -34,6 +34,23 @@ def engine_source_steps(folder: str = "DIR") -> str:
             f"is tested with), then `{h3bridge_command('build-engine', folder)}`")
 
 
+def simulator_for_engine_path() -> str:
+    """h3-sim as the user can give it as the engine path here: its name when it is the one on PATH,
+    else the program installed beside this Python, else a checkout's bin/h3-sim (a ComfyUI clone
+    installed from requirements.txt has no console scripts), else the bare name."""
+    import sys
+    import sysconfig
+
+    from ..runnable import script_runs_here
+    if script_runs_here("h3-sim"):
+        return "h3-sim"
+    checkout = Path(__file__).resolve().parents[2] / "bin" / "h3-sim"
+    for candidate in (Path(sysconfig.get_path("scripts")) / "h3-sim", Path(sys.executable).parent / "h3-sim", checkout):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return "h3-sim"
+
+
 def _engine_build_hint(system: str) -> str:
     where = "give the h3 path it prints as engine_path, set H3_BIN, or put h3 on PATH"
     if system == "Darwin":
@@ -41,8 +58,8 @@ def _engine_build_hint(system: str) -> str:
                 f"tools, on an Apple Silicon Mac); {where}")
     # The real (Metal) h3 cannot run here: the one-step way to see h3bridge work comes first.
     return (f"the Metal h3 runs only on an Apple Silicon Mac. Here, `{h3bridge_command('demo')}` renders a clip end "
-            f"to end with the simulator h3-sim and a fixture model (synthetic patterns); or give h3-sim as "
-            f"engine_path with a model from `{command('h3-sim-model', 'DIR')}`. Upstream's own C also runs here, "
+            f"to end with the simulator h3-sim and a fixture model (synthetic patterns); or give "
+            f"{simulator_for_engine_path()} as engine_path with a model from `{command('h3-sim-model', 'DIR')}`. Upstream's own C also runs here, "
             f"over h3bridge's portable CPU backend, for testing (on a model of the released shapes, e.g. "
             f"`{command('h3-sim-model', '--realistic', 'DIR')}`): {engine_source_steps()}; {where}")
 
