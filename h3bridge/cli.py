@@ -34,6 +34,7 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
     cancelled_status,
     engine_from_args,
     machine_facts_of,
+    preview_writer_from_args,
 )
 from .engines.fallback import choose_engine
 from .errors import GenerationCancelled, H3BridgeError
@@ -225,7 +226,6 @@ def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> s
 
 def run_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args).validate()
-    from .engines.library_cli import preview_writer_from_args
     previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
     engine = engine_from_args(args)
     planned = choose_engine(engine, request).engine      # the engine that will run it: planned for

@@ -21,6 +21,7 @@ from .progress import WAITING_PHASE, ProgressEvent
 from .vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
 
 if TYPE_CHECKING:
+    from .engines.library_cli import PreviewWriter
     from .engines.protocol import Engine
     from .model.memory import MachineFacts
 
@@ -297,6 +298,23 @@ def refuse_library_flags_without_library(args: argparse.Namespace, kind: EngineK
         raise RequestError(f"{' and '.join(flags)} {'chooses' if len(flags) == 1 else 'choose'} the library engine's "
                            f"files, and the engine is {kind}", field=given[0],
                            hint=f"add {add}, or drop {' '.join(flags)}")
+
+
+def preview_writer_from_args(args: argparse.Namespace) -> "PreviewWriter | None":
+    """`--preview-dir`'s writer (checked before anything starts), or None; refused without the library."""
+    refuse_preview_without_library(args)
+    if not args.preview_dir:
+        return None
+    from pathlib import Path
+
+    from .engines.library_cli import PreviewWriter
+    return PreviewWriter(Path(args.preview_dir), overwrite=args.overwrite)
+
+
+def refuse_preview_without_library(args: argparse.Namespace) -> None:
+    if getattr(args, "preview_dir", None) and engine_kind(args) is not EngineKind.LIBRARY:
+        raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
+                           field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
 
 
 def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:

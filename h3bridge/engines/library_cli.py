@@ -76,19 +76,4 @@ class PreviewWriter:
         return None if self.total is None else f"previews {self.written}/{self.total}"
 
 
-def preview_writer_from_args(args: argparse.Namespace) -> PreviewWriter | None:
-    """`--preview-dir`'s writer (checked before anything starts), or None; refused without the library."""
-    refuse_preview_without_library(args)
-    return PreviewWriter(Path(args.preview_dir), overwrite=args.overwrite) if args.preview_dir else None
-
-
-def refuse_preview_without_library(args: argparse.Namespace) -> None:
-    from ..engine_cli import engine_kind
-    from ..vocabulary import EngineKind
-    if getattr(args, "preview_dir", None) and engine_kind(args) is not EngineKind.LIBRARY:
-        raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
-                           field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
-
-
-__all__ = ["PreviewWriter", "add_library_location_options", "add_library_options",
-           "preview_writer_from_args", "refuse_preview_without_library"]
+__all__ = ["PreviewWriter", "add_library_location_options", "add_library_options"]
