@@ -145,6 +145,11 @@ def test_the_survival_report_is_on_the_node_with_a_legend(tmp_path: Path, loras:
     report = done.result[1]
     assert shown == [(None, report)]                            # on the node, not only on the output
     assert done.ui is not None and done.ui.as_dict() == {"text": (report,)}
-    assert "what survived the fold" in report and lora_nodes.SURVIVAL_LEGEND in report
+    assert lora_nodes.SURVIVAL_LEGEND in report
+    # the box on the node shows its first lines: what survived comes first, and once
+    first, second = report.splitlines()[:2]
+    assert first.startswith("the folded weights hold ") and "of the LoRA's update" in first
+    assert second.startswith("what survived the fold") and report.count("what survived") == 1
+    assert "LoRA 1: turbo.safetensors x1" in report and ".h3bridge-lora" in report
     for figure in ("rho", "kept", "noise", "unchanged"):
         assert f"\n  {figure} " in lora_nodes.SURVIVAL_LEGEND

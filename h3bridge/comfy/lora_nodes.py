@@ -22,6 +22,7 @@ from ..cancel import CancelToken
 from ..lora.cache import cache_folder, cached_fold, describe
 from ..lora.fold import LoraSpec, plan_fold
 from ..model.fold_record import read_provenance
+from ..model.fold_survival import OVERALL, format_report, warnings
 from . import adapter
 from .lora_chain import PendingChain, defers_fold
 from .shared import CATEGORY, model_roots, notice_on_node, running_prompt, user_facing_errors
@@ -55,6 +56,27 @@ def _defers(cls: type[io.ComfyNode]) -> bool:
     the running prompt in execute and in fingerprint_inputs alike, so the decision is part of the
     cache key (ComfyUI gives fingerprint_inputs no PROMPT)."""
     return defers_fold(running_prompt(), _node_id(cls))
+
+
+def _report(folded: Path) -> str:
+    """What the node shows: first what survived and what the figures mean (the box on the node shows
+    its first lines), then the fold's record without that table again, then the cache."""
+    record = read_provenance(folded)
+    if record is None:
+        return "\n".join([str(folded), describe(cache_folder(folded.parent))])
+    head: list[str] = []
+    table = ["  " + line for line in format_report(record.survival, record.rounding).splitlines()] \
+        if record.survival else []
+    if table:
+        overall = next(row for row in record.survival if row.module_class == OVERALL)
+        head.append(f"the folded weights hold {overall.kept:.1%} of the LoRA's update (bf16 rounding noise "
+                    f"{overall.noise:.0%} of it); {overall.unchanged:.1%} of the weights it targets kept their value")
+        head += [line[2:] for line in table]
+        head += [f"warning: {text}" for text in warnings(record.survival, record.rounding)]
+        head.append(SURVIVAL_LEGEND)
+    shown = set(table)
+    rest = [line for line in record.summary().splitlines() if line not in shown and not line.startswith("  warning: ")]
+    return "\n".join([*head, f"folded model: {folded}", *rest, describe(cache_folder(folded.parent))])
 
 
 class H3LoraNode(io.ComfyNode):
@@ -124,10 +146,7 @@ class H3LoraNode(io.ComfyNode):
                              on_progress=lambda event: bar.update_absolute(int(event.fraction * PROGRESS_STEPS),
                                                                            PROGRESS_STEPS),
                              cancel=CancelToken(check=comfy.model_management.processing_interrupted))
-        record = read_provenance(folded)
-        summary = record.summary() if record is not None else str(folded)
-        report = "\n".join([summary, *([SURVIVAL_LEGEND] if record is not None and record.survival else []),
-                            describe(cache_folder(folded.parent))])
+        report = _report(folded)
         notice_on_node(_node_id(cls))(report)      # on the node itself, no Preview as Text needed
         return io.NodeOutput(str(folded), report, ui=ui.PreviewText(report))
 
