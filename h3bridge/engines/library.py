@@ -380,8 +380,9 @@ class LibraryEngine(WarmEngine):
         while True:
             if job.cancel is not None and job.cancel.cancelled:
                 kept = self._cancel(worker, number)
-                raise GenerationCancelled("generation cancelled; no output was kept" + (
-                    " (the library worker stays warm)" if kept else "; the library worker was stopped"))
+                raise GenerationCancelled("generation cancelled; no output was kept and the library worker stays warm"
+                                          if kept else
+                                          "generation cancelled; the library worker was stopped and no output was kept")
             try:
                 item = worker.messages.get(timeout=POLL_SECONDS)
             except queue.Empty:
