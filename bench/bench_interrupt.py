@@ -4,18 +4,17 @@
 
 An interrupt here is what ComfyUI's is: a flag the engine polls through `CancelToken(check=...)`
 (ComfyUI's `comfy.model_management.processing_interrupted`), set from another thread while the
-job denoises. Measured from setting the flag:
-
-until `generate` raised GenerationCancelled: what the user waits for (the node stops, the queue
-moves on); by then every temporary file is gone and every process the job stopped has exited
-(the engines reap their process groups before they raise).
+job denoises. Measured from setting the flag until `generate` raised GenerationCancelled: what
+the user waits for (the node stops, the queue moves on); by then every temporary file is gone and
+every process the job stopped has exited (the engines reap their process groups before they raise).
 
 Engines: one-shot (`h3-sim` as the `h3` program, a process per job, stopped by signals) and
 library (the libh3 double in the warm worker). Two library cases: the cancel lands while libh3
 reaches a check soon (h3_generate returns "generation cancelled" within the grace and the worker
 stays warm) and inside a long phase (upstream looks at the answer only between phases; the double
-falls silent mid-denoise to stand for it, so the worker is stopped after the grace). "busy" runs `--busy` CPU-bound
-processes (`yes >/dev/null` equivalents: Python loops, no shell) for the whole measurement.
+falls silent mid-denoise to stand for it, so the worker is stopped after the grace). "busy" runs
+`--busy` CPU-bound processes (`yes >/dev/null` equivalents: Python loops, no shell) for the whole
+measurement.
 
 Absolute seconds depend on the machine; the docs promise an interrupt within a second.
 """
