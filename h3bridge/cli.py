@@ -32,9 +32,12 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
     add_engine_run_options,
     cancel_on_signals,
     cancelled_status,
-    engines_from_args,
+    engine_from_args,
+    machine_facts_of,
+    preview_writer_from_args,
 )
-from .errors import GenerationCancelled, H3BridgeError, UnsupportedRequestError
+from .engines.fallback import choose_engine
+from .errors import GenerationCancelled, H3BridgeError
 # Number flags go through safeio.numbers (bounded digits, finite); the ranges are the request's own rules.
 from .safeio.numbers import float_flag, int_flag
 from .runnable import h3bridge_command
@@ -224,20 +227,19 @@ def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> s
 
 def run_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args).validate()
-    from .engines.library_cli import preview_writer_from_args
     previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
-    engines = engines_from_args(args)
-    chosen = engines.for_request(request)
-    session = chosen if chosen is engines.warm else None
+    engine = engine_from_args(args)
+    planned = choose_engine(engine, request).engine      # the engine that will run it: planned for
+    model_dir = getattr(engine, "model_dir", None)       # None for a server: it checks its own model
     cancel = CancelToken()
     with cancel_on_signals(cancel) as received:     # a SIGTERM while the library's facts load stops its worker too
-        if engines.model_dir is not None:      # a server checks its own model and plans its own memory
+        if model_dir is not None:
             try:       # the model check first, then the library's facts (its worker opens the model)
-                preflight_generate(request, engines.model_dir, force=getattr(args, "force", False), quiet=args.quiet,
-                                   session=chosen.capabilities.warm_model,
-                                   machine=lambda: engines.machine_facts(cancel), preview=previews is not None)
+                preflight_generate(request, model_dir, force=getattr(args, "force", False), quiet=args.quiet,
+                                   session=planned.capabilities.warm_model,
+                                   machine=lambda: machine_facts_of(engine, cancel), preview=previews is not None)
             except GenerationCancelled as error:
-                engines.close()
+                engine.close()
                 return cancelled_status(error, received)
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
@@ -245,20 +247,13 @@ def run_generate(args: argparse.Namespace) -> int:
     started = time.monotonic()       # the wall time: waiting for the engine included
     with cancel_on_signals(cancel) as received:
         try:
-            if session is not None:
-                try:
-                    result = session.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-                except UnsupportedRequestError as error:
-                    print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-                    session.close()
-                    session = None
-            if session is None:
-                result = engines.one_shot.generate(request, args.output or None, **options)  # type: ignore[arg-type]
+            # a session hands what it cannot take to one-shot, saying so (engine_cli.say_running_one_shot)
+            result = engine.generate(request, args.output or None, **options)  # type: ignore[arg-type]
         except GenerationCancelled as error:
             return cancelled_status(error, received)
         finally:
             bars.close()
-            engines.close()
+            engine.close()
     wall = time.monotonic() - started
     if args.json:
         print(json.dumps(result_summary(result, wall=wall, waited=bars.waited), indent=2))

@@ -11,8 +11,6 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from .cancel import CancelToken
@@ -20,11 +18,11 @@ from .safeio.numbers import float_flag
 from .errors import GenerationCancelled, RequestError, UnsupportedRequestError
 from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from .progress import WAITING_PHASE, ProgressEvent
-from .request import GenerationRequest
 from .vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
 from .runnable import h3bridge_command
 
 if TYPE_CHECKING:
+    from .engines.library_cli import PreviewWriter
     from .engines.protocol import Engine
     from .model.memory import MachineFacts
 
@@ -151,7 +149,7 @@ class PhaseProgressBars:
 
 def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: bool = False) -> None:
     """The options that choose and run an engine, shared by `generate` and `story` (an engine added
-    here, and in `engines_from_args`, reaches both). `warm_by_default`: the warm session unless
+    here, and in `engine_from_args`, reaches both). `warm_by_default`: the warm session unless
     told otherwise (a story renders many clips), instead of one-shot."""
     add_engine_options(parser)
     add_engine_safety_options(parser)
@@ -303,6 +301,23 @@ def refuse_library_flags_without_library(args: argparse.Namespace, kind: EngineK
                            hint=f"add {add}, or drop {' '.join(flags)}")
 
 
+def preview_writer_from_args(args: argparse.Namespace) -> "PreviewWriter | None":
+    """`--preview-dir`'s writer (checked before anything starts), or None; refused without the library."""
+    refuse_preview_without_library(args)
+    if not args.preview_dir:
+        return None
+    from pathlib import Path
+
+    from .engines.library_cli import PreviewWriter
+    return PreviewWriter(Path(args.preview_dir), overwrite=args.overwrite)
+
+
+def refuse_preview_without_library(args: argparse.Namespace) -> None:
+    if getattr(args, "preview_dir", None) and engine_kind(args) is not EngineKind.LIBRARY:
+        raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
+                           field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
+
+
 def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
     """The pre-flight override and the stall watchdog, for every subcommand that runs a local
     engine (generate and story through add_engine_run_options; serve, which picks its engine
@@ -316,69 +331,36 @@ def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
 MAX_STALL_SECONDS = 7 * 24 * 3600.0     # a week: longer is a typo, not a watchdog
 
 
-@dataclass
-class EngineChoice:
-    """The engines the flags chose: one-shot always (it takes every valid request), and the warm
-    engine when asked for; with --remote the server alone, and with --engine library the
-    library's worker alone (`one_shot` is that engine). `for_request` says which one runs a
-    request."""
-
-    one_shot: Engine
-    warm: Engine | None = None
-
-    @property
-    def preferred(self) -> Engine:
-        return self.warm if self.warm is not None else self.one_shot
-
-    @property
-    def model_dir(self) -> Path | None:
-        """The local model folder; None for a server, which checks its own model."""
-        return getattr(self.one_shot, "model_dir", None)
-
-    def machine_facts(self, cancel: CancelToken | None = None) -> MachineFacts | None:
-        """The facts to plan memory with when the engine knows better than psutil (the library's
-        h3_device: Metal's recommended working set); None: this machine as detected."""
-        facts = getattr(self.one_shot, "machine_facts", None)
-        return facts(cancel=cancel) if facts is not None else None
-
-    def for_request(self, request: GenerationRequest) -> Engine:
-        """The warm engine if it can take `request`, else one-shot (saying so on stderr)."""
-        if self.warm is not None:
-            try:
-                self.warm.check_supported(request)
-                return self.warm
-            except UnsupportedRequestError as error:
-                print(f"h3bridge: {error.message}; running it one-shot instead", file=sys.stderr)
-        return self.one_shot
-
-    def close(self) -> None:
-        if self.warm is not None:
-            self.warm.close()
-        self.one_shot.close()
-
-
-def engines_from_args(args: argparse.Namespace) -> EngineChoice:
-    """The engines the flags describe (`engine_kind`: generate's, story's and serve's --engine;
-    nothing starts yet)."""
+def engine_from_args(args: argparse.Namespace) -> Engine:
+    """The engine the flags describe (`engine_kind`: generate's, story's, serve's and plan's
+    --engine), opened by the one factory (engines/factory.py; nothing starts yet). A session hands
+    what h3's interactive mode cannot take to one-shot, saying so on stderr."""
+    from .engines.factory import open_engine
     kind = engine_kind(args)
     if kind is EngineKind.REMOTE:
-        from .remote_cli import remote_engine_from_args      # refuses the local-only flags first
-        return EngineChoice(remote_engine_from_args(args))
+        from .remote_cli import refuse_local_only_flags
+        refuse_local_only_flags(args)
+        return open_engine(kind, remote_url=args.remote, dialect=getattr(args, "remote_dialect", "h3bridge"))
     if getattr(args, "remote_dialect", "h3bridge") != "h3bridge":
         raise RequestError(f"--remote-dialect {args.remote_dialect} says how to talk to a --remote server, and no "
                            "--remote was given", field="remote_dialect",
                            hint="add --remote URL, or drop --remote-dialect to render on this machine")
-    from .engines.oneshot import OneShotEngine
-    from .engines.session import SessionEngine
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
-    if kind is EngineKind.LIBRARY:     # warm by nature: its own worker
-        from .engines.library_cli import library_engine_from_args
-        return EngineChoice(library_engine_from_args(args, stall_timeout=stall_timeout))
-    one_shot = OneShotEngine(args.engine_path, args.model_dir, stall_timeout=stall_timeout)
-    warm = None
-    if kind is EngineKind.SESSION:
-        warm = SessionEngine(one_shot.engine_path, one_shot.model_dir, stall_timeout=stall_timeout)
-    return EngineChoice(one_shot, warm)
+    return open_engine(kind, engine_path=args.engine_path, model_dir=args.model_dir, stall_timeout=stall_timeout,
+                       library_path=getattr(args, "library_path", None), h3_dir=getattr(args, "h3_dir", None),
+                       on_fallback=say_running_one_shot)
+
+
+def say_running_one_shot(refusal: UnsupportedRequestError) -> None:
+    """The command line's words for a session handing a request to one-shot (FallbackEngine)."""
+    print(f"h3bridge: {refusal.message}; running it one-shot instead", file=sys.stderr)
+
+
+def machine_facts_of(engine: Engine, cancel: CancelToken | None = None) -> MachineFacts | None:
+    """The facts to plan memory with when the engine knows better than psutil (the library's
+    h3_device: Metal's recommended working set); None: this machine as detected."""
+    facts = getattr(engine, "machine_facts", None)
+    return facts(cancel=cancel) if facts is not None else None
 
 
 @contextmanager

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 
-from .engines.remote import RemoteEngine
 from .wire.peers import DIALECTS, Dialect
 from .errors import RequestError
 from .wire.videos import API_KEY_ENV
@@ -49,10 +48,4 @@ def refuse_local_only_flags(args: argparse.Namespace) -> None:
                        hint=f"drop {' and '.join(flags)}, or drop --remote to render on this machine")
 
 
-def remote_engine_from_args(args: argparse.Namespace) -> RemoteEngine:
-    """The engine `generate --remote URL` renders on (refusing local-only flags first)."""
-    refuse_local_only_flags(args)
-    return RemoteEngine(args.remote, dialect=getattr(args, "remote_dialect", Dialect.H3BRIDGE.value))
-
-
-__all__ = ["LOCAL_ONLY_FLAGS", "add_remote_option", "refuse_local_only_flags", "remote_engine_from_args"]
+__all__ = ["LOCAL_ONLY_FLAGS", "add_remote_option", "refuse_local_only_flags"]

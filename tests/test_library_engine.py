@@ -29,6 +29,7 @@ from h3bridge import (
     RequestError,
 )
 from h3bridge import libh3
+from h3bridge.engines import library as library_engine_module
 from h3bridge.engines.library import machine_facts_from_device
 from h3bridge.engines.library_wire import h3_params_fields, h3_references
 from h3bridge.errors import LibraryLoadError
@@ -201,10 +202,15 @@ def test_frames_and_audio_are_identical_to_h3_sim_frames_dir(engine: LibraryEngi
                                  "denoise", "audio VAE", "video VAE load", "FFmpeg")),
     *((UPSTREAM, phase) for phase in ("text encoder", "preview VAE load", "denoise", "FFmpeg"))],
     indirect=["engine"])
-def test_cancel_in_every_phase(engine: LibraryEngine, tmp_path: Path, _private_tmp: Path, phase: str) -> None:
+def test_cancel_in_every_phase(engine: LibraryEngine, tmp_path: Path, _private_tmp: Path, phase: str,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job ends, nothing of it is left, and the warm worker survives (issue 30): h3_generate
+    returned through upstream's cleanup. The grace is made long so that the outcome never depends
+    on how loaded the machine is (test_cancel_in_a_silent_phase_kills_the_group covers the kill)."""
+    monkeypatch.setattr(library_engine_module, "CANCEL_GRACE", 600.0)
     # Warm the worker first, at another canvas so that this job reloads the video VAE too.
     engine.generate(fast_request(width=64), None, want_audio=False, want_frames=False)
-    pid = engine.pid
+    pid, starts = engine.pid, engine.starts
     cancel = CancelToken()
 
     def on_progress(event) -> None:
@@ -217,11 +223,56 @@ def test_cancel_in_every_phase(engine: LibraryEngine, tmp_path: Path, _private_t
                         # (with previews on, the preview VAE is the decoder: no "video VAE load")
                         on_preview=(lambda p: None) if phase == "preview VAE load" else None)
     assert cancel.cancelled
-    assert_group_gone(pid)                           # gone by the time generate returns
-    assert engine.pid is None
+    assert engine.pid == pid and engine.starts == starts      # the same warm worker
     assert list(tmp_path.glob("*.mp4")) == [] and list(tmp_path.glob(".h3bridge-*")) == []
     assert list(_private_tmp.iterdir()) == []
     assert engine.generate(fast_request(), tmp_path / "next.mp4").frames is not None    # next job fine
+    assert engine.pid == pid and engine.starts == starts      # ... and it loaded nothing again
+
+
+def test_comfyuis_interrupt_from_a_callback_keeps_the_worker(engine: LibraryEngine, tmp_path: Path,
+                                                             _private_tmp: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """ComfyUI raises its interrupt from the progress hook (throw_exception_if_processing_interrupted
+    in on_progress), not through the CancelToken: the same cancel, the same warm worker."""
+    monkeypatch.setattr(library_engine_module, "CANCEL_GRACE", 600.0)
+    engine.generate(fast_request(width=64), None, want_audio=False, want_frames=False)
+    pid, starts = engine.pid, engine.starts
+
+    class Interrupted(Exception):
+        pass
+
+    def on_progress(event) -> None:
+        if event.phase == "denoise":
+            raise Interrupted()
+
+    with pytest.raises(Interrupted):
+        engine.generate(fast_request(prompt="another prompt"), tmp_path / "out.mp4", on_progress=on_progress)
+    assert engine.pid == pid and list(tmp_path.glob("*.mp4")) == [] and list(_private_tmp.iterdir()) == []
+    assert engine.generate(fast_request(), None, want_audio=False).frames is not None
+    assert engine.pid == pid and engine.starts == starts
+
+
+def test_a_cancel_that_does_not_come_back_in_time_stops_the_worker(built: tuple[Path, Path], tmp_path: Path,
+                                                                    _private_tmp: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held silent inside a phase (as upstream is inside a DiT load or a denoise), h3_generate cannot
+    return: after the grace the group is killed, and the next job starts a new worker."""
+    library, model_dir = built
+    held, release = tmp_path / "held", tmp_path / "release"
+    env = _fail_env(H3_SIM_HOLD_PHASE="text encoder", H3_SIM_HOLD_NOTICE=str(held),
+                    H3_SIM_HOLD_RELEASE=str(release))
+    monkeypatch.setattr(library_engine_module, "CANCEL_GRACE", 0.0)     # no wait: the release never comes
+    with LibraryEngine(library, model_dir, env=env) as engine:
+        pids: list[int] = []
+        with pytest.raises(GenerationCancelled, match="worker was stopped"):
+            engine.generate(fast_request(), tmp_path / "out.mp4", cancel=CancelToken(check=held.exists),
+                            on_progress=lambda e: pids.append(engine.pid or 0))
+        assert_group_gone(pids[-1])
+        assert engine.pid is None and list(_private_tmp.iterdir()) == [] and not (tmp_path / "out.mp4").exists()
+        release.touch()
+        assert engine.generate(fast_request(), None, want_audio=False).frames is not None
+        assert engine.starts == 2
 
 
 def test_cancel_while_the_worker_starts(engine: LibraryEngine, _private_tmp: Path) -> None:
@@ -299,7 +350,7 @@ def test_an_exception_in_a_callback_is_re_raised(engine: LibraryEngine, tmp_path
     callbacks = {"on_progress": None, "on_preview": lambda p: None, where: explode}
     with pytest.raises(Boom, match=where):
         engine.generate(fast_request(), tmp_path / "out.mp4", **callbacks)
-    assert engine.pid is None and not (tmp_path / "out.mp4").exists()
+    assert not (tmp_path / "out.mp4").exists()
     assert engine.generate(fast_request(), None, want_audio=False).frames is not None
 
 

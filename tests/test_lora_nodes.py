@@ -69,3 +69,87 @@ def test_chained_nodes_fold_once_and_feed_the_engine_a_model_dir(tmp_path: Path,
     (loras / "bad.safetensors").write_bytes((loras / "turbo.safetensors").read_bytes().replace(b"blocks.0", b"blocks.X"))
     with pytest.raises(LoraError, match="match no tensor"):
         H3LoraNode.execute(model_dir=str(model), lora="bad.safetensors", strength=1.0)
+
+
+def _two_loras(model: Path, loras: Path) -> None:
+    shapes, rng = tensor_shapes(model), np.random.default_rng(0)
+    for name in ("turbo.safetensors", "style.safetensors"):
+        out, inner = shapes["blocks.0.attn.qkv_proj.weight"][2]
+        up, down = low_rank(rng, out, inner, 2)
+        write_lora(loras / name, {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight": down,
+                                  "diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight": up})
+
+
+def test_a_chain_of_two_folds_once_and_equals_folding_both_directly(tmp_path: Path, loras: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: A -> B -> H3 Engine writes the A+B fold only (no A-only fold nobody uses)."""
+    from comfy_api.latest import io
+
+    from h3bridge.comfy import lora_nodes
+    from h3bridge.lora import cache as lora_cache
+    from h3bridge.lora.fold import LoraSpec, fold_model
+    from h3bridge.model.fold_record import PROVENANCE_FILE
+
+    model = write_fixture_model(tmp_path / "models" / "MiniMax-H3", ref2va=False)
+    _two_loras(model, loras)
+    prompt = {"1": {"class_type": "H3Lora", "inputs": {"model_dir": str(model), "lora": "turbo.safetensors",
+                                                       "strength": 1.0}},
+              "2": {"class_type": "H3Lora", "inputs": {"model_dir": ["1", 0], "lora": "style.safetensors",
+                                                       "strength": 0.5}},
+              "3": {"class_type": "H3Engine", "inputs": {"model_dir": ["2", 0]}}}
+    monkeypatch.setattr(lora_nodes, "running_prompt", lambda: prompt)      # ComfyUI's queue, running this graph
+    folds: list[object] = []
+    real_fold = lora_cache.fold_model
+    monkeypatch.setattr(lora_cache, "fold_model", lambda *args, **kwargs: folds.append(args) or real_fold(*args, **kwargs))
+
+    def run(node_id: str, **inputs: object) -> io.NodeOutput:
+        monkeypatch.setattr(H3LoraNode, "hidden", io.HiddenHolder.from_dict({io.Hidden.unique_id: node_id}))
+        return H3LoraNode.execute(**inputs)
+
+    first = run("1", model_dir=str(model), lora="turbo.safetensors", strength=1.0)
+    assert folds == [] and "not folded here" in first.result[1]
+    assert not (model.parent / ".h3bridge-lora").exists()
+    second = run("2", model_dir=first.result[0], lora="style.safetensors", strength=0.5)
+    folded = Path(second.result[0])
+    assert len(folds) == 1
+    assert [fold.path for fold in lora_cache.list_folds(model.parent / ".h3bridge-lora")] == [folded]
+    record = read_provenance(folded)
+    assert [(r.name, r.strength) for r in record.loras] == [("turbo.safetensors", 1.0), ("style.safetensors", 0.5)]
+
+    direct = tmp_path / "direct"
+    fold_model(model, [LoraSpec(loras / "turbo.safetensors", 1.0), LoraSpec(loras / "style.safetensors", 0.5)],
+               direct, progress=False)
+    files = sorted(p.relative_to(direct) for p in direct.rglob("*") if p.is_file() and p.name != PROVENANCE_FILE)
+    assert files == sorted(p.relative_to(folded) for p in folded.rglob("*")
+                           if p.is_file() and p.name != PROVENANCE_FILE)
+    assert all((direct / name).read_bytes() == (folded / name).read_bytes() for name in files)
+
+    # The fingerprint carries the decision: connect A to an engine too and A runs again, folding A.
+    monkeypatch.setattr(H3LoraNode, "hidden", io.HiddenHolder.from_dict({io.Hidden.unique_id: "1"}))
+    assert H3LoraNode.fingerprint_inputs(model_dir=str(model), lora="turbo.safetensors", strength=1.0)[-1] is True
+    prompt["4"] = {"class_type": "H3Engine", "inputs": {"model_dir": ["1", 0]}}
+    assert H3LoraNode.fingerprint_inputs(model_dir=str(model), lora="turbo.safetensors", strength=1.0)[-1] is False
+    alone = run("1", model_dir=str(model), lora="turbo.safetensors", strength=1.0)
+    assert len(folds) == 2 and read_provenance(Path(alone.result[0])).loras[0].name == "turbo.safetensors"
+
+
+def test_the_survival_report_is_on_the_node_with_a_legend(tmp_path: Path, loras: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.comfy import lora_nodes
+
+    model = write_fixture_model(tmp_path / "models" / "MiniMax-H3", ref2va=False)
+    _two_loras(model, loras)
+    shown: list[tuple[str | None, str]] = []
+    monkeypatch.setattr(lora_nodes, "notice_on_node", lambda node_id: lambda text: shown.append((node_id, text)))
+    done = H3LoraNode.execute(model_dir=str(model), lora="turbo.safetensors", strength=1.0)
+    report = done.result[1]
+    assert shown == [(None, report)]                            # on the node, not only on the output
+    assert done.ui is not None and done.ui.as_dict() == {"text": (report,)}
+    assert lora_nodes.SURVIVAL_LEGEND in report
+    # the box on the node shows its first lines: what survived comes first, and once
+    first, second = report.splitlines()[:2]
+    assert first.startswith("the folded weights hold ") and "of the LoRA's update" in first
+    assert second.startswith("what survived the fold") and report.count("what survived") == 1
+    assert "LoRA 1: turbo.safetensors x1" in report and ".h3bridge-lora" in report
+    for figure in ("rho", "kept", "noise", "unchanged"):
+        assert f"\n  {figure} " in lora_nodes.SURVIVAL_LEGEND

@@ -403,6 +403,7 @@ def test_host_text_story_resumes_and_streams_arrays(tmp_path: Path, model_dir: P
     with OneShotEngine(sim_engine_path(), model_dir) as engine:
         first = render_story_text(text, defaults, engine=engine, fallback=None, jobs_root=tmp_path,
                                   job_name="film-1", want_frames=True)
+        assert not (tmp_path / "film-1" / ".lock").exists()        # nothing hidden stays (issue 30)
         again = render_story_text(text, defaults, engine=engine, fallback=None, jobs_root=tmp_path,
                                   job_name="film-1", want_frames=False)
         with pytest.raises(RequestError, match="job name"):
@@ -414,6 +415,25 @@ def test_host_text_story_resumes_and_streams_arrays(tmp_path: Path, model_dir: P
     assert frames.shape == first.frames.shape
     assert np.abs(frames.astype(int) - first.frames).mean() < 8          # the film is these frames, encoded once
     assert np.array_equal(first.audio, again.audio)
+
+
+def test_a_host_that_saves_the_film_itself_gets_it_in_its_temporary_folder_once(
+        tmp_path: Path, model_dir: Path, sim_log: Path) -> None:
+    """ComfyUI's Save Video keeps the film: the story writes it to the host's temp folder, not a
+    second copy beside the job folder in output (issue 30); shots stay in the job folder."""
+    from h3bridge.story.host import render_story_text
+    output, temp = tmp_path / "output", tmp_path / "temp"
+    with OneShotEngine(sim_engine_path(), model_dir) as engine:
+        done = render_story_text("[22f]\nfirst", {"width": 64, "height": 32, "steps": 2}, engine=engine,
+                                 fallback=None, jobs_root=output, job_name="film-2", want_frames=False,
+                                 film_root=temp)
+        assert done.video_path == temp / "film-2.mp4" and done.video_path.is_file()
+        assert [p.name for p in output.rglob("*.mp4")] == [p.name for p in (output / "film-2").glob("shot-*.mp4")]
+        done.video_path.unlink()         # ComfyUI empties its temp folder at start: assembled again, not rendered
+        again = render_story_text("[22f]\nfirst", {"width": 64, "height": 32, "steps": 2}, engine=engine,
+                                  fallback=None, jobs_root=output, job_name="film-2", want_frames=False,
+                                  film_root=temp)
+    assert again.video_path.is_file() and again.result.rendered == 0 and len(sim_invocations(sim_log)) == 1
 
 
 def test_default_engine_is_the_warm_shared_session(tmp_path: Path, model_dir: Path,

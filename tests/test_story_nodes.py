@@ -35,6 +35,7 @@ def test_every_input_has_a_tooltip_and_the_node_is_registered() -> None:
 def test_storyboard_node_renders_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import folder_paths
     monkeypatch.setattr(folder_paths, "get_output_directory", lambda: str(tmp_path / "output"))
+    monkeypatch.setattr(folder_paths, "get_temp_directory", lambda: str(tmp_path / "temp"))
     sim = shutil.which("h3-sim") or str(Path(sys.executable).with_name("h3-sim"))
     if not Path(sim).exists():
         pytest.skip("h3-sim is not installed in this python")
@@ -46,7 +47,10 @@ def test_storyboard_node_renders_and_resumes(tmp_path: Path, monkeypatch: pytest
     video, audio, image, summary = H3StoryboardNode.execute(**values).result
     assert tuple(image.shape) == (43, 32, 64, 3)          # outside the executor every output is built
     assert audio["sample_rate"] == 32000 and tuple(audio["waveform"].shape) == (1, 2, 43 * 32000 // 24)
-    assert (tmp_path / "output" / "h3bridge" / "stories" / "test-film.mp4").is_file()
+    # The film once, in temp (Save Video keeps it in output); the output folder holds the shots only.
+    assert (tmp_path / "temp" / "h3bridge" / "stories" / "test-film.mp4").is_file()
+    assert not (tmp_path / "output" / "h3bridge" / "stories" / "test-film.mp4").exists()
+    assert not (tmp_path / "output" / "h3bridge" / "stories" / "test-film" / ".lock").exists()
     assert "rendered 2" in summary and len(log.read_text().splitlines()) == 2
     again = H3StoryboardNode.execute(**values).result
     assert "rendered 0, kept 2" in again[3] and len(log.read_text().splitlines()) == 2

@@ -34,6 +34,12 @@ def stories_folder() -> Path:
     return Path(folder_paths.get_output_directory()) / "h3bridge" / "stories"
 
 
+def films_folder() -> Path:
+    """The film itself goes to ComfyUI's temp folder: Save Video keeps the one copy in output (it was
+    written twice, issue 30); after a restart empties temp, Run again assembles it from the kept shots."""
+    return Path(folder_paths.get_temp_directory()) / "h3bridge" / "stories"
+
+
 class H3StoryboardNode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -78,7 +84,9 @@ class H3StoryboardNode(io.ComfyNode):
                                          "refused before any shot renders, with the settings that fit."),
             ],
             outputs=[
-                io.Video.Output(display_name="video", tooltip="The film (MP4 with audio)."),
+                io.Video.Output(display_name="video",
+                                tooltip="The film (MP4 with audio), in ComfyUI's temp folder: connect Save Video "
+                                        "to keep it (the shots stay in output/h3bridge/stories)."),
                 io.Audio.Output(display_name="audio", tooltip="The film's stereo 32 kHz soundtrack."),
                 io.Image.Output(display_name="frames",
                                 tooltip="Every frame of the film; only built when this output is connected."),
@@ -112,7 +120,8 @@ class H3StoryboardNode(io.ComfyNode):
                 job_name=job_name, want_frames=want_image,
                 on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
                                                           adapter.PROGRESS_STEPS),
-                on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force))
+                on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
+                film_root=films_folder())
         except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
             raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
                                  in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from dataclasses import dataclass
 from typing import Callable
 
 from ..cancel import CancelToken
@@ -25,6 +26,21 @@ from ..progress import PreviewCallback, ProgressCallback
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from .protocol import Engine, EngineCapabilities
+
+
+@dataclass(frozen=True)
+class ChosenEngine:
+    """The engine that runs a request, and why the primary did not (None: it does)."""
+
+    engine: Engine
+    refusal: UnsupportedRequestError | None = None
+
+
+def choose_engine(engine: Engine, request: GenerationRequest) -> ChosenEngine:
+    """Which engine runs `request`: a FallbackEngine's choice (its fallback built if needed), else
+    `engine` itself. For a caller that must know before running (to plan memory for it, or to
+    record it); nothing is reported: the caller says it in its own words."""
+    return engine.choose(request) if isinstance(engine, FallbackEngine) else ChosenEngine(engine)
 
 
 class FallbackEngine:
@@ -61,14 +77,13 @@ class FallbackEngine:
     def check_supported(self, request: GenerationRequest) -> None:
         """Every valid request runs: the primary's refusals go to the fallback."""
 
-    def engine_for(self, request: GenerationRequest) -> Engine:
-        """The engine that will run `request`: the primary unless it refuses it (`on_fallback` told)."""
+    def choose(self, request: GenerationRequest) -> ChosenEngine:
+        """The engine that will run `request`: the primary unless it refuses it (nothing reported)."""
         try:
             self.primary.check_supported(request)
-            return self.primary
+            return ChosenEngine(self.primary)
         except UnsupportedRequestError as refusal:
-            self._refused(refusal)
-            return self.fallback
+            return ChosenEngine(self.fallback, refusal)
 
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
@@ -76,8 +91,10 @@ class FallbackEngine:
                  cancel: CancelToken | None = None) -> GenerationResult:
         options = dict(overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
                        on_progress=on_progress, on_preview=on_preview, cancel=cancel)
-        engine = self.engine_for(request)
-        self.last_engine = engine
+        chosen = self.choose(request)
+        if chosen.refusal is not None:
+            self._refused(chosen.refusal)
+        engine = self.last_engine = chosen.engine
         try:
             return engine.generate(request, output, **options)
         except UnsupportedRequestError as refusal:
@@ -109,4 +126,4 @@ class FallbackEngine:
         self.close()
 
 
-__all__ = ["FallbackEngine"]
+__all__ = ["ChosenEngine", "FallbackEngine", "choose_engine"]

@@ -22,12 +22,20 @@ fault or a segfault in C ends the worker, never the host. The worker runs in the
 (`h3_dir`, default the library's folder: upstream compiles `h3_shaders.metal` from the working
 directory). The warm-engine rules are warm.py's (machine-wide lock while the worker lives, idle
 timeout, stepping aside). A job that is cancelled, crashes, stalls or whose callback raises
-takes the worker with it (its state is unknown then); a job h3 refuses (`h3_generate` returned
-NULL) leaves it warm, as upstream's interactive loop does.
+takes the worker with it only when `h3_generate` does not return (its state is unknown then); a
+job h3 refuses (`h3_generate` returned NULL) leaves it warm, as upstream's interactive loop does.
 
-Cancel: the worker is told at once and its callbacks return 1; if `h3_generate` has not
-returned within CANCEL_GRACE seconds (some phases report nothing for minutes: the tiled VAE
-decode), the process group is killed. Either way it is gone within a second and nothing is left.
+Cancel (a CancelToken, or ComfyUI's interrupt raised from a callback): the worker is told at once
+and its callbacks return 1. libh3 has no other cancel: upstream (h3.c 8974cc0) records the
+callback's 1 and looks at it only between phases (`if (progress.cancelled) goto cleanup;`), and
+during denoising also after each step when previews are on (`on_frame` returning 1 stops the
+sampler). If `h3_generate` returns within CANCEL_GRACE seconds, it returned through the same
+cleanup as any refused job: the context and its caches stay valid (upstream itself drops a DiT a
+cancel interrupted mid-denoise), so the worker stays warm and the next job loads nothing. If it
+has not (the cancel landed inside a long phase: a DiT or VAE load, the text encoder, denoising
+without previews, the tiled VAE decode, which report progress but never look at the answer
+until they end), the worker's process group is killed. Either way the job ends within a second
+and nothing of it is left.
 """
 from __future__ import annotations
 
@@ -71,8 +79,12 @@ from .protocol import EngineCapabilities
 from .warm import DEFAULT_IDLE_TIMEOUT, WarmEngine
 
 LIBRARY_ENV = "H3_LIBRARY"
-# After a cancel: how long h3_generate may take to return on its own before the group is killed.
-CANCEL_GRACE = 0.3
+# After a cancel: how long h3_generate may take to return on its own (the worker then stays warm)
+# before the group is killed; with CANCEL_KILL_GRACE and the host's reaping, the job ends within a
+# second even with every CPU busy (bench/bench_interrupt.py).
+CANCEL_GRACE = 0.5
+# SIGTERM to SIGKILL when a cancelled job's worker is killed: its output is thrown away anyway.
+CANCEL_KILL_GRACE = 0.1
 # How often the job loop looks at the cancel token and the watchdog.
 POLL_SECONDS = 0.05
 # How long a worker may take to load the library and h3_load_dir (metadata only, no weights).
@@ -317,7 +329,8 @@ class LibraryEngine(WarmEngine):
                         str(path) for path in (mp4_temp, workdir) if path is not None])
                     done = self._run(job, frames_path=frames_path, shape=shape, preview=preview)
                 except _CallbackRaised as raised:
-                    self._shutdown(graceful=False)
+                    if self._worker is not None and not self._worker_idle_after_failure:
+                        self._shutdown(graceful=False)
                     raise raised.error from None
                 except BaseException:
                     if self._worker is not None and not self._worker_idle_after_failure:
@@ -366,8 +379,10 @@ class LibraryEngine(WarmEngine):
         last_activity = time.monotonic()
         while True:
             if job.cancel is not None and job.cancel.cancelled:
-                self._cancel(worker, number)
-                raise GenerationCancelled("generation cancelled; the library worker was stopped and no output was kept")
+                kept = self._cancel(worker, number)
+                raise GenerationCancelled("generation cancelled; no output was kept and the library worker stays warm"
+                                          if kept else
+                                          "generation cancelled; the library worker was stopped and no output was kept")
             try:
                 item = worker.messages.get(timeout=POLL_SECONDS)
             except queue.Empty:
@@ -416,19 +431,26 @@ class LibraryEngine(WarmEngine):
             self._cancel(worker, number)
             raise _CallbackRaised(error) from None
 
-    def _cancel(self, worker: _Worker, number: int) -> None:
-        """Ask the worker's callbacks to return 1; give h3_generate CANCEL_GRACE to return, then
-        stop the group (it goes either way: a cancelled context's caches are not trusted)."""
+    def _cancel(self, worker: _Worker, number: int) -> bool:
+        """Ask the worker's callbacks to return 1 and give h3_generate CANCEL_GRACE to return:
+        then the worker stays warm (True; its context is as after a refused job, see the module
+        docstring). Otherwise its process group is stopped (False)."""
         if worker.send({"op": "cancel", "job": number}):
             deadline = time.monotonic() + CANCEL_GRACE
-            while time.monotonic() < deadline:
+            while (remaining := deadline - time.monotonic()) > 0:
                 try:
-                    item = worker.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = worker.messages.get(timeout=remaining)
                 except queue.Empty:
                     break
-                if item is None or item[0].get("job") == number and item[0]["ev"] in ("done", "failed"):
+                if item is None:
                     break
+                if item[0].get("job") == number and item[0]["ev"] in ("done", "failed"):
+                    # "done": the cancel came after the last check (FFmpeg's end); the result is dropped.
+                    self._worker_idle_after_failure = True
+                    return True
+        worker.engine.stop(grace=CANCEL_KILL_GRACE)
         self._shutdown(graceful=False)
+        return False
 
     def _failed(self, message: dict[str, Any], worker: _Worker, job: _Job) -> None:
         """h3_generate returned NULL: h3_last_error() verbatim, in the exception family."""

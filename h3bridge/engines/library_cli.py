@@ -1,6 +1,6 @@
 """The command line's side of the library engine: `h3bridge generate --engine library
 --library-path PATH [--h3-dir DIR] [--preview-dir DIR]` (cli.py registers the flags with the
-other engine options and calls `library_engine_from_args`), and the preview writer that saves one PNG per Euler step.
+other engine options; engine_cli.engine_from_args opens the engine), and the preview writer that saves one PNG per Euler step.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 from ..errors import RequestError
 from ..progress import PreviewFrame
 from ..safeio.outputs import kind_of, staged_output
-from .library import LibraryEngine
 
 PREVIEW_PATTERN = "step-{step:04d}.png"
 
@@ -77,25 +76,4 @@ class PreviewWriter:
         return None if self.total is None else f"previews {self.written}/{self.total}"
 
 
-def library_engine_from_args(args: argparse.Namespace, *, stall_timeout: float | None) -> LibraryEngine:
-    """The engine `--engine library` names (nothing starts yet; cli.engines_from_args calls this).
-    The caller plans memory with its `machine_facts()`: the library's own h3_device facts."""
-    return LibraryEngine(args.library_path, args.model_dir, h3_dir=args.h3_dir, stall_timeout=stall_timeout)
-
-
-def preview_writer_from_args(args: argparse.Namespace) -> PreviewWriter | None:
-    """`--preview-dir`'s writer (checked before anything starts), or None; refused without the library."""
-    refuse_preview_without_library(args)
-    return PreviewWriter(Path(args.preview_dir), overwrite=args.overwrite) if args.preview_dir else None
-
-
-def refuse_preview_without_library(args: argparse.Namespace) -> None:
-    from ..engine_cli import engine_kind
-    from ..vocabulary import EngineKind
-    if getattr(args, "preview_dir", None) and engine_kind(args) is not EngineKind.LIBRARY:
-        raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
-                           field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
-
-
-__all__ = ["PreviewWriter", "add_library_location_options", "add_library_options", "library_engine_from_args",
-           "preview_writer_from_args", "refuse_preview_without_library"]
+__all__ = ["PreviewWriter", "add_library_location_options", "add_library_options"]

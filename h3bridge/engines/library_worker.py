@@ -44,6 +44,9 @@ class Worker:
         self.jobs: "queue.Queue[dict[str, Any] | None]" = queue.Queue()
         self.cancel = threading.Event()
         self.current_job: int | None = None
+        # The host may cancel a job before run_job took it from the queue: remembered by number.
+        self.cancelled_jobs: set[int] = set()
+        self._cancel_lock = threading.Lock()
         self._send_lock = threading.Lock()
 
     # ------------------------------------------------------------------ messages
@@ -70,8 +73,12 @@ class Worker:
             message, _ = item
             if message.get("op") == "generate":
                 self.jobs.put(message)
-            elif message.get("op") == "cancel" and message.get("job") == self.current_job:
-                self.cancel.set()
+            elif message.get("op") == "cancel":
+                with self._cancel_lock:
+                    if message.get("job") == self.current_job:
+                        self.cancel.set()
+                    else:
+                        self.cancelled_jobs.add(message.get("job"))
 
     # ------------------------------------------------------------------ load
 
@@ -139,9 +146,13 @@ class Worker:
 
     def run_job(self, job: dict[str, Any]) -> None:
         from .. import libh3
-        self.cancel.clear()
-        self.current_job = job["job"]
         job_id = job["job"]
+        with self._cancel_lock:
+            self.cancel.clear()
+            self.current_job = job_id
+            if job_id in self.cancelled_jobs:
+                self.cancelled_jobs.discard(job_id)
+                self.cancel.set()      # upstream checks before its first phase: the job ends at once
         failures: list[BaseException] = []     # exceptions raised inside a callback, for after h3_generate
         keep: list[object] = []                 # everything C may read until h3_generate returns
 

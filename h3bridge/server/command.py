@@ -155,7 +155,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
                                   hint="pip install 'h3bridge[serve]'") from None
-    from ..engine_cli import engines_from_args
+    from ..engine_cli import engine_from_args, machine_facts_of
+    from ..engines.fallback import choose_engine
     from ..engines.lock import engine_lock
     from ..model.inventory import inspect_model
     from ..model.memory import preflight
@@ -166,12 +167,11 @@ def run_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, api_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     refuse_unusable_library_options(args)
-    engines = engines_from_args(args)
-    one_shot, session = engines.one_shot, engines.warm
+    engine = engine_from_args(args)
     # The model folder is the server's for its life: its headers are read once, not per
     # submission, and a folder that cannot run a job is refused here (exit 2), as a missing folder
     # or engine is, rather than blaming every client with a 400. --force starts it anyway.
-    inventory = inspect_model(one_shot.model_dir)
+    inventory = inspect_model(engine.model_dir)
     if args.force and inventory.errors:
         print(f"h3bridge serve: --force: starting with a model that cannot run jobs: {inventory.errors[0].message}",
               file=sys.stderr)
@@ -179,7 +179,7 @@ def run_serve(args: argparse.Namespace) -> int:
         inventory.raise_for_problems()
     # The library plans with its own device's facts (h3_device: Metal's working set), read once
     # here by a probe worker; the h3 program's engines plan with this machine's (None: detected).
-    machine = engines.machine_facts()
+    machine = machine_facts_of(engine)
     if args.previews:
         check_previews_fit(inventory, machine, force=args.force)
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
@@ -191,15 +191,15 @@ def run_serve(args: argparse.Namespace) -> int:
             logging.getLogger("h3bridge.serve").warning("h3bridge serve: %s", note)
 
     def check_like_generate(request) -> None:
-        preflight(request, one_shot.model_dir, force=args.force, inventory=inventory, machine=machine,
-                  session=(session or one_shot).capabilities.warm_model, preview=args.previews)
+        preflight(request, engine.model_dir, force=args.force, inventory=inventory, machine=machine,
+                  session=choose_engine(engine, request).engine.capabilities.warm_model, preview=args.previews)
 
     limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,
                              cors_origins=tuple(args.cors_origin), engine_name=args.engine_kind.value,
                              preflight=check_like_generate, model=model_health(inventory),
                              max_queued=args.max_queued or None, previews=args.previews)
-    worker = Worker(store, session or one_shot, one_shot if session is not None else None, previews=args.previews)
+    worker = Worker(store, engine, previews=args.previews)
     app = create_app(settings, store, worker)
     worker.start()
 

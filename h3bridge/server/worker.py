@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..cancel import CancelToken
 from ..engines.protocol import Engine
-from ..errors import GenerationCancelled, H3BridgeError, RequestError, UnsupportedRequestError
+from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import PreviewFrame, ProgressEvent
 from .jobs import JobStore
 from .progress_feed import ProgressHub
@@ -32,16 +32,14 @@ class _Running:
 
 
 class Worker:
-    """Runs the queue on `engine`; `fallback` takes what `engine` cannot run (the one-shot
-    engine behind a warm session, as `generate --engine session` does). Every job's progress (and,
+    """Runs the queue on `engine` (a session hands what it cannot take to its one-shot fallback:
+    engines/fallback.py, as `generate --engine session` does). Every job's progress (and,
     with `previews` on an engine that makes them, its denoise previews) is published to
     `events`, which GET /v1/videos/{id}/events streams."""
 
-    def __init__(self, store: JobStore, engine: Engine, fallback: Engine | None = None, *,
-                 previews: bool = False) -> None:
+    def __init__(self, store: JobStore, engine: Engine, *, previews: bool = False) -> None:
         self.store = store
         self.engine = engine
-        self.fallback = fallback
         self.events = ProgressHub()
         # previews cost the engine its preview VAE (library engine: ~10 GiB), so they are asked for
         self.previews = previews
@@ -67,9 +65,8 @@ class Worker:
         if running is not None:
             running.cancel.cancel()
         self._thread.join(timeout)
-        for engine in (self.engine, self.fallback):
-            if engine is not None:
-                engine.close()
+        if self.engine is not None:
+            self.engine.close()
 
     def cancel(self, job_id: str, timeout: float = 30.0) -> bool:
         """If `job_id` is running, stop its engine and wait until the worker has let go of it;
@@ -121,23 +118,9 @@ class Worker:
 
         try:
             request = self.store.request_of(job).validate()
-            engine = self.engine
-            try:
-                engine.check_supported(request)
-            except UnsupportedRequestError:
-                if self.fallback is None:
-                    raise
-                engine = self.fallback
-            previews = {"on_preview": on_preview} if self.previews and engine.capabilities.previews else {}
-            try:
-                engine.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
-                                want_audio=False, on_progress=on_progress, cancel=cancel, **previews)
-            except UnsupportedRequestError:
-                if self.fallback is None or engine is self.fallback:
-                    raise
-                self.engine.close()
-                self.fallback.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
-                                       want_audio=False, on_progress=on_progress, cancel=cancel)
+            previews = {"on_preview": on_preview} if self.previews and self.engine.capabilities.previews else {}
+            self.engine.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
+                                 want_audio=False, on_progress=on_progress, cancel=cancel, **previews)
         except GenerationCancelled:
             if self.store.get(job_id) is not None:      # not deleted: the server is stopping
                 self.store.requeue(job_id)

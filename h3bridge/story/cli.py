@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..cancel import CancelToken
 from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                          cancelled_status, engines_from_args)
+                          cancelled_status, engine_from_args)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import WAITING_PHASE
 from ..safeio.numbers import int_flag
@@ -203,7 +203,7 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
     from .runner import run_story
     output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
     job_dir = args.job_dir if args.job_dir is not None else default_job_dir(output)
-    engines = engines_from_args(args)
+    engine = engine_from_args(args)
     display = StoryProgressDisplay(enabled=not args.quiet, parallel=args.parallel)
 
     def notice(text: str) -> None:
@@ -216,7 +216,7 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
     cancel = CancelToken()
     with cancel_on_signals(cancel) as received:
         try:
-            result = run_story(storyboard, output, engine=engines.preferred, fallback=engines.one_shot,
+            result = run_story(storyboard, output, engine=engine,
                                job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
                                overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard),
                                on_progress=display, on_notice=notice, cancel=cancel, parallel=args.parallel)
@@ -227,7 +227,7 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
             return cancelled_status(error, received)
         finally:
             display.close()
-            engines.close()
+            engine.close()
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     else:

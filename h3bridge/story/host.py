@@ -42,11 +42,15 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
                       jobs_root: Path, job_name: str, want_frames: bool,
                       on_progress: StoryProgressCallback | None = None,
                       on_notice: Callable[[str], None] | None = None,
-                      cancel: CancelToken | None = None, force: bool = False) -> HostStoryOutputs:
+                      cancel: CancelToken | None = None, force: bool = False,
+                      film_root: Path | None = None) -> HostStoryOutputs:
+    """`film_root`: where the film is assembled (default: beside the job folder). A host that saves
+    the film itself (ComfyUI's Save Video) gives its temporary folder, so the film is kept once."""
     storyboard = storyboard_from_text(shots_text, defaults)
     folder = job_folder(jobs_root, job_name)
-    film = folder.with_name(folder.name + ".mp4")
+    film = (film_root if film_root is not None else folder.parent) / (folder.name + ".mp4")
     folder.parent.mkdir(parents=True, exist_ok=True)
+    film.parent.mkdir(parents=True, exist_ok=True)
     result = run_story(storyboard, film, engine=engine, fallback=fallback, job_dir=folder,
                        on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force)
     first = storyboard.base_request(1)

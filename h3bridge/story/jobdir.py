@@ -5,7 +5,11 @@ The manifest (manifest.json) is rewritten after every shot under a temporary nam
 disk and renamed over the old one, so a crash at any moment leaves either the old or the new
 manifest, never a torn one. A shot is finished exactly when the manifest lists it; its files
 are checked against their SHA-256 before they are trusted again. Only one run uses a job
-directory at a time (a file lock, released by the system if the run is killed).
+directory at a time (a file lock, released by the system if the run is killed). A run that ends
+removes the lock file (no hidden `.lock` stays in a finished job's folder) while it still holds
+the lock: a run that opened the old file and gets its lock after the release finds it unlinked,
+which filelock does not count as acquired (its st_nlink check), so it reports the folder busy
+instead of running beside the next run that creates a new lock file.
 """
 from __future__ import annotations
 
@@ -202,6 +206,12 @@ class JobDir:
 
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
+            # Unlinked before the release, never after (see the module docstring); the folder
+            # may have been removed meanwhile (remove_if_created) or may refuse the unlink.
+            try:
+                (self.path / LOCK_NAME).unlink()
+            except OSError:
+                pass
             self._lock.release()
             self._lock = None
 

@@ -4,7 +4,7 @@
          -> record it in the manifest -> assemble the film
 
 A shot renders on `engine` (by default the warm session, so the model stays loaded from shot to
-shot); one it cannot take (`check_supported`) runs on `fallback`. The manifest is saved after
+shot); a session hands what it cannot take to one-shot (engines/fallback.py). The manifest is saved after
 every shot, so a crash, a kill or Ctrl-C costs at most the shots that were running.
 
 With `parallel=N` (a remote engine only: a server, or a proxy in front of several) the story
@@ -28,8 +28,9 @@ from typing import Callable
 import numpy as np
 
 from ..cancel import CancelToken
+from ..engines.fallback import choose_engine
 from ..engines.protocol import Engine
-from ..errors import GenerationCancelled, OutputExistsError, RemoteError, RequestError, UnsupportedRequestError
+from ..errors import GenerationCancelled, OutputExistsError, RemoteError, RequestError
 from ..geometry import FPS, SAMPLE_RATE
 from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
@@ -39,6 +40,7 @@ from ..safeio.outputs import check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
 from .plan import PlannedShot, StoryPlan, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
+from ..vocabulary import EngineKind
 
 JOB_DIR_SUFFIX = ".h3story"
 # Shots rendered at once at most (`parallel`): each holds a server job, a thread and an open download.
@@ -139,11 +141,12 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     started = time.monotonic()
     check_parallel(parallel, engine)
     notice = on_notice or (lambda text: None)
-    if engine is None:
-        from ..engines.oneshot import OneShotEngine
-        from ..engines.session import shared_session
-        engine = shared_session()
-        fallback = fallback or OneShotEngine(engine.engine_path, engine.model_dir)   # type: ignore[attr-defined]
+    if engine is None:      # the warm session for $H3_BIN / $H3_MODEL_DIR, falling back to one-shot
+        from ..engines.factory import open_engine
+        engine = open_engine(EngineKind.SESSION, shared=True)
+    elif fallback is not None:
+        from ..engines.fallback import FallbackEngine
+        engine = FallbackEngine(engine, lambda: fallback)
     output_path = Path(output) if output is not None else None
     if output_path is None and job_dir is None:
         raise RequestError("a story needs an output file or a job directory", field="output",
@@ -190,7 +193,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             notice(f"warning: {warning}")
         manifest.seed_overrides = overrides
         manifest.storyboard = storyboard_path or manifest.storyboard
-        runner = _Runner(plan, jobs, manifest, engine, fallback, on_progress, notice, cancel, started, last,
+        runner = _Runner(plan, jobs, manifest, engine, on_progress, notice, cancel, started, last,
                          parallel)
         try:
             outcomes = runner.render_shots()
@@ -283,11 +286,11 @@ def _digest(array: np.ndarray | None) -> str:
 
 class _Runner:
     def __init__(self, plan: StoryPlan, jobs: JobDir, manifest: Manifest, engine: Engine,
-                 fallback: Engine | None, on_progress: StoryProgressCallback | None,
+                 on_progress: StoryProgressCallback | None,
                  notice: Callable[[str], None], cancel: CancelToken | None, started: float, last: int,
                  parallel: int = 1) -> None:
         self.plan, self.jobs, self.manifest = plan, jobs, manifest
-        self.engine, self.fallback = engine, fallback
+        self.engine = engine
         self.on_progress, self._notice, self.cancel = on_progress, notice, cancel
         self.started, self.last, self.parallel = started, last, parallel
         self.weights = {shot.index: shot.request.frame_count * shot.request.steps for shot in plan.shots}
@@ -445,14 +448,13 @@ class _Runner:
         return self._render(shot, reason, cancel)
 
     def _engine_for(self, request: GenerationRequest) -> Engine:
-        try:
-            self.engine.check_supported(request)
-            return self.engine
-        except UnsupportedRequestError as error:
-            if self.fallback is None:
-                raise
-            self.notice(f"{error.message}; this shot runs one-shot instead")
-            return self.fallback
+        """The engine that renders this shot (recorded in its manifest entry): a session's fallback
+        for what it cannot take, said as a notice; an engine without one refuses it here."""
+        chosen = choose_engine(self.engine, request)
+        if chosen.refusal is not None:
+            self.notice(f"{chosen.refusal.message}; this shot runs one-shot instead")
+        chosen.engine.check_supported(request)
+        return chosen.engine
 
     def _render(self, shot: PlannedShot, reason: str | None, cancel: CancelToken | None) -> ShotOutcome:
         jobs = self.jobs
