@@ -33,7 +33,10 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
     cancel_on_signals,
     cancelled_status,
     engine_from_args,
+    add_model_dir_argument,
     machine_facts_of,
+    model_dir_from_args,
+    model_folder,
     preview_writer_from_args,
 )
 from .engines.fallback import choose_engine
@@ -511,49 +514,6 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
         print(f"h3bridge: --force: {plan.verdict()}", file=sys.stderr)
 
 
-def add_model_dir_argument(parser: argparse.ArgumentParser, *, what: str = "the MiniMax-H3 model directory") -> None:
-    """-d/--model-dir, as generate, doctor, plan, story and serve take it, for a command that took the
-    folder as its first argument before (info, verify, lora fold): that spelling keeps working."""
-    parser.add_argument("-d", "--model-dir", metavar="PATH", type=Path, help=f"{what} (default: $H3_MODEL_DIR)")
-    parser.add_argument("model_dir_positional", nargs="?", metavar="MODEL_DIR", type=Path,
-                        help="the same folder given without -d")
-
-
-def model_dir_from_args(args: argparse.Namespace) -> Path:
-    """The folder -d/--model-dir or MODEL_DIR names (both: refused), else $H3_MODEL_DIR."""
-    import os
-
-    from .engines.locate import MODEL_DIR_ENV
-    from .errors import ModelError, RequestError
-    flag, positional = args.model_dir, getattr(args, "model_dir_positional", None)
-    if flag is not None and positional is not None:
-        raise RequestError(f"the model folder is given twice: --model-dir {str(flag)!r} and MODEL_DIR "
-                           f"{str(positional)!r}", field="model_dir",
-                           hint="give it once, as -d PATH")
-    if flag is not None:
-        return _model_folder(flag, "--model-dir")
-    if positional is not None:
-        return _model_folder(positional, "MODEL_DIR")
-    if os.environ.get(MODEL_DIR_ENV):
-        return Path(os.environ[MODEL_DIR_ENV])
-    raise ModelError("no model directory given", hint=f"add -d PATH (the model folder) or set {MODEL_DIR_ENV}")
-
-
-def _model_folder(path: Path, shown: str) -> Path:
-    """`path` if it is not there (the inventory says what to download) or a folder; a FIFO, a
-    device, a file or a dangling link is a bad argument (exit 2), said before anything opens it."""
-    from .errors import ModelError
-    from .safeio.paths import not_a_folder
-    what = not_a_folder(path)
-    if what is None:
-        return path
-    if what == "a file":        # a repack checkpoint: the inventory's one wording (what it is, and the fix)
-        from .model.inventory import not_a_model_folder_error
-        raise not_a_model_folder_error(path.absolute())
-    raise ModelError(f"{shown} {str(path)!r} is {what}, not a model folder",
-                     hint="pass the model folder, the one that holds FL2VA/")
-
-
 def add_info_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("info", help="inventory a model directory (files, tensors, sizes, problems)",
                                    description="Inventory a MiniMax-H3 model directory from its shard headers "
@@ -634,7 +594,7 @@ def run_plan(args: argparse.Namespace) -> int:
         machine = MachineFacts.detect()
     model_dir = args.model_dir or (Path(os.environ[MODEL_DIR_ENV]) if os.environ.get(MODEL_DIR_ENV) else None)
     if model_dir is not None:
-        _model_folder(model_dir, "--model-dir")
+        model_folder(model_dir, "--model-dir")
     _check_plan_media(request)
     inventory = inspect_model(model_dir) if model_dir is not None else None
     if inventory is not None:

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from .cancel import CancelToken
@@ -316,6 +317,51 @@ def refuse_preview_without_library(args: argparse.Namespace) -> None:
     if getattr(args, "preview_dir", None) and engine_kind(args) is not EngineKind.LIBRARY:
         raise RequestError("--preview-dir needs --engine library: the h3 program shows previews only on a terminal",
                            field="preview_dir", hint="add --engine library --library-path PATH, or drop --preview-dir")
+
+
+# ----------------------------------------------------------------------------- the model folder
+
+def add_model_dir_argument(parser: argparse.ArgumentParser, *, what: str = "the MiniMax-H3 model directory") -> None:
+    """-d/--model-dir, as generate, doctor, plan, story and serve take it, for a command that took the
+    folder as its first argument before (info, verify, lora fold): that spelling keeps working."""
+    parser.add_argument("-d", "--model-dir", metavar="PATH", type=Path, help=f"{what} (default: $H3_MODEL_DIR)")
+    parser.add_argument("model_dir_positional", nargs="?", metavar="MODEL_DIR", type=Path,
+                        help="the same folder given without -d")
+
+
+def model_dir_from_args(args: argparse.Namespace) -> Path:
+    """The folder -d/--model-dir or MODEL_DIR names (both: refused), else $H3_MODEL_DIR."""
+    import os
+
+    from .engines.locate import MODEL_DIR_ENV
+    from .errors import ModelError, RequestError
+    flag, positional = args.model_dir, getattr(args, "model_dir_positional", None)
+    if flag is not None and positional is not None:
+        raise RequestError(f"the model folder is given twice: --model-dir {str(flag)!r} and MODEL_DIR "
+                           f"{str(positional)!r}", field="model_dir",
+                           hint="give it once, as -d PATH")
+    if flag is not None:
+        return model_folder(flag, "--model-dir")
+    if positional is not None:
+        return model_folder(positional, "MODEL_DIR")
+    if os.environ.get(MODEL_DIR_ENV):
+        return Path(os.environ[MODEL_DIR_ENV])
+    raise ModelError("no model directory given", hint=f"add -d PATH (the model folder) or set {MODEL_DIR_ENV}")
+
+
+def model_folder(path: Path, shown: str) -> Path:
+    """`path` if it is not there (the inventory says what to download) or a folder; a FIFO, a
+    device, a file or a dangling link is a bad argument (exit 2), said before anything opens it."""
+    from .errors import ModelError
+    from .safeio.paths import not_a_folder
+    what = not_a_folder(path)
+    if what is None:
+        return path
+    if what == "a file":        # a repack checkpoint: the inventory's one wording (what it is, and the fix)
+        from .model.inventory import not_a_model_folder_error
+        raise not_a_model_folder_error(path.absolute())
+    raise ModelError(f"{shown} {str(path)!r} is {what}, not a model folder",
+                     hint="pass the model folder, the one that holds FL2VA/")
 
 
 def add_engine_safety_options(parser: argparse.ArgumentParser) -> None:
