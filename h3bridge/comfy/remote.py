@@ -11,11 +11,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError, RequestError
+from ..vocabulary import EngineKind
 
 if TYPE_CHECKING:
     from ..engines.remote import RemoteEngine
 
-REMOTE = "remote"
+REMOTE = EngineKind.REMOTE.value
 
 
 def check_remote_settings(remote_url: str) -> str:
