@@ -556,6 +556,89 @@ def test_the_frontend_shows_the_nodes_in_chinese_with_the_zh_locale(server: Serv
     assert "模型目录 model_dir" in shown[ENGINE]["widgets"]
 
 
+@pytest.mark.timeout(900)
+def test_the_inputs_under_a_choice_show_their_chinese_tooltip(server: Server, tmp_path: Path) -> None:
+    """Issue 30: the tooltips of the inputs a mode, preset or length choice shows (mode_model_dir,
+    length_unit_seconds) stayed English although the zh file had them: the frontend prefers the
+    tooltip the node definition gives such an input, which the pack's extension drops."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    zh = json.loads((REPO / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
+    targets = {f"{ENGINE}:mode.model_dir": zh[ENGINE]["inputs"]["mode_model_dir"]["tooltip"],
+               "H3Generate:length_unit.seconds": zh["H3Generate"]["inputs"]["length_unit_seconds"]["tooltip"],
+               "H3Generate:preset.steps": zh["H3Generate"]["inputs"]["preset_steps"]["tooltip"]}
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_frontend_load.py")), server.url,
+                          "--locale", "zh", *(f"--hover={target}" for target in targets), str(EXAMPLES / WORKFLOWS[0])],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    shown = json.loads(run.stdout)[WORKFLOWS[0]]["tooltips"]
+    for target, chinese in targets.items():
+        assert chinese in shown[target], (target, shown[target])
+
+
+@pytest.mark.timeout(900)
+def test_a_workflow_saved_with_the_old_mode_name_loads_and_runs_as_session(server: Server, tmp_path: Path) -> None:
+    """Issue 30: the engine modes are the vocabulary's; "warm session" saved in a workflow (the new
+    node's dynamic combo, whose value must be one of its options, and the deprecated node) loads as
+    "session" in the real frontend, with that mode's inputs, and runs."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    saved = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
+    engine = next(node for node in saved["nodes"] if node["type"] == ENGINE)
+    assert engine["widgets_values"][0] == "one-shot"
+    engine["widgets_values"][0] = "warm session"
+    (tmp_path / "saved_warm_session.json").write_text(json.dumps(saved))
+    old = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
+    old_engine = next(node for node in old["nodes"] if node["type"] == ENGINE)
+    old_engine.update(type="H3Engine", properties={"Node name for S&R": "H3Engine"},
+                      widgets_values=["", "MiniMax-H3", "warm session", 600, "", "", True])
+    (tmp_path / "saved_warm_session_old_node.json").write_text(json.dumps(old))
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_frontend_load.py")), server.url,
+                          str(tmp_path / "saved_warm_session.json"), str(tmp_path / "saved_warm_session_old_node.json")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    new = report["saved_warm_session.json"]
+    assert {entry["type"]: entry["widgets"] for entry in new["widgets"]}[ENGINE] == [
+        "mode", "mode.engine_path", "mode.model_dir", "mode.stall_timeout"]
+    new_inputs = next(node["inputs"] for node in new["output"].values() if node["class_type"] == ENGINE)
+    assert new_inputs["mode"] == "session" and new_inputs["mode.model_dir"] == "MiniMax-H3"
+    old_inputs = next(node["inputs"] for node in report["saved_warm_session_old_node.json"]["output"].values()
+                      if node["class_type"] == "H3Engine")
+    assert old_inputs["mode"] == "session"
+    entry = server.wait(server.queue(new["output"]))          # engine_path empty: the server's H3_BIN (h3-sim)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    # An API prompt saved with the deprecated node and the old name still runs (read as the session).
+    api = ui_to_api(old, server.object_info)
+    entry = server.wait(server.queue(api))
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+
+
+@pytest.mark.timeout(900)
+def test_the_frontend_is_told_everything_missing_at_once_before_anything_runs(server: Server, tmp_path: Path) -> None:
+    """Issue 30: the Run button on a graph whose engine and model are both missing is refused by
+    ComfyUI's input validation (nothing runs), with one message naming both, each with its fix."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no chromium on PATH (apt-get install chromium) for the frontend check")
+    workflow = json.loads((EXAMPLES / WORKFLOWS[0]).read_text())
+    engine = next(node for node in workflow["nodes"] if node["type"] == ENGINE)
+    engine["widgets_values"][1:3] = [str(tmp_path / "no-h3"), "NoSuchModel"]
+    (tmp_path / "first_run.json").write_text(json.dumps(workflow))
+    history = set(server.get("/history"))
+    run = subprocess.run([COMFYUI_PYTHON, str(Path(__file__).with_name("comfy_frontend_load.py")), server.url,
+                          "--refusal", str(tmp_path / "first_run.json")], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    errors = json.loads(run.stdout)["first_run.json"]["node_errors"]
+    assert set(errors) == {str(engine["id"])}
+    details = {error["details"].split(" - ", 1)[1] for error in errors[str(engine["id"])]["errors"]}
+    assert len(details) == 1         # one message, under each of the node's inputs
+    message = details.pop()
+    assert message.startswith("2 things to fix before this can run:")
+    assert "1. engine_path: the h3 engine from" in message and "2. model_dir: model directory 'NoSuchModel'" in message
+    assert " model download " in message and "about 196 GiB" in message
+    assert set(server.get("/history")) == history          # refused: nothing ran
+
+
 def _storyboard_workflow(object_info: dict, job_name: str) -> dict:
     """H3 Engine -> H3 Storyboard (two tiny shots, the second anchored on the first) -> its summary."""
     nodes = [dict(id=1, type=ENGINE, pos=[40, 80], size=[380, 160],
@@ -854,7 +937,7 @@ def test_comfyuis_own_range_and_option_checks_still_apply(server: Server) -> Non
     # ComfyUI leaves stall_timeout's range to it: reported by the node, with the range (issue 30).
     engine = errors[_engine_id(prompt)]["errors"]
     assert any(error["extra_info"]["input_name"] == "mode.stall_timeout"
-               and "stall_timeout -5 is outside 0..86400" in error["details"] for error in engine)
+               and "stall_timeout: -5 is outside 0..86400 seconds" in error["details"] for error in engine)
 
 
 # ----------------------------------------------------------------------------- interrupt

@@ -119,15 +119,16 @@ def test_h3_engine_says_everything_missing_at_once_before_anything_runs(models: 
     values = {"mode": "one-shot", "engine_path": "", "model_dir": "MiniMax-H3", "stall_timeout": 600}
     message = H3EngineByModeNode.validate_inputs(mode=values)
     assert isinstance(message, str) and message.startswith("2 things to fix before this can run:")
-    assert "\n1. the h3 engine was not found" in message and "\n2. model directory 'MiniMax-H3' was not found" in message
+    assert "\n1. engine_path: the h3 engine was not found" in message
+    assert "\n2. model_dir: model directory 'MiniMax-H3' was not found" in message
     assert f"`{_shown('model', 'download', str(models / 'MiniMax-H3'))}`" in message
     # model_dir linked from H3 Model (None at validation): that node reports the model, this one the engine
     linked = H3EngineByModeNode.validate_inputs(mode={**values, "model_dir": None})
-    assert linked.startswith("the h3 engine was not found") and "model directory" not in linked
+    assert linked.startswith("engine_path: the h3 engine was not found") and "model directory" not in linked
     # the library mode: its library and the model
     library = H3EngineByModeNode.validate_inputs(mode={"mode": "library", "library_path": "", "model_dir": "MiniMax-H3",
                                                        "previews": True, "engine_path": "", "stall_timeout": 600})
-    assert library.startswith("2 things to fix") and "no libh3 library given" in library
+    assert library.startswith("2 things to fix") and "1. library_path: no libh3 library given" in library
     # remote mode reads only its URL
     assert H3EngineByModeNode.validate_inputs(mode={"mode": "remote", "remote_url": "http://127.0.0.1:9"}) is True
     # the deprecated node says the same
@@ -149,4 +150,4 @@ def test_installed_pieces_pass_validation_and_the_old_mode_name_still_runs(model
     handle = H3EngineNode.execute(engine_path=engine, model_dir="MiniMax-H3", mode="warm session").result[0]
     assert handle.mode == adapter.SESSION == "session"
     assert H3EngineNode.validate_inputs(engine_path=engine, model_dir="MiniMax-H3", mode="warm").startswith(
-        "unknown engine mode 'warm'")
+        "mode: unknown engine mode 'warm'")

@@ -212,12 +212,30 @@ def engine_setting_problems(engine_path: str, model_dir: str, mode: str, search_
     return problems
 
 
+def problem_input(problem: H3BridgeError) -> str | None:
+    """The engine node's input a problem is about (the word the user sees on the node)."""
+    from ..errors import EngineNotFoundError, LibraryLoadError
+    if isinstance(problem, RequestError) and problem.field:
+        return problem.field
+    if isinstance(problem, ModelError):
+        return "model_dir"
+    if isinstance(problem, LibraryLoadError):
+        return "library_path"
+    if isinstance(problem, EngineNotFoundError):
+        return "engine_path"
+    return None
+
+
 def problems_text(problems: Sequence[H3BridgeError]) -> str:
-    """One message for several problems, numbered, each with its fix."""
+    """One message for several problems, numbered, each led by the input it is about and with its
+    fix (the pack's frontend extension outlines those inputs)."""
+    def one(problem: H3BridgeError) -> str:
+        name = problem_input(problem)
+        return f"{name}: {problem}" if name else str(problem)
     if len(problems) == 1:
-        return str(problems[0])
+        return one(problems[0])
     return f"{len(problems)} things to fix before this can run:\n" + "\n".join(
-        f"{index}. {problem}" for index, problem in enumerate(problems, 1))
+        f"{index}. {one(problem)}" for index, problem in enumerate(problems, 1))
 
 
 def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path],

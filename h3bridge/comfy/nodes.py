@@ -260,7 +260,7 @@ def _engine_problems(values: dict[str, Any]) -> list[H3BridgeError]:
     problems: list[H3BridgeError] = []
     timeout = values.get("stall_timeout")
     if isinstance(timeout, (int, float)) and not 0 <= timeout <= _MAX_STALL_TIMEOUT:
-        problems.append(RequestError(f"stall_timeout {timeout} is outside 0..{_MAX_STALL_TIMEOUT}", field="stall_timeout",
+        problems.append(RequestError(f"{timeout} is outside 0..{_MAX_STALL_TIMEOUT} seconds", field="stall_timeout",
                                      hint="give the seconds without progress before the engine is stopped "
                                           "(0 = never)"))
     model_dir = values.get("model_dir")

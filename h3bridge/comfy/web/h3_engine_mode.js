@@ -97,15 +97,72 @@ function wrap(ctx, text, width) {
   return lines;
 }
 
+// The inputs a message leads with ("1. engine_path: ...", "model_dir: ...", problems_text in adapter.py).
+export function namedInputs(messages) {
+  const names = new Set();
+  for (const message of messages) {
+    for (const match of message.matchAll(/(?:^|\n)(?:\d+\. )?([a-z_0-9]+): /g)) names.add(match[1]);
+  }
+  return names;
+}
+
+function errorsOf(node) {
+  return validationMessages(app.lastNodeErrors?.[String(node.id)]);
+}
+
+function outlineNamedWidgets(node, ctx) {
+  const names = namedInputs(errorsOf(node));
+  if (!names.size) return;
+  ctx.save();
+  ctx.strokeStyle = "#ff3030";
+  ctx.lineWidth = 2;
+  for (const widget of node.widgets ?? []) {
+    const name = String(widget.name).split(".").pop();
+    if (!names.has(name) || widget.last_y === undefined) continue;
+    const height = widget.computedHeight ?? widget.computeSize?.(node.size[0])?.[1] ?? 20;
+    ctx.strokeRect(10, widget.last_y, node.size[0] - 20, height);
+  }
+  ctx.restore();
+}
+
+function drawMessages(node, ctx) {
+  if (!String(node.comfyClass ?? node.type).startsWith("H3") || node.flags?.collapsed) return;
+  const messages = errorsOf(node);
+  if (!messages.length) return;
+  ctx.save();
+  ctx.font = "12px sans-serif";
+  const width = Math.max(node.size[0], 320) - 8;
+  const lines = messages.flatMap((message) => wrap(ctx, message, width));
+  const left = node.pos[0], top = node.pos[1] + node.size[1] + 8;
+  ctx.fillStyle = "rgba(60, 0, 0, 0.92)";
+  ctx.fillRect(left, top, width + 8, lines.length * 15 + 8);
+  ctx.fillStyle = "#ffb0b0";
+  lines.forEach((line, index) => ctx.fillText(line, left + 4, top + 15 + index * 15));
+  ctx.restore();
+}
+
+// The frontend's own toast says only "A node rejected one or more input values": the H3 nodes'
+// messages (what is missing and the command that fixes it) are toasted too, once per refusal.
+let toasted = null;
+function toastNewErrors() {
+  const errors = app.lastNodeErrors;
+  if (errors === toasted) return;
+  toasted = errors;
+  for (const node of app.graph?._nodes ?? []) {
+    if (!String(node.comfyClass ?? node.type).startsWith("H3")) continue;
+    const messages = errorsOf(node);
+    if (messages.length) {
+      app.extensionManager?.toast?.add?.({ severity: "error", summary: node.title, detail: messages.join("\n\n") });
+    }
+  }
+}
+
 function isH3Node(nodeData) {
   return String(nodeData?.category ?? "").startsWith("MiniMax-H3");
 }
 
 app.registerExtension({
   name: "h3bridge.engineModeAndValidation",
-  async setup() {
-    await loadPackTexts();
-  },
   beforeConfigureGraph(graph) {
     const renamed = renameOldEngineModes(graph);
     if (renamed.length) {
@@ -126,19 +183,19 @@ app.registerExtension({
         // a dynamic choice's input (mode.model_dir, length_unit.seconds): the locale's tooltip
         if (widget.name?.includes(".") && widget.tooltip) delete widget.tooltip;
       }
-      const messages = validationMessages(app.lastNodeErrors?.[String(this.id)]);
-      if (!messages.length || this.flags?.collapsed) return result;
-      ctx.save();
-      ctx.font = "12px sans-serif";
-      const width = Math.max(this.size[0], 360) - 8;
-      const lines = messages.flatMap((message) => wrap(ctx, message, width));
-      const top = this.size[1] + 8;
-      ctx.fillStyle = "rgba(60, 0, 0, 0.85)";
-      ctx.fillRect(0, top, width + 8, lines.length * 15 + 8);
-      ctx.fillStyle = "#ff8080";
-      lines.forEach((line, index) => ctx.fillText(line, 4, top + 15 + index * 15));
-      ctx.restore();
+      outlineNamedWidgets(this, ctx);
       return result;
+    };
+  },
+  async setup() {
+    await loadPackTexts();
+    // The messages are drawn over the canvas, after every node, so a node below does not hide them.
+    const canvas = app.canvas;
+    const drawForeground = canvas.onDrawForeground;
+    canvas.onDrawForeground = function (ctx, area) {
+      drawForeground?.apply(this, [ctx, area]);
+      for (const node of app.graph?._nodes ?? []) drawMessages(node, ctx);
+      toastNewErrors();
     };
   },
 });
