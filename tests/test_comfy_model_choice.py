@@ -52,3 +52,21 @@ def test_installed_models_lists_the_model_folders_under_every_root(tmp_path: Pat
     (second / "turbo" / "Ref2VA").mkdir(parents=True)        # an unfinished download is listed too
     assert adapter.installed_models([first, second, tmp_path / "absent"]) == ["MiniMax-H3", "turbo"]
     assert adapter.installed_models([]) == []
+
+
+def test_remote_modes_missing_package_names_comfyuis_own_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix runs as shown inside ComfyUI: its own Python by path (the `python` on PATH is often
+    another one), and the pack's requirements.txt by path."""
+    import sys
+
+    import h3bridge.engines
+    from h3bridge.comfy import remote
+    from h3bridge.errors import EngineNotFoundError
+    monkeypatch.delattr(h3bridge.engines, "remote", raising=False)
+    monkeypatch.setitem(sys.modules, "h3bridge.engines.remote", None)     # as if httpx were missing
+    with pytest.raises(EngineNotFoundError) as caught:
+        remote.check_remote_settings("http://127.0.0.1:9")
+    hint = caught.value.hint or ""
+    words = shlex.split(hint[hint.index(sys.executable):])
+    assert words[:5] == [sys.executable, "-m", "pip", "install", "-r"]
+    assert Path(words[5]).name == "requirements.txt" and Path(words[5]).is_file()

@@ -189,8 +189,8 @@ def _engine_mode_input() -> io.Input:
         adapter.SESSION: [engine_path(), model_dir(), stall_timeout()],
         adapter.LIBRARY: [
             io.String.Input("library_path", default="",
-                            tooltip="libh3.dylib from `h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs "
-                                    "in the h3.c checkout it was built in."),
+                            tooltip="libh3.dylib, which h3bridge's build-engine links in the h3.c checkout (empty: "
+                                    "$H3_LIBRARY). Runs in the checkout it was built in."),
             model_dir(),
             io.Boolean.Input("previews", default=True,
                              tooltip="Show a denoise preview on H3 Generate after every step. Costs upstream's "
@@ -323,8 +323,8 @@ class H3EngineNode(io.ComfyNode):
                                         "Diffusion / vLLM-Omni server). Its API key is read from H3BRIDGE_API_KEY in "
                                         "ComfyUI's environment, never stored in the workflow."),
                 io.String.Input("library_path", default="", optional=True,
-                                tooltip="library mode only (not read in the others): libh3.dylib from "
-                                        "`h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs in the h3.c "
+                                tooltip="library mode only (not read in the others): libh3.dylib, which h3bridge's "
+                                        "build-engine links in the h3.c checkout (empty: $H3_LIBRARY). Runs in the "
                                         "checkout it was built in."),
                 io.Boolean.Input("previews", default=True, optional=True,
                                  tooltip="library mode only (not read in the others): show a denoise preview on H3 "
