@@ -45,7 +45,9 @@ function labelOptions(node) {
   }
 }
 
-const ENGINE_NODES = ["H3EngineV2", "H3Engine"];
+// Where each engine node saves its mode among its widget values (V2: the dynamic combo first; the
+// deprecated node: engine_path, model_dir, mode, ...). Only that value is renamed.
+const MODE_INDEX = { H3EngineV2: 0, H3Engine: 2 };
 const OLD_MODES = { "warm session": "session", "warm-session": "session", "warm_session": "session",
                     "cli": "one-shot", "oneshot": "one-shot", "one_shot": "one-shot" };
 
@@ -55,13 +57,13 @@ export function renameOldEngineModes(graph) {
   for (const nodes of graphs.map((g) => g?.nodes ?? [])) {
     for (const node of nodes) {
       const values = node?.widgets_values;
-      if (!ENGINE_NODES.includes(node?.type) || !Array.isArray(values)) continue;
-      values.forEach((value, index) => {
-        if (typeof value === "string" && Object.hasOwn(OLD_MODES, value)) {
-          values[index] = OLD_MODES[value];
-          renamed.push(`${value} -> ${OLD_MODES[value]}`);
-        }
-      });
+      const index = MODE_INDEX[node?.type];
+      if (index === undefined || !Array.isArray(values)) continue;
+      const value = values[index];
+      if (typeof value === "string" && Object.hasOwn(OLD_MODES, value)) {
+        values[index] = OLD_MODES[value];
+        renamed.push(`${value} -> ${OLD_MODES[value]}`);
+      }
     }
   }
   return renamed;
