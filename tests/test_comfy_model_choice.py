@@ -70,3 +70,41 @@ def test_remote_modes_missing_package_names_comfyuis_own_python(monkeypatch: pyt
     words = shlex.split(hint[hint.index(sys.executable):])
     assert words[:5] == [sys.executable, "-m", "pip", "install", "-r"]
     assert Path(words[5]).name == "requirements.txt" and Path(words[5]).is_file()
+
+
+def test_every_missing_piece_is_found_at_once_each_with_its_input(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh install (no h3, no H3_BIN, no model): the engine AND the model, in that order, each
+    led by the H3 Engine input it is about (issue 30: one per run before)."""
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv("H3_BIN", raising=False)
+    roots = [tmp_path / "models" / "h3"]
+    problems = adapter.engine_setting_problems("", adapter.DEFAULT_MODEL_NAME, "one-shot", roots)
+    assert [adapter.problem_input(problem) for problem in problems] == ["engine_path", "model_dir"]
+    text = adapter.problems_text(problems)
+    assert text.startswith("2 things to fix before this can run:\n1. engine_path: ")
+    assert "\n2. model_dir: model directory 'MiniMax-H3' was not found" in text
+    with pytest.raises(Exception) as caught:          # the node's run says the same, once
+        adapter.check_engine_settings("", adapter.DEFAULT_MODEL_NAME, "one-shot", roots)
+    assert str(caught.value).startswith("2 things to fix before this can run:")
+    # the old mode name is read through the vocabulary; an unknown one is refused naming the choices
+    assert adapter.engine_mode("warm session") == ("session", "warm session")
+    assert adapter.engine_mode("session") == ("session", None)
+    refused = adapter.engine_setting_problems("", "", "warm", roots)
+    assert adapter.problems_text(refused).startswith("mode: unknown engine mode 'warm'")
+    assert "one-shot, session, library, remote" in (refused[0].hint or "")
+    # remote mode reads only its URL
+    assert adapter.engine_setting_problems("", "", "remote", roots, remote_url="http://127.0.0.1:9") == []
+
+
+def test_h3_models_check_with_nothing_installed_names_the_folder_and_the_command(tmp_path: Path) -> None:
+    roots = [tmp_path / "models" / "h3"]
+    for value in (adapter.NO_MODEL_INSTALLED, adapter.DEFAULT_MODEL_NAME):
+        with pytest.raises(ModelError) as caught:
+            adapter.check_model_choice(value, roots)
+        assert str(roots[0]) in caught.value.message
+        assert _download_command(caught.value.hint or "") == command_words(
+            "h3bridge", "model", "download", str(roots[0] / "MiniMax-H3"))
+    write_fixture_model(roots[0] / "MiniMax-H3")
+    assert adapter.check_model_choice("MiniMax-H3", roots) == roots[0] / "MiniMax-H3"
