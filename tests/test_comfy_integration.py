@@ -842,41 +842,45 @@ def test_engine_failures_show_hs_own_message(server: Server) -> None:
     assert list((server.base / "temp" / "h3bridge").rglob("*.partial.mp4")) == []
 
 
+def _engine_refusal(server: Server, prompt: dict, engine_id: str) -> str:
+    """The Run refused by ComfyUI's input validation (nothing ran, no engine started): H3 Engine's
+    one message. ComfyUI files it under each input its validate_inputs takes (all of them: a
+    dynamic combo's values reach only such a function), so it is one text, repeated."""
+    history = set(server.get("/history"))
+    errors = _queue_errors(server, prompt)
+    assert set(errors) == {engine_id}, errors
+    reports = errors[engine_id]["errors"]
+    assert {report["type"] for report in reports} == {"custom_validation_failed"}
+    assert "mode" in {report["extra_info"]["input_name"] for report in reports}
+    messages = {report["details"].split(" - ", 1)[1] for report in reports}
+    assert len(messages) == 1, messages
+    assert set(server.get("/history")) == history and server.engine_processes() == []
+    return messages.pop()
+
+
 def test_a_missing_model_is_one_report_under_h3_engine_before_any_engine_runs(server: Server) -> None:
+    """Issue 30: refused when queued (ComfyUI's input validation), not when H3 Engine runs."""
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    _set_engine(server, prompt, model_dir="NoSuchModel")
-    entry = server.wait(server.queue(prompt))
-    errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
-    assert len(errors) == 1 and errors[0]["node_type"] == ENGINE, errors
-    assert "model directory 'NoSuchModel' was not found" in errors[0]["exception_message"]
-    assert "models/h3" in errors[0]["exception_message"]
-    assert server.engine_processes() == []
+    engine_id = _set_engine(server, prompt, model_dir="NoSuchModel")
+    message = _engine_refusal(server, prompt, engine_id)
+    assert message.startswith("model_dir: model directory 'NoSuchModel' was not found")
+    assert "models/h3" in message and " model download " in message
 
 
 def test_bad_engine_settings_are_refused_when_queued(server: Server) -> None:
-    """The deprecated all-modes node (workflows saved with it) keeps its queue-time model check."""
+    """The deprecated all-modes node (workflows saved with it) is checked as the new one is."""
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
     engine_id = _old_engine(prompt, model_dir="NoSuchModel")
-    request = urllib.request.Request(server.url + "/prompt", data=json.dumps({"prompt": prompt}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(request, timeout=30)
-    body = json.loads(info.value.read())
-    errors = body["node_errors"][engine_id]["errors"]
-    # One problem, one report, under the input it is about (not also under engine_path and mode).
-    assert [error["extra_info"]["input_name"] for error in errors] == ["model_dir"]
-    details = errors[0]["details"]
-    assert "model directory 'NoSuchModel' was not found" in details and "models/h3" in details
+    message = _engine_refusal(server, prompt, engine_id)
+    # one problem, one message, led by the input it is about (the pack's extension outlines it)
+    assert message.startswith("model_dir: model directory 'NoSuchModel' was not found") and "models/h3" in message
 
 
 def test_a_missing_engine_is_reported_once_before_anything_runs(server: Server) -> None:
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    _set_engine(server, prompt, engine_path=str(server.base / "no-such-h3"))
-    entry = server.wait(server.queue(prompt))
-    errors = [m[1] for m in entry["status"]["messages"] if m[0] == "execution_error"]
-    assert len(errors) == 1 and errors[0]["node_type"] == ENGINE
-    assert errors[0]["exception_type"] == "Engine not found error"
-    assert "no-such-h3" in errors[0]["exception_message"]
+    engine_id = _set_engine(server, prompt, engine_path=str(server.base / "no-such-h3"))
+    message = _engine_refusal(server, prompt, engine_id)
+    assert message.startswith("engine_path: the h3 engine from") and "no-such-h3" in message.split("\n")[0]
 
 
 def test_one_bad_hex_grid_setting_is_one_report_in_one_sentence(server: Server) -> None:
@@ -1130,16 +1134,13 @@ def test_library_mode_shows_denoise_previews_over_the_websocket(server: Server, 
 
 
 def test_a_library_of_the_wrong_kind_is_one_sentence_on_the_node(server: Server, tmp_path: Path) -> None:
-    """A static libh3.a given as library_path: the H3 Engine node fails with one sentence and the
-    fix (link a shared library), before anything runs."""
+    """A static libh3.a given as library_path: the H3 Engine node is refused with one sentence and
+    the fix (link a shared library), before anything runs."""
     archive = tmp_path / "libh3.a"
     archive.write_bytes(b"!<arch>\n" + b"\0" * 60)
     prompt = ui_to_api(json.loads((EXAMPLES / WORKFLOWS[0]).read_text()), server.object_info)
-    _set_engine(server, prompt, mode="library", library_path=str(archive))
-    entry = server.wait(server.queue(prompt))
-    assert entry["status"]["status_str"] == "error"
-    error = next(m[1] for m in entry["status"]["messages"] if m[0] == "execution_error")
-    assert error["node_type"] == ENGINE and error["exception_type"] == "Library load error"
-    first, *rest = error["exception_message"].split("\n")
-    assert "static archive" in first and str(archive) in first
+    engine_id = _set_engine(server, prompt, mode="library", library_path=str(archive))
+    message = _engine_refusal(server, prompt, engine_id)       # refused when queued (issue 30)
+    first, *rest = message.split("\n")
+    assert first.startswith("library_path: ") and "static archive" in first and str(archive) in first
     assert rest and "build-library" in rest[0]
