@@ -125,6 +125,8 @@ def test_h3_engine_says_everything_missing_at_once_before_anything_runs(models: 
     # model_dir linked from H3 Model (None at validation): that node reports the model, this one the engine
     linked = H3EngineByModeNode.validate_inputs(mode={**values, "model_dir": None})
     assert linked.startswith("engine_path: the h3 engine was not found") and "model directory" not in linked
+    # both linked (a path from another node): nothing known yet, checked when the node runs
+    assert H3EngineByModeNode.validate_inputs(mode={**values, "engine_path": None, "model_dir": None}) is True
     # the library mode: its library and the model
     library = H3EngineByModeNode.validate_inputs(mode={"mode": "library", "library_path": "", "model_dir": "MiniMax-H3",
                                                        "previews": True, "engine_path": "", "stall_timeout": 600})

@@ -179,18 +179,20 @@ def old_mode_notice(old: str, mode: str) -> str:
     return f"mode {old!r} is now called {mode!r} (the workflow ran as saved; save it again to keep the new name)"
 
 
-def engine_setting_problems(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path], *,
-                            remote_url: str = "", library_path: str = "") -> list[H3BridgeError]:
+def engine_setting_problems(engine_path: str | None, model_dir: str | None, mode: str, search_roots: Sequence[Path],
+                            *, remote_url: str | None = "", library_path: str | None = "") -> list[H3BridgeError]:
     """Everything wrong with the H3 Engine node's values, each with its fix, found cheaply (no
     engine run, no weights read): the engine (or library, or server URL) AND the model folder, so a
-    new user is told every missing piece at once instead of one per run."""
+    new user is told every missing piece at once instead of one per run. None: a value linked from
+    another node, unknown until it runs (H3 Model checks its own choice; the run checks the rest)."""
     try:
         mode, _old = engine_mode(mode)
     except RequestError as error:
         return [error]
     if mode == REMOTE:
         try:
-            check_remote_settings(remote_url)
+            if remote_url is not None:
+                check_remote_settings(remote_url)
         except H3BridgeError as error:
             return [error]
         return []
@@ -198,15 +200,17 @@ def engine_setting_problems(engine_path: str, model_dir: str, mode: str, search_
     try:
         if mode == LIBRARY:
             from ..engines.library import locate_library
-            locate_library(os.path.expanduser(library_path.strip()) or None)
-            if engine_path.strip():
+            if library_path is not None:
+                locate_library(os.path.expanduser(library_path.strip()) or None)
+            if engine_path is not None and engine_path.strip():
                 resolve_engine_path(engine_path)
-        else:
+        elif engine_path is not None:
             resolve_engine_path(engine_path)
     except H3BridgeError as error:
         problems.append(error)
     try:
-        check_model_layout(resolve_model_dir(model_dir, search_roots))
+        if model_dir is not None:
+            check_model_layout(resolve_model_dir(model_dir, search_roots))
     except H3BridgeError as error:
         problems.append(error)
     return problems

@@ -20,7 +20,7 @@ import comfy.utils
 from comfy_api.latest import ComfyExtension, InputImpl, Types, io
 
 from ..cancel import CancelToken
-from ..errors import H3BridgeError, ModelError
+from ..errors import H3BridgeError
 from ..vocabulary import ENGINE_KIND_MEANING, EngineKind
 from ..media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource
 from ..request import (
@@ -255,7 +255,7 @@ class H3EngineByModeNode(io.ComfyNode):
 
 
 def _engine_problems(values: dict[str, Any]) -> list[H3BridgeError]:
-    """What is wrong with an engine node's values (a linked model_dir, None here, is not checked)."""
+    """What is wrong with an engine node's values (a linked one, None here, is checked when it runs)."""
     from ..errors import RequestError
     problems: list[H3BridgeError] = []
     timeout = values.get("stall_timeout")
@@ -263,13 +263,15 @@ def _engine_problems(values: dict[str, Any]) -> list[H3BridgeError]:
         problems.append(RequestError(f"{timeout} is outside 0..{_MAX_STALL_TIMEOUT} seconds", field="stall_timeout",
                                      hint="give the seconds without progress before the engine is stopped "
                                           "(0 = never)"))
-    model_dir = values.get("model_dir")
-    problems += adapter.engine_setting_problems(
-        str(values.get("engine_path") or ""), adapter.DEFAULT_MODEL_NAME if model_dir is None else str(model_dir),
-        str(values.get("mode") or ""), model_roots(), remote_url=str(values.get("remote_url") or ""),
-        library_path=str(values.get("library_path") or ""))
-    if model_dir is None:       # linked (H3 Model checks its choice itself)
-        problems = [problem for problem in problems if not isinstance(problem, ModelError)]
+
+    def text(name: str) -> str | None:
+        """A widget's value; None when linked from another node (known only when the graph runs)."""
+        value = values.get(name, "")
+        return None if value is None else str(value)
+
+    problems += adapter.engine_setting_problems(text("engine_path"), text("model_dir"), str(values.get("mode") or ""),
+                                                model_roots(), remote_url=text("remote_url"),
+                                                library_path=text("library_path"))
     return problems
 
 
