@@ -59,7 +59,7 @@ from ..engines.session import session_prompt, shared_session
 # The engine mode is the engine choice of every interface (vocabulary.EngineKind), spelled the same.
 ONE_SHOT = EngineKind.ONE_SHOT.value
 SESSION = EngineKind.SESSION.value       # h3's interactive mode kept warm between clips
-LIBRARY = EngineKind.LIBRARY.value       # libh3 in a warm worker: previews while sampling, exact frames (engines/library.py)
+LIBRARY = EngineKind.LIBRARY.value       # libh3 in a warm worker: previews, exact frames (engines/library.py)
 from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
 ENGINE_MODES: tuple[str, ...] = ENGINE_KINDS
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
@@ -955,7 +955,8 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
 
 
 __all__ = [
-    "ENGINE_MODES", "EngineHandle", "NO_MODEL_INSTALLED", "check_model_choice", "engine_mode", "engine_setting_problems", "old_mode_notice", "problems_text", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
+    "ENGINE_MODES", "EngineHandle", "NO_MODEL_INSTALLED", "check_model_choice", "engine_mode",
+    "engine_setting_problems", "old_mode_notice", "problem_input", "problems_text", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "SESSION", "audio_to_waveform", "build_request", "check_engine_settings",

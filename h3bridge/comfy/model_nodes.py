@@ -25,7 +25,8 @@ class H3ModelNode(io.ComfyNode):
             # the folder and the command for this install are in the message when none is installed.
             description=f"Pick a MiniMax-H3 model installed under ComfyUI/models/{adapter.MODEL_FOLDER}/ and connect "
                         "model_dir to H3 Engine's model_dir (typing a name or a path there works too). With none "
-                        f"installed, running the graph says the download command for this install ({adapter.SIZES_IN_SHORT}).",
+                        "installed, running the graph says the download command for this install "
+                        f"({adapter.SIZES_IN_SHORT}).",
             # Nothing installed: the one option says so (not a model name that looks installed).
             inputs=[io.Combo.Input("model", options=installed or [adapter.NO_MODEL_INSTALLED],
                                    tooltip=f"The model folders in ComfyUI/models/{adapter.MODEL_FOLDER}/ (each holds "
