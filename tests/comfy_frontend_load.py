@@ -1,7 +1,8 @@
 """Load workflows in ComfyUI's real frontend (headless Chromium, DevTools protocol) and report
 what the frontend makes of them. Run with a python that has aiohttp (ComfyUI's own):
 
-    python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] [--run N] [--locale zh] workflow.json ...
+    python comfy_frontend_load.py http://127.0.0.1:8188 [--screenshots DIR] [--run N | --refusal] [--locale zh]
+        [--after-load JS] workflow.json ...
 
 Prints one JSON object: {workflow file name: {"count": nodes loaded, "missing": node types the
 frontend does not know, "output": the API prompt from the frontend's own app.graphToPrompt(),
@@ -9,7 +10,8 @@ frontend does not know, "output": the API prompt from the frontend's own app.gra
 extension drew on each node's text boxes, "sockets": each node's input sockets as the canvas names
 them, "widgets": each node's widget names, "shown": each node's title and widget labels as drawn, "runs": with --run N, the frontend's Run button clicked
 N times (a real mouse click), each run's history entry once it finished: {"prompt": the API
-prompt the frontend sent, "status", "outputs"}}}. --edits '[{}, {"2": {"shots": "..."}}]': before
+prompt the frontend sent, "status", "outputs"}, "tooltips": with --hover, the tooltip shown over each widget, "node_errors": with --refusal, the errors of ComfyUI's
+input validation as the frontend holds them (app.lastNodeErrors) after one click on Run}}. --edits '[{}, {"2": {"shots": "..."}}]': before
 run i, set those widgets (node id -> widget name -> value) as typing into them would.
 Only talks to 127.0.0.1.
 """
@@ -92,8 +94,23 @@ EDIT_SCRIPT = """(() => {
 })()"""
 
 
+REFUSAL_SCRIPT = """(() => JSON.stringify(app.lastNodeErrors ?? null))()"""
+
+# Where a node's widget is on the screen (CSS pixels), for a mouse hover over it.
+WIDGET_AT_SCRIPT = """(() => {
+    const [type, name] = %s;
+    const node = app.graph._nodes.find(n => n.type === type);
+    const widget = node?.widgets?.find(w => w.name === name);
+    if (!widget || widget.last_y === undefined) return null;
+    const rect = app.canvas.canvas.getBoundingClientRect();
+    const [x, y] = app.canvas.ds.convertOffsetToCanvas([node.pos[0] + node.size[0] / 3, node.pos[1] + widget.last_y + 10]);
+    return [rect.left + x / (window.devicePixelRatio || 1), rect.top + y / (window.devicePixelRatio || 1)];
+})()"""
+
+
 async def _run(url: str, workflows: list[Path], screenshots: Path | None, runs: int = 0,
-               edits: list[dict] | None = None, locale: str | None = None) -> dict:
+               edits: list[dict] | None = None, locale: str | None = None, after_load: str | None = None,
+               refusal: bool = False, hover: list[str] | None = None) -> dict:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         raise SystemExit("no chromium on PATH")
@@ -191,10 +208,37 @@ async def _run(url: str, workflows: list[Path], screenshots: Path | None, runs: 
             for path in workflows:
                 workflow = json.loads(path.read_text())
                 report[path.name] = json.loads(await evaluate(LOAD_SCRIPT % json.dumps(workflow)))
-                if screenshots is not None or runs:
+                if after_load:
+                    report[path.name]["after_load"] = await evaluate(after_load)
+                    await asyncio.sleep(0.5)
+                if screenshots is not None or runs or refusal:
                     await close_dialogs()
                 if screenshots is not None:
                     await screenshot(path.stem)
+                for target in hover or []:     # NODE_TYPE:WIDGET: the tooltip the frontend shows for it
+                    spot = await evaluate(WIDGET_AT_SCRIPT % json.dumps(target.split(":", 1)))
+                    report[path.name].setdefault("hovered", {})[target] = spot
+                    if spot:
+                        await call("Input.dispatchMouseEvent", type="mouseMoved", x=spot[0], y=spot[1])
+                        await asyncio.sleep(2.0)
+                        report[path.name].setdefault("tooltips", {})[target] = await evaluate(
+                            "Array.from(document.querySelectorAll('[role=tooltip], .p-tooltip, [class*=tooltip]'))"
+                            ".map(e => e.innerText.trim()).filter(Boolean).join('\\n')")
+                        if screenshots is not None:
+                            await screenshot(f"{path.stem}-hover-{target.replace(':', '-').replace('.', '_')}")
+                if refusal:     # Run, refused by ComfyUI's input validation: what the frontend got and shows
+                    await click_run()
+                    errors = None
+                    for _ in range(300):
+                        errors = json.loads(await evaluate(REFUSAL_SCRIPT))
+                        if errors:
+                            break
+                        await asyncio.sleep(0.1)
+                    report[path.name]["node_errors"] = errors
+                    await asyncio.sleep(1.0)       # the toast and the red widgets are drawn
+                    if screenshots is not None:
+                        await screenshot(f"{path.stem}-refused")
+                    continue
                 known = set(_get(url + "/history"))
                 report[path.name]["runs"] = []
                 for number in range(1, runs + 1):
@@ -222,10 +266,16 @@ def main() -> None:
     parser.add_argument("--screenshots", type=Path)
     parser.add_argument("--run", type=int, default=0, help="click the frontend's Run button this many times")
     parser.add_argument("--locale", help="the frontend's language (Comfy.Locale), e.g. zh, set before loading")
+    parser.add_argument("--after-load", help="JavaScript evaluated in the page after each workflow loads")
+    parser.add_argument("--hover", action="append", metavar="NODE_TYPE:WIDGET",
+                        help="move the mouse over this widget and screenshot its tooltip (repeatable)")
+    parser.add_argument("--refusal", action="store_true",
+                        help="click Run once and report app.lastNodeErrors (the graph is refused before it runs)")
     parser.add_argument("--edits", type=json.loads, default=None,
                         help="JSON list, one entry per run: {node id: {widget: value}} set before that run")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(_run(args.url, args.workflows, args.screenshots, args.run, args.edits, args.locale))))
+    print(json.dumps(asyncio.run(_run(args.url, args.workflows, args.screenshots, args.run, args.edits, args.locale,
+                                      args.after_load, args.refusal, args.hover))))
 
 
 if __name__ == "__main__":

@@ -429,16 +429,16 @@ def test_warm_session_falls_back_to_one_shot_when_it_cannot_take_the_request(tmp
 
     def factory(chosen: adapter.EngineHandle) -> RecordingEngine:
         opened.append(chosen.mode)
-        return session if chosen.mode == adapter.WARM_SESSION else one_shot
+        return session if chosen.mode == adapter.SESSION else one_shot
 
-    warm = adapter.EngineHandle(handle.engine_path, handle.model_dir, adapter.WARM_SESSION)
+    warm = adapter.EngineHandle(handle.engine_path, handle.model_dir, adapter.SESSION)
     outputs = adapter.run_generate(warm, SMALL, adapter.GenerateInputs(), scratch_parent=tmp_path / "s",
                                    output_dir=tmp_path / "o", want_image=False, engine_factory=factory,
                                    on_progress=lambda event: None)
-    assert opened == [adapter.WARM_SESSION, adapter.ONE_SHOT]
+    assert opened == [adapter.SESSION, adapter.ONE_SHOT]
     assert len(one_shot.calls) == 1 and outputs.video_path.is_file()
     assert outputs.summary.startswith("engine: one-shot engine")
-    assert "warm session: the prompt has several lines; ran one-shot instead" in outputs.summary
+    assert "session: the prompt has several lines; ran one-shot instead" in outputs.summary
 
 
 def test_internal_canvas_is_passed_and_checked() -> None:
@@ -459,10 +459,10 @@ def test_each_warm_session_job_uses_its_engine_nodes_watchdog(tmp_path: Path) ->
     apply to every job (the stall error tells users to raise it)."""
     from core_helpers import sim_engine_path
     engine = sim_engine_path()
-    first = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, 600.0))
-    second = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, 3600.0))
+    first = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.SESSION, 600.0))
+    second = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.SESSION, 3600.0))
     assert second is first and second.stall_timeout == 3600.0
-    never = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.WARM_SESSION, None))
+    never = adapter.open_engine(adapter.EngineHandle(engine, tmp_path, adapter.SESSION, None))
     assert never is first and never.stall_timeout is None
     first.close()
 

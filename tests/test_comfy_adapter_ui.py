@@ -93,8 +93,8 @@ def test_a_job_that_cannot_go_warm_says_so_on_the_node(tmp_path: Path, fixture_m
             return super().generate(request, output, **kwargs)
 
     notices: list[str] = []
-    warm = adapter.EngineHandle(Path("/bin/h3"), fixture_model, adapter.WARM_SESSION)
-    factory = lambda chosen: Session() if chosen.mode == adapter.WARM_SESSION else RecordingEngine()  # noqa: E731
+    warm = adapter.EngineHandle(Path("/bin/h3"), fixture_model, adapter.SESSION)
+    factory = lambda chosen: Session() if chosen.mode == adapter.SESSION else RecordingEngine()  # noqa: E731
 
     def run(prompt: str) -> adapter.GenerateOutputs:
         notices.clear()
@@ -105,13 +105,13 @@ def test_a_job_that_cannot_go_warm_says_so_on_the_node(tmp_path: Path, fixture_m
 
     # H3 Prompt's own output goes warm, and nothing warns.
     outputs = run(adapter.compose_prompt(**README_SECTIONS))
-    assert outputs.summary.startswith("engine: warm session engine")
-    assert len(notices) == 1 and notices[0].startswith("warm session: ") and "WARNING" not in notices[0]
+    assert outputs.summary.startswith("engine: session engine")
+    assert len(notices) == 1 and notices[0].startswith("session: ") and "WARNING" not in notices[0]
     # A prompt typed on several lines: one-shot, and the node says why and what to do.
     outputs = run("Scene: a fox.\nAudio: wind.")
     assert outputs.summary.startswith("engine: one-shot engine")
     warning = notices[-1]
-    assert warning.startswith("WARNING: not run in the warm session: the prompt has several lines")
+    assert warning.startswith("WARNING: not run in session mode: the prompt has several lines")
     assert "ran one-shot instead" in warning and "put the prompt on one line" in warning
     assert warning.splitlines()[-1].startswith("one-shot: 96x64, 22 frames")
 

@@ -17,6 +17,7 @@ from h3bridge.comfy import adapter  # noqa: E402
 from h3bridge.comfy.nodes import H3EngineByModeNode, H3EngineNode, comfy_entrypoint  # noqa: E402
 from h3bridge.errors import H3BridgeError  # noqa: E402
 from h3bridge.sim.fixture import write_fixture_model  # noqa: E402
+from h3bridge.vocabulary import ENGINE_KINDS  # noqa: E402
 
 
 def _option_inputs(schema) -> dict[str, list[str]]:
@@ -28,9 +29,10 @@ def test_each_mode_shows_only_the_inputs_it_reads() -> None:
     schema = H3EngineByModeNode.define_schema()
     assert [item.id for item in schema.inputs] == ["mode"]
     shown = _option_inputs(schema)
+    assert list(shown) == list(ENGINE_KINDS)         # the engine choice of every interface (issue 30)
     assert shown == {
         "one-shot": ["engine_path", "model_dir", "stall_timeout"],
-        "warm session": ["engine_path", "model_dir", "stall_timeout"],
+        "session": ["engine_path", "model_dir", "stall_timeout"],
         "library": ["library_path", "model_dir", "previews", "engine_path", "stall_timeout"],
         "remote": ["remote_url"],
     }
@@ -67,10 +69,11 @@ def test_local_modes_read_their_own_inputs(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(folder_paths, "models_dir", str(tmp_path / "models"))
     monkeypatch.setitem(folder_paths.folder_names_and_paths, adapter.MODEL_FOLDER, ([], set()))
     write_fixture_model(tmp_path / "models" / adapter.MODEL_FOLDER / "MiniMax-H3")
-    for mode in ("one-shot", "warm session"):
+    # the vocabulary's names, and the old "warm session" of saved API prompts (read as session)
+    for mode, kind in (("one-shot", "one-shot"), ("session", "session"), ("warm session", "session")):
         handle = H3EngineByModeNode.execute(mode={"mode": mode, "engine_path": str(sim_engine_path()),
                                                   "model_dir": "MiniMax-H3", "stall_timeout": 30}).result[0]
-        assert handle.mode == mode and handle.model_dir.name == "MiniMax-H3" and handle.stall_timeout == 30
+        assert handle.mode == kind and handle.model_dir.name == "MiniMax-H3" and handle.stall_timeout == 30
     with pytest.raises(H3BridgeError, match="NoSuchModel"):
         H3EngineByModeNode.execute(mode={"mode": "one-shot", "engine_path": str(sim_engine_path()),
                                          "model_dir": "NoSuchModel", "stall_timeout": 600})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,40 @@ def test_the_node_modules_import_each_other_in_no_cycle() -> None:
     for module in sorted(graph):
         visit(module, [module])
     assert not cycles, f"import cycles in h3bridge.comfy: {cycles}"
+
+
+def test_the_engine_mode_extension_renames_old_modes_and_reads_validation_messages(tmp_path: Path) -> None:
+    """web/h3_engine_mode.js's pure parts, run by Node with ComfyUI's app/api stubbed (the real
+    frontend runs it in test_comfy_integration.py): a saved "warm session" becomes "session" at
+    the mode's place only; each validation message is kept once, with the inputs it leads with."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on PATH for the extension's unit check")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "app.js").write_text("export const app = { registerExtension() {} };\n")
+    (tmp_path / "scripts" / "api.js").write_text("export const api = {};\n")
+    (tmp_path / "ext" / "h3bridge").mkdir(parents=True)
+    script = tmp_path / "ext" / "h3bridge" / "h3_engine_mode.js"
+    script.write_text((REPO / "h3bridge" / "comfy" / "web" / "h3_engine_mode.js").read_text())
+    check = """
+import { renameOldEngineModes, validationMessages, namedInputs } from %s;
+const graph = { nodes: [
+  { type: "H3EngineV2", widgets_values: ["warm session", "", "MiniMax-H3", 600] },
+  { type: "H3Engine", widgets_values: ["", "cli", "warm session", 600, "", "", true] },
+  { type: "H3Generate", widgets_values: ["warm session"] } ] };
+const renamed = renameOldEngineModes(graph);
+const errors = { errors: [
+  { details: "mode - 2 things to fix before this can run:\\n1. engine_path: no h3\\n2. model_dir: no model" },
+  { details: "mode.engine_path - 2 things to fix before this can run:\\n1. engine_path: no h3\\n2. model_dir: no model" } ] };
+const messages = validationMessages(errors);
+console.log(JSON.stringify({ renamed, values: graph.nodes.map(n => n.widgets_values), messages,
+                             names: [...namedInputs(messages)] }));
+""" % json.dumps(script.as_uri())
+    run = subprocess.run([node, "--input-type=module", "-e", check], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["renamed"] == ["warm session -> session", "warm session -> session"]
+    assert result["values"] == [["session", "", "MiniMax-H3", 600], ["", "cli", "session", 600, "", "", True],
+                                ["warm session"]]
+    assert result["messages"] == ["2 things to fix before this can run:\n1. engine_path: no h3\n2. model_dir: no model"]
+    assert result["names"] == ["engine_path", "model_dir"]

@@ -27,7 +27,9 @@ from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, 
                       UnsupportedRequestError)
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
+from ..model.download import ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB
 from ..history.eta import format_eta
+from ..vocabulary import ENGINE_KINDS, EngineKind, read_engine_kind
 from ..progress import PreviewFrame, ProgressEvent
 from ..prompt import StructuredPrompt, clean_prompt_text
 from ..media.references import (
@@ -54,11 +56,12 @@ from ..engines.session import session_prompt, shared_session
 
 # ----------------------------------------------------------------------------- choices
 
-ONE_SHOT = "one-shot"
-WARM_SESSION = "warm session"
-LIBRARY = "library"      # libh3 in a warm worker: previews while sampling, exact frames (engines/library.py)
+# The engine mode is the engine choice of every interface (vocabulary.EngineKind), spelled the same.
+ONE_SHOT = EngineKind.ONE_SHOT.value
+SESSION = EngineKind.SESSION.value       # h3's interactive mode kept warm between clips
+LIBRARY = EngineKind.LIBRARY.value       # libh3 in a warm worker: previews, exact frames (engines/library.py)
 from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
-ENGINE_MODES: tuple[str, ...] = (ONE_SHOT, WARM_SESSION, LIBRARY, REMOTE)
+ENGINE_MODES: tuple[str, ...] = ENGINE_KINDS
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
 DEFAULT_PRESET = "balanced"             # what the examples use and the Mac table recommends
@@ -66,6 +69,8 @@ DEFAULT_PRESET = "balanced"             # what the examples use and the Mac tabl
 PRESET_NAMES: tuple[str, ...] = (DEFAULT_PRESET, *(name for name in PRESETS if name != DEFAULT_PRESET))
 MODEL_FOLDER = "h3"                      # ComfyUI/models/h3/<model dir>
 DEFAULT_MODEL_NAME = "MiniMax-H3"
+# H3 Model's one option when no model folder is installed: not a name that looks like a model.
+NO_MODEL_INSTALLED = f"(no model in models/{MODEL_FOLDER})"
 
 # Output order of the H3 Generate node; IMAGE is the one that can be skipped.
 GENERATE_OUTPUTS: tuple[str, ...] = ("VIDEO", "IMAGE", "AUDIO", "STRING")
@@ -126,11 +131,14 @@ def resolve_model_dir(value: str, search_roots: Sequence[Path]) -> Path:
                           "or give an absolute path")
 
 
+# The download sizes in short, for descriptions (download.py has the full note).
+SIZES_IN_SHORT = f"about {FL2VA_DOWNLOAD_GIB} GiB for FL2VA alone, {ALL_DOWNLOAD_GIB} GiB for all"
+
+
 def download_advice(directory: Path) -> str:
     """The exact command that puts the model at `directory`, with its size."""
-    from ..model.download import FL2VA, PARTITION_SIZE_NOTE, download_command
-    return (f"download it: `{download_command(directory)}` ({PARTITION_SIZE_NOTE}; "
-            f"`--partition {FL2VA}` alone serves every job without references)")
+    from ..model.download import PARTITION_SIZE_NOTE, download_command
+    return f"download it: `{download_command(directory)}` downloads {PARTITION_SIZE_NOTE}"
 
 
 def installed_models(search_roots: Sequence[Path]) -> list[str]:
@@ -155,15 +163,98 @@ def resolve_engine_path(value: str) -> Path:
     return Path(locate_engine(os.path.expanduser(text) if text else None))
 
 
+def engine_mode(value: str) -> tuple[str, str | None]:
+    """The node's mode value as the engine choice (vocabulary.EngineKind), and the old spelling it
+    was saved in (a workflow from before issue 30: "warm session"), None for a current one."""
+    try:
+        kind, old = read_engine_kind(value)
+    except ValueError:
+        raise RequestError(f"unknown engine mode {value!r}", field="mode",
+                           hint=f"choose one of: {', '.join(ENGINE_MODES)}") from None
+    return kind.value, old
+
+
+def old_mode_notice(old: str, mode: str) -> str:
+    """The node's one-line notice for a mode saved under its old name."""
+    return f"mode {old!r} is now called {mode!r} (the workflow ran as saved; save it again to keep the new name)"
+
+
+def engine_setting_problems(engine_path: str | None, model_dir: str | None, mode: str, search_roots: Sequence[Path],
+                            *, remote_url: str | None = "", library_path: str | None = "") -> list[H3BridgeError]:
+    """Everything wrong with the H3 Engine node's values, each with its fix, found cheaply (no
+    engine run, no weights read): the engine (or library, or server URL) AND the model folder, so a
+    new user is told every missing piece at once instead of one per run. None: a value linked from
+    another node, unknown until it runs (H3 Model checks its own choice; the run checks the rest)."""
+    try:
+        mode, _old = engine_mode(mode)
+    except RequestError as error:
+        return [error]
+    if mode == REMOTE:
+        try:
+            if remote_url is not None:
+                check_remote_settings(remote_url)
+        except H3BridgeError as error:
+            return [error]
+        return []
+    problems: list[H3BridgeError] = []
+    try:
+        if mode == LIBRARY:
+            from ..engines.library import locate_library
+            if library_path is not None:
+                locate_library(os.path.expanduser(library_path.strip()) or None)
+            if engine_path is not None and engine_path.strip():
+                resolve_engine_path(engine_path)
+        elif engine_path is not None:
+            resolve_engine_path(engine_path)
+    except H3BridgeError as error:
+        problems.append(error)
+    try:
+        if model_dir is not None:
+            check_model_layout(resolve_model_dir(model_dir, search_roots))
+    except H3BridgeError as error:
+        problems.append(error)
+    return problems
+
+
+def problem_input(problem: H3BridgeError) -> str | None:
+    """The engine node's input a problem is about (the word the user sees on the node)."""
+    from ..errors import EngineNotFoundError, LibraryLoadError
+    if isinstance(problem, RequestError) and problem.field:
+        return problem.field
+    if isinstance(problem, ModelError):
+        return "model_dir"
+    if isinstance(problem, LibraryLoadError):
+        return "library_path"
+    if isinstance(problem, EngineNotFoundError):
+        return "engine_path"
+    return None
+
+
+def problems_text(problems: Sequence[H3BridgeError]) -> str:
+    """One message for several problems, numbered, each led by the input it is about and with its
+    fix (the pack's frontend extension outlines those inputs)."""
+    def one(problem: H3BridgeError) -> str:
+        name = problem_input(problem)
+        return f"{name}: {problem}" if name else str(problem)
+    if len(problems) == 1:
+        return one(problems[0])
+    return f"{len(problems)} things to fix before this can run:\n" + "\n".join(
+        f"{index}. {one(problem)}" for index, problem in enumerate(problems, 1))
+
+
 def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_roots: Sequence[Path],
                           *, stall_timeout: float | None = None, remote_url: str = "", library_path: str = "",
                           previews: bool = True) -> EngineHandle:
     """Validate the H3 Engine node's values cheaply (no engine run, no weights read). Library
     mode needs the library (library_path or $H3_LIBRARY), not the h3 program; remote mode only
-    the server's URL."""
-    if mode not in ENGINE_MODES:
-        raise RequestError(f"unknown engine mode {mode!r}", field="mode",
-                           hint=f"use one of: {', '.join(ENGINE_MODES)}")
+    the server's URL. Every problem is reported at once (`engine_setting_problems`)."""
+    mode, _old = engine_mode(mode)
+    problems = engine_setting_problems(engine_path, model_dir, mode, search_roots, remote_url=remote_url,
+                                       library_path=library_path)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise RequestError(problems_text(problems), field="mode")
     if mode == REMOTE:
         return EngineHandle(engine_path=None, model_dir=None, mode=REMOTE, remote_url=check_remote_settings(remote_url))
     if mode == LIBRARY:
@@ -173,7 +264,6 @@ def check_engine_settings(engine_path: str, model_dir: str, mode: str, search_ro
     else:
         library, engine = None, resolve_engine_path(engine_path)
     model = resolve_model_dir(model_dir, search_roots)
-    check_model_layout(model)
     return EngineHandle(engine_path=engine, model_dir=model, mode=mode, stall_timeout=stall_timeout,
                         library_path=library, previews=previews and mode == LIBRARY)
 
@@ -200,12 +290,18 @@ def check_model_setting(model_dir: str, search_roots: Sequence[Path]) -> Path | 
     return model
 
 
-def check_model_setting_strict(model_dir: str, search_roots: Sequence[Path]) -> Path:
-    """H3 Model's queue-time check: the chosen folder must be there and laid out right (the
-    default name included: that node has no remote mode that would not read it)."""
-    model = resolve_model_dir(model_dir, search_roots)
-    check_model_layout(model)
-    return model
+def check_model_choice(model: str, search_roots: Sequence[Path]) -> Path:
+    """H3 Model's check (queue time and run): the chosen folder must be there and laid out right.
+    Nothing installed (its placeholder option, or a saved name absent here): the folder it would be
+    downloaded to and the command, runnable where ComfyUI runs (`runnable`)."""
+    if model == NO_MODEL_INSTALLED or not installed_models(search_roots):
+        where = ", ".join(str(root) for root in search_roots) or f"ComfyUI/models/{MODEL_FOLDER}"
+        target = (search_roots[0] if search_roots else Path(MODEL_FOLDER)) / DEFAULT_MODEL_NAME
+        raise ModelError(f"no MiniMax-H3 model is installed (looked in {where})",
+                         hint=f"{download_advice(target)}; then refresh the page (R) and pick it in model")
+    model_dir = resolve_model_dir(model, search_roots)
+    check_model_layout(model_dir)
+    return model_dir
 
 
 def check_model_layout(model_dir: Path) -> None:
@@ -226,7 +322,7 @@ def open_engine(handle: EngineHandle) -> Engine:
         library = shared_library_engine(handle.library_path, handle.model_dir)
         library.stall_timeout = handle.stall_timeout      # as for the session: this job's node decides
         return library
-    if handle.mode == WARM_SESSION:
+    if handle.mode == SESSION:
         session = shared_session(handle.engine_path, handle.model_dir)
         # shared_session applies options only when it creates the session: this job's engine node
         # decides its own watchdog (its error tells users to raise it).
@@ -654,7 +750,7 @@ def describe_job(request: GenerationRequest, mode: str) -> str:
 
 def cannot_go_warm_notice(request: GenerationRequest, unsupported: UnsupportedRequestError) -> str:
     """The node's warning when a warm-session job runs one-shot, with the fix in node words."""
-    text = f"WARNING: not run in the warm session: {unsupported.message}; ran one-shot instead"
+    text = f"WARNING: not run in session mode: {unsupported.message}; ran one-shot instead"
     if "\n" in request.prompt or "\r" in request.prompt:
         text += ". fix: put the prompt on one line (H3 Prompt's output is one line)"
     return text
@@ -785,7 +881,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 else:
                     library = handle.mode == LIBRARY     # warm too; planned with the library's h3_device facts
                     ssd, plan = decide_ssd_streaming(settings.ssd_streaming, request, handle.model_dir,
-                                                     session=handle.mode in (WARM_SESSION, LIBRARY),
+                                                     session=handle.mode in (SESSION, LIBRARY),
                                                      model_warnings=model_warnings, preview=handle.previews,
                                                      force=settings.force,
                                                      machine=engine_factory(handle).machine_facts if library else None)
@@ -812,7 +908,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 # Raised before anything starts (e.g. a multi-line prompt: h3's interactive mode reads
                 # one line per prompt). The clip must be the prompt as written, so run it one-shot,
                 # and say so on the node: the user chose the warm session.
-                notes.append(f"warm session: {unsupported.message}; ran one-shot instead")
+                notes.append(f"{SESSION}: {unsupported.message}; ran one-shot instead")
                 ran_on = one_shot_handle(handle)
                 notify(cannot_go_warm_notice(request, unsupported) + "\n" + describe_job(request, ONE_SHOT))
                 result = engine_factory(ran_on).generate(request, output, **options)
@@ -845,7 +941,7 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
                            hint=f"use one of: {', '.join(SSD_MODES)}")
     inventory = inspect_model(handle.model_dir)
     # warm engines (the session, the library) keep the DiT and video decoder loaded
-    session = handle.mode in (WARM_SESSION, LIBRARY)
+    session = handle.mode in (SESSION, LIBRARY)
     ssd = settings.ssd_streaming == "on"
     if settings.ssd_streaming == "auto":
         resident = plan_memory(request, inventory, machine=machine, session=session, preview=handle.previews)
@@ -859,10 +955,11 @@ def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: 
 
 
 __all__ = [
-    "ENGINE_MODES", "EngineHandle", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
+    "ENGINE_MODES", "EngineHandle", "NO_MODEL_INSTALLED", "check_model_choice", "engine_mode",
+    "engine_setting_problems", "old_mode_notice", "problem_input", "problems_text", "LIBRARY", "default_engine_mode", "check_model_setting", "compose_prompt", "describe_job", "in_node_words",
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
-    "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "WARM_SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
+    "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
     "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",

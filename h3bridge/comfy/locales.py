@@ -4,20 +4,27 @@ cannot drift:
 
     COMFYUI_DIR=/path/to/ComfyUI /path/to/comfyui/python -m h3bridge.comfy.locales
 
-English is the schemas' own text; Simplified Chinese is `zh_strings.json` (English text -> Chinese),
-so a changed English text has no translation until someone writes one, and the script (and the
-test) says which. The frontend looks texts up by node id and input name with dots as underscores
+English is the schemas' own text. Simplified Chinese is `zh_strings.json`, keyed by where a text is
+shown (`H3Generate/outputs/1/name`), not by the English words: one English word can need two
+translations (H3 Generate's IMAGE output `frames` is the clip's frames, its length input `frames` a
+number of frames). Each entry keeps the English it translates, so a changed English text has no
+translation until someone writes one, and the script (and the test) names it.
+
+The frontend looks texts up by node id and input name with dots as underscores
 (`nodeDefs.H3EngineV2.inputs.mode_engine_path.tooltip`; a dynamic combo's inputs are
-`<combo>.<input>`), outputs by position, categories under `nodeCategories`.
+`<combo>.<input>`), outputs by position, categories under `nodeCategories`. It translates no combo
+option: the pack's extension (web/h3_engine_mode.js) shows them from main.json's `h3bridge.options`
+(`<node>/<input>` -> {option: text}), and its own messages from `h3bridge.messages`.
 """
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..safeio.outputs import write_output
+from .adapter import NO_MODEL_INSTALLED
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
 LOCALES = PACK_ROOT / "locales"
@@ -76,31 +83,111 @@ def english_node_defs(nodes: Iterable[type]) -> dict[str, dict]:
     return defs
 
 
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, str):
-        yield value
+# Texts the pack's frontend extension shows (web/h3_engine_mode.js), by key; `{0}` is filled in there.
+EXTENSION_MESSAGES: dict[str, str] = {
+    "old_mode_renamed": "H3 Engine: mode {0} (the new name of the same mode; save the workflow to keep it)",
+}
 
 
-def translated(english: Any, table: dict[str, str]) -> Any:
-    """`english` with every text replaced by its translation; KeyError naming the missing text."""
+# Combos listing what is installed on this machine (model folders, LoRA files): their options are
+# names, not text, and differ per machine. Only the fixed ones they may show are translated.
+INSTALLED_LISTS: dict[str, list[str]] = {
+    "H3Model/model": [NO_MODEL_INSTALLED],      # what H3 Model shows with no model folder
+    "H3Lora/lora": [],
+}
+
+
+def combo_options(nodes: Iterable[type]) -> dict[str, list[str]]:
+    """`<node>/<input key>` -> the options a combo (or a dynamic combo's choice) shows."""
+    found: dict[str, list[str]] = {}
+    for node in nodes:
+        schema = node.define_schema()
+        for name, item in _inputs(schema.inputs):
+            where = f"{schema.node_id}/{_key(name)}"
+            if where in INSTALLED_LISTS:
+                if INSTALLED_LISTS[where]:
+                    found[where] = INSTALLED_LISTS[where]
+                continue
+            options = getattr(item, "options", None) or []
+            shown = [option if isinstance(option, str) else getattr(option, "key", None) for option in options]
+            if shown and all(isinstance(value, str) for value in shown):
+                found[where] = list(dict.fromkeys(shown))
+    return found
+
+
+def displayed_texts(nodes: Iterable[type], category: str) -> dict[str, str]:
+    """Every English text the pack shows, by where it is shown (the keys of zh_strings.json):
+    display names, descriptions, input and output names and tooltips, the category, combo
+    options and the extension's messages."""
+    nodes = list(nodes)
+    texts: dict[str, str] = {f"nodeCategories/{category}": category}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}/{key}")
+        else:
+            texts[path] = value
+
+    for node_id, entry in english_node_defs(nodes).items():
+        walk(entry, node_id)
+    for where, options in combo_options(nodes).items():
+        for option in options:
+            texts[f"{where}/options/{option}"] = option
+    for key, message in EXTENSION_MESSAGES.items():
+        texts[f"messages/{key}"] = message
+    return texts
+
+
+Table = Mapping[str, Mapping[str, str]]     # context key -> {"en": English it translates, "zh": Chinese}
+
+
+def missing_translations(texts: Mapping[str, str], table: Table) -> list[str]:
+    """The context keys whose text has no Chinese: none written, or written for other English."""
+    return sorted(key for key, english in texts.items()
+                  if not (key in table and table[key].get("en") == english and table[key].get("zh")))
+
+
+def unused_translations(texts: Mapping[str, str], table: Table) -> list[str]:
+    return sorted(set(table) - set(texts))
+
+
+def _translate(english: Any, path: str, table: Table) -> Any:
     if isinstance(english, dict):
-        return {key: translated(value, table) for key, value in english.items()}
-    return table[english]
+        return {key: _translate(value, f"{path}/{key}", table) for key, value in english.items()}
+    entry = table.get(path)
+    if entry is None or entry.get("en") != english or not entry.get("zh"):
+        raise KeyError(f"{path}: no Chinese for {english!r}")
+    return entry["zh"]
 
 
-def missing_translations(english: Any, table: dict[str, str]) -> list[str]:
-    return sorted({text for text in _strings(english) if text not in table})
+def _pack_texts(nodes: list[type], category: str, chinese: Table | None) -> dict[str, Any]:
+    """main.json's pack part: the option labels and the extension's messages."""
+    def text(key: str, english: str) -> str:
+        return english if chinese is None else _translate(english, key, chinese)
+    options = {where: {option: text(f"{where}/options/{option}", option) for option in values}
+               for where, values in combo_options(nodes).items()}
+    messages = {key: text(f"messages/{key}", message) for key, message in EXTENSION_MESSAGES.items()}
+    return {"options": options, "messages": messages}
 
 
-def locale_files(nodes: Iterable[type], category: str, table: dict[str, str]) -> dict[str, dict]:
-    """{"en/nodeDefs.json": ..., "en/main.json": ..., "zh/...": ...}."""
+def locale_files(nodes: Iterable[type], category: str, table: Table) -> dict[str, dict]:
+    """{"en/nodeDefs.json": ..., "en/main.json": ..., "zh/...": ...}; KeyError naming the first
+    text without Chinese."""
+    nodes = list(nodes)
     english = english_node_defs(nodes)
-    main = {"nodeCategories": {category: category}}
-    return {"en/nodeDefs.json": english, "en/main.json": main,
-            "zh/nodeDefs.json": translated(english, table), "zh/main.json": translated(main, table)}
+    chinese_defs = {node_id: _translate(entry, node_id, table) for node_id, entry in english.items()}
+    return {
+        "en/nodeDefs.json": english,
+        "en/main.json": {"nodeCategories": {category: category}, "h3bridge": _pack_texts(nodes, category, None)},
+        "zh/nodeDefs.json": chinese_defs,
+        "zh/main.json": {"nodeCategories": {category: _translate(category, f"nodeCategories/{category}", table)},
+                         "h3bridge": _pack_texts(nodes, category, table)},
+    }
+
+
+def read_table(path: Path = ZH_STRINGS) -> dict[str, dict[str, str]]:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def main() -> int:
@@ -114,13 +201,17 @@ def main() -> int:
     from .nodes import comfy_entrypoint
     from .shared import CATEGORY
     nodes = asyncio.run(asyncio.run(comfy_entrypoint()).get_node_list())
-    table = json.loads(ZH_STRINGS.read_text(encoding="utf-8"))
-    english = english_node_defs(nodes)
-    missing = missing_translations({"defs": english, "category": CATEGORY}, table)
+    table = read_table()
+    texts = displayed_texts(nodes, CATEGORY)
+    missing = missing_translations(texts, table)
     if missing:
-        print(f"{ZH_STRINGS.name} has no Chinese for {len(missing)} text(s); add them:", file=sys.stderr)
-        print(json.dumps({text: "" for text in missing}, ensure_ascii=False, indent=1), file=sys.stderr)
+        print(f"{ZH_STRINGS.name} has no Chinese for {len(missing)} text(s); add them (key: English, and "
+              "the Chinese under zh):", file=sys.stderr)
+        print(json.dumps({key: {"en": texts[key], "zh": ""} for key in missing}, ensure_ascii=False, indent=1),
+              file=sys.stderr)
         return 1
+    for key in unused_translations(texts, table):
+        print(f"note: {ZH_STRINGS.name} has {key!r}, which no node shows any more", file=sys.stderr)
     for name, content in locale_files(nodes, CATEGORY, table).items():
         path = LOCALES / name
         write_output(path, json.dumps(content, ensure_ascii=False, indent=1) + "\n", overwrite=True,

@@ -16,17 +16,19 @@ from .shared import CATEGORY, model_roots, user_facing_errors
 class H3ModelNode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
-        roots = model_roots()
-        installed = adapter.installed_models(roots)
-        where = roots[0] / adapter.DEFAULT_MODEL_NAME if roots else adapter.DEFAULT_MODEL_NAME
+        installed = adapter.installed_models(model_roots())
         return io.Schema(
             node_id="H3Model",
             display_name="H3 Model",
             category=CATEGORY,
+            # No path here: the description is the same on every machine (and in the locale files);
+            # the folder and the command for this install are in the message when none is installed.
             description=f"Pick a MiniMax-H3 model installed under ComfyUI/models/{adapter.MODEL_FOLDER}/ and connect "
-                        "model_dir to H3 Engine's model_dir (typing a name or a path there works too). None installed: "
-                        f"{adapter.download_advice(where)}.",
-            inputs=[io.Combo.Input("model", options=installed or [adapter.DEFAULT_MODEL_NAME],
+                        "model_dir to H3 Engine's model_dir (typing a name or a path there works too). With none "
+                        "installed, running the graph says the download command for this install "
+                        f"({adapter.SIZES_IN_SHORT}).",
+            # Nothing installed: the one option says so (not a model name that looks installed).
+            inputs=[io.Combo.Input("model", options=installed or [adapter.NO_MODEL_INSTALLED],
                                    tooltip=f"The model folders in ComfyUI/models/{adapter.MODEL_FOLDER}/ (each holds "
                                            "FL2VA/ and, for reference jobs, Ref2VA/); refresh the page after a download.")],
             outputs=[io.String.Output(display_name="model_dir",
@@ -36,7 +38,7 @@ class H3ModelNode(io.ComfyNode):
     @classmethod
     def validate_inputs(cls, model: str) -> bool | str:
         try:
-            adapter.check_model_setting_strict(model, model_roots())
+            adapter.check_model_choice(model, model_roots())
         except Exception as error:        # noqa: BLE001 - shown under the input, with its fix
             return str(error)
         return True
@@ -44,7 +46,7 @@ class H3ModelNode(io.ComfyNode):
     @classmethod
     @user_facing_errors
     def execute(cls, model: str) -> io.NodeOutput:
-        return io.NodeOutput(str(adapter.resolve_model_dir(model, model_roots())))
+        return io.NodeOutput(str(adapter.check_model_choice(model, model_roots())))
 
 
 MODEL_NODES: list[type[io.ComfyNode]] = [H3ModelNode]

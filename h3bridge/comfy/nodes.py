@@ -21,6 +21,7 @@ from comfy_api.latest import ComfyExtension, InputImpl, Types, io
 
 from ..cancel import CancelToken
 from ..errors import H3BridgeError
+from ..vocabulary import ENGINE_KIND_MEANING, EngineKind
 from ..media.references import AudioClip, ReferenceItem, ReferenceList, VideoSource
 from ..request import (
     DEFAULT_FRAMES,
@@ -71,13 +72,14 @@ def _preset_input(*, with_steps: bool) -> io.Input:
         inputs: list[io.Input] = []
         if with_steps:
             inputs.append(io.Int.Input("steps", default=preset.steps, min=MIN_STEPS, max=MAX_STEPS,
-                                       tooltip=f"Denoising passes, {MIN_STEPS}..{MAX_STEPS} ({name}: {preset.steps})."))
+                                       tooltip=f"Denoising passes, {MIN_STEPS}..{MAX_STEPS}; set to the preset's value "
+                                               "when it is chosen."))
         inputs += [
             io.Int.Input("layers", default=preset.layers, min=MIN_LAYERS, max=MAX_LAYERS,
-                         tooltip=f"Active DiT blocks, {MIN_LAYERS}..{MAX_LAYERS} ({name}: {preset.layers}). "
-                                 "Fewer is faster and uses less memory."),
+                         tooltip=f"Active DiT blocks, {MIN_LAYERS}..{MAX_LAYERS}; set to the preset's value when it "
+                                 "is chosen. Fewer is faster and uses less memory."),
             io.Int.Input("reuse", default=preset.reuse, min=1, max=MAX_REUSE,
-                         tooltip=f"Whole-denoiser reuse 1..{MAX_REUSE} ({name}: {preset.reuse}). "
+                         tooltip=f"Whole-denoiser reuse 1..{MAX_REUSE}; set to the preset's value when it is chosen. "
                                  "Set it to 1 to use core_reuse."),
         ]
         return io.DynamicCombo.Option(name, inputs)
@@ -157,12 +159,21 @@ def _preview_on_node(bar: Any, progress: adapter.ProgressForwarder) -> Callable[
 
 # ----------------------------------------------------------------------------- nodes
 
+# The engine choice in the words every interface uses (vocabulary.EngineKind, ENGINE_KIND_MEANING).
+_MODES_TOOLTIP = " ".join(f"{kind.value}: {ENGINE_KIND_MEANING[kind]}." for kind in EngineKind)
+
+
 def _engine_mode_input() -> io.Input:
     """The engine mode as a dynamic combo: each mode shows only the inputs it reads (remote mode no
     model folder, library mode its library and previews). The default mode comes first (the
     frontend selects a new node's first option): the library when $H3_LIBRARY is set."""
-    def engine_path(tooltip: str) -> io.Input:
-        return io.String.Input("engine_path", default="", tooltip=tooltip)
+    def engine_path() -> io.Input:
+        # One text for every mode: the frontend keeps one translation per input name
+        # (nodeDefs.H3EngineV2.inputs.mode_engine_path), whichever mode shows it.
+        return io.String.Input("engine_path", default="",
+                               tooltip="Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on "
+                                       "PATH. In library mode it is optional: the h3 for the clips the library hands "
+                                       "to a one-shot h3 (a storyboard's multi-line prompts); empty there: none.")
 
     def model_dir() -> io.Input:
         return io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
@@ -170,23 +181,21 @@ def _engine_mode_input() -> io.Input:
                                        "to the MiniMax-H3 download (the folder holding FL2VA/ and Ref2VA/).")
 
     def stall_timeout() -> io.Input:
-        return io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
+        return io.Int.Input("stall_timeout", default=600, min=0, max=_MAX_STALL_TIMEOUT, advanced=True,
                             tooltip="Kill the engine after this many seconds without progress (0 = never).")
 
-    h3_binary = ("Path to the h3 binary (or the h3.c checkout). Empty: $H3_BIN, then `h3` on PATH.")
     options = {
-        adapter.ONE_SHOT: [engine_path(h3_binary), model_dir(), stall_timeout()],
-        adapter.WARM_SESSION: [engine_path(h3_binary), model_dir(), stall_timeout()],
+        adapter.ONE_SHOT: [engine_path(), model_dir(), stall_timeout()],
+        adapter.SESSION: [engine_path(), model_dir(), stall_timeout()],
         adapter.LIBRARY: [
             io.String.Input("library_path", default="",
-                            tooltip="libh3.dylib from `h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs "
-                                    "in the h3.c checkout it was built in."),
+                            tooltip="libh3.dylib, which h3bridge's build-engine links in the h3.c checkout (empty: "
+                                    "$H3_LIBRARY). Runs in the checkout it was built in."),
             model_dir(),
             io.Boolean.Input("previews", default=True,
                              tooltip="Show a denoise preview on H3 Generate after every step. Costs upstream's "
                                      "preview VAE (about 10 GiB more; the memory plan counts it)."),
-            engine_path("Optional: the h3 binary (or the h3.c checkout) for the clips the library hands to a "
-                        "one-shot h3 (a storyboard's multi-line prompts). Empty: none."),
+            engine_path(),
             stall_timeout(),
         ],
         adapter.REMOTE: [
@@ -200,10 +209,7 @@ def _engine_mode_input() -> io.Input:
     order = [first, *(mode for mode in adapter.ENGINE_MODES if mode != first)]
     return io.DynamicCombo.Input(
         "mode", options=[io.DynamicCombo.Option(mode, options[mode]) for mode in order],
-        tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded between clips "
-                "(faster repeats, holds the memory until idle). library: libh3 in a warm worker, with denoise "
-                "previews on H3 Generate and exact frames. remote: render on a video server. Each mode shows "
-                "only the inputs it reads.")
+        tooltip=_MODES_TOOLTIP + " Each mode shows only the inputs it reads.")
 
 
 class H3EngineByModeNode(io.ComfyNode):
@@ -221,12 +227,22 @@ class H3EngineByModeNode(io.ComfyNode):
             search_aliases=["h3", "minimax", "engine"],
             inputs=[_engine_mode_input()],
             outputs=[H3Engine.Output(display_name="engine")],
+            hidden=[io.Hidden.unique_id],      # the node's notice (a mode saved under its old name)
         )
 
-    # No validate_inputs: ComfyUI hands it only the inputs it names, so a dynamic combo arrives
-    # without its chosen mode's values ({'model_dir': None, ...}, ComfyUI 0.33), and with **kwargs it
-    # repeats the message under every input. The model folder is checked when this node runs, which
-    # is before any engine starts (H3 Generate and H3 Storyboard run after it), and reported once.
+    @classmethod
+    def validate_inputs(cls, **values: Any) -> bool | str:
+        """Checked when the graph is queued, before any node runs: every missing piece (the engine,
+        the library, the model folder) at once, each with its fix, and the widgets turn red.
+        **values: ComfyUI hands a dynamic combo's chosen inputs only to a function taking them all
+        (execution.py validate_inputs); it then repeats the message under each of them and skips its
+        own range checks, so stall_timeout's is done here. A linked model_dir (H3 Model) arrives as
+        None: that node checks its own choice."""
+        mode = values.get("mode") or {}
+        if not isinstance(mode, dict):
+            return True
+        problems = _engine_problems(mode)
+        return adapter.problems_text(problems) if problems else True
 
     @classmethod
     @user_facing_errors
@@ -235,15 +251,43 @@ class H3EngineByModeNode(io.ComfyNode):
                               mode.get("mode", ""), mode.get("stall_timeout", 600),
                               remote_url=str(mode.get("remote_url") or ""),
                               library_path=str(mode.get("library_path") or ""),
-                              previews=bool(mode.get("previews", True)))
+                              previews=bool(mode.get("previews", True)), node_id=cls.hidden.unique_id if cls.hidden else None)
+
+
+def _engine_problems(values: dict[str, Any]) -> list[H3BridgeError]:
+    """What is wrong with an engine node's values (a linked one, None here, is checked when it runs)."""
+    from ..errors import RequestError
+    problems: list[H3BridgeError] = []
+    timeout = values.get("stall_timeout")
+    if isinstance(timeout, (int, float)) and not 0 <= timeout <= _MAX_STALL_TIMEOUT:
+        problems.append(RequestError(f"{timeout} is outside 0..{_MAX_STALL_TIMEOUT} seconds", field="stall_timeout",
+                                     hint="give the seconds without progress before the engine is stopped "
+                                          "(0 = never)"))
+
+    def text(name: str) -> str | None:
+        """A widget's value; None when linked from another node (known only when the graph runs)."""
+        value = values.get(name, "")
+        return None if value is None else str(value)
+
+    problems += adapter.engine_setting_problems(text("engine_path"), text("model_dir"), str(values.get("mode") or ""),
+                                                model_roots(), remote_url=text("remote_url"),
+                                                library_path=text("library_path"))
+    return problems
+
+
+_MAX_STALL_TIMEOUT = 86400
 
 
 def _engine_output(engine_path: str, model_dir: str, mode: str, stall_timeout: int | float | None, *,
-                   remote_url: str, library_path: str, previews: bool) -> io.NodeOutput:
-    """Both engine nodes' output: the settings checked (nothing started), as one engine handle."""
+                   remote_url: str, library_path: str, previews: bool, node_id: str | None) -> io.NodeOutput:
+    """Both engine nodes' output: the settings checked (nothing started), as one engine handle. A
+    mode saved under its old name ("warm session") runs, with a notice on the node."""
+    mode, old = adapter.engine_mode(mode)
     handle = adapter.check_engine_settings(engine_path, model_dir, mode, model_roots(),
                                            stall_timeout=float(stall_timeout) if stall_timeout else None,
                                            remote_url=remote_url, library_path=library_path, previews=previews)
+    if old is not None:
+        notice_on_node(node_id)(adapter.old_mode_notice(old, mode))
     return io.NodeOutput(handle)
 
 
@@ -262,19 +306,16 @@ class H3EngineNode(io.ComfyNode):
                 # Every mode's inputs are shown (a dynamic combo per mode would reorder the saved widget
                 # values of every workflow made so far); each tooltip says which modes read it.
                 io.String.Input("engine_path", default="",
-                                tooltip="one-shot and warm session (library: optional): path to the h3 binary (or the "
+                                tooltip="one-shot and session (library: optional): path to the h3 binary (or the "
                                         "h3.c checkout). Empty: $H3_BIN, then `h3` on PATH. Not read in remote mode."),
                 io.String.Input("model_dir", default=adapter.DEFAULT_MODEL_NAME,
-                                tooltip=f"one-shot, warm session and library: folder name under "
+                                tooltip=f"one-shot, session and library: folder name under "
                                         f"ComfyUI/models/{adapter.MODEL_FOLDER}/ or an absolute path to the MiniMax-H3 "
                                         "download (the folder holding FL2VA/ and Ref2VA/). Not read in remote mode."),
                 io.Combo.Input("mode", options=list(adapter.ENGINE_MODES), default=adapter.default_engine_mode(),
-                               tooltip="one-shot: a fresh h3 per clip. warm session: keep h3 and the model loaded "
-                                       "between clips (faster repeats, holds the memory until idle). library: libh3 "
-                                       "in a warm worker, with denoise previews on H3 Generate and exact frames "
-                                       "(the default when H3_LIBRARY is set). remote: render on the video server at "
-                                       "remote_url (engine_path and model_dir are not read)."),
-                io.Int.Input("stall_timeout", default=600, min=0, max=86400, advanced=True,
+                               tooltip=_MODES_TOOLTIP + " library is the default when H3_LIBRARY is set; remote "
+                                                        "reads only remote_url."),
+                io.Int.Input("stall_timeout", default=600, min=0, max=_MAX_STALL_TIMEOUT, advanced=True,
                              tooltip="Kill the engine after this many seconds without progress (0 = never)."),
                 # Last and optional: saved workflows list widget values in input order, and API-format
                 # prompts name their inputs; ones saved before these modes existed still load and run.
@@ -284,8 +325,8 @@ class H3EngineNode(io.ComfyNode):
                                         "Diffusion / vLLM-Omni server). Its API key is read from H3BRIDGE_API_KEY in "
                                         "ComfyUI's environment, never stored in the workflow."),
                 io.String.Input("library_path", default="", optional=True,
-                                tooltip="library mode only (not read in the others): libh3.dylib from "
-                                        "`h3bridge build-library H3C_DIR` (empty: $H3_LIBRARY). Runs in the h3.c "
+                                tooltip="library mode only (not read in the others): libh3.dylib, which h3bridge's "
+                                        "build-engine links in the h3.c checkout (empty: $H3_LIBRARY). Runs in the "
                                         "checkout it was built in."),
                 io.Boolean.Input("previews", default=True, optional=True,
                                  tooltip="library mode only (not read in the others): show a denoise preview on H3 "
@@ -293,28 +334,23 @@ class H3EngineNode(io.ComfyNode):
                                          "more; the memory plan counts it)."),
             ],
             outputs=[H3Engine.Output(display_name="engine")],
+            hidden=[io.Hidden.unique_id],      # the node's notice (a mode saved under its old name)
         )
 
     @classmethod
-    def validate_inputs(cls, model_dir: str | None = None) -> bool | str:
-        # ComfyUI repeats this message once per input the function takes (execution.py
-        # validate_inputs), and skips its own checks for those: one input, one report. The engine
-        # path is checked when the node runs, before any engine starts.
-        if model_dir is None or not model_dir.strip():
-            # a linked value, or none (remote mode): checked when the node runs, knowing the mode
-            return True
-        try:
-            adapter.check_model_setting(model_dir, model_roots())
-        except H3BridgeError as error:
-            return f"{error}\n  (remote mode does not read model_dir: leave it as {adapter.DEFAULT_MODEL_NAME} or empty)"
-        return True
+    def validate_inputs(cls, **values: Any) -> bool | str:
+        """As H3 Engine's: everything missing at once, before anything runs. Taking every input also
+        lets a workflow saved with the old mode name ("warm session") pass ComfyUI's list check: the
+        name is read through the vocabulary (and the node says the new name when it runs)."""
+        problems = _engine_problems(values)
+        return adapter.problems_text(problems) if problems else True
 
     @classmethod
     @user_facing_errors
     def execute(cls, engine_path: str, model_dir: str, mode: str, stall_timeout: int = 600, remote_url: str = "",
                 library_path: str = "", previews: bool = True) -> io.NodeOutput:
         return _engine_output(engine_path, model_dir, mode, stall_timeout, remote_url=remote_url or "",
-                              library_path=library_path or "", previews=previews)
+                              library_path=library_path or "", previews=previews, node_id=cls.hidden.unique_id if cls.hidden else None)
 
 
 class H3GenerateNode(io.ComfyNode):
@@ -332,7 +368,7 @@ class H3GenerateNode(io.ComfyNode):
                 H3Engine.Input("engine"),
                 io.String.Input("prompt", multiline=True, default="",
                                 tooltip="What to render, best as Scene/Action/Camera/Look/Audio sections (the H3 Prompt "
-                                        "node). A warm session takes only a one-line prompt (H3 Prompt's output is one "
+                                        "node). The session mode takes only a one-line prompt (H3 Prompt's output is one "
                                         "line); a multi-line prompt runs one-shot, and the node says so."),
                 *_plan_inputs(with_steps=True)[:4],
                 io.Int.Input("seed", default=DEFAULT_SEED, min=0, max=MAX_SEED, control_after_generate=True,
@@ -379,7 +415,7 @@ class H3GenerateNode(io.ComfyNode):
         # prompts would push it into swap or the OOM killer, so they go first (reloaded when needed).
         comfy.model_management.unload_all_models()
         comfy.model_management.soft_empty_cache()
-        bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id)
+        bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id if cls.hidden else None)
         progress, node_text = adapter.node_progress(engine, lambda value, total: bar.update_absolute(value, total),
                                                     notice_on_node(cls.hidden.unique_id))   # the notice, then the ETA
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
@@ -457,7 +493,7 @@ class H3PromptNode(io.ComfyNode):
             category=CATEGORY,
             description="Build the Scene / Action / Camera / Look / Audio prompt H3 was trained on "
                         "(upstream README, 'Improve the prompt'); empty fields are left out. With only "
-                        "free_text, it cleans that text instead. The output is one line, so a warm session "
+                        "free_text, it cleans that text instead. The output is one line, so the session mode "
                         "can take it (h3's interactive mode reads one line per prompt).",
             inputs=[
                 # Each box shows its name above its text (web/h3_prompt_labels.js): ComfyUI's canvas

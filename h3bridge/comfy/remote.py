@@ -8,14 +8,18 @@ prompt JSON that users save and share, nor in the engine handle ComfyUI caches.
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError, RequestError
+from ..vocabulary import EngineKind
 
 if TYPE_CHECKING:
     from ..engines.remote import RemoteEngine
 
-REMOTE = "remote"
+REMOTE = EngineKind.REMOTE.value
 
 
 def check_remote_settings(remote_url: str) -> str:
@@ -71,9 +75,11 @@ def _remote_module():
     try:
         from ..engines import remote
     except ImportError as error:
+        # ComfyUI's own Python, by its path: the `python` on PATH is often another one
+        requirements = Path(__file__).resolve().parents[2] / "requirements.txt"
+        install = shlex.join([sys.executable, "-m", "pip", "install", "-r", str(requirements)])
         raise EngineNotFoundError(f"remote mode needs the Python package {error.name}, which ComfyUI's Python lacks",
-                                  hint="install h3bridge's requirements into ComfyUI's Python: "
-                                       "python -m pip install -r custom_nodes/h3bridge/requirements.txt") from None
+                                  hint=f"install h3bridge's requirements into ComfyUI's Python: {install}") from None
     return remote
 
 

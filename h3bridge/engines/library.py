@@ -219,11 +219,11 @@ class LibraryEngine(WarmEngine):
     """MiniMax-H3 through libh3 in a warm worker process (see the module docstring).
 
     Parameters:
-        library_path: libh3's shared library (a .dylib from `h3bridge build-library`, or the test
+        library_path: libh3's shared library (a .dylib from `h3bridge build-engine`, or the test
             double from `h3-sim-lib`); default $H3_LIBRARY.
         model_dir: the MiniMax-H3 directory (default $H3_MODEL_DIR).
         h3_dir: the worker's working directory, the h3.c checkout holding h3_shaders.metal
-            (default: the library's own folder, where build-library writes it).
+            (default: the library's own folder, where build-engine writes it).
         idle_timeout: seconds without a job after which the worker exits (memory goes back).
         stall_timeout: kill the worker when a job reports nothing for this long (None: never).
         lock_path, env: the engine lock file; the worker's environment (default ours with FFmpeg pinned).

@@ -67,9 +67,18 @@ ALL = "all"
 PARTITION_CHOICES = (FL2VA, REF2VA, ALL)
 RECORD = Path(".cache") / "h3bridge" / "download.json"
 PARTS = Path(".cache") / "h3bridge" / "download"
-# What upstream measured (README's sizes table): one partition is ~134 GiB (DiT 61.7 GiB,
-# text encoder 62.1 GiB, VAEs 10.2 GiB); the exact figure is printed before a download starts.
-PARTITION_SIZE_NOTE = "about 134 GiB per partition; Ref2VA adds its own ~62 GiB transformer, the rest is shared"
+# What upstream measured (README's sizes table), and what the released shapes add up to (h3-sim-model
+# --realistic): each partition is ~134 GiB (DiT 61.7 GiB, text encoder 62.1 GiB, VAEs 10.3 GiB), and
+# Ref2VA's files other than its own DiT are FL2VA's, stored once. So `--partition FL2VA` downloads
+# ~134 GiB, `all` ~196 GiB, and Ref2VA after FL2VA the other ~62 GiB. The exact figure is printed
+# before a download starts.
+FL2VA_DOWNLOAD_GIB = 134
+REF2VA_OWN_GIB = 62
+ALL_DOWNLOAD_GIB = FL2VA_DOWNLOAD_GIB + REF2VA_OWN_GIB
+PARTITION_SIZE_NOTE = (f"about {ALL_DOWNLOAD_GIB} GiB with all, the default ({FL2VA}'s ~{FL2VA_DOWNLOAD_GIB} GiB and "
+                       f"{REF2VA}'s own ~{REF2VA_OWN_GIB} GiB transformer for reference jobs; {REF2VA}'s other files "
+                       f"are {FL2VA}'s, stored once); about {FL2VA_DOWNLOAD_GIB} GiB with `--partition {FL2VA}`, "
+                       "which serves every job without references")
 # The bounds of talking to the hub (safeio/http.py): the listing must come within LISTING_DEADLINE;
 # each file must keep coming at FetchLimits' stall rate (256 KiB a minute) or it is stopped, and
 # must finish within FILE_DEADLINE_BASE plus what that rate needs for its size. A file the hub lists
@@ -87,8 +96,9 @@ _MARKERS = tuple(f"{FL2VA}/{name}" for name in REQUIRED_FILES) + (f"{REF2VA}/{RE
 
 def download_command(directory: str | Path, partition: str = ALL) -> str:
     """The exact command that downloads the model into `directory` (for messages and nodes)."""
-    from ..runnable import h3bridge_command
-    return h3bridge_command("model", "download", directory, *(() if partition == ALL else ("--partition", partition)))
+    from ..runnable import h3bridge_command      # runnable where the message is shown (issue 30)
+    extra = () if partition == ALL else ("--partition", partition)
+    return h3bridge_command("model", "download", str(directory), *extra)
 
 
 @dataclass(frozen=True)

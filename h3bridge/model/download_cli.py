@@ -5,7 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .download import ALL, PARTITION_CHOICES, PINNED_REVISION, download_command, download_model
+from .download import (ALL, ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB, PARTITION_CHOICES, PINNED_REVISION, REF2VA_OWN_GIB,
+                       download_command, download_model)
 from .inventory import OFFICIAL_REPO, format_bytes
 
 
@@ -21,8 +22,9 @@ def add_model_command(subparsers: argparse._SubParsersAction) -> None:
                     "HF_ENDPOINT and HF_TOKEN are honoured as by `hf download`.")
     download.add_argument("directory", type=Path, metavar="DIR", help="the model folder to create or complete")
     download.add_argument("--partition", choices=PARTITION_CHOICES, default=ALL,
-                          help="FL2VA (prompt-only and first/last-frame jobs), Ref2VA (reference jobs; needs FL2VA), "
-                               "or all (default)")
+                          help=f"FL2VA (prompt-only and first/last-frame jobs; about {FL2VA_DOWNLOAD_GIB} GiB), Ref2VA "
+                               f"(reference jobs; needs FL2VA; about {REF2VA_OWN_GIB} GiB more: its own transformer, "
+                               f"the rest is FL2VA's files stored once), or all (default; about {ALL_DOWNLOAD_GIB} GiB)")
     download.add_argument("--revision", metavar="REV",
                           help=f"branch, tag or commit (default: {PINNED_REVISION!r}, or the commit an earlier run "
                                "into DIR started from)")
