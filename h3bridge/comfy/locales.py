@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..safeio.outputs import write_output
-from .adapter import NO_MODEL_INSTALLED
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
 LOCALES = PACK_ROOT / "locales"
@@ -91,22 +90,25 @@ EXTENSION_MESSAGES: dict[str, str] = {
 
 # Combos listing what is installed on this machine (model folders, LoRA files): their options are
 # names, not text, and differ per machine. Only the fixed ones they may show are translated.
-INSTALLED_LISTS: dict[str, list[str]] = {
-    "H3Model/model": [NO_MODEL_INSTALLED],      # what H3 Model shows with no model folder
-    "H3Lora/lora": [],
-}
+def installed_lists() -> dict[str, list[str]]:
+    # adapter (numpy, the engines) only when the nodes are read: this module also runs where only
+    # the locale files are (a wheel's `h3bridge.comfy`, without ComfyUI's packages)
+    from .adapter import NO_MODEL_INSTALLED
+    return {"H3Model/model": [NO_MODEL_INSTALLED],      # what H3 Model shows with no model folder
+            "H3Lora/lora": []}
 
 
 def combo_options(nodes: Iterable[type]) -> dict[str, list[str]]:
     """`<node>/<input key>` -> the options a combo (or a dynamic combo's choice) shows."""
     found: dict[str, list[str]] = {}
+    installed = installed_lists()
     for node in nodes:
         schema = node.define_schema()
         for name, item in _inputs(schema.inputs):
             where = f"{schema.node_id}/{_key(name)}"
-            if where in INSTALLED_LISTS:
-                if INSTALLED_LISTS[where]:
-                    found[where] = INSTALLED_LISTS[where]
+            if where in installed:
+                if installed[where]:
+                    found[where] = installed[where]
                 continue
             options = getattr(item, "options", None) or []
             shown = [option if isinstance(option, str) else getattr(option, "key", None) for option in options]
