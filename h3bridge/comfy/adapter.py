@@ -19,7 +19,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..cancel import CancelToken
-from ..engines.oneshot import OneShotEngine
 from ..engines.locate import locate_engine
 from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
@@ -52,7 +51,7 @@ from ..request import (
 )
 from ..geometry import FPS, MAX_FRAMES, MIN_FRAMES, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..result import GenerationResult
-from ..engines.session import session_prompt, shared_session
+from ..engines.session import session_prompt
 
 # ----------------------------------------------------------------------------- choices
 
@@ -311,24 +310,30 @@ def check_model_layout(model_dir: Path) -> None:
 
 
 def open_engine(handle: EngineHandle) -> Engine:
-    """The engine for this handle (the `Engine` protocol).
+    """The engine of this handle's kind (engines/factory.py), the session alone: `engine_for_node`
+    puts its one-shot fallback behind it.
 
-    Warm session: the process-wide `shared_session` for (engine, model), so the model stays
-    resident across queue runs and graphs (until its idle timeout)."""
+    The local engines are the process-wide warm ones for (engine, model), so the model stays
+    resident across queue runs and graphs (until its idle timeout); this job's engine node decides
+    its watchdog (its error tells users to raise it)."""
     if handle.mode == REMOTE:
         return open_remote_engine(handle.remote_url or "")
-    if handle.mode == LIBRARY:
-        from ..engines.library import shared_library_engine
-        library = shared_library_engine(handle.library_path, handle.model_dir)
-        library.stall_timeout = handle.stall_timeout      # as for the session: this job's node decides
-        return library
-    if handle.mode == SESSION:
-        session = shared_session(handle.engine_path, handle.model_dir)
-        # shared_session applies options only when it creates the session: this job's engine node
-        # decides its own watchdog (its error tells users to raise it).
-        session.stall_timeout = handle.stall_timeout
-        return session
-    return OneShotEngine(handle.engine_path, handle.model_dir, stall_timeout=handle.stall_timeout)
+    from ..engines.factory import open_engine as open_kind
+    return open_kind(handle.mode, engine_path=handle.engine_path, model_dir=handle.model_dir,
+                     stall_timeout=handle.stall_timeout, library_path=handle.library_path,
+                     shared=handle.mode != ONE_SHOT, fallback=False)
+
+
+def engine_for_node(handle: EngineHandle, engine_factory: Callable[[EngineHandle], Engine] = open_engine, *,
+                    on_fallback: Callable[[UnsupportedRequestError], None] | None = None) -> Engine:
+    """The engine a node runs on: a session behind its one-shot fallback (engines/fallback.py, the one
+    fallback every interface uses), built only if a request needs it: a remote or library setup on
+    a machine with no local `h3` never looks for one."""
+    engine = engine_factory(handle)
+    if handle.mode != SESSION:
+        return engine
+    from ..engines.fallback import FallbackEngine
+    return FallbackEngine(engine, lambda: engine_factory(one_shot_handle(handle)), on_fallback=on_fallback)
 
 
 def one_shot_handle(handle: EngineHandle) -> EngineHandle:
@@ -900,18 +905,18 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             ran_on, notes = handle, [f"model warning: {warning}" for warning in model_warnings]
             # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.
             notify("".join(f"WARNING: {warning}\n" for warning in model_warnings) + describe_job(request, handle.mode))
-            try:
-                engine = engine_factory(handle)
-                engine.check_supported(request)
-                result = engine.generate(request, output, **options)
-            except UnsupportedRequestError as unsupported:
-                # Raised before anything starts (e.g. a multi-line prompt: h3's interactive mode reads
-                # one line per prompt). The clip must be the prompt as written, so run it one-shot,
-                # and say so on the node: the user chose the warm session.
+
+            def fell_back(unsupported: UnsupportedRequestError) -> None:
+                # Before anything starts (e.g. a multi-line prompt: h3's interactive mode reads one
+                # line per prompt). The clip must be the prompt as written, so it runs one-shot, said
+                # on the node: the user chose the session.
+                nonlocal ran_on
                 notes.append(f"{SESSION}: {unsupported.message}; ran one-shot instead")
                 ran_on = one_shot_handle(handle)
                 notify(cannot_go_warm_notice(request, unsupported) + "\n" + describe_job(request, ONE_SHOT))
-                result = engine_factory(ran_on).generate(request, output, **options)
+
+            engine = engine_for_node(handle, engine_factory, on_fallback=fell_back)
+            result = engine.generate(request, output, **options)
         finally:
             with _live_scratch_guard:
                 _live_scratch.discard(scratch)

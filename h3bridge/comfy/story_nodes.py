@@ -115,8 +115,7 @@ class H3StoryboardNode(io.ComfyNode):
                     "crossfade_frames": crossfade_frames, "ssd_streaming": bool(ssd_streaming)}
         try:
             outputs = render_story_text(
-                shots, defaults, engine=adapter.open_engine(engine),
-                fallback=adapter.open_engine(adapter.one_shot_handle(engine)), jobs_root=stories_folder(),
+                shots, defaults, engine=adapter.engine_for_node(engine), jobs_root=stories_folder(),
                 job_name=job_name, want_frames=want_image,
                 on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
                                                           adapter.PROGRESS_STEPS),

@@ -22,7 +22,7 @@ PathLike = str | os.PathLike[str]
 def open_engine(kind: EngineKind | str, *, engine_path: PathLike | None = None, model_dir: PathLike | None = None,
                 stall_timeout: float | None = 600.0, lock_path: Path | None = None, shared: bool = False,
                 library_path: PathLike | None = None, h3_dir: PathLike | None = None,
-                remote_url: str | None = None,
+                remote_url: str | None = None, fallback: bool = True,
                 on_fallback: Callable[[UnsupportedRequestError], None] | None = None,
                 **remote_options: Any) -> Engine:
     """The engine of `kind` (an EngineKind or its spelling; ValueError naming the kinds otherwise).
@@ -32,6 +32,8 @@ def open_engine(kind: EngineKind | str, *, engine_path: PathLike | None = None, 
       clips, such as ComfyUI) instead of one of its own.
     library_path, h3_dir: the library engine's libh3 and h3.c folder.
     remote_url, remote_options: the remote engine's server and RemoteEngine's keywords.
+    fallback: a session behind its one-shot fallback (FallbackEngine); False: the session alone,
+      for a caller that composes its own (ComfyUI's nodes, whose tests give each engine kind).
     on_fallback: told when a session hands a request to its one-shot fallback.
     """
     kind, _ = read_engine_kind(kind)
@@ -61,6 +63,8 @@ def open_engine(kind: EngineKind | str, *, engine_path: PathLike | None = None, 
         session.stall_timeout = stall_timeout
     else:
         session = SessionEngine(engine_path, model_dir, stall_timeout=stall_timeout, lock_path=lock_path)
+    if not fallback:
+        return session
 
     def one_shot() -> Engine:
         # the session's own program, model, watchdog and lock: the two never run at once

@@ -90,7 +90,9 @@ class FallbackEngine:
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
                  cancel: CancelToken | None = None) -> GenerationResult:
         options = dict(overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
-                       on_progress=on_progress, on_preview=on_preview, cancel=cancel)
+                       on_progress=on_progress, cancel=cancel)
+        if on_preview is not None:      # as the caller gave them: a preview callback only when there is one
+            options["on_preview"] = on_preview
         chosen = self.choose(request)
         if chosen.refusal is not None:
             self._refused(chosen.refusal)

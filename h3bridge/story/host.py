@@ -38,7 +38,7 @@ def job_folder(root: Path, job_name: str) -> Path:
     return root / name
 
 
-def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: Engine, fallback: Engine | None,
+def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: Engine, fallback: Engine | None = None,
                       jobs_root: Path, job_name: str, want_frames: bool,
                       on_progress: StoryProgressCallback | None = None,
                       on_notice: Callable[[str], None] | None = None,
