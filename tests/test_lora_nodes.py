@@ -153,3 +153,15 @@ def test_the_survival_report_is_on_the_node_with_a_legend(tmp_path: Path, loras:
     assert "LoRA 1: turbo.safetensors x1" in report and ".h3bridge-lora" in report
     for figure in ("rho", "kept", "noise", "unchanged"):
         assert f"\n  {figure} " in lora_nodes.SURVIVAL_LEGEND
+
+
+def test_with_no_lora_installed_the_list_says_so_and_running_it_says_where_to_put_one(tmp_path: Path,
+                                                                                     loras: Path) -> None:
+    """An empty list showed as "undefined" in the frontend (issue 30)."""
+    from h3bridge.comfy.lora_nodes import NO_LORA_INSTALLED
+    lora_input = next(item for item in H3LoraNode.define_schema().inputs if item.id == "lora")
+    assert lora_input.options == [NO_LORA_INSTALLED]
+    model = write_fixture_model(tmp_path / "models" / "MiniMax-H3", ref2va=False)
+    with pytest.raises(LoraError) as caught:
+        H3LoraNode.execute(model_dir=str(model), lora=NO_LORA_INSTALLED, strength=1.0)
+    assert str(loras) in caught.value.message and str(loras) in (caught.value.hint or "")

@@ -65,6 +65,7 @@ def test_a_memory_refusal_names_the_nodes_inputs_and_ssd_streaming_or_force_run_
     from h3bridge.errors import MemoryPlanError
     from h3bridge.model.memory import MachineFacts
     monkeypatch.setattr(folder_paths, "get_output_directory", lambda: str(tmp_path / "output"))
+    monkeypatch.setattr(folder_paths, "get_temp_directory", lambda: str(tmp_path / "temp"))    # the film: never ComfyUI's own
     monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(24, "Apple M4 Pro")))
     monkeypatch.setenv("H3BRIDGE_CACHE_DIR", str(tmp_path / "cache"))
     sim = shutil.which("h3-sim") or str(Path(sys.executable).with_name("h3-sim"))

@@ -95,7 +95,7 @@ def installed_lists() -> dict[str, list[str]]:
     # the locale files are (a wheel's `h3bridge.comfy`, without ComfyUI's packages)
     from .adapter import NO_MODEL_INSTALLED
     return {"H3Model/model": [NO_MODEL_INSTALLED],      # what H3 Model shows with no model folder
-            "H3Lora/lora": []}
+            "H3Lora/lora": ["(no LoRA in models/loras)"]}     # lora_nodes.NO_LORA_INSTALLED (imports ComfyUI)
 
 
 def combo_options(nodes: Iterable[type]) -> dict[str, list[str]]:

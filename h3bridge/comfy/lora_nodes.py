@@ -28,6 +28,8 @@ from .lora_chain import PendingChain, defers_fold
 from .shared import CATEGORY, model_roots, notice_on_node, running_prompt, user_facing_errors
 
 LORA_FOLDER = "loras"            # ComfyUI/models/loras
+# With none installed, the one option says so (an empty list shows as "undefined" in the frontend).
+NO_LORA_INSTALLED = f"(no LoRA in models/{LORA_FOLDER})"
 PROGRESS_STEPS = 1000
 
 
@@ -44,6 +46,11 @@ SURVIVAL_LEGEND = "\n".join([
 
 
 def _lora_path(name: str) -> Path:
+    if name == NO_LORA_INSTALLED:
+        from ..errors import LoraError
+        folders = ", ".join(folder_paths.get_folder_paths(LORA_FOLDER)) or f"ComfyUI/models/{LORA_FOLDER}"
+        raise LoraError(f"lora: no LoRA is installed (looked in {folders})",
+                        hint=f"put a MiniMax-H3 LoRA (.safetensors) in {folders}, refresh the page and pick it in lora")
     return Path(folder_paths.get_full_path_or_raise(LORA_FOLDER, name))
 
 
@@ -100,7 +107,7 @@ class H3LoraNode(io.ComfyNode):
                                 tooltip=f"The base model: a folder name under ComfyUI/models/{adapter.MODEL_FOLDER}/, "
                                         "an absolute path, or the model_dir output of another H3 LoRA node (a "
                                         "chain is folded once, by its last node)."),
-                io.Combo.Input("lora", options=folder_paths.get_filename_list(LORA_FOLDER),
+                io.Combo.Input("lora", options=folder_paths.get_filename_list(LORA_FOLDER) or [NO_LORA_INSTALLED],
                                tooltip="A LoRA for MiniMax-H3's transformer from ComfyUI/models/loras (PEFT "
                                        "lora_A/lora_B or kohya lora_down/lora_up with alpha)."),
                 io.Float.Input("strength", default=1.0, min=-4.0, max=4.0, step=0.05,
@@ -153,4 +160,4 @@ class H3LoraNode(io.ComfyNode):
 
 LORA_NODES: list[type[io.ComfyNode]] = [H3LoraNode]
 
-__all__ = ["H3LoraNode", "LORA_NODES", "SURVIVAL_LEGEND"]
+__all__ = ["H3LoraNode", "LORA_NODES", "NO_LORA_INSTALLED", "SURVIVAL_LEGEND"]
