@@ -90,7 +90,7 @@ from .disk import (
 )
 from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
-from .output import finish_result, raise_if_cancelled, resolve_output, staging_path
+from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .process import EngineChild, EngineProcess, signal_name
 from ..errors import (
     EngineCrashedError,
@@ -670,8 +670,11 @@ class SessionEngine(WarmEngine):
     def _finish(self, request: GenerationRequest, produced: Path, destination: Path | None, *, overwrite: bool,
                 seed: int, want_frames: bool, want_audio: bool, job: _Job,
                 timings: dict[str, float]) -> GenerationResult:
-        """Frames from the MP4, then the shared one-shot ending: audio, atomic publish, result."""
+        """Frames from the MP4, then the shared one-shot ending: audio, atomic publish, result. The
+        output folders the job made go again when nothing was published, as with every engine."""
         staged: Path | None = None
+        made_folders = missing_folders(destination) if destination is not None else []
+        published = False
         try:
             frames = None
             if want_frames:
@@ -691,13 +694,17 @@ class SessionEngine(WarmEngine):
                         f"cannot copy the finished clip next to {destination}: {error.strerror or error}",
                         hint="check the output folder's permissions") from None
                 mp4 = staged
-            return finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
-                                 want_audio=want_audio, timings=timings, command=list(job.commands),
-                                 engine_log="\n".join(job.stderr), seed=seed,
-                                 engine_variables=dict(self._identity.engine_variables) if self._identity else {})
+            result = finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
+                                   want_audio=want_audio, timings=timings, command=list(job.commands),
+                                   engine_log="\n".join(job.stderr), seed=seed,
+                                   engine_variables=dict(self._identity.engine_variables) if self._identity else {})
+            published = True
+            return result
         finally:
             remove_quietly(staged)     # gone already once published
             remove_quietly(produced)   # the session directory would otherwise grow by one MP4 per job
+            if not published:
+                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
 
     # ------------------------------------------------------------------ process lifecycle
 
