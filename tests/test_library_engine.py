@@ -474,3 +474,36 @@ def test_a_host_killed_mid_job_leaves_nothing_running_after_the_next_job(library
     assert_group_gone(worker_pid)
     assert not (tmp_path / "host.mp4").exists() and list(tmp_path.glob(".h3bridge-*")) == []
     assert list(_private_tmp.iterdir()) == []
+
+
+def test_a_job_waiting_for_the_engine_leaves_the_running_jobs_state_alone(library: Path, model_dir: Path,  # noqa: F811
+                                                                         tmp_path: Path) -> None:
+    """Whether a failed job left the worker warm is the running job's to read (issue 34): a second
+    job changed it before it waited for the job guard, so the first could stop a worker it had kept."""
+    import threading
+
+    from h3bridge.progress import WAITING_PHASE
+    engine = LibraryEngine(library, model_dir)
+    engine._guard.acquire()                      # a job of another thread runs ...
+    engine._worker_idle_after_failure = True     # ... and its failure left the worker warm
+    waiting, cancel = threading.Event(), CancelToken()
+
+    def progress(event) -> None:
+        if event.phase == WAITING_PHASE:
+            waiting.set()
+
+    def second_job() -> None:
+        with pytest.raises(GenerationCancelled):
+            engine.generate(fast_request(), tmp_path / "second.mp4", on_progress=progress, cancel=cancel)
+
+    thread = threading.Thread(target=second_job)
+    thread.start()
+    try:
+        assert waiting.wait(60), "the second job never waited for the first"
+        assert engine._worker_idle_after_failure is True
+    finally:
+        cancel.cancel()
+        thread.join(60)
+        engine._guard.release()
+        engine.close()
+    assert not thread.is_alive()

@@ -243,6 +243,8 @@ class LibraryEngine(WarmEngine):
                                       hint="give the h3.c checkout the library was built from (it holds "
                                            "h3_shaders.metal, which libh3 compiles at run time)")
         super().__init__(idle_timeout=idle_timeout, lock_path=lock_path)
+        # True while a failed job left the worker warm and waiting; set and read only under the job guard
+        self._worker_idle_after_failure = False
         self.stall_timeout = stall_timeout
         self.env = env
         self._worker: _Worker | None = None
@@ -311,7 +313,6 @@ class LibraryEngine(WarmEngine):
             phases["preview VAE load"] = REFERENCE_SECONDS["preview VAE load"]
         job = _Job(request=request, tracker=ProgressTracker(phases, time.monotonic()), on_progress=on_progress,
                    on_preview=on_preview, cancel=cancel, disk_needs=disk_needs)
-        self._worker_idle_after_failure = False
         with job_files(destination, want_audio=want_audio) as files:
             workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_path = workdir / "frames.rgb" if want_frames else None
@@ -359,7 +360,6 @@ class LibraryEngine(WarmEngine):
 
     # ------------------------------------------------------------------ the job
 
-    _worker_idle_after_failure = False     # True while a failed job left the worker warm and waiting
 
     def _command(self, job: _Job) -> list[str]:
         """What ran, for result.command and error reports: the call and its h3_params fields."""
