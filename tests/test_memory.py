@@ -461,3 +461,16 @@ def test_doctor_memory_advice_comes_from_the_plan(monkeypatch: pytest.MonkeyPatc
     from h3bridge.cli import default_request_advice
     monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(32, chip)))
     assert expected in default_request_advice()
+
+
+def test_a_plan_reads_the_requests_geometry_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """geometry() probes a request's reference media; plan_memory and the plan's table read it
+    once (issue 34: three times per plan)."""
+    from h3bridge.model import memory
+    calls: list[object] = []
+    real = memory.geometry
+    monkeypatch.setattr(memory, "geometry", lambda request: calls.append(request) or real(request))
+    plan = memory.plan_memory(GenerationRequest("a fox"), machine=MachineFacts.mac(128, "Apple M4 Max"))
+    table = plan.render()
+    assert plan.fits and "sequence" in table
+    assert len(calls) == 1

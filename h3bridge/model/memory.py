@@ -610,6 +610,8 @@ class MemoryPlan:
     # What the model check found that does not stop this job but its user should see (e.g. an
     # incomplete Ref2VA/ a job without references does not read); filled by `preflight`.
     model_warnings: list[str] = field(default_factory=list)
+    # The request's shape as upstream computes it (reference inputs probed): read once per plan.
+    geometry: Geometry | None = field(default=None, repr=False, compare=False)
 
     @property
     def peak_phase(self) -> PhaseMemory:
@@ -672,7 +674,7 @@ class MemoryPlan:
     def render(self, *, verdict: bool = True) -> str:
         """The plan as a table (CLI `h3bridge plan`, ComfyUI Memory Plan node), ending with its
         verdict unless `verdict` is False (a refusal, whose message is the verdict)."""
-        g = geometry(self.request)
+        g = self.geometry or geometry(self.request)
         lines = [f"request: {self.request.width}x{self.request.height}"
                  + (f" (render {g.render_width}x{g.render_height})" if self.request.render_width else "")
                  + f", {g.frames} frames, {self.request.layers} layers, DiT {self.dit_path}"
@@ -866,8 +868,9 @@ def _dit_weights(request: GenerationRequest, sizes: ModelSizes,
 
 
 def _build_phases(request: GenerationRequest, preview: bool, sizes: ModelSizes,
-                  machine: MachineFacts, session: bool = False) -> tuple[str, tuple[PhaseMemory, ...]]:
-    g = geometry(request)
+                  machine: MachineFacts, session: bool = False,
+                  g: Geometry | None = None) -> tuple[str, tuple[PhaseMemory, ...]]:
+    g = g or geometry(request)
     base = ("process", PROCESS_BASE)
     pixels_out = request.width * request.height * 3
     pixels_render = g.render_width * g.render_height * 3
@@ -1065,12 +1068,12 @@ def plan_memory(request: GenerationRequest, inventory: ModelInventory | None = N
         sizes = ModelSizes.from_inventory(inventory, partition)
     else:
         sizes = ModelSizes.published()
-    dit_path, phases = _build_phases(request, preview, sizes, machine, session)
+    g = geometry(request)
+    dit_path, phases = _build_phases(request, preview, sizes, machine, session, g)
     plan = MemoryPlan(request=request, machine=machine, preview=preview, sizes=sizes, phases=phases,
-                      dit_path=dit_path, session=session)
+                      dit_path=dit_path, session=session, geometry=g)
     if not plan.fits:
         plan.suggestion = _suggest(request, preview, sizes, machine, session)
-    g = geometry(request)
     for visual in g.assumed_inputs:
         plan.notes.append(f"{visual.what} could not be read: planned at {visual.width}x{visual.height}"
                           + (f", {visual.frames} frames" if visual.frames > 1 else "") + " (upstream's largest)")
@@ -1078,7 +1081,7 @@ def plan_memory(request: GenerationRequest, inventory: ModelInventory | None = N
         # h3_gpu.m h3_gpu_create: TensorOps is decided when h3 compiles its shaders; without it h3
         # falls back to BF16 kernels and weights
         bf16 = max(p.total for p in _build_phases(request, preview, sizes, replace(machine, tensor_ops_disabled=True),
-                                                  session)[1])
+                                                  session, g)[1])
         plan.notes.append(f"planned for h3's int8 DiT (M5 Metal TensorOps); if h3 cannot use TensorOps "
                           f"(H3_NAX=0, or its shaders fail to compile with them) it runs BF16, peak {format_bytes(bf16)}")
     if session:
