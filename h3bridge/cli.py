@@ -399,7 +399,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         # h3-sim's small fixture passes every header check, yet only h3-sim runs it: say so, and with
         # another engine (upstream's build, the Metal h3) it is not a model that engine can use.
         fixture_only = inventory.small_fixture and not errors
-        sim_engine = engine_path is not None and engine_path.name.startswith("h3-sim")
+        sim_engine = engine_path is not None and is_simulator(engine_path)
         record("model", not errors and (not fixture_only or sim_engine or engine_path is None),
                f"{inventory.root}" + (f" ({'; '.join(p.message for p in errors)})" if errors else
                                       f" (FL2VA{' + Ref2VA' if inventory.has_ref2va else ', no Ref2VA: references unavailable'})")
@@ -434,12 +434,20 @@ def run_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if all(c["ok"] for c in checks) else EXIT_FAILURE
 
 
+def is_simulator(engine_path: Path) -> bool:
+    """The engine is h3-sim, also under another name (a link `h3` -> h3-sim on PATH, as the docs set up)."""
+    try:
+        return engine_path.resolve().name.startswith("h3-sim") or engine_path.name.startswith("h3-sim")
+    except OSError:
+        return engine_path.name.startswith("h3-sim")
+
+
 def engine_commit_check(engine_path: Path) -> tuple[str, bool, str, str | None]:
     """doctor's "h3 build" line: the h3.c commit the engine was built from (as build-engine
     recorded it: h3 itself does not report its commit) and whether it is the pinned one."""
     from .engine_build.record import PINNED_COMMIT, build_record
     pinned = PINNED_COMMIT[:7]
-    if engine_path.name.startswith("h3-sim"):
+    if is_simulator(engine_path):
         return ("h3 build", True, f"h3-sim, h3bridge's simulator of h3.c {pinned}", None)
     found = build_record(engine_path)
     if found is None or found.commit is None:

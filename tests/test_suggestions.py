@@ -50,9 +50,13 @@ def test_canvas_suggestions_pass_every_check(width: int, height: int) -> None:
     pytest.fail(f"{width}x{height}: the fixes never reach a valid canvas")
 
 
-def test_height_2160_beside_864_suggests_a_height_that_fits_the_pixel_limit() -> None:
+def test_height_2160_beside_864_suggests_a_canvas_of_its_aspect_that_fits_the_pixel_limit() -> None:
+    """864x2160 is over the pixel limit: the advice keeps its aspect (issue 30: a height alone, 864x1184,
+    changed a 0.40 canvas into a 0.73 one) and names the limit."""
     error = refusal(GenerationRequest("fox", height=2160))
-    assert error is not None and suggested_values(error) == {"height": 1184}     # 864 * 1184 <= 768 * 1344
+    assert error is not None and suggested_values(error) == {"width": 640, "height": 1600}   # 0.40, 1,024,000 px
+    assert "pixel limit" in error.message
+    GenerationRequest("fox", width=640, height=1600).validate(check_files=False)
 
 
 def test_the_pixel_limit_comes_before_the_memory_plan() -> None:
