@@ -49,12 +49,7 @@ def test_the_node_is_registered_with_a_tooltip_on_every_input() -> None:
 
 def test_chained_nodes_fold_once_and_feed_the_engine_a_model_dir(tmp_path: Path, loras: Path) -> None:
     model = write_fixture_model(tmp_path / "models" / "MiniMax-H3", ref2va=False)
-    shapes, rng = tensor_shapes(model), np.random.default_rng(0)
-    for name in ("turbo.safetensors", "style.safetensors"):
-        out, inner = shapes["blocks.0.attn.qkv_proj.weight"][2]
-        up, down = low_rank(rng, out, inner, 2)
-        write_lora(loras / name, {"diffusion_model.blocks.0.attn.qkv_proj.lora_A.weight": down,
-                                  "diffusion_model.blocks.0.attn.qkv_proj.lora_B.weight": up})
+    _two_loras(model, loras)
     first = H3LoraNode.execute(model_dir=str(model), lora="turbo.safetensors", strength=1.0).result[0]
     done = H3LoraNode.execute(model_dir=first, lora="style.safetensors", strength=0.5)
     second, report = done.result
