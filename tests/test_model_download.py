@@ -197,7 +197,9 @@ def test_ctrl_c_mid_file_then_a_rerun_continues_and_fetches_no_finished_file(hub
     # released it); with huggingface_hub's 10 s read timeout the client gave up waiting first,
     # resumed and finished when the machine was busy enough to delay this test's look past 10 s
     env["HF_HUB_DOWNLOAD_TIMEOUT"] = str(int(BOUND * 4))
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # as started from a terminal: Ctrl-C's default disposition, whatever this test process inherited
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         part = root / PARTS / f"{hub.files[path].etag}.part"
         _wait_for(lambda: hub.paused.is_set() and part.exists() and part.stat().st_size >= 3 * chunk,

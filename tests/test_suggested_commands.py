@@ -91,11 +91,25 @@ def commands_in(text: str) -> list[str]:
     return [span for span in re.findall(r"`([^`\n]+)`", text) if " " in span or span in SCRIPTS]
 
 
+def checkout_start(script: str) -> list[str] | None:
+    """runnable's form for a checkout no Python has installed (`python CHECKOUT [--module M]`): what
+    a process that imported h3bridge from the checkout it runs in shows when the scripts are not on
+    PATH (an unpacked sdist beside a non-editable install; ComfyUI's custom_nodes clone)."""
+    module = MODULES[script]
+    if not module.startswith("h3bridge") or not (REPO_ROOT / "__main__.py").is_file():
+        return None
+    return [sys.executable, str(REPO_ROOT), *([] if module == "h3bridge" else ["--module", module])]
+
+
 def suggested(text: str, user: User, script: str, *arguments: str) -> str:
-    """The one command in `text` that runs `script arguments...`, checked to be in this mode's form."""
-    start = user.expected_start(script)
-    found = [c for c in commands_in(text) if same_words(shlex.split(c)[:len(start) + len(arguments)], [*start, *arguments])]
-    assert found, f"no `{shlex.join([*start, *arguments])} ...` in: {text}"
+    """The one command in `text` that runs `script arguments...`, checked to be in this mode's form
+    (without the scripts on PATH: `python -m`, or for a checkout no Python installed, the checkout)."""
+    starts = [user.expected_start(script)]
+    if user.mode != "scripts" and checkout_start(script) is not None:
+        starts.append(checkout_start(script))
+    found = [c for c in commands_in(text) for start in starts
+             if same_words(shlex.split(c)[:len(start) + len(arguments)], [*start, *arguments])]
+    assert found, f"no `{shlex.join([*starts[0], *arguments])} ...` in: {text}"
     return found[0]
 
 
