@@ -141,12 +141,16 @@ def _monitor(server: ServerProcess, stop: threading.Event, report: LoadReport) -
                 running = sum(job["status"] == "in_progress" for job in jobs)
             except httpx.HTTPError:
                 running = 0
-            engines = 0
+            simulators: dict[int, int] = {}      # pid -> parent pid, of every process with h3-sim's command line
             for child in root.children(recursive=True):
                 try:
-                    engines += any("h3-sim" in part for part in child.cmdline()[:2])
+                    if any("h3-sim" in part for part in child.cmdline()[:2]):
+                        simulators[child.pid] = child.ppid()
                 except psutil.Error:
                     pass
+            # A child the engine forks (FFmpeg, between its fork and its exec) shows h3-sim's command
+            # line too: it is that engine, not a second one.
+            engines = sum(parent not in simulators for parent in simulators.values())
             with report.lock:
                 report.max_in_progress = max(report.max_in_progress, running)
                 report.max_engine_processes = max(report.max_engine_processes, engines)
