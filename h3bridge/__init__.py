@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 # Public name -> the module (relative to this package) that defines it.
 _PUBLIC: dict[str, str] = {
     # the vocabulary: requests, results, progress, cancellation, errors
-    "CancelToken": ".cancel",
+    "CancelToken": ".cancel", "PauseControl": ".cancel",
     **{name: ".errors" for name in (
         "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
         "GenerationCancelled", "H3BridgeError", "IntegrityError", "MediaError", "MemoryPlanError",
@@ -53,7 +53,7 @@ _PUBLIC: dict[str, str] = {
 }
 
 if TYPE_CHECKING:  # what type checkers and editors resolve the lazy names to (the same as _PUBLIC)
-    from .cancel import CancelToken
+    from .cancel import CancelToken, PauseControl
     from .engines.library import LibraryEngine
     from .engines.locate import locate_engine
     from .engines.lock import engine_lock
@@ -97,7 +97,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "CancelToken", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
+    "CancelToken", "PauseControl", "EngineCrashedError", "EngineError", "EngineNotFoundError", "EngineStalledError",
     "GenerationCancelled", "GenerationRequest", "GenerationResult", "H3BridgeError", "IntegrityError",
     "MediaError", "MemoryPlanError", "ModelError", "OutputExistsError", "PRESETS", "PreviewFrame", "ProgressEvent",
     "Reference", "ReferenceImageSize", "ReferenceKind", "RequestError", "SessionError", "SlowerPath",
