@@ -255,6 +255,11 @@ class ChildExit:
 
     status: int | None
 
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended it, or None."""
+        return -self.status if self.status is not None and self.status < 0 else None
+
 
 def reap(popen: subprocess.Popen, timeout: float = 5.0) -> ChildExit:
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -32,7 +31,7 @@ from ..errors import (
 from ..history.recorder import recorded
 from ..media.decode import read_frames_dir
 from .lock import EngineLock, engine_lock
-from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
+from ..progress import ProgressCallback, ProgressTracker
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from .disk import (
