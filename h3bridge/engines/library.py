@@ -53,6 +53,7 @@ import numpy as np
 
 from ..cancel import CancelToken, PauseControl
 from .child import NOTHING, ChildJob, Deadline, Nothing, child_gone, reap, wait_until
+from .job import Rendered, check_disks, open_job, run_job
 from ..errors import (
     EngineError,
     EngineNotFoundError,
@@ -67,13 +68,13 @@ from ..progress import PreviewCallback, PreviewFrame, ProgressCallback, Progress
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..upstream_costs import REFERENCE_SECONDS
-from .disk import DiskNeed, check_disk_space, raise_for_disk_problem
+from .disk import DiskNeed, raise_for_disk_problem
 from .h3_command import engine_message_from, expected_phases
 from .hints import failure_hint, phase_words
 from .library_wire import h3_params_fields, h3_references, receive, send
 from .locate import check_media_tools, engine_environment, engine_variables, locate_media_tools, locate_model_dir
 from .oneshot import one_shot_disk_needs
-from .output import finish_result, job_files, raise_if_cancelled, resolve_output
+from .output import JobFiles
 from .process import EngineChild, EngineProcess
 from .protocol import EngineCapabilities
 from .warm import DEFAULT_IDLE_TIMEOUT, WarmEngine
@@ -306,21 +307,21 @@ class LibraryEngine(WarmEngine):
         job starts a new one); LibraryLoadError / ModelError when the library or h3_load_dir fail.
         An exception raised by `on_progress` or `on_preview` stops the job and is re-raised.
         `pause` stops the worker's process group while paused (child.py); the worker stays warm."""
-        request.validate()
-        destination = resolve_output(output, overwrite=overwrite)
-        writes_mp4 = destination is not None or want_audio
-        tools = check_media_tools(request, writes_mp4=writes_mp4)
-        disk_needs = one_shot_disk_needs(request, destination, writes_mp4=writes_mp4, want_frames=want_frames)
-        check_disk_space(disk_needs)
+        spec = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                        cancel=cancel)
+        tools = check_media_tools(request, writes_mp4=spec.writes_mp4)
+        disk_needs = one_shot_disk_needs(request, spec.output_path, writes_mp4=spec.writes_mp4, want_frames=want_frames)
+        check_disks(disk_needs)
         env = self._environment(tools)
         preview = on_preview is not None
-        phases = expected_phases(request, writes_mp4=writes_mp4)
+        phases = expected_phases(request, writes_mp4=spec.writes_mp4)
         if preview:
             phases["preview VAE load"] = REFERENCE_SECONDS["preview VAE load"]
         child = ChildJob(cancel=cancel, pause=pause, stall_timeout=lambda: self.stall_timeout, on_progress=on_progress)
         job = _Job(request=request, tracker=ProgressTracker(phases, child.now()), on_progress=on_progress,
                    on_preview=on_preview, cancel=cancel, disk_needs=disk_needs, child=child)
-        with job_files(destination, want_audio=want_audio) as files:
+
+        def run(files: JobFiles) -> Rendered:
             workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_path = workdir / "frames.rgb" if want_frames else None
             shape = (request.frame_count, request.height, request.width)
@@ -352,23 +353,20 @@ class LibraryEngine(WarmEngine):
                 self.jobs += 1
                 engine_log = self._worker.stderr_since(job.stderr_offset) if self._worker else ""
             timings = job.tracker.finish(child.now())
-            frames = None
-            if frames_path is not None:
-                raise_if_cancelled(cancel)
+
+            def read_frames() -> np.ndarray:
                 if done["frames_written"] != request.frame_count:
                     raise EngineError(f"libh3 delivered {done['frames_written']} of {request.frame_count} frames",
                                       stderr=engine_log, command=self._command(job))
                 # Copy-on-write: the array is writable, the file never changes; unlinking the
-                # file (with workdir, below) leaves the mapping in place.
-                frames = np.memmap(frames_path, dtype=np.uint8, mode="c", shape=(*shape, 3))
-            raise_if_cancelled(cancel)
-            summary = done["result"]
-            result = finish_result(request, mp4_temp, destination, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings, command=self._command(job),
-                                   engine_log=engine_log, engine_variables=engine_variables(env),
-                                   seed=int(summary["seed"]))
-            files.published = True
-            return result
+                # file (with workdir, when the job ends) leaves the mapping in place.
+                return np.memmap(frames_path, dtype=np.uint8, mode="c", shape=(*shape, 3))
+
+            return Rendered(timings=timings, command=self._command(job), engine_log=engine_log,
+                            engine_variables=engine_variables(env), seed=int(done["result"]["seed"]),
+                            read_frames=None if frames_path is None else read_frames)
+
+        return run_job(spec, run)
 
     # ------------------------------------------------------------------ the job
 

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from ..cancel import CancelToken, PauseControl
 from .child import NOTHING, ChildJob, Nothing
+from .job import Rendered, check_disks, open_job, run_job
 from .process import EngineProcess, signal_name
 from ..errors import (
     EngineCrashedError,
@@ -36,7 +37,6 @@ from ..request import GenerationRequest
 from ..result import GenerationResult
 from .disk import (
     DiskNeed,
-    check_disk_space,
     existing_folder,
     expected_clip_bytes,
     expected_frames_bytes,
@@ -62,7 +62,7 @@ from .h3_command import (
     request_arguments,
 )
 from .hints import failure_hint, phase_words
-from .output import finish_result, job_files, raise_if_cancelled, resolve_output, staging_path
+from .output import JobFiles, finish_result, raise_if_cancelled, resolve_output, staging_path
 from .holder import waiting_reporter
 from .protocol import EngineCapabilities
 from ..progress import PreviewCallback
@@ -180,14 +180,13 @@ class OneShotEngine:
         missing), EngineError / EngineCrashedError / EngineStalledError (h3 failed; h3's own
         message is in `engine_message`), GenerationCancelled.
         """
-        request.validate()
-        output_path = resolve_output(output, overwrite=overwrite)
-        writes_mp4 = output_path is not None or want_audio
-        check_media_tools(request, writes_mp4=writes_mp4)
-        disk_needs = one_shot_disk_needs(request, output_path, writes_mp4=writes_mp4, want_frames=want_frames)
-        check_disk_space(disk_needs)
+        job = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                       cancel=cancel)
+        check_media_tools(request, writes_mp4=job.writes_mp4)
+        disk_needs = one_shot_disk_needs(request, job.output_path, writes_mp4=job.writes_mp4, want_frames=want_frames)
+        check_disks(disk_needs)
 
-        with job_files(output_path, want_audio=want_audio) as files:
+        def run(files: JobFiles) -> Rendered:
             workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_dir = workdir / "frames" if want_frames else None
             argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
@@ -201,16 +200,11 @@ class OneShotEngine:
                                             on_progress=on_progress, cancel=cancel, pause=pause, lock=lock,
                                             disk_needs=disk_needs,
                                             leftovers=[path for path in (mp4_temp, workdir) if path is not None])
-            frames = None
-            if frames_dir is not None:
-                raise_if_cancelled(cancel)
-                frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
-            raise_if_cancelled(cancel)
-            result = finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings, command=argv, engine_log=stderr,
-                                   engine_variables=engine_variables(env))
-            files.published = True
-            return result
+            return Rendered(timings=timings, command=argv, engine_log=stderr, engine_variables=engine_variables(env),
+                            read_frames=None if frames_dir is None else
+                            lambda: read_frames_dir(frames_dir, request.frame_count, request.width, request.height))
+
+        return run_job(job, run)
 
     def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,

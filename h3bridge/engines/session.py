@@ -71,6 +71,7 @@ from typing import Mapping
 
 from ..cancel import CancelToken, PauseControl
 from .child import NOTHING, ChildJob, Deadline, Nothing, child_gone, reap, wait_until
+from .job import Rendered, check_disks, open_job, run_job
 from .locate import (
     FFMPEG_HINT,
     check_media_tools,
@@ -82,7 +83,6 @@ from .locate import (
 )
 from .disk import (
     DiskNeed,
-    check_disk_space,
     disk_error_from_os_error,
     existing_folder,
     expected_clip_bytes,
@@ -90,7 +90,7 @@ from .disk import (
 )
 from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
-from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
+from .output import JobFiles
 from .process import EngineChild, EngineProcess
 from ..errors import (
     EngineError,
@@ -624,14 +624,15 @@ class SessionEngine(WarmEngine):
         machine-wide lock, `on_progress` sees WAITING_PHASE events and `cancel` still works.
         `pause` stops the session's process group while paused (child.py); the process stays warm.
         """
-        request.validate()
+        spec = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                        cancel=cancel,
+                        refuse=lambda: session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines))
         line = session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
-        destination = resolve_output(output, overwrite=overwrite)
+        destination = spec.output_path
         tools = check_media_tools(request, writes_mp4=True)    # interactive h3 always writes an MP4
-        for need in self._disk_needs(request, destination):
-            # One at a time: the clip exists in h3's folder, then (moved) in the output folder,
-            # never twice on one disk (a move within a disk is a rename).
-            check_disk_space([need])
+        # One at a time: the clip exists in h3's folder, then (moved) in the output folder, never
+        # twice on one disk (a move within a disk is a rename).
+        check_disks(self._disk_needs(request, destination), one_at_a_time=True)
         if (request.first_frame is not None or request.last_frame is not None) and tools.ffprobe is None:
             # Unlike a one-shot run, `!first`/`!last` probe the image first (h3_cli.c validate_anchor
             # -> h3_ffprobe_visual_size); h3 would refuse the command only after loading.
@@ -642,31 +643,42 @@ class SessionEngine(WarmEngine):
         child = ChildJob(cancel=cancel, pause=pause, stall_timeout=lambda: self.stall_timeout, on_progress=on_progress)
         job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), child.now()),
                    on_progress=on_progress, cancel=cancel, child=child)
-        with self._job(on_progress=on_progress, cancel=cancel):
-            try:
-                self._ensure_process(flags, job, references=_launch_references(request),
-                                     env=session_environment(self.env if self.env is not None
-                                                             else engine_environment(tools)))
-                assert self._settings is not None and self._process is not None
-                child.attach(self._process.pgid)      # a process started by this job is attached already
-                for command in commands_for_change(self._settings, target):
-                    self._command(command, job)
-                produced, seed = self._run_prompt(line, job)
-            except BaseException:
-                child.let_go()
-                if not (job.in_sync and self._process is not None and self._process.alive()):
-                    # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
-                    # interrupted mid-exchange: the process state is unknown, so it goes.
-                    self._shutdown(graceful=False)
-                # Otherwise h3 answered in full (a refused command, a failed generation) and
-                # waits for the next line, as upstream's loop does: keep it.
-                raise
-            finally:
-                child.detach()      # a warm process never stays stopped after its job
-            self.jobs += 1
-            timings = job.tracker.finish(child.now())
-            return self._finish(request, produced, destination, overwrite=overwrite, seed=seed,
-                                want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
+
+        def run(files: JobFiles) -> Rendered:
+            with self._job(on_progress=on_progress, cancel=cancel):
+                try:
+                    self._ensure_process(flags, job, references=_launch_references(request),
+                                         env=session_environment(self.env if self.env is not None
+                                                                 else engine_environment(tools)))
+                    assert self._settings is not None and self._process is not None
+                    child.attach(self._process.pgid)      # a process started by this job is attached already
+                    for command in commands_for_change(self._settings, target):
+                        self._command(command, job)
+                    produced, seed = self._run_prompt(line, job)
+                except BaseException:
+                    child.let_go()
+                    if not (job.in_sync and self._process is not None and self._process.alive()):
+                        # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
+                        # interrupted mid-exchange: the process state is unknown, so it goes.
+                        self._shutdown(graceful=False)
+                    # Otherwise h3 answered in full (a refused command, a failed generation) and
+                    # waits for the next line, as upstream's loop does: keep it.
+                    raise
+                finally:
+                    child.detach()      # a warm process never stays stopped after its job
+                self.jobs += 1
+                timings = job.tracker.finish(child.now())
+                variables = dict(self._identity.engine_variables) if self._identity else {}
+                # Out of h3's session folder while the session is this job's: that folder goes
+                # with the process (a waiting job may make it step aside as soon as this job ends).
+                self._take_clip(produced, files.mp4_temp, request, destination)
+            mp4 = files.mp4_temp
+            return Rendered(timings=timings, command=list(job.commands), engine_log="\n".join(job.stderr),
+                            engine_variables=variables, seed=seed,
+                            read_frames=None if mp4 is None else
+                            lambda: decode_video_frames(mp4, request.frame_count, request.width, request.height))
+
+        return run_job(spec, run, mp4_for_frames=True)
 
     def _disk_needs(self, request: GenerationRequest, destination: Path | None) -> list[DiskNeed]:
         """Where a session job writes its clip: h3's own session folder (it ignores -o), then the
@@ -679,44 +691,24 @@ class SessionEngine(WarmEngine):
             needs.append(DiskNeed(existing_folder(destination.parent), "the output folder", clip))
         return needs
 
-    def _finish(self, request: GenerationRequest, produced: Path, destination: Path | None, *, overwrite: bool,
-                seed: int, want_frames: bool, want_audio: bool, job: _Job,
-                timings: dict[str, float]) -> GenerationResult:
-        """Frames from the MP4, then the shared one-shot ending: audio, atomic publish, result. The
-        output folders the job made go again when nothing was published, as with every engine."""
-        staged: Path | None = None
-        made_folders = missing_folders(destination) if destination is not None else []
-        published = False
+    @staticmethod
+    def _take_clip(produced: Path, target: Path | None, request: GenerationRequest, destination: Path | None) -> None:
+        """Move the clip h3 wrote (in its session folder, which grows by one MP4 per job otherwise)
+        to the job's MP4 (`target`: beside the output, for the final atomic rename, or in the job's
+        folder); None: it is not wanted."""
         try:
-            frames = None
-            if want_frames:
-                raise_if_cancelled(job.cancel)
-                frames = decode_video_frames(produced, request.frame_count, request.width, request.height)
-            raise_if_cancelled(job.cancel)
-            mp4: Path | None = produced if want_audio else None
-            if destination is not None:
-                # The session writes under /tmp/h3-XXXXXX; stage next to the destination so the
-                # final step is an atomic rename.
-                staged = staging_path(destination)
+            if target is not None:
                 try:
-                    shutil.move(str(produced), staged)
+                    shutil.move(str(produced), target)
                 except OSError as error:     # a copy across file systems can fail (disk full)
-                    need = DiskNeed(destination.parent, "the output folder", expected_clip_bytes(request))
+                    place = destination.parent if destination is not None else target.parent
+                    need = DiskNeed(place, "the output folder" if destination is not None
+                                    else "h3bridge's temporary folder", expected_clip_bytes(request))
                     raise disk_error_from_os_error(error, need) or MediaError(
-                        f"cannot copy the finished clip next to {destination}: {error.strerror or error}",
+                        f"cannot copy the finished clip to {destination or target}: {error.strerror or error}",
                         hint="check the output folder's permissions") from None
-                mp4 = staged
-            result = finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings, command=list(job.commands),
-                                   engine_log="\n".join(job.stderr), seed=seed,
-                                   engine_variables=dict(self._identity.engine_variables) if self._identity else {})
-            published = True
-            return result
         finally:
-            remove_quietly(staged)     # gone already once published
-            remove_quietly(produced)   # the session directory would otherwise grow by one MP4 per job
-            if not published:
-                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
+            remove_quietly(produced)
 
     # ------------------------------------------------------------------ process lifecycle
 
