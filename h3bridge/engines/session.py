@@ -64,13 +64,13 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import tty
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
+from .child import NOTHING, ChildJob, Deadline, Nothing, child_gone, reap, wait_until
 from .locate import (
     FFMPEG_HINT,
     check_media_tools,
@@ -91,9 +91,8 @@ from .disk import (
 from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
-from .process import EngineChild, EngineProcess, signal_name
+from .process import EngineChild, EngineProcess
 from ..errors import (
-    EngineCrashedError,
     EngineError,
     EngineNotFoundError,
     EngineStalledError,
@@ -515,18 +514,25 @@ class _Job:
     tracker: ProgressTracker
     on_progress: ProgressCallback | None
     cancel: CancelToken | None
-    stall_timeout: float | None
+    stall_timeout: float | None = None     # for a job made without `child`
+    child: ChildJob = None  # type: ignore[assignment]   # cancel, pause and the stall watchdog (child.py)
     commands: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     in_sync: bool = True     # False while a sent line's reply is still outstanding
     last_event: ProgressEvent | None = None     # where the job is: named when it crashes or stalls
     before_progress: str = SESSION_BEFORE_PROGRESS    # ... and where it is before any report
 
+    def __post_init__(self) -> None:
+        if self.child is None:
+            self.child = ChildJob(cancel=self.cancel, pause=None, stall_timeout=self.stall_timeout,
+                                  on_progress=self.on_progress)
+
     def report(self, event: ProgressEvent | None) -> None:
         if event is not None:
             self.last_event = event
             if self.on_progress is not None:
                 self.on_progress(event)
+        self.child.progressed(event)
 
     def where(self) -> str:
         return phase_words(self.last_event, before=self.before_progress)
@@ -601,7 +607,7 @@ class SessionEngine(WarmEngine):
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None) -> GenerationResult:
         """Run one job in the warm process; same contract and result as OneShotEngine.generate
         (the `Engine` protocol). `on_preview` is accepted and never called: interactive h3 shows
         denoise previews only on a terminal (`!show`).
@@ -616,6 +622,7 @@ class SessionEngine(WarmEngine):
         cancelled (GenerationCancelled), stalls or crashes (EngineCrashedError) takes the
         process with it; the next job starts a fresh one. While another engine holds the
         machine-wide lock, `on_progress` sees WAITING_PHASE events and `cancel` still works.
+        `pause` stops the session's process group while paused (child.py); the process stays warm.
         """
         request.validate()
         line = session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
@@ -632,18 +639,21 @@ class SessionEngine(WarmEngine):
                                       "first/last frames", hint=FFMPEG_HINT)
         target = SessionSettings.for_request(request)
         flags = _launch_flags(request)
-        job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
-                   on_progress=on_progress, cancel=cancel, stall_timeout=self.stall_timeout)
+        child = ChildJob(cancel=cancel, pause=pause, stall_timeout=lambda: self.stall_timeout, on_progress=on_progress)
+        job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), child.now()),
+                   on_progress=on_progress, cancel=cancel, child=child)
         with self._job(on_progress=on_progress, cancel=cancel):
             try:
                 self._ensure_process(flags, job, references=_launch_references(request),
                                      env=session_environment(self.env if self.env is not None
                                                              else engine_environment(tools)))
-                assert self._settings is not None
+                assert self._settings is not None and self._process is not None
+                child.attach(self._process.pgid)      # a process started by this job is attached already
                 for command in commands_for_change(self._settings, target):
                     self._command(command, job)
                 produced, seed = self._run_prompt(line, job)
             except BaseException:
+                child.let_go()
                 if not (job.in_sync and self._process is not None and self._process.alive()):
                     # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
                     # interrupted mid-exchange: the process state is unknown, so it goes.
@@ -651,8 +661,10 @@ class SessionEngine(WarmEngine):
                 # Otherwise h3 answered in full (a refused command, a failed generation) and
                 # waits for the next line, as upstream's loop does: keep it.
                 raise
+            finally:
+                child.detach()      # a warm process never stays stopped after its job
             self.jobs += 1
-            timings = job.tracker.finish(time.monotonic())
+            timings = job.tracker.finish(child.now())
             return self._finish(request, produced, destination, overwrite=overwrite, seed=seed,
                                 want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
 
@@ -744,6 +756,7 @@ class SessionEngine(WarmEngine):
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:
                 raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
+            job.child.attach(self._process.pgid)      # paused while it loads, too
             self._lock.record_engine(self._process.pid, session_dirs_before=self._session_dirs_before)
             self._identity = identity
             self.starts += 1
@@ -830,29 +843,32 @@ class SessionEngine(WarmEngine):
         """The next stdout line or stderr piece; raises on cancel, stall, or the process ending."""
         process = self._process
         assert process is not None
-        last_activity = time.monotonic()
-        while True:
-            if job.cancel is not None and job.cancel.cancelled:
-                raise GenerationCancelled("cancelled; the warm h3 session was stopped")
+        job.child.alive()       # the watchdog counts from each wait
+
+        def poll(timeout: float) -> _Event | Nothing:
             try:
-                event = process.events.get(timeout=0.05)
+                event = process.events.get(timeout=timeout)
             except queue.Empty:
-                if job.stall_timeout is not None and time.monotonic() - last_activity > job.stall_timeout:
-                    message = engine_message_from("\n".join(job.stderr))
-                    raise EngineStalledError(
-                        f"h3 session showed no progress for {job.stall_timeout:g} s {job.where()}; it was stopped",
-                        engine_message=message, stderr="\n".join(job.stderr), command=job.commands,
-                        hint=failure_hint(job.request, message, stalled=True))
-                continue
-            last_activity = time.monotonic()
+                return NOTHING
+            job.child.alive()
             if event.text is None:
                 self._drain_after_eof(process, job, ended=event.stream)
                 self._process_gone(process, job)
             if event.stream == "err":
-                self._take_stderr(event, job, now=last_activity)
+                self._take_stderr(event, job, now=job.child.now())
                 if not event.complete:
-                    continue      # the same text arrives again once terminated
+                    return NOTHING      # the same text arrives again once terminated
             return event
+
+        def stalled() -> BaseException:
+            message = engine_message_from("\n".join(job.stderr))
+            return EngineStalledError(
+                f"h3 session showed no progress for {job.child.stall_words()} {job.where()}; it was stopped",
+                engine_message=message, stderr="\n".join(job.stderr), command=job.commands,
+                hint=failure_hint(job.request, message, stalled=True))
+
+        return job.child.wait(poll, on_cancel=lambda: GenerationCancelled("cancelled; the warm h3 session was stopped"),
+                              on_stall=stalled)
 
     @staticmethod
     def _take_stderr(event: _Event, job: _Job, *, now: float) -> None:
@@ -865,36 +881,30 @@ class SessionEngine(WarmEngine):
         """One stream ended, so the child is exiting: take in what the other stream still holds
         (h3's last progress report and error line may still be on their way through the stderr
         reader) before the failure is described, or it would name an earlier phase."""
-        deadline = time.monotonic() + EOF_DRAIN_SECONDS
         open_streams = {"out", "err"} - {ended}
-        while open_streams:
+
+        def poll(timeout: float) -> None | Nothing:
             try:
-                event = process.events.get(timeout=max(0.0, deadline - time.monotonic()))
+                event = process.events.get(timeout=timeout)
             except queue.Empty:
-                return
+                return NOTHING
             if event.text is None:
                 open_streams.discard(event.stream)
             elif event.stream == "err":
-                self._take_stderr(event, job, now=time.monotonic())
+                self._take_stderr(event, job, now=job.child.now())
+            return None if not open_streams else NOTHING
+
+        wait_until(poll, deadline=Deadline(EOF_DRAIN_SECONDS), on_expired=lambda: None)
 
     def _process_gone(self, process: _SessionProcess, job: _Job) -> None:
         """A stream hit EOF: the child is exiting. Turn its status into a typed error."""
-        try:
-            status = process.engine.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            status = None
+        ended = reap(process.engine.popen)
         log = "\n".join(job.stderr)
         message = engine_message_from(log)     # h3's last error, never a cache notice
-        if status is not None and status < 0:
-            raise EngineCrashedError(
-                f"the h3 session died from {signal_name(-status)} {job.where()}"
-                + (f", after h3 said: {message}" if message else ""),
-                engine_message=message, exit_code=status, stderr=log, command=job.commands,
-                hint=failure_hint(job.request, message, signal_number=-status))
-        raise SessionError(
-            f"the h3 session exited unexpectedly (status {status}) {job.where()}" + (f": {message}" if message else ""),
-            engine_message=message, exit_code=status, stderr=log, command=job.commands,
-            hint=failure_hint(job.request, message, model_dir=self.model_dir))
+        raise child_gone("the h3 session", ended, where=job.where(), engine_message=message, stderr=log,
+                         command=job.commands,
+                         hint=failure_hint(job.request, message, signal_number=ended.signal) if ended.signal
+                         else failure_hint(job.request, message, model_dir=self.model_dir))
 
     def _command(self, command: SessionCommand, job: _Job) -> None:
         """Send one `!` command; its one reply is on stdout (worked) or stderr (refused)."""
