@@ -153,7 +153,9 @@ class PausedRun:
 
 
 def test_a_paused_engine_does_no_work_and_resumes_to_the_same_clip(engine, tmp_path: Path) -> None:
-    plain = engine.generate(fast_request(seed=7), tmp_path / "plain.mp4")
+    plain_events: list[ProgressEvent] = []
+    plain = engine.generate(fast_request(seed=7), tmp_path / "plain.mp4", on_progress=plain_events.append)
+    plain_phases = [event.phase for event in plain_events]
     run = PausedRun(engine, then="resume")
     started = time.monotonic()
     paused = run.generate(tmp_path / "paused.mp4")
@@ -169,7 +171,11 @@ def test_a_paused_engine_does_no_work_and_resumes_to_the_same_clip(engine, tmp_p
     phases = [event.phase for event in run.events]
     assert PAUSED_PHASE in phases
     after_pause = phases[phases.index(PAUSED_PHASE) + 1:]
-    assert after_pause and after_pause[0] in ("denoise", "denoise enqueue") and PAUSED_PHASE not in after_pause
+    # Which report comes first after the pause is not fixed: lines the engine wrote before the stop
+    # took effect are still read from its pipe. The job reports again, pauses once, and ends as
+    # an unpaused run ends.
+    assert after_pause and PAUSED_PHASE not in after_pause
+    assert after_pause[-1] == plain_phases[-1]
     # Timings and the history leave the paused time out.
     paused_for = run.pause.paused_seconds()
     assert paused_for >= PAUSE_SECONDS
