@@ -153,7 +153,9 @@ class PausedRun:
 
 
 def test_a_paused_engine_does_no_work_and_resumes_to_the_same_clip(engine, tmp_path: Path) -> None:
-    plain = engine.generate(fast_request(seed=7), tmp_path / "plain.mp4")
+    plain_events: list[ProgressEvent] = []
+    plain = engine.generate(fast_request(seed=7), tmp_path / "plain.mp4", on_progress=plain_events.append)
+    plain_phases = [event.phase for event in plain_events]
     run = PausedRun(engine, then="resume")
     started = time.monotonic()
     paused = run.generate(tmp_path / "paused.mp4")
@@ -165,11 +167,15 @@ def test_a_paused_engine_does_no_work_and_resumes_to_the_same_clip(engine, tmp_p
     # The same clip as without the pause.
     assert np.array_equal(paused.frames, plain.frames) and np.array_equal(paused.audio, plain.audio)
     assert paused.seed == plain.seed
-    # The caller heard the pause once, then the job again (reports h3 wrote before it stopped may
-    # still be on their way when the pause is announced, so only the order is asserted).
+    # The caller heard the pause, then the job again.
     phases = [event.phase for event in run.events]
-    assert phases.count(PAUSED_PHASE) == 1
-    assert phases[phases.index(PAUSED_PHASE) + 1:], "no progress after the resume"
+    assert PAUSED_PHASE in phases
+    after_pause = phases[phases.index(PAUSED_PHASE) + 1:]
+    # Which report comes first after the pause is not fixed: lines the engine wrote before the stop
+    # took effect are still read from its pipe. The job reports again, pauses once, and ends as
+    # an unpaused run ends.
+    assert after_pause and PAUSED_PHASE not in after_pause
+    assert after_pause[-1] == plain_phases[-1]
     # Timings and the history leave the paused time out.
     paused_for = run.pause.paused_seconds()
     assert paused_for >= PAUSE_SECONDS

@@ -3,7 +3,7 @@
 - `protocol`: the `Engine` protocol every engine implements, and `EngineCapabilities`.
 - `oneshot`: one `h3` process per clip. `session`: a warm interactive `h3` kept between clips.
 - `library`: libh3 through ctypes in a warm worker (`library_worker`; their messages `library_wire`;
-  `library_cli` the CLI's `--engine library`; `library_build` the library part of `build-engine`).
+  the CLI's `--engine library` is cli/library.py; `library_build` the library part of `build-engine`).
 - `job`: the one job skeleton every engine's `generate` runs (each engine supplies only its run).
 - `child`: the one wait loop (cancellable, deadlines on a pause-aware clock), a job on an engine child
   (stall watchdog, SIGSTOP/SIGCONT for a PauseControl, the paused event), the child-died error.
