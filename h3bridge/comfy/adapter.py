@@ -24,6 +24,7 @@ from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
 from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, SessionUnsupportedError,
                       UnsupportedRequestError)
+from ..fixes import Change, changes
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
 from ..model.download import ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB
@@ -518,32 +519,55 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     return False, fitting(resident)
 
 
+# Changes said together as one step on the node (h3 refuses SSD streaming with the int8 row-wise
+# FC2; a render canvas is both its sides).
+_SAID_TOGETHER = {("ssd_streaming", "int8_row_fc2"), ("render_width", "render_height")}
+
+
+def node_word(change: Change) -> str:
+    """One change as the H3 nodes' inputs take it (h3bridge.fixes: ComfyUI's renderer). Every
+    name said is an input of H3 Generate (or, for previews, H3 Engine)."""
+    name, value = change.field, change.value
+    if name == "preview":
+        return f"previews {'on' if value else 'off'} on H3 Engine"
+    if name == "force":
+        return f"force to {str(bool(value)).lower()} on H3 Generate"
+    if name == "layers":
+        return f"layers {value} (under preset)"
+    if name == "frames":
+        return f"length_unit frames with frames {value}"
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} {getattr(value, 'value', value)}"
+
+
+def node_words(group: Sequence[Change]) -> str:
+    """A group of changes as the steps to take on the nodes: `ssd_streaming on and int8_row_fc2
+    off, layers 40 (under preset)`. `seconds` left out goes with `frames` (the length unit)."""
+    steps: list[str] = []
+    previous: str | None = None
+    for change in group:
+        if change.field == "seconds" and change.value is None:
+            continue
+        if previous is not None and (previous, change.field) in _SAID_TOGETHER and steps:
+            steps[-1] += " and " + node_word(change)
+        else:
+            steps.append(node_word(change))
+        previous = change.field
+    return ", ".join(steps)
+
+
 def memory_refusal_in_node_words(plan: MemoryPlan) -> MemoryPlanError:
-    """The refusal of a plan that does not fit, said with the H3 nodes' inputs (the library's
-    says CLI flags): the setting that fits, as the inputs to change, and the node's `force`."""
+    """The refusal of a plan that does not fit, said with the H3 nodes' inputs: the setting that
+    fits, as the inputs to change, and the node's `force`."""
     suggestion = plan.suggestion
-    message = plan.verdict()
+    message = plan.verdict(None)
     if suggestion is None:
         return MemoryPlanError(message, plan=plan,
                                hint="this machine has too little memory for MiniMax-H3 even at the smallest "
-                                    "settings; or set force to true on H3 Generate to try anyway")
-    flags = ": " + " ".join(suggestion.flags)
-    if message.endswith(flags):               # the verdict ends with the CLI flags of the fix
-        message = message[:-len(flags)]
-    wanted, given = suggestion.request, plan.request
-    steps = []
-    if plan.preview and not suggestion.preview:
-        steps.append("previews off on H3 Engine")
-    if wanted.ssd_streaming and not given.ssd_streaming:
-        steps.append("ssd_streaming on" + (" and int8_row_fc2 off" if given.int8_row_fc2 else ""))
-    if wanted.layers != given.layers:
-        steps.append(f"layers {wanted.layers} (under preset)")
-    if (wanted.render_width, wanted.render_height) != (given.render_width, given.render_height):
-        steps.append(f"render_width {wanted.render_width} and render_height {wanted.render_height}")
-    if wanted.frame_count != given.frame_count:
-        steps.append(f"length_unit frames with frames {wanted.frame_count}")
-    return MemoryPlanError(message, plan=plan,
-                           hint="set " + ", ".join(steps) + "; or set force to true on H3 Generate to try anyway")
+                                    "settings; or set " + node_words(changes(force=True)) + " to try anyway")
+    return MemoryPlanError(message, plan=plan, hint="set " + node_words(suggestion.settings) + "; or set "
+                           + node_words(changes(force=True)) + " to try anyway")
 
 
 # ----------------------------------------------------------------------------- graph facts
@@ -965,7 +989,7 @@ __all__ = [
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
-    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
+    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "node_word", "node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",
 ]

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
+from ..fixes import Fix
 from ..safeio.paths import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind, request_fields
@@ -233,7 +234,7 @@ def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], mo
         memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
     except MemoryPlanError as error:
         raise StoryMemoryError(f"shot {demanding + 1} (the story's most demanding): {error.message}",
-                               plan=error.plan, hint=error.hint, shot=demanding + 1) from None
+                               plan=error.plan, hint=error.fix or error.hint, shot=demanding + 1) from None
     except H3BridgeError as error:
         error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
         raise
@@ -245,27 +246,32 @@ class StoryMemoryError(MemoryPlanError):
     """A story's most demanding shot does not fit: the plan's refusal, knowing which shot it is, so
     each host says the fix in its own words (`in_words`)."""
 
-    def __init__(self, message: str, *, plan: object, hint: str | None, shot: int) -> None:
+    def __init__(self, message: str, *, plan: object, hint: "str | Fix | None", shot: int) -> None:
         super().__init__(message, plan=plan, hint=hint)
         self.shot = shot
 
     def in_words(self, *, setting: "Callable[[str, object], str]", everywhere: str, in_shot: str,
                  force: str) -> "StoryMemoryError":
         """This refusal with its fix said by a host: `setting(name, value)` writes one setting
-        (`ssd_streaming = true` in a storyboard), `everywhere` / `in_shot` say where settings for
-        every shot / for this shot go ({shot} is its number), `force` how to run anyway."""
+        (`ssd_streaming = true` in a storyboard; the host's renderer of h3bridge.fixes changes),
+        `everywhere` / `in_shot` say where settings for every shot / for this shot go ({shot} is
+        its number), `force` how to run anyway."""
         plan = self.plan
-        changes = plan.suggested_changes() if plan is not None else {}      # type: ignore[attr-defined]
-        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict_without_flags()}"  # type: ignore[attr-defined]
+        suggestion = plan.suggestion if plan is not None else None      # type: ignore[attr-defined]
+        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict(None)}"  # type: ignore[attr-defined]
                    if plan is not None else self.message)
-        frames = changes.pop("frames", None)
-        changes.pop("preview", None)          # a story shows no live preview
+        # A story shows no live preview, and a shot's length given in frames replaces its seconds.
+        settings = [change for change in (suggestion.settings if suggestion is not None else ())
+                    if change.field not in ("preview", "seconds")]
+        every_shot = [change for change in settings if change.field != "frames"]
+        this_shot = [change for change in settings if change.field == "frames"]
         parts = []
-        if changes:
-            parts.append("set " + ", ".join(setting(name, value) for name, value in changes.items())
+        if every_shot:
+            parts.append("set " + ", ".join(setting(change.field, change.value) for change in every_shot)
                          + " " + everywhere)
-        if frames is not None:
-            parts.append("set " + setting("frames", frames) + " " + in_shot.format(shot=self.shot))
+        if this_shot:
+            parts.append("set " + ", ".join(setting(change.field, change.value) for change in this_shot)
+                         + " " + in_shot.format(shot=self.shot))
         fix = "; ".join(parts) or "this machine has too little memory for MiniMax-H3 even at the smallest settings"
         return StoryMemoryError(message, plan=plan, hint=f"{fix}; or {force} to try anyway", shot=self.shot)
 

@@ -1,0 +1,72 @@
+"""Fixes as data: what a message tells its user to change, as (field, value) pairs in the request
+vocabulary, so that each interface says it in its own words without rewriting prose.
+
+The library never spells a fix the way one interface does (`--ssd-streaming` is the CLI's,
+`ssd_streaming = true` a storyboard's, the `ssd_streaming` input ComfyUI's). A message that
+suggests a setting carries a `Fix`: prose with one `{}` per group of `Change`s. Each interface has
+ONE renderer, a `Words` (a group of changes -> text), and says the fix with `fix.say(words)`:
+
+  CLI          h3bridge.cli.cli_words          --width 640 --force
+  HTTP         h3bridge.wire.videos.http_words "width": 640
+  ComfyUI      h3bridge.comfy.adapter.node_words
+  storyboard   h3bridge.story.cli.storyboard_words  width = 640
+  Python       python_words (here)             width=640, force=True
+
+An error's `hint` is its fix in Python's words (`H3BridgeError(hint=Fix(...))`), and the error
+keeps the `Fix` as `.fix` for the other interfaces.
+
+Field names are GenerationRequest's (request.request_fields), plus the settings that live beside
+a request in every interface: `preview` (the live preview), `force` (run although a check says
+no), `overwrite` (replace an existing output), `model_dir`, `engine_path`, `library_path`.
+A value of None means "leave the setting out" (the default).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+# The settings beside a request that a fix may name (every interface has each of them).
+SETTINGS_BESIDE_A_REQUEST: tuple[str, ...] = ("preview", "force", "overwrite", "model_dir", "engine_path",
+                                              "library_path")
+
+
+@dataclass(frozen=True)
+class Change:
+    """Set `field` to `value` (None: leave it out)."""
+
+    field: str
+    value: object
+
+
+Words = Callable[[Sequence[Change]], str]
+"""One interface's way to say a group of changes (one renderer per interface)."""
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A hint that names settings: `text` with one `{}` per group in `groups`, e.g.
+    Fix("use {} (or pass {} to try anyway)", ((Change("ssd_streaming", True),), (Change("force", True),)))."""
+
+    text: str
+    groups: tuple[tuple[Change, ...], ...] = ()
+
+    def say(self, words: Words) -> str:
+        """The fix in one interface's words."""
+        return self.text.format(*(words(group) for group in self.groups))
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return tuple(change for group in self.groups for change in group)
+
+
+def changes(**settings: object) -> tuple[Change, ...]:
+    """`changes(width=640, force=True)`: a group, in the order given."""
+    return tuple(Change(name, value) for name, value in settings.items())
+
+
+def python_words(group: Sequence[Change]) -> str:
+    """Keyword arguments, as GenerationRequest / plan_memory / preflight take them: `width=640, force=True`."""
+    return ", ".join(f"{change.field}={change.value!r}" for change in group)
+
+
+__all__ = ["Change", "Fix", "SETTINGS_BESIDE_A_REQUEST", "Words", "changes", "python_words"]
