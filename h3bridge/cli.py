@@ -34,6 +34,7 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
     cancel_on_signals,
     cancelled_status,
     cli_hint,
+    cli_message,
     cli_word,
     cli_words,
     engine_from_args,
@@ -827,9 +828,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cli_error_text(error: H3BridgeError) -> str:
     """An error as the command line says it: its fix (h3bridge.fixes) said as flags, else the
     hint as the library wrote it through `in_cli_words`."""
-    if error.fix is not None:
-        hint = cli_hint(error)
-        return f"{error.message}\n  fix: {hint}" if hint else error.message
+    if error.fix is not None or error.message_fix is not None:
+        message, hint = in_cli_words(cli_message(error)), cli_hint(error)
+        return f"{message}\n  fix: {hint if error.fix is not None else in_cli_words(hint or '')}" if hint else message
     return in_cli_words(str(error))
 
 

@@ -52,6 +52,8 @@ FLAG_FOR_FIELD: dict[str, str] = {
 def cli_word(change: Change) -> str:
     """One change as the command line takes it: `--width 640`, `--force`, `(omit --show)` for a
     switch to leave off or a setting to leave out."""
+    if change.field == "references" and hasattr(change.value, "value"):     # a reference of one kind
+        return f"a reference given with --ref-{change.value.value.replace('_', '-')}"   # type: ignore[union-attr]
     flag = FLAG_FOR_FIELD.get(change.field)
     if flag is None:      # no flag sets it: say so rather than print a flag argparse would refuse
         return f"(not a command-line setting: {change.field})"
@@ -73,6 +75,11 @@ def cli_words(group: "Sequence[Change]") -> str:
 def cli_hint(error: H3BridgeError) -> str | None:
     """The error's hint in the command line's words (its fix said as flags)."""
     return error.hint_in(cli_words)
+
+
+def cli_message(error: H3BridgeError) -> str:
+    """The error's message in the command line's words."""
+    return error.message_in(cli_words)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

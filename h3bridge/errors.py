@@ -26,9 +26,13 @@ class H3BridgeError(Exception):
 
     before_start: bool = False
 
-    def __init__(self, message: str, *, hint: "str | Fix | None" = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: "str | Fix", *, hint: "str | Fix | None" = None) -> None:
+        # A message that names settings (a reference's kind, ...) may be a Fix too: said in
+        # Python's words here, kept as `message_fix` for `message_in(words)`.
+        self.message_fix: Fix | None = message if isinstance(message, Fix) else None
+        text = message.say(python_words) if isinstance(message, Fix) else message
+        super().__init__(text)
+        self.message = text
         self.hint = hint      # type: ignore[assignment]  (the setter takes a Fix too)
 
     @property
@@ -39,6 +43,12 @@ class H3BridgeError(Exception):
     def hint(self, value: "str | Fix | None") -> None:
         self.fix: Fix | None = value if isinstance(value, Fix) else None
         self._hint = value.say(python_words) if isinstance(value, Fix) else value
+
+    def message_in(self, words: Words) -> str:
+        """The message in one interface's words (its settings said with `words`)."""
+        if self.message_fix is not None and self.message == self.message_fix.say(python_words):
+            return self.message_fix.say(words)
+        return self.message      # rewritten since (a prefix added by a caller): as it is now
 
     def hint_in(self, words: Words) -> str | None:
         """The hint in one interface's words: its fix said with `words`, else the hint as it is."""
@@ -53,7 +63,7 @@ class RequestError(H3BridgeError, ValueError):
 
     before_start = True
 
-    def __init__(self, message: str, *, field: str | None = None, hint: "str | Fix | None" = None) -> None:
+    def __init__(self, message: "str | Fix", *, field: str | None = None, hint: "str | Fix | None" = None) -> None:
         super().__init__(message, hint=hint)
         self.field = field
 

@@ -18,10 +18,12 @@ keeps the `Fix` as `.fix` for the other interfaces.
 Field names are GenerationRequest's (request.request_fields), plus the settings that live beside
 a request in every interface: `preview` (the live preview), `force` (run although a check says
 no), `overwrite` (replace an existing output), `model_dir`, `engine_path`, `library_path`.
-A value of None means "leave the setting out" (the default).
+A value of None means "leave the setting out" (the default). A `references` change whose value
+is a ReferenceKind stands for "a reference of that kind" (each interface has its own way to add one).
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -64,9 +66,20 @@ def changes(**settings: object) -> tuple[Change, ...]:
     return tuple(Change(name, value) for name, value in settings.items())
 
 
+def python_word(change: Change) -> str:
+    """One change as Python takes it: `width=640`, `force=True`; a `references` change names a
+    reference of one kind (a ReferenceKind): `a silent_video reference`."""
+    value = change.value
+    if change.field == "references" and isinstance(value, enum.Enum):
+        return f"{'an' if str(value.value)[0] in 'aeiou' else 'a'} {value.value} reference"
+    if isinstance(value, enum.Enum):
+        return f"{change.field}={type(value).__name__}.{value.name}"
+    return f"{change.field}={value!r}"
+
+
 def python_words(group: Sequence[Change]) -> str:
     """Keyword arguments, as GenerationRequest / plan_memory / preflight take them: `width=640, force=True`."""
-    return ", ".join(f"{change.field}={change.value!r}" for change in group)
+    return ", ".join(python_word(change) for change in group)
 
 
-__all__ = ["Change", "Fix", "SETTINGS_BESIDE_A_REQUEST", "Words", "changes", "python_words"]
+__all__ = ["Change", "Fix", "SETTINGS_BESIDE_A_REQUEST", "Words", "changes", "python_word", "python_words"]

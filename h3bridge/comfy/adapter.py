@@ -530,6 +530,8 @@ def node_word(change: Change) -> str:
     name, value = change.field, change.value
     if name == "preview":
         return f"previews {'on' if value else 'off'} on H3 Engine"
+    if name == "references" and isinstance(value, ReferenceKind):     # a reference of this kind
+        return f"H3 References kind '{describe_kind(value)}'"
     if name == "force":
         return f"force to {str(bool(value)).lower()} on H3 Generate"
     if name == "layers":
@@ -847,30 +849,27 @@ def _scratch_names(scratch: Path, first: Path | None, last: Path | None, referen
     return names
 
 
-_KIND_IN_MESSAGE = {kind.value: kind for kind in ReferenceKind}
+def node_reference_names(request: GenerationRequest) -> list[str]:
+    """Each reference as the H3 nodes' user knows it: its number and H3 References' `kind` option
+    (the library's `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
+    return [f"reference {index} ({describe_kind(reference.kind)})"
+            for index, reference in enumerate(request.references, 1)]
 
 
 def in_node_words(error: H3BridgeError, scratch_names: Mapping[str, str]) -> H3BridgeError:
-    """A library message as the H3 nodes' user needs it: the scratch copies (`ref-01.mp4`) named as
-    the user's file or input, and reference kinds by H3 References' `kind` options (the library's
-    `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
-    import re
-
-    def reword(text: str | None) -> str | None:
+    """A library message as the H3 nodes' user needs it: its settings said by `node_words`
+    (reference kinds by H3 References' `kind` options), and the scratch copies (`ref-01.mp4`)
+    named as the user's file or input."""
+    def named(text: str | None) -> str | None:
         if not text:
             return text
         for path, name in scratch_names.items():
             text = text.replace(repr(path), name).replace(path, name)
-        text = re.sub(r"(reference \d+ )\((\w+)\)",
-                      lambda m: f"{m.group(1)}({describe_kind(_KIND_IN_MESSAGE[m.group(2)])})"
-                      if m.group(2) in _KIND_IN_MESSAGE else m.group(0), text)
-        return re.sub(r"\ban? (\w+) reference\b",
-                      lambda m: f"H3 References kind '{describe_kind(_KIND_IN_MESSAGE[m.group(1)])}'"
-                      if m.group(1) in _KIND_IN_MESSAGE else m.group(0), text)
+        return text
 
-    message, hint = reword(error.message), reword(error.hint)
+    message, hint = named(error.message_in(node_words)), named(error.hint_in(node_words))
     if (message, hint) != (error.message, error.hint):
-        error.message, error.hint = message, hint
+        error.message, error.hint = message or "", hint
         error.args = (message,)
     return error
 
@@ -915,7 +914,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                                                      force=settings.force,
                                                      machine=engine_factory(handle).machine_facts if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
-                request.validate()
+                request.validate(reference_names=node_reference_names(request))
             except H3BridgeError as error:
                 raise in_node_words(error, _scratch_names(scratch, first, last, references,
                                                           inputs.references)) from None
@@ -989,7 +988,7 @@ __all__ = [
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
-    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "node_word", "node_words", "frames_for", "frames_to_image_batch", "new_output_path",
+    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "node_reference_names", "node_word", "node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",
 ]
