@@ -40,6 +40,19 @@ class Change:
     value: object
 
 
+@dataclass(frozen=True)
+class Blank:
+    """A value its user fills in (a path): said as its name in every interface (`--model-dir DIR`,
+    `model_dir=DIR`)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
+
+
 Words = Callable[[Sequence[Change]], str]
 """One interface's way to say a group of changes (one renderer per interface)."""
 
@@ -59,6 +72,11 @@ class Fix:
     @property
     def changes(self) -> tuple[Change, ...]:
         return tuple(change for group in self.groups for change in group)
+
+
+def literal(text: str) -> str:
+    """`text` as a part of a Fix's text, shown as it is (its braces are not placeholders)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def changes(**settings: object) -> tuple[Change, ...]:
@@ -82,4 +100,4 @@ def python_words(group: Sequence[Change]) -> str:
     return ", ".join(python_word(change) for change in group)
 
 
-__all__ = ["Change", "Fix", "SETTINGS_BESIDE_A_REQUEST", "Words", "changes", "python_word", "python_words"]
+__all__ = ["Blank", "Change", "Fix", "literal", "SETTINGS_BESIDE_A_REQUEST", "Words", "changes", "python_word", "python_words"]

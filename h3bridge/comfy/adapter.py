@@ -471,7 +471,7 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
 
 
 def plan_text(plan: MemoryPlan) -> str:
-    return plan.render()
+    return plan.render(words=node_words)      # its fix as the nodes' inputs, not the CLI's flags
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,

@@ -54,6 +54,7 @@ from ..wire.videos import (
     VideoError,
     VideoList,
     clip_shape,
+    http_words,
     refusal_body,
     request_from_wire,
     request_to_wire,
@@ -203,8 +204,8 @@ def create_app(settings: ServeSettings, store: JobStore, worker: Worker) -> Fast
             return None, queue_full(error)
         except H3BridgeError as error:     # the model check or the memory plan refused it
             shutil.rmtree(store.job_dir(job_id), ignore_errors=True)
-            refusal = VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message, hint=error.hint,
-                                 type="invalid_request_error")
+            refusal = VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message_in(http_words),
+                                 hint=error.hint_in(http_words), type="invalid_request_error")
             return None, JSONResponse(dialects.error_body(400, refusal, dialect), status_code=400)
         except ClientDisconnect:
             # The client closed the connection mid-body: nothing to answer and nothing is wrong with
