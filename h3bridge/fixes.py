@@ -6,10 +6,10 @@ The library never spells a fix the way one interface does (`--ssd-streaming` is 
 suggests a setting carries a `Fix`: prose with one `{}` per group of `Change`s. Each interface has
 ONE renderer, a `Words` (a group of changes -> text), and says the fix with `fix.say(words)`:
 
-  CLI          h3bridge.cli.cli_words          --width 640 --force
+  CLI          h3bridge.cli.engine.cli_words   --width 640 --force
   HTTP         h3bridge.wire.videos.http_words "width": 640
   ComfyUI      h3bridge.comfy.adapter.node_words
-  storyboard   h3bridge.story.cli.storyboard_words  width = 640
+  storyboard   h3bridge.cli.story.storyboard_words  width = 640
   Python       python_words (here)             width=640, force=True
 
 An error's `hint` is its fix in Python's words (`H3BridgeError(hint=Fix(...))`), and the error

@@ -108,7 +108,7 @@ def test_default_request_does_not_fit_24_gb_without_ssd_streaming(inventory) -> 
     assert plan.needs_ssd_streaming
     assert plan.suggestion is not None and plan.suggestion.changes == ("SSD streaming",)
     # The suggestion is request fields (issue 34.3); the CLI says them as flags, Python as keywords.
-    from h3bridge.engine_cli import cli_words
+    from h3bridge.cli.engine import cli_words
     assert plan.suggestion.settings == (Change("ssd_streaming", True),)
     assert cli_words(plan.suggestion.settings) == "--ssd-streaming"
     assert "does not fit" in plan.verdict() and "ssd_streaming=True" in plan.verdict()
@@ -151,7 +151,7 @@ def test_preview_is_dropped_before_anything_else(inventory) -> None:
                        inventory, machine=machine, preview=True)
     assert not plan.fits and plan.suggestion is not None
     assert plan.suggestion.changes == ("no live preview",) and not plan.suggestion.preview
-    from h3bridge.engine_cli import cli_words
+    from h3bridge.cli.engine import cli_words
     assert plan.suggestion.settings == (Change("preview", False),)
     assert cli_words(plan.suggestion.settings) == "(omit --show)"
 
@@ -214,7 +214,7 @@ def test_plan_without_model_uses_published_shapes() -> None:
     plan = plan_memory(GenerationRequest(PROMPT), None, machine=M4_PRO_24)
     assert "published" in plan.sizes.source and not plan.fits
     assert plan.to_dict()["suggestion"]["settings"] == [{"field": "ssd_streaming", "value": True}]
-    from h3bridge.cli import plan_json
+    from h3bridge.cli.main import plan_json
     assert plan_json(plan)["suggestion"]["flags"] == ["--ssd-streaming"]
 
 
@@ -242,7 +242,7 @@ def test_preflight_refuses_what_does_not_fit_unless_forced(realistic: Path) -> N
         preflight(GenerationRequest(PROMPT), realistic, machine=M4_PRO_24)
     assert caught.value.plan is not None and not caught.value.plan.fits
     # The library's hint is in Python's words; the CLI says the same fix as flags (issue 34.3).
-    from h3bridge.engine_cli import cli_hint
+    from h3bridge.cli.engine import cli_hint
     assert caught.value.hint == "use ssd_streaming=True (or pass force=True to try anyway)"
     assert "--ssd-streaming" in (cli_hint(caught.value) or "") and "--force" in (cli_hint(caught.value) or "")
     forced = preflight(GenerationRequest(PROMPT), realistic, machine=M4_PRO_24, force=True)
@@ -450,7 +450,7 @@ def test_a_warm_session_keeps_the_dit_and_the_decoder(inventory) -> None:
 
 def test_session_mode_reaches_generate_plan_and_comfyui(realistic: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     from h3bridge.comfy import adapter
     args = ["plan", "-d", str(realistic), "--memory-gb", "48", "--chip", "Apple M4 Pro"]
     assert main(args) == 0
@@ -470,7 +470,7 @@ def test_session_mode_reaches_generate_plan_and_comfyui(realistic: Path, monkeyp
                                                 ("Apple M5", "fits without --ssd-streaming")])
 def test_doctor_memory_advice_comes_from_the_plan(monkeypatch: pytest.MonkeyPatch, chip: str, expected: str) -> None:
     """A 32 GB M5 runs the default request without SSD streaming (int8 DiT); a 32 GB M4 Pro does not."""
-    from h3bridge.cli import default_request_advice
+    from h3bridge.cli.main import default_request_advice
     monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(32, chip)))
     assert expected in default_request_advice()
 

@@ -22,7 +22,7 @@ MODEL_DIR_ENV = "H3_MODEL_DIR"
 
 
 # Field names appear bare (`engine_path`), never as `name=value`: the CLI turns them into its flags
-# (engine_cli.cli_words) and ComfyUI shows its node input of the same name. Commands are built by
+# (cli.engine.cli_words) and ComfyUI shows its node input of the same name. Commands are built by
 # runnable (as they run where the message is shown: console script or `python -m`), and the h3.c
 # commit is the pin build-engine and doctor check, so message, README and doctor agree.
 PINNED_SHORT = PINNED_COMMIT[:7]
