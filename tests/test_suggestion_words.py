@@ -320,6 +320,6 @@ def test_the_scan_finds_what_it_looks_for(tmp_path: Path) -> None:
     sample.write_text('"""Docs may say --ssd-streaming."""\nimport re\n'
                       'HINT = "pass --force"\nTEXT = re.sub(r"a", "b", HINT)\n_X = re.compile("a")\nY = _X.sub("", HINT)\n')
     assert flag_literals(sample) == [(3, "--force")]
+    assert regex_rewrites(sample) == [4, 6]
     sample.write_text('HINT = f"run `{h3bridge_command(\'verify\', \'--checksums\')}`, or pass --force"\n')
     assert flag_literals(sample) == [(1, "--force")]
-    assert regex_rewrites(sample) == [4, 6]
