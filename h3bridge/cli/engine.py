@@ -45,7 +45,7 @@ FLAG_FOR_FIELD: dict[str, str] = {
     "first_frame": "--first-frame", "last_frame": "--last-frame", "reference_image_size": "--ref-image-size",
     "stall_timeout": "--stall-timeout", "preview": "--show", "force": "--force", "overwrite": "--overwrite",
     "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
-    "redo": "--redo", "only": "--only", "prompt": "--prompt",
+    "redo": "--redo", "only": "--only", "prompt": "--prompt", "job_dir": "--job-dir",
 }
 
 

@@ -536,6 +536,8 @@ def node_word(change: Change) -> str:
         return f"force to {str(bool(value)).lower()} on H3 Generate"
     if name == "layers":
         return f"layers {value} (under preset)"
+    if name == "job_dir":        # H3 Storyboard keeps its jobs under ComfyUI's folder, by name
+        return "another job_name on H3 Storyboard"
     if name == "frames":
         return f"length_unit frames with frames {value}"
     if isinstance(value, bool):
