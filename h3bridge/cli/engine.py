@@ -46,6 +46,8 @@ FLAG_FOR_FIELD: dict[str, str] = {
     "stall_timeout": "--stall-timeout", "preview": "--show", "force": "--force", "overwrite": "--overwrite",
     "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
     "redo": "--redo", "only": "--only", "prompt": "--prompt", "job_dir": "--job-dir",
+    # `model download`'s (model.download.download_model)
+    "repo_id": "--repo", "revision": "--revision", "partition": "--partition",
 }
 
 

@@ -137,8 +137,8 @@ SIZES_IN_SHORT = f"about {FL2VA_DOWNLOAD_GIB} GiB for FL2VA alone, {ALL_DOWNLOAD
 
 def download_advice(directory: Path) -> str:
     """The exact command that puts the model at `directory`, with its size."""
-    from ..model.download import PARTITION_SIZE_NOTE, download_command
-    return f"download it: `{download_command(directory)}` downloads {PARTITION_SIZE_NOTE}"
+    from ..model.download import download_command, partition_size_note
+    return f"download it: `{download_command(directory)}` downloads {partition_size_note(directory)}"
 
 
 def installed_models(search_roots: Sequence[Path]) -> list[str]:

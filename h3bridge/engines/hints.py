@@ -98,7 +98,8 @@ def failure_hint(request: GenerationRequest, message: str | None, *, signal_numb
     if "no metal device" in lowered or "cannot initialize metal" in lowered:
         return METAL_DEVICE_HINT
     if request.int8_row_fc2 and ("metal" in lowered or "m5" in lowered or "int8" in lowered):
-        return "drop int8_row_fc2 (--int8-row-fc2, M5 only) and try again"
+        # the setting to drop, said as the user set it (`--int8-row-fc2`, `int8_row_fc2=True`)
+        return Fix("drop {} (M5 only) and try again", (changes(int8_row_fc2=True),))
     if "metal" in lowered:
         from ..runnable import h3bridge_command
         return (f"the GPU gave up on the work, most often for lack of memory: check `{h3bridge_command('plan')}`, close other "
