@@ -20,7 +20,7 @@ from layout_helpers import PACKAGE, import_graph, module_names
 
 LAYERS: list[set[str]] = [
     # what every package shares
-    {"errors", "vocabulary", "runnable", "cancel", "geometry", "prompt", "userdirs", "upstream_costs", "safeio",
+    {"errors", "fixes", "vocabulary", "runnable", "cancel", "geometry", "prompt", "userdirs", "upstream_costs", "safeio",
      "progress", "request", "result", "media", "libh3"},
     # the model folder, the HTTP wire (server and RemoteEngine), the job history, the hexagon grid
     {"model", "wire", "history", "hexgrid"},

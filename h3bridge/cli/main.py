@@ -19,7 +19,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..cancel import CancelToken
 from .engine import (    # shared with story.py and serve.py
@@ -27,11 +27,16 @@ from .engine import (    # shared with story.py and serve.py
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
+    FLAG_FOR_FIELD,
     PhaseProgressBars,
     add_engine_options,
     add_engine_run_options,
     cancel_on_signals,
     cancelled_status,
+    cli_hint,
+    cli_message,
+    cli_word,
+    cli_words,
     engine_from_args,
     add_model_dir_argument,
     machine_facts_of,
@@ -41,6 +46,9 @@ from .engine import (    # shared with story.py and serve.py
 )
 from ..engines.fallback import choose_engine
 from ..errors import GenerationCancelled, H3BridgeError
+
+if TYPE_CHECKING:
+    from ..model.memory import MemoryPlan
 # Number flags go through safeio.numbers (bounded digits, finite); the ranges are the request's own rules.
 from .flags import float_flag, int_flag
 from ..runnable import h3bridge_command
@@ -495,7 +503,7 @@ def default_request_advice(model_dir: Path | None = None) -> str:
                f"{format_bytes(plan.budget)} usable)"
     if plan.suggestion is None:
         return f"{what} does not fit even at the smallest settings (see `{_plan_command(model_dir)}`)"
-    return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `{_plan_command(model_dir)}`)"
+    return f"{what} needs {cli_words(plan.suggestion.settings)} here (see `{_plan_command(model_dir)}`)"
 
 
 def _plan_command(model_dir: Path | None) -> str:
@@ -519,7 +527,7 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
         raise
     print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
     if force and not plan.fits:
-        print(f"h3bridge: --force: {plan.verdict()}", file=sys.stderr)
+        print(f"h3bridge: --force: {plan.verdict(cli_words)}", file=sys.stderr)
 
 
 def add_info_command(subparsers: argparse._SubParsersAction) -> None:
@@ -612,8 +620,16 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..vocabulary import EngineKind
     warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
     plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=warm)
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
+    print(json.dumps(plan_json(plan), indent=2) if args.json else plan.render(words=cli_words))
     return EXIT_OK if plan.fits else EXIT_FAILURE
+
+
+def plan_json(plan: "MemoryPlan") -> dict[str, object]:
+    """`plan --json`: the plan's fields, its suggestion's settings also as the flags to pass."""
+    data = plan.to_dict()
+    if plan.suggestion is not None:
+        data["suggestion"]["flags"] = [cli_word(change) for change in plan.suggestion.settings]  # type: ignore[index]
+    return data
 
 
 def _check_plan_media(request: GenerationRequest) -> None:
@@ -627,7 +643,7 @@ def _check_plan_media(request: GenerationRequest) -> None:
     for field, path in named:
         kind = non_regular_kind(path) if path is not None else None
         if kind is not None:
-            raise RequestError(f"{_FLAG_FOR_FIELD.get(field, '--ref-*')} {str(path)!r} is {kind}{symlink_note(path)}, "
+            raise RequestError(f"{FLAG_FOR_FIELD.get(field, '--ref-*')} {str(path)!r} is {kind}{symlink_note(path)}, "
                                "not a media file", field=field, hint="give the path of an image, video or audio file")
 
 
@@ -792,7 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("h3bridge: interrupted", file=sys.stderr)
         return EXIT_CANCELLED
     except H3BridgeError as error:
-        print(f"h3bridge: {in_cli_words(str(error))}", file=sys.stderr)
+        print(f"h3bridge: {cli_error_text(error)}", file=sys.stderr)
         engine_message = getattr(error, "engine_message", None)
         if engine_message and engine_message not in error.message:
             print(f"  h3 said: {engine_message}", file=sys.stderr)
@@ -808,25 +824,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-# Library messages name GenerationRequest fields; on the command line the user typed flags.
-_FLAG_FOR_FIELD = {
-    "width": "--width", "height": "--height", "render_width": "--render-width",
-    "render_height": "--render-height", "frames": "--frames", "seconds": "--seconds", "seed": "--seed",
-    "steps": "--steps", "reuse": "--reuse", "layers": "--layers", "core_reuse": "--core-reuse",
-    "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
-    "int8_row_fc2": "--int8-row-fc2", "reference_rope": "--reference-rope", "slower_paths": "--slower-paths",
-    "first_frame": "--first-frame", "last_frame": "--last-frame",
-    "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
-    "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
-    "redo": "--redo", "only": "--only", "overwrite": "--overwrite",
-}
+def cli_error_text(error: H3BridgeError) -> str:
+    """An error as the command line says it: its fix (h3bridge.fixes) said as flags, else the
+    hint as the library wrote it through `in_cli_words`."""
+    if error.fix is not None or error.message_fix is not None:
+        message, hint = in_cli_words(cli_message(error)), cli_hint(error)
+        return f"{message}\n  fix: {hint if error.fix is not None else in_cli_words(hint or '')}" if hint else message
+    return in_cli_words(str(error))
 
 
 def in_cli_words(text: str) -> str:
     """`core_reuse=6` -> `--core-reuse 6`, `render_height` -> `--render-height`: a library
     message as the command-line user needs it. Bare one-word field names (`width`, `frames`) are
-    also plain words, so they are only translated in the `name=value` form."""
+    also plain words, so they are only translated in the `name=value` form.
+
+    Transitional (issue 34): for the library messages that do not yet carry their fix as data
+    (a `Fix`, said by `cli_words`); each one converted leaves this with less to do."""
     import re
+    _FLAG_FOR_FIELD = FLAG_FOR_FIELD
 
     def flag(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(2)

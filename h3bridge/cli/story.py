@@ -7,11 +7,13 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 from ..cancel import CancelToken
 from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                          cancelled_status, engine_from_args)
+                          cancelled_status, cli_words, engine_from_args)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
+from ..fixes import Change
 from ..progress import WAITING_PHASE
 from .flags import int_flag
 from ..story.plan import StoryMemoryError
@@ -148,14 +150,32 @@ def in_storyboard_words(text: str) -> str:
 
 
 def storyboard_setting(name: str, value: object) -> str:
-    """One storyboard key as the storyboard writes it (TOML): `ssd_streaming = true`."""
-    return f"{name} = {str(value).lower() if isinstance(value, bool) else value}"
+    """One storyboard key as the storyboard writes it (TOML): `ssd_streaming = true`; a reference
+    of one kind as a shot's `references` entry (h3bridge.fixes: the storyboard's renderer)."""
+    if name == "references" and hasattr(value, "value"):
+        return f'a reference {{ kind = "{value.value}", path = ... }}'     # type: ignore[attr-defined]
+    if name not in STORYBOARD_FIELDS:     # not a storyboard key (force, preview): the command's flag
+        return cli_words((Change(name, value),))
+    if isinstance(value, str):
+        return f"{name} = {json.dumps(value)}"
+    shown = getattr(value, "value", value)
+    return f"{name} = {json.dumps(shown) if isinstance(shown, str) else str(shown).lower() if isinstance(shown, bool) else shown}"
+
+
+def storyboard_words(group: "Sequence[Change]") -> str:
+    """A group of changes as storyboard keys: `ssd_streaming = true, layers = 40`."""
+    return ", ".join(storyboard_setting(change.field, change.value) for change in group)
 
 
 def storyboard_refusal(error: H3BridgeError) -> int:
     """Say a refusal about the storyboard in its words (main would put CLI flags in it); exit 2."""
+    if error.fix is not None or error.message_fix is not None:      # the fix as data: said as keys
+        hint = error.hint_in(storyboard_words)
+        text = error.message_in(storyboard_words) + (f"\n  fix: {hint}" if hint else "")
+    else:
+        text = in_storyboard_words(str(error))
     try:
-        print(f"h3bridge: {in_storyboard_words(str(error))}", file=sys.stderr)
+        print(f"h3bridge: {text}", file=sys.stderr)
     except OSError:
         pass
     return EXIT_USAGE

@@ -24,6 +24,7 @@ from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
 from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, SessionUnsupportedError,
                       UnsupportedRequestError)
+from ..fixes import Change, changes
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
 from ..model.download import ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB
@@ -136,8 +137,8 @@ SIZES_IN_SHORT = f"about {FL2VA_DOWNLOAD_GIB} GiB for FL2VA alone, {ALL_DOWNLOAD
 
 def download_advice(directory: Path) -> str:
     """The exact command that puts the model at `directory`, with its size."""
-    from ..model.download import PARTITION_SIZE_NOTE, download_command
-    return f"download it: `{download_command(directory)}` downloads {PARTITION_SIZE_NOTE}"
+    from ..model.download import download_command, partition_size_note
+    return f"download it: `{download_command(directory)}` downloads {partition_size_note(directory)}"
 
 
 def installed_models(search_roots: Sequence[Path]) -> list[str]:
@@ -470,7 +471,7 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
 
 
 def plan_text(plan: MemoryPlan) -> str:
-    return plan.render()
+    return plan.render(words=node_words)      # its fix as the nodes' inputs, not the CLI's flags
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
@@ -518,32 +519,59 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     return False, fitting(resident)
 
 
+# Changes said together as one step on the node (h3 refuses SSD streaming with the int8 row-wise
+# FC2; a render canvas is both its sides).
+_SAID_TOGETHER = {("ssd_streaming", "int8_row_fc2"), ("render_width", "render_height")}
+
+
+def node_word(change: Change) -> str:
+    """One change as the H3 nodes' inputs take it (h3bridge.fixes: ComfyUI's renderer). Every
+    name said is an input of H3 Generate (or, for previews, H3 Engine)."""
+    name, value = change.field, change.value
+    if name == "preview":
+        return f"previews {'on' if value else 'off'} on H3 Engine"
+    if name == "references" and isinstance(value, ReferenceKind):     # a reference of this kind
+        return f"H3 References kind '{describe_kind(value)}'"
+    if name == "force":
+        return f"force to {str(bool(value)).lower()} on H3 Generate"
+    if name == "layers":
+        return f"layers {value} (under preset)"
+    if name == "job_dir":        # H3 Storyboard keeps its jobs under ComfyUI's folder, by name
+        return "another job_name on H3 Storyboard"
+    if name == "frames":
+        return f"length_unit frames with frames {value}"
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} {getattr(value, 'value', value)}"
+
+
+def node_words(group: Sequence[Change]) -> str:
+    """A group of changes as the steps to take on the nodes: `ssd_streaming on and int8_row_fc2
+    off, layers 40 (under preset)`. `seconds` left out goes with `frames` (the length unit)."""
+    steps: list[str] = []
+    previous: str | None = None
+    for change in group:
+        if change.field == "seconds" and change.value is None:
+            continue
+        if previous is not None and (previous, change.field) in _SAID_TOGETHER and steps:
+            steps[-1] += " and " + node_word(change)
+        else:
+            steps.append(node_word(change))
+        previous = change.field
+    return ", ".join(steps)
+
+
 def memory_refusal_in_node_words(plan: MemoryPlan) -> MemoryPlanError:
-    """The refusal of a plan that does not fit, said with the H3 nodes' inputs (the library's
-    says CLI flags): the setting that fits, as the inputs to change, and the node's `force`."""
+    """The refusal of a plan that does not fit, said with the H3 nodes' inputs: the setting that
+    fits, as the inputs to change, and the node's `force`."""
     suggestion = plan.suggestion
-    message = plan.verdict()
+    message = plan.verdict(None)
     if suggestion is None:
         return MemoryPlanError(message, plan=plan,
                                hint="this machine has too little memory for MiniMax-H3 even at the smallest "
-                                    "settings; or set force to true on H3 Generate to try anyway")
-    flags = ": " + " ".join(suggestion.flags)
-    if message.endswith(flags):               # the verdict ends with the CLI flags of the fix
-        message = message[:-len(flags)]
-    wanted, given = suggestion.request, plan.request
-    steps = []
-    if plan.preview and not suggestion.preview:
-        steps.append("previews off on H3 Engine")
-    if wanted.ssd_streaming and not given.ssd_streaming:
-        steps.append("ssd_streaming on" + (" and int8_row_fc2 off" if given.int8_row_fc2 else ""))
-    if wanted.layers != given.layers:
-        steps.append(f"layers {wanted.layers} (under preset)")
-    if (wanted.render_width, wanted.render_height) != (given.render_width, given.render_height):
-        steps.append(f"render_width {wanted.render_width} and render_height {wanted.render_height}")
-    if wanted.frame_count != given.frame_count:
-        steps.append(f"length_unit frames with frames {wanted.frame_count}")
-    return MemoryPlanError(message, plan=plan,
-                           hint="set " + ", ".join(steps) + "; or set force to true on H3 Generate to try anyway")
+                                    "settings; or set " + node_words(changes(force=True)) + " to try anyway")
+    return MemoryPlanError(message, plan=plan, hint="set " + node_words(suggestion.settings) + "; or set "
+                           + node_words(changes(force=True)) + " to try anyway")
 
 
 # ----------------------------------------------------------------------------- graph facts
@@ -823,30 +851,27 @@ def _scratch_names(scratch: Path, first: Path | None, last: Path | None, referen
     return names
 
 
-_KIND_IN_MESSAGE = {kind.value: kind for kind in ReferenceKind}
+def node_reference_names(request: GenerationRequest) -> list[str]:
+    """Each reference as the H3 nodes' user knows it: its number and H3 References' `kind` option
+    (the library's `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
+    return [f"reference {index} ({describe_kind(reference.kind)})"
+            for index, reference in enumerate(request.references, 1)]
 
 
 def in_node_words(error: H3BridgeError, scratch_names: Mapping[str, str]) -> H3BridgeError:
-    """A library message as the H3 nodes' user needs it: the scratch copies (`ref-01.mp4`) named as
-    the user's file or input, and reference kinds by H3 References' `kind` options (the library's
-    `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
-    import re
-
-    def reword(text: str | None) -> str | None:
+    """A library message as the H3 nodes' user needs it: its settings said by `node_words`
+    (reference kinds by H3 References' `kind` options), and the scratch copies (`ref-01.mp4`)
+    named as the user's file or input."""
+    def named(text: str | None) -> str | None:
         if not text:
             return text
         for path, name in scratch_names.items():
             text = text.replace(repr(path), name).replace(path, name)
-        text = re.sub(r"(reference \d+ )\((\w+)\)",
-                      lambda m: f"{m.group(1)}({describe_kind(_KIND_IN_MESSAGE[m.group(2)])})"
-                      if m.group(2) in _KIND_IN_MESSAGE else m.group(0), text)
-        return re.sub(r"\ban? (\w+) reference\b",
-                      lambda m: f"H3 References kind '{describe_kind(_KIND_IN_MESSAGE[m.group(1)])}'"
-                      if m.group(1) in _KIND_IN_MESSAGE else m.group(0), text)
+        return text
 
-    message, hint = reword(error.message), reword(error.hint)
+    message, hint = named(error.message_in(node_words)), named(error.hint_in(node_words))
     if (message, hint) != (error.message, error.hint):
-        error.message, error.hint = message, hint
+        error.message, error.hint = message or "", hint
         error.args = (message,)
     return error
 
@@ -891,7 +916,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                                                      force=settings.force,
                                                      machine=engine_factory(handle).machine_facts if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
-                request.validate()
+                request.validate(reference_names=node_reference_names(request))
             except H3BridgeError as error:
                 raise in_node_words(error, _scratch_names(scratch, first, last, references,
                                                           inputs.references)) from None
@@ -965,7 +990,7 @@ __all__ = [
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
-    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
+    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "node_reference_names", "node_word", "node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",
 ]

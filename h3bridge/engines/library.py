@@ -52,6 +52,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..cancel import CancelToken, PauseControl
+from ..fixes import Blank, Fix, changes, literal
 from .child import NOTHING, ChildJob, Deadline, Nothing, child_gone, reap, wait_until
 from .job import Rendered, check_disks, open_job, run_job
 from ..errors import (
@@ -103,7 +104,8 @@ def locate_library(explicit: str | os.PathLike[str] | None = None) -> Path:
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(LIBRARY_ENV)
     if not raw:
         raise LibraryLoadError(f"no libh3 library given (no library path, {LIBRARY_ENV} unset)",
-                               hint="pass library_path (CLI: --library-path) or set H3_LIBRARY; " + _fix_hint())
+                               hint=Fix("pass {} or set H3_LIBRARY; " + literal(_fix_hint()),
+                                        (changes(library_path=Blank("PATH")),)))
     return check_library_file(Path(raw).expanduser().absolute()).absolute()
 
 

@@ -41,6 +41,7 @@ from ..media.decode import decode_video_frames
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
+from ..runnable import h3bridge_command
 from ..wire.peers import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
 from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
 from .child import JobClock
@@ -78,8 +79,11 @@ class JobAdoption:
     on_submitted: Callable[[str], None] | None = None
 
 
-_KEY_HINT = (f"set {API_KEY_ENV} in the environment to the server's key (the one `h3bridge serve` was "
-             "given with --api-key or its environment); it is never taken as a flag")
+def _key_hint() -> str:
+    """The fix for a refused key: the environment variable, and the server command it must match."""
+    return (f"set {API_KEY_ENV} in the environment to the server's key (the one "
+            f"`{h3bridge_command('serve', '--api-key', 'KEY')}` was given, or its environment); it is never "
+            "taken as a flag")
 
 
 _log = logging.getLogger("h3bridge.remote")
@@ -324,7 +328,7 @@ class RemoteEngine:
             raise RemoteAuthError(
                 f"the server at {self.base_url} refused {'the API key' if sent else 'a request without an API key'} "
                 f"(HTTP {status}: {message})", url=self.base_url, status=status, engine_message=message,
-                hint=_KEY_HINT)
+                hint=_key_hint())
         if status in (400, 413, 422) and job_id is None:
             field, hint = _error_field(response)
             raise RequestError(message, field=field, hint=hint)
@@ -403,7 +407,7 @@ class RemoteEngine:
                     f"the server at {self.base_url} kept refusing the job for {waited:.0f} s: its queue is full "
                     f"(HTTP 429: {server_message(response)})", url=self.base_url, status=429,
                     engine_message=server_message(response), before_start=True,
-                    hint="submit it later, give the server a longer queue (`h3bridge serve --max-queued N`), "
+                    hint=f"submit it later, give the server a longer queue (`{h3bridge_command('serve', '--max-queued', 'N')}`), "
                          "spread the work over several servers (docs/fleet.md), or wait longer "
                          "(RemoteEngine(full_server_wait=SECONDS))")
             tries += 1

@@ -19,7 +19,7 @@ from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import PreviewFrame, ProgressEvent
 from .jobs import JobStore
 from .progress_feed import ProgressHub
-from ..wire.videos import ErrorCode, VideoError, progress_percent
+from ..wire.videos import ErrorCode, VideoError, http_words, progress_percent
 
 _log = logging.getLogger("h3bridge.serve")
 
@@ -147,10 +147,10 @@ class Worker:
 
 def failure(error: H3BridgeError) -> VideoError:
     """A failed job's error object: the library's message, h3's own words when it said any, the fix."""
-    message = error.message
+    message = error.message_in(http_words)
     engine_message = getattr(error, "engine_message", None)
     if engine_message and engine_message not in message:
         message = f"{message} (h3 said: {engine_message})"
     code = ErrorCode.REFUSED if error.before_start else ErrorCode.ENGINE_FAILED
     return VideoError(code=code.value, type="invalid_request_error" if isinstance(error, RequestError) else "server_error",
-                      message=message, hint=error.hint, param=getattr(error, "field", None))
+                      message=message, hint=error.hint_in(http_words), param=getattr(error, "field", None))

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
+from ..fixes import Change, Fix
 from ..safeio.paths import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind, request_fields
@@ -115,7 +116,7 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
         probes = [_probe_request(shot, plan, Path(scratch)) for shot in shots]
         for shot, probe in zip(shots, probes):
             try:
-                probe.validate(check_files=check_files)
+                probe.validate(check_files=check_files, reference_names=_story_reference_names(shot, probe))
             except RequestError as error:
                 raise _in_story_words(error, shot) from None
         # Keys last: they hash the shots' input files, which validation has just found to be
@@ -143,26 +144,32 @@ def _check_values(shot: PlannedShot) -> None:
     previous shot supplies: no file is touched here (the stand-ins are checked later)."""
     placeholder = Path("(the previous shot's output)")
     try:
-        continued_request(shot, placeholder, placeholder).validate(check_files=False)
+        request = continued_request(shot, placeholder, placeholder)
+        request.validate(check_files=False, reference_names=_story_reference_names(shot, request))
     except RequestError as error:
         raise _in_story_words(error, shot) from None
 
 
-def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
-    """A request's refusal as the storyboard says it: the shot's number, and for a `tail` the
-    previous shot's tail instead of "reference 1", the user's own references numbered as written."""
-    import re
-    message, hint = error.message, error.hint
-    if shot.continuation is Continuation.TAIL:
-        tail = f'the tail of shot {shot.index - 1} (continue = "tail")'
-        message = message.replace("reference 1 (video)", tail)
+def _story_reference_names(shot: PlannedShot, request: GenerationRequest) -> list[str] | None:
+    """What the storyboard calls each of the request's references: for a `tail` shot the first is
+    the previous shot's tail, and the user's own are numbered as written."""
+    if shot.continuation is not Continuation.TAIL:
+        return None
+    tail = f'the tail of shot {shot.index - 1} (continue = "tail")'
+    return [tail, *(f"reference {index} ({reference.kind.value})"
+                    for index, reference in enumerate(request.references[1:], 1))]
 
-        def renumber(match: re.Match[str]) -> str:
-            return f"reference {int(match.group(1)) - 1} ("
-        message = re.sub(r"reference (\d+) \(", renumber, message)
-        if hint and "silent_video" in hint:
-            hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
-    return RequestError(f"shot {shot.index}: {message}", field=error.field, hint=hint)
+
+def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
+    """A request's refusal as the storyboard says it: the shot's number (its references are named
+    by `_story_reference_names` as the request is validated); a tail too short for a soundtrack
+    gets the storyboard's own fix."""
+    hint: "str | Fix | None" = error.fix or error.hint
+    if shot.continuation is Continuation.TAIL and error.fix is not None and \
+            Change("references", ReferenceKind.SILENT_VIDEO) in error.fix.changes:
+        # the fix would make the tail a silent video, which a storyboard cannot ask for
+        hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
+    return RequestError(f"shot {shot.index}: {error.message}", field=error.field, hint=hint)
 
 
 def _check_continuation(index: int, continuation: Continuation, request: GenerationRequest,
@@ -233,7 +240,7 @@ def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], mo
         memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
     except MemoryPlanError as error:
         raise StoryMemoryError(f"shot {demanding + 1} (the story's most demanding): {error.message}",
-                               plan=error.plan, hint=error.hint, shot=demanding + 1) from None
+                               plan=error.plan, hint=error.fix or error.hint, shot=demanding + 1) from None
     except H3BridgeError as error:
         error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
         raise
@@ -245,27 +252,32 @@ class StoryMemoryError(MemoryPlanError):
     """A story's most demanding shot does not fit: the plan's refusal, knowing which shot it is, so
     each host says the fix in its own words (`in_words`)."""
 
-    def __init__(self, message: str, *, plan: object, hint: str | None, shot: int) -> None:
+    def __init__(self, message: str, *, plan: object, hint: "str | Fix | None", shot: int) -> None:
         super().__init__(message, plan=plan, hint=hint)
         self.shot = shot
 
     def in_words(self, *, setting: "Callable[[str, object], str]", everywhere: str, in_shot: str,
                  force: str) -> "StoryMemoryError":
         """This refusal with its fix said by a host: `setting(name, value)` writes one setting
-        (`ssd_streaming = true` in a storyboard), `everywhere` / `in_shot` say where settings for
-        every shot / for this shot go ({shot} is its number), `force` how to run anyway."""
+        (`ssd_streaming = true` in a storyboard; the host's renderer of h3bridge.fixes changes),
+        `everywhere` / `in_shot` say where settings for every shot / for this shot go ({shot} is
+        its number), `force` how to run anyway."""
         plan = self.plan
-        changes = plan.suggested_changes() if plan is not None else {}      # type: ignore[attr-defined]
-        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict_without_flags()}"  # type: ignore[attr-defined]
+        suggestion = plan.suggestion if plan is not None else None      # type: ignore[attr-defined]
+        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict(None)}"  # type: ignore[attr-defined]
                    if plan is not None else self.message)
-        frames = changes.pop("frames", None)
-        changes.pop("preview", None)          # a story shows no live preview
+        # A story shows no live preview, and a shot's length given in frames replaces its seconds.
+        settings = [change for change in (suggestion.settings if suggestion is not None else ())
+                    if change.field not in ("preview", "seconds")]
+        every_shot = [change for change in settings if change.field != "frames"]
+        this_shot = [change for change in settings if change.field == "frames"]
         parts = []
-        if changes:
-            parts.append("set " + ", ".join(setting(name, value) for name, value in changes.items())
+        if every_shot:
+            parts.append("set " + ", ".join(setting(change.field, change.value) for change in every_shot)
                          + " " + everywhere)
-        if frames is not None:
-            parts.append("set " + setting("frames", frames) + " " + in_shot.format(shot=self.shot))
+        if this_shot:
+            parts.append("set " + ", ".join(setting(change.field, change.value) for change in this_shot)
+                         + " " + in_shot.format(shot=self.shot))
         fix = "; ".join(parts) or "this machine has too little memory for MiniMax-H3 even at the smallest settings"
         return StoryMemoryError(message, plan=plan, hint=f"{fix}; or {force} to try anyway", shot=self.shot)
 

@@ -36,7 +36,8 @@ from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
 from ..request import GenerationRequest, request_fields
 from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
-from ..safeio.outputs import check_output
+from ..fixes import Fix, changes
+from ..safeio.outputs import ALLOW_OVERWRITE, check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
 from .plan import PlannedShot, StoryPlan, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
@@ -249,14 +250,14 @@ def _check_output(output: Path, manifest: Manifest, overwrite: bool) -> None:
     unchanged since), or with `overwrite`; never a folder, device node, FIFO or link, whatever
     `overwrite` says, and only in a folder that takes new files (safeio.outputs)."""
     check_output(output, overwrite=True, field="output", label="the output",
-                 allow_overwrite="pass overwrite=True (CLI: --overwrite)")
+                 allow_overwrite=ALLOW_OVERWRITE)
     if overwrite or not os.path.lexists(output):
         return
     record = manifest.film
     if record is not None and _holds(output, record.sha256):    # the film this job wrote, unchanged since
         return
     raise OutputExistsError(f"{output} already exists and was not written by this story's job",
-                            hint="choose another output, or pass overwrite=True (CLI: --overwrite) to replace it")
+                            hint=Fix("choose another output, or pass {} to replace it", (changes(overwrite=True),)))
 
 
 def _holds(path: Path, sha256: str) -> bool:
