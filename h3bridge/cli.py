@@ -102,6 +102,18 @@ class _RenamedFlag(argparse.Action):
             setattr(namespace, self.dest, self.value)
 
 
+def _seed_or_seeds(max_items: int) -> Callable[[str], int | tuple[int, ...]]:
+    """generate's --seed: one seed (an int, as every other command's --seed) or one per take (a tuple)."""
+    numbers = int_list_flag(max_items=max_items)
+
+    def seed_flag(text: str) -> int | tuple[int, ...]:
+        values = numbers(text)
+        return values[0] if len(values) == 1 else values
+    seed_flag.__name__ = numbers.__name__
+    seed_flag.reads_number = True      # type: ignore[attr-defined]  (the conformance walk's marker)
+    return seed_flag
+
+
 def add_request_options(parser: argparse.ArgumentParser, *, seed_list: bool = False) -> None:
     """Every GenerationRequest field as an h3-named flag (main.c option table); `seed_list`: --seed
     also takes one seed per take (`--seed 3,9,12`, generate's takes)."""
@@ -121,7 +133,7 @@ def add_request_options(parser: argparse.ArgumentParser, *, seed_list: bool = Fa
     length.add_argument("--seconds", type=float_flag(), help="duration at 24 fps, rounded up to a legal length")
     if seed_list:
         from .takes import MAX_TAKES
-        group.add_argument("--seed", type=int_list_flag(max_items=MAX_TAKES), default=(DEFAULT_SEED,),
+        group.add_argument("--seed", type=_seed_or_seeds(MAX_TAKES), default=DEFAULT_SEED,
                            help=f"random seed (default {DEFAULT_SEED}); with --takes N the takes use this seed and "
                                 "the ones above it, or give one seed per take: --seed 3,9,12")
     else:
@@ -247,7 +259,7 @@ def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> s
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    if args.takes is not None or len(args.seed) > 1 or args.parallel != 1:
+    if args.takes is not None or isinstance(args.seed, tuple) or args.parallel != 1:
         return run_takes(args)
     request = request_from_args(args).validate()
     previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
@@ -292,7 +304,7 @@ def run_takes(args: argparse.Namespace) -> int:
     """`generate --takes N` (or --seed A,B,C): N clips named from -o and their contact sheet, on one engine."""
     from .errors import RequestError
     from .takes import MAX_PARALLEL_TAKES, generate_takes, seeds_for, sheet_output, take_output
-    seeds = list(args.seed)
+    seeds = list(args.seed) if isinstance(args.seed, tuple) else [args.seed]
     takes = args.takes if args.takes is not None else len(seeds)
     listed = seeds if len(seeds) > 1 else None
     if listed is not None and takes != len(listed):
