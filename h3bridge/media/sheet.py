@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import MediaError
 
-# 5 columns x 7 rows per glyph, '#' is ink. Only what labels say: "take 12  seed 4242".
+# 5 columns x 7 rows per glyph, '#' is ink. Only what labels say: "shot 2  take 12  seed 4242".
 _GLYPH_ROWS: dict[str, tuple[str, ...]] = {
     "0": (".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."),
     "1": ("..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."),
@@ -30,6 +30,8 @@ _GLYPH_ROWS: dict[str, tuple[str, ...]] = {
     "e": (".....", ".....", ".###.", "#...#", "#####", "#....", ".###."),
     "s": (".....", ".....", ".####", "#....", ".###.", "....#", "####."),
     "d": ("....#", "....#", ".##.#", "#..##", "#...#", "#...#", ".####"),
+    "h": ("#....", "#....", "#.##.", "##..#", "#...#", "#...#", "#...#"),
+    "o": (".....", ".....", ".###.", "#...#", "#...#", "#...#", ".###."),
     " ": (".....",) * 7,
 }
 GLYPHS: dict[str, np.ndarray] = {
@@ -51,10 +53,11 @@ class SheetRow:
     take: int
     seed: int
     frames: tuple[np.ndarray, ...]
+    shot: int | None = None          # a storyboard's takes: the shot they are of
 
 
-def label_text(take: int, seed: int) -> str:
-    return f"take {take}  seed {seed}"
+def label_text(take: int, seed: int, shot: int | None = None) -> str:
+    return (f"shot {shot}  " if shot is not None else "") + f"take {take}  seed {seed}"
 
 
 def draw_text(text: str, scale: int = LABEL_SCALE) -> np.ndarray:
@@ -97,7 +100,7 @@ def contact_sheet(rows: list[SheetRow]) -> np.ndarray:
     thumbs = [[thumbnail(frame) for frame in row.frames] for row in rows]
     cell_h = max(thumb.shape[0] for row in thumbs for thumb in row) if any(thumbs) else 0
     cell_w = max(thumb.shape[1] for row in thumbs for thumb in row) if any(thumbs) else 0
-    labels = [draw_text(label_text(row.take, row.seed)) for row in rows]
+    labels = [draw_text(label_text(row.take, row.seed, row.shot)) for row in rows]
     columns = max(len(row) for row in thumbs)
     label_h = GLYPH_HEIGHT * LABEL_SCALE
     width = GAP + max(columns * (cell_w + GAP), max(label.shape[1] for label in labels) + GAP)
