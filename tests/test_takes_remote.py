@@ -78,3 +78,15 @@ def test_cli_takes_on_a_server(server, tmp_path: Path) -> None:
     assert all(Path(t["video_path"]).is_file() for t in summary["takes"])
     assert Path(summary["contact_sheet"]).is_file()
     assert len(sim_invocations(log)) - before == 2      # one server job per take
+
+
+def test_a_shots_takes_are_server_jobs_in_flight_together_with_parallel(server, tmp_path: Path) -> None:
+    from h3bridge.story import Storyboard, run_story
+    story = Storyboard.from_dict({"width": 96, "height": 64, "frames": 22, "steps": 2, "seed": 5,
+                                  "shot": [{"prompt": "the harbour at dawn", "takes": 3}]})
+    with RemoteEngine(server.url, api_key=KEY) as remote:
+        result = run_story(story, tmp_path / "film.mp4", engine=TogetherEngine(remote, 3), parallel=3)
+    shot = result.shots[0]
+    assert [take.seed for take in shot.takes] == [story.seed_for(1) + n for n in range(3)]
+    assert result.rendered_takes == 3 and all(take.video_path.is_file() for take in shot.takes)
+    assert result.output is not None and result.output.is_file()

@@ -482,8 +482,11 @@ class _Runner:
 
     def _take(self, shot: PlannedShot, cancel: CancelToken | None) -> ShotOutcome:
         """Every take of the shot, reused or rendered, in take order; the film's is its pick."""
-        outcomes = [self._one_take(shot.take(number), number == shot.pick, cancel)
-                    for number in range(1, shot.takes + 1)]
+        if self.parallel > 1 and shot.takes > 1:      # a remote engine: the takes are server jobs at once
+            outcomes = self._takes_at_once(shot, cancel)
+        else:
+            outcomes = [self._one_take(shot.take(number), number == shot.pick, cancel)
+                        for number in range(1, shot.takes + 1)]
         picked = outcomes[shot.pick - 1]
         if shot.takes > 1:
             picked.takes = [TakeOutcome(number, outcome.seed, outcome.video_path, outcome.reused)
@@ -492,6 +495,36 @@ class _Runner:
             picked.redo_reason = next((outcome.redo_reason for outcome in outcomes if outcome.redo_reason), None)
             picked.wall_seconds = sum(outcome.wall_seconds for outcome in outcomes if not outcome.reused)
         return picked
+
+    def _takes_at_once(self, shot: PlannedShot, cancel: CancelToken | None) -> list[ShotOutcome]:
+        """The shot's takes rendered up to `parallel` at once (each its own server job, as chains
+        are): the first failure cancels the others and is raised once all have let go; the takes
+        finished by then are recorded."""
+        stop = CancelToken(check=(lambda: cancel.cancelled) if cancel is not None else None)
+        outcomes: dict[int, ShotOutcome] = {}
+        failures: list[BaseException] = []
+
+        def one(number: int) -> None:
+            try:
+                outcomes[number] = self._one_take(shot.take(number), number == shot.pick, stop)
+            except BaseException as error:      # noqa: BLE001 - raised below, in the chain's thread
+                with self._report_lock:
+                    failures.append(error)
+                stop.cancel()
+
+        with ThreadPoolExecutor(max_workers=min(self.parallel, shot.takes),
+                                thread_name_prefix=f"h3bridge-story-shot{shot.index}-take") as pool:
+            try:
+                for future in [pool.submit(one, number) for number in range(1, shot.takes + 1)]:
+                    future.result()
+            except BaseException:
+                stop.cancel()
+                raise
+        if failures:
+            raise next((error for error in failures if not isinstance(error, GenerationCancelled)), failures[0])
+        if stop.cancelled:
+            raise GenerationCancelled("the story was cancelled; run it again to resume")
+        return [outcomes[number] for number in range(1, shot.takes + 1)]
 
     def _one_take(self, shot: PlannedShot, in_film: bool, cancel: CancelToken | None) -> ShotOutcome:
         """Reuse one take of the shot (`shot` is that take: its seed and key), or render it;
