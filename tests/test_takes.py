@@ -228,9 +228,9 @@ def test_a_pick_the_story_does_not_have_is_refused_in_flags(model_dir: Path, tmp
     starts, _ = counted
     story = tmp_path / "film.toml"
     story.write_text(STORY)
-    for flags, said, fix in ((["--pick", "3=5"], "--pick 3=5: shot 3 has takes 1 to 2", "--pick 3=TAKE"),
+    for flags, said, fix in ((["--pick", "3=5"], "--pick 3=5: shot 3 has takes 1 to 2", "e.g. --pick 3=2"),
                              (["--pick", "2=2"], "shot 2 has one take", "add takes = 2"),
-                             (["--pick", "9=1"], "the story has shots 1 to 3", "SHOT from 1 to 3"),
+                             (["--pick", "9=1"], "the story has shots 1 to 3", "e.g. --pick 3=1"),
                              (["--pick", "3"], "is not SHOT=TAKE", "--pick 2=3")):
         done = story_cli(story, *flags, model=model_dir)
         assert done.returncode == 2 and said in done.stderr and fix in done.stderr, done.stderr

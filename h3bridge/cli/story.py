@@ -201,12 +201,12 @@ def check_pick_flags(args: argparse.Namespace, storyboard: Storyboard) -> dict[i
     for shot, take in args.pick or ():
         if shot > count:
             raise RequestError(f"--pick {shot}={take}: the story has shots 1 to {count}", field="pick",
-                               hint=f"give --pick SHOT=TAKE with SHOT from 1 to {count}")
+                               hint=f"name a shot from 1 to {count}, e.g. --pick {count}=1")
         takes = storyboard.takes_for(shot)
         if take > takes:
             raise RequestError(f"--pick {shot}={take}: shot {shot} has " + (f"takes 1 to {takes}" if takes > 1 else
                                                                           "one take (no takes = N)"), field="pick",
-                               hint=f"give --pick {shot}=TAKE with TAKE from 1 to {takes}" if takes > 1 else
+                               hint=f"give a take from 1 to {takes}, e.g. --pick {shot}={takes}" if takes > 1 else
                                f"add takes = 2 (or more) to shot {shot}'s [[shot]] table, then run the story again")
         picks[shot] = take
     return picks
