@@ -26,8 +26,8 @@ LAYERS: list[set[str]] = [
     {"model", "wire", "history", "hexgrid"},
     # the engines and what runs beside them
     {"engines", "lora", "engine_build", "sim"},
-    # many clips: storyboards, the server, the fleet's proxy configuration
-    {"story", "server", "fleet"},
+    # many clips: takes of one request, storyboards, the server, the fleet's proxy configuration
+    {"takes", "story", "server", "fleet"},
     # the interfaces
     {"cli", "comfy", "__main__", "__init__"},
 ]

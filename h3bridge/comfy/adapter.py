@@ -61,6 +61,10 @@ ONE_SHOT = EngineKind.ONE_SHOT.value
 SESSION = EngineKind.SESSION.value       # h3's interactive mode kept warm between clips
 LIBRARY = EngineKind.LIBRARY.value       # libh3 in a warm worker: previews, exact frames (engines/library.py)
 from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
+
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from .takes import RenderedTakes, TakesCache
 ENGINE_MODES: tuple[str, ...] = ENGINE_KINDS
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
@@ -728,6 +732,9 @@ class GenerateOutputs:
     sample_rate: int
     summary: str
     result: GenerationResult = field(repr=False)
+    # With takes: the contact sheet ([1, H, W, 3]) and every take's row of it ([takes, h, W, 3]), float32 0..1
+    sheet: np.ndarray | None = None
+    takes_image: np.ndarray | None = None
 
 
 def new_output_path(directory: Path, prefix: str = "h3") -> Path:
@@ -882,8 +889,13 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
                  on_preview: Callable[[PreviewFrame], None] | None = None,
-                 engine_factory: Callable[[EngineHandle], Engine] = open_engine) -> GenerateOutputs:
+                 engine_factory: Callable[[EngineHandle], Engine] = open_engine,
+                 takes: int = 1, pick: int = 1, takes_cache: "TakesCache | None" = None) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
+
+    takes > 1: the request's takes (seeds from its seed upward, comfy/takes.py), rendered once and
+    kept in `takes_cache` by the request's key; the outputs carry take `pick`, the contact sheet
+    and every take's row of it. The same request with another pick renders nothing.
 
     Input files live in a private directory under `scratch_parent`, removed when this
     returns (success or not) or the host is terminated (`install_termination_cleanup`). The
@@ -891,6 +903,10 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
     what the job will use, and a warning when a warm-session job has to run one-shot.
     """
     notify = on_notice or (lambda text: None)
+    from .takes import NODE_TAKES, check_take_inputs
+    takes, pick = check_take_inputs(takes, pick)
+    cache = takes_cache if takes_cache is not None else NODE_TAKES
+    rendered = None
     with RunDirectory(scratch_parent) as scratch:
         with _live_scratch_guard:
             _live_scratch.add(scratch)
@@ -940,8 +956,15 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 ran_on = one_shot_handle(handle)
                 notify(cannot_go_warm_notice(request, unsupported) + "\n" + describe_job(request, ONE_SHOT))
 
-            engine = engine_for_node(handle, engine_factory, on_fallback=fell_back)
-            result = engine.generate(request, output, **options)
+            if takes == 1:
+                engine = engine_for_node(handle, engine_factory, on_fallback=fell_back)
+                result = engine.generate(request, output, **options)
+            else:
+                rendered = _node_takes(handle, request, takes, output, options, cache, notify,
+                                       lambda: engine_for_node(handle, engine_factory, on_fallback=fell_back))
+                result = _picked_take(rendered, request, pick, want_image)
+                notes.append(f"takes: {takes} (seeds {', '.join(map(str, rendered.seeds))}), pick {pick}; "
+                             f"contact sheet {rendered.sheet_path}")
         finally:
             with _live_scratch_guard:
                 _live_scratch.discard(scratch)
@@ -953,9 +976,50 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
     samples = int(round(result.frame_count / result.fps * result.sample_rate))
     waveform = audio_to_waveform(result.audio, samples)
     video_path = result.video_path if result.video_path is not None else output
+    sheet = takes_image = None
+    if rendered is not None:
+        from .takes import sheet_rows
+        sheet = rendered.sheet[None].astype(np.float32) / 255.0
+        takes_image = sheet_rows(rendered.sheet, takes).astype(np.float32) / 255.0
     return GenerateOutputs(video_path=Path(video_path), image=image, image_is_placeholder=placeholder,
                            waveform=waveform, sample_rate=result.sample_rate or SAMPLE_RATE,
-                           summary=summarise(result, ran_on, plan, placeholder, notes), result=result)
+                           summary=summarise(result, ran_on, plan, placeholder, notes), result=result,
+                           sheet=sheet, takes_image=takes_image)
+
+
+def _node_takes(handle: EngineHandle, request: GenerationRequest, takes: int, output: Path, options: dict,
+                cache: "TakesCache", notify: Callable[[str], None], engine: Callable[[], Engine]) -> "RenderedTakes":
+    """The request's takes: the ones this node rendered before (another pick renders nothing), else
+    rendered now on one engine (generate_takes: a warm one loads the model once)."""
+    from ..takes import generate_takes
+    from .takes import RenderedTakes, TakesProgress, takes_key
+    key = takes_key(request, handle.describe(), takes)
+    kept = cache.get(key)
+    if kept is not None:
+        notify(f"{takes} takes of this request are rendered already: showing the pick, nothing runs")
+        return kept
+    progress = TakesProgress(options.get("on_progress"), takes, on_take=notify)
+    done = generate_takes(engine(), request, output, takes=takes, want_frames=False, want_audio=False,
+                          on_progress=progress, on_preview=options.get("on_preview"), on_take=progress.start,
+                          cancel=options.get("cancel"))
+    assert done.contact_sheet is not None and done.sheet is not None
+    first = done.takes[0]
+    rendered = RenderedTakes(tuple(Path(take.video_path) for take in done.takes), tuple(done.seeds),
+                             done.contact_sheet, done.sheet, first.frame_count, first.width, first.height,
+                             first.fps, first.sample_rate)
+    cache.put(key, rendered)
+    return rendered
+
+
+def _picked_take(rendered: "RenderedTakes", request: GenerationRequest, pick: int, want_image: bool) -> GenerationResult:
+    """Take `pick` as a GenerationResult read back from its MP4 (frames only when wanted)."""
+    from ..media.decode import decode_audio, decode_video_frames
+    video = rendered.videos[pick - 1]
+    frames = decode_video_frames(video, rendered.frame_count, rendered.width, rendered.height) if want_image else None
+    return GenerationResult(request=request.with_changes(seed=rendered.seeds[pick - 1]), video_path=video,
+                            frames=frames, audio=decode_audio(video), width=rendered.width, height=rendered.height,
+                            frame_count=rendered.frame_count, seed=rendered.seeds[pick - 1], fps=rendered.fps,
+                            sample_rate=rendered.sample_rate)
 
 
 def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: MachineFacts | None = None) -> str:

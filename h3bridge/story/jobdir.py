@@ -101,6 +101,8 @@ class Manifest:
     takes: dict[tuple[int, str], ShotRecord] = field(default_factory=dict)
     # --redo N [--seed S]: the seed shot N renders with from then on (until redone again)
     seed_overrides: dict[int, int] = field(default_factory=dict)
+    # --pick SHOT=TAKE: the take the film uses of a shot with takes (until picked again); default the first
+    picks: dict[int, int] = field(default_factory=dict)
     film: FilmRecord | None = None
     # Server jobs submitted for shots not finished yet, by shot (see RemoteJobRecord).
     remote_jobs: dict[int, RemoteJobRecord] = field(default_factory=dict)
@@ -115,9 +117,10 @@ class Manifest:
             return current
         return self.takes.get((index, key))
 
-    def use(self, record: ShotRecord) -> None:
-        """Make `record` its shot's take in use (and keep it among the takes)."""
-        self.shots[record.index] = record
+    def use(self, record: ShotRecord, *, in_film: bool = True) -> None:
+        """Keep `record` among its shot's takes and, `in_film`, make it the take the film uses."""
+        if in_film:
+            self.shots[record.index] = record
         self.takes[(record.index, record.key)] = record
 
     def to_json(self) -> str:
@@ -125,6 +128,7 @@ class Manifest:
         data["shots"] = [asdict(record) for _, record in sorted(self.shots.items())]
         data["takes"] = [asdict(record) for _, record in sorted(self.takes.items())]
         data["seed_overrides"] = {str(k): v for k, v in sorted(self.seed_overrides.items())}
+        data["picks"] = {str(k): v for k, v in sorted(self.picks.items())}
         data["remote_jobs"] = {str(k): asdict(v) for k, v in sorted(self.remote_jobs.items())}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
@@ -143,6 +147,7 @@ class Manifest:
         story_id = data.get("story_id")
         return cls(version=MANIFEST_VERSION, storyboard=data.get("storyboard", ""), shots=shots, takes=takes,
                    seed_overrides={int(k): int(v) for k, v in data.get("seed_overrides", {}).items()}, film=film,
+                   picks={int(k): int(v) for k, v in data.get("picks", {}).items()},
                    remote_jobs=remote_jobs, **({"story_id": story_id} if isinstance(story_id, str) else {}))
 
 

@@ -43,6 +43,18 @@ class PlannedShot:
     request: GenerationRequest      # without the previous shot's inputs (the runner adds them)
     key: str                        # changes when this shot or the shot it continues from changes
     tail_frames: int | None = None  # for `tail`: frames of the previous shot it conditions on
+    # Takes: the shot rendered with `takes` seeds (request.seed of take 1 upward); `request` and
+    # `key` are the picked take's (the one the film uses), `take_keys` every take's.
+    takes: int = 1
+    pick: int = 1
+    take_seeds: tuple[int, ...] = ()
+    take_keys: tuple[str, ...] = ()
+
+    def take(self, number: int) -> "PlannedShot":
+        """This shot as take `number` (1-based) renders it: that take's seed and key."""
+        seeds = self.take_seeds or (self.request.seed,)
+        keys = self.take_keys or (self.key,)
+        return replace(self, request=replace(self.request, seed=seeds[number - 1]), key=keys[number - 1], pick=number)
 
     @property
     def continues(self) -> bool:
@@ -83,22 +95,27 @@ def continued_request(shot: PlannedShot, anchor_image: Path | None, tail_video: 
 
 def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
                seed_overrides: Mapping[int, int] | None = None, session: bool = False,
-               force: bool = False, check_files: bool = True, machine: object | None = None) -> StoryPlan:
+               force: bool = False, check_files: bool = True, machine: object | None = None,
+               picks: Mapping[int, int] | None = None) -> StoryPlan:
     """Validate every shot, check the model and the memory plan of the most demanding shot.
 
     Raises RequestError naming the shot (`shot 3: ...`) with the request's own fix, ModelError
     when a `tail` (or any reference) needs the Ref2VA checkpoint that `model_dir` lacks, and
     MemoryPlanError when the most demanding shot will not fit (unless `force`). `model_dir`
     None skips the model and memory checks (for callers that only want the keys). `machine`: a
-    model.memory.MachineFacts to plan for (default: this machine)."""
+    model.memory.MachineFacts to plan for (default: this machine). `picks`: shot -> the take the
+    film uses (default the first); a shot that continues from a shot follows its pick."""
     storyboard.check_story_settings()
     overrides = dict(seed_overrides or {})
+    chosen = check_picks(storyboard, picks)
     shots: list[PlannedShot] = []
     for index, shot in enumerate(storyboard.shots, 1):
         request = _shot_error(index, lambda: storyboard.base_request(index, overrides.get(index)))
         continuation = shot.continuation
         tail = tail_frames(storyboard.tail_seconds_for(index)) if continuation is Continuation.TAIL else None
-        planned = PlannedShot(index, continuation, request, "", tail)
+        takes = storyboard.takes_for(index)
+        seeds = _shot_error(index, lambda: _take_seeds(request.seed, takes))
+        planned = PlannedShot(index, continuation, request, "", tail, takes=takes, take_seeds=tuple(seeds))
         # Every value first (frame counts, canvas, ...), as the request it will be: nothing below
         # computes with a value that was not checked (`seconds = nan` was a traceback).
         _check_values(planned)
@@ -122,15 +139,43 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
         # Keys last: they hash the shots' input files, which validation has just found to be
         # regular, readable media (a FIFO or /dev/zero as first_frame was hashed first, and hung).
         for position, shot in enumerate(shots):
+            # a shot continues from the take the film uses of the shot before it (its pick)
             after = shots[position - 1].key if position and shot.continues else None
-            shots[position] = replace(shot, key=_shot_key(shot.request, shot.continuation, shot.tail_frames,
-                                                          after, check_files))
+            keys = tuple(_shot_key(replace(shot.request, seed=seed), shot.continuation, shot.tail_frames,
+                                   after, check_files) for seed in shot.take_seeds)
+            pick = chosen.get(shot.index, 1)
+            shots[position] = replace(shot, request=replace(shot.request, seed=shot.take_seeds[pick - 1]),
+                                      key=keys[pick - 1], pick=pick, take_keys=keys)
         if model_dir is not None:
             _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force, machine=machine)
     return plan
 
 
 # ----------------------------------------------------------------------------- checks
+
+def _take_seeds(first: int, takes: int) -> list[int]:
+    from ..takes import take_seeds
+    if takes == 1 or isinstance(first, bool) or not isinstance(first, int):
+        return [first]          # (a seed that is not a number is refused by the request's own check)
+    return take_seeds(first, takes)
+
+
+def check_picks(storyboard: Storyboard, picks: Mapping[int, int] | None) -> dict[int, int]:
+    """shot -> take, every shot and take in the storyboard (RequestError naming `pick` otherwise)."""
+    count = len(storyboard.shots)
+    chosen: dict[int, int] = {}
+    for shot, take in (picks or {}).items():
+        if isinstance(shot, bool) or not isinstance(shot, int) or not 1 <= shot <= count:
+            raise RequestError(f"pick {shot!r}={take!r}: the story has shots 1 to {count}", field="pick",
+                               hint=f"pick a take of a shot from 1 to {count}, e.g. pick {{1: 2}}")
+        takes = storyboard.takes_for(shot)
+        if isinstance(take, bool) or not isinstance(take, int) or not 1 <= take <= takes:
+            raise RequestError(f"pick {shot}={take!r}: shot {shot} has {'only one take' if takes == 1 else f'takes 1 to {takes}'}",
+                               field="pick", hint=(f"pick a take from 1 to {takes}" if takes > 1 else
+                                                   f"give shot {shot} takes = 2 or more in the storyboard first"))
+        chosen[shot] = take
+    return chosen
+
 
 def _shot_error(index: int, action):
     try:
