@@ -113,6 +113,23 @@ class ProxyProcess:
             self.process.wait(30)
 
 
+def start_front(root: Path, model: Path, servers: list[str], *, servers_file: Path | None = None,
+                max_queued: int | None = None, port: int = 0) -> ServerProcess:
+    """A fleet's front, `h3bridge serve --server URL ...` (no engine of its own: `model` is only
+    what ServerProcess passes every server; the front ignores it), its own folders and key."""
+    from server_helpers import isolated_env
+    args = [arg for url in servers for arg in ("--server", url)]
+    if servers_file is not None:
+        args += ["--servers-file", str(servers_file)]
+    if max_queued is not None:
+        args += ["--max-queued", str(max_queued)]
+    front = ServerProcess(data_dir=root / "data", model_dir=model, log_dir=root / "logs", engine="one-shot",
+                          extra_args=args, env=isolated_env(root))
+    if port:
+        front.extra_args += ["--port", str(port)]
+    return front.start()
+
+
 def proxy_client(proxy: ProxyProcess, *, max_retries: int = 0):
     """The official client, pointed at the proxy with its master key."""
     import warnings

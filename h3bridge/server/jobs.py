@@ -44,6 +44,9 @@ MAX_ATTEMPTS = 2
 # A fleet behind a load balancer wants 1 (h3bridge fleet says so): a full server answers 429 and
 # the balancer sends the job to a server that can start it sooner.
 DEFAULT_MAX_QUEUED = 16
+# ... and a fleet's front's (`serve --server URL ...`, fleet/front.py): a studio's batch, spread over
+# its servers as each comes free (issue 32: at least 100 accepted across the fleet).
+FRONT_MAX_QUEUED = 100
 # Retry-After of a full queue's 429, seconds. LiteLLM's router cools the deployment down for
 # exactly this long (router_rust/core.py retry_after_seconds) and retries the create on another
 # one; but a cooled-down deployment also answers its own jobs' status and content polls with 429
