@@ -197,3 +197,34 @@ def test_a_server_killed_mid_batch_fails_its_one_job_and_a_server_added_takes_wa
             front.stop()
         for g in gated:
             g.server.stop()
+
+
+def test_the_front_killed_and_restarted_loses_no_job_and_renders_none_twice(tmp_path: Path, model: Path) -> None:  # noqa: F811
+    gated = [start_gated(tmp_path, model, f"server-{index}") for index in range(2)]
+    front = None
+    try:
+        front = start_front(tmp_path / "front", model, [g.server.url for g in gated])
+        statuses: list[int] = []
+        videos = [create(stock_client(front, statuses), index) for index in range(5)]
+        while not all(g.holding() for g in gated):      # each server holds one job mid-render
+            time.sleep(0.02)
+        front.kill()
+        front.start()          # the same data directory (a new port: the client is pointed at it again)
+        jobs = front_jobs(front)
+        assert [job["id"] for job in jobs] == [video.id for video in videos]
+        assert all(job["status"] in ("queued", "in_progress") for job in jobs)
+
+        jobs = run_gated(front, gated, len(videos))
+        assert [job["status"] for job in jobs] == ["completed"] * len(videos)
+        # the two jobs the servers were rendering when the front died were followed there again
+        ran = prompts_run([g.server for g in gated])
+        assert sorted(ran) == sorted(f"shot {i}: a red fox runs through snow" for i in range(len(videos)))
+        assert all(job["status"] == "completed" for g in gated for job in backend_jobs(g.server))
+        client = stock_client(front, statuses)
+        assert client.videos.download_content(videos[0].id).read()[4:8] == b"ftyp"
+        assert 429 not in statuses and all(status < 400 for status in statuses), sorted(set(statuses))
+    finally:
+        if front is not None:
+            front.stop()
+        for g in gated:
+            g.server.stop()

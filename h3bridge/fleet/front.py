@@ -16,11 +16,15 @@ What happens when things go wrong (docs/fleet.md says the same):
 * a server that goes away while it holds a job (killed, unplugged): that job FAILS on the front
   with the reason and is not run elsewhere, so no job is ever rendered twice; the front deletes
   it on that server when the server is back (its own restart would otherwise run it again);
-* the front killed and restarted: every accepted job is still in its queue; one that was running
-  is queued again (server/jobs.py recover) and submitted under the same Idempotency-Key (the
-  front's job id), so the server that already has it hands that job back instead of a second one;
+* the front stopped or killed, and restarted: every accepted job is still in its queue; the
+  servers go on rendering what they were handed (stopping the front cancels nothing); a job that
+  was running is queued again (server/jobs.py recover) and followed on the server it was handed
+  to (the queue's `placements`), or, when that server is down or out of the fleet, run on another
+  and deleted on the first when it is back. A job is sent with the front's job id as its
+  Idempotency-Key, so one sent again (the front killed between the server's answer and the
+  placement's commit) gets that server's job back;
 * `--servers-file FILE`: the servers are re-read when the file changes, so a server added while
-  jobs wait starts taking them, and a server taken out stops after putting its job back.
+  jobs wait starts taking them, and a server taken out finishes its job and takes no more.
 """
 from __future__ import annotations
 
@@ -77,7 +81,8 @@ def read_servers_file(path: Path) -> list[str]:
 class ServerWorker(Worker):
     """Runs the front's queue on one server, one job at a time, through RemoteEngine."""
 
-    def __init__(self, store: JobStore, url: str, events: ProgressHub, api_key: str | None) -> None:
+    def __init__(self, store: JobStore, url: str, events: ProgressHub, api_key: str | None,
+                 fleet: "FleetWorkers | None" = None) -> None:
         # full_server_wait=0: a server full of other clients' jobs gives the job back at once
         # (NotTaken), so another server can take it instead of this worker sitting on it.
         engine = RemoteEngine(url, api_key=api_key, full_server_wait=0.0)
@@ -85,7 +90,40 @@ class ServerWorker(Worker):
         self.url = engine.base_url
         self._api_key = api_key
         self._up: bool | None = None
-        self._abandoned: list[str] = []       # this server's jobs the front failed when it went away
+        self._abandoned: list[str] = []       # this server's jobs the front gave up on when it went away
+        self._fleet = fleet
+
+    @property
+    def down(self) -> bool:
+        """Known to be down (False while not yet asked: its worker asks at once)."""
+        return self._up is False
+
+    def abandon(self, server_job: str) -> None:
+        """This server's job `server_job` is rendered elsewhere now: delete it here once the server is back."""
+        if server_job not in self._abandoned:
+            self._abandoned.append(server_job)
+
+    def next_job(self):
+        """The oldest queued job that is not this server's to lose: a job handed to another server
+        before the front's restart waits for that server, unless it is down or out of the fleet
+        (then it runs here, and is deleted there when that server is back)."""
+        for job, placed_on, server_job in self.store.queued_placed():
+            if placed_on is None or placed_on == self.url:
+                return job
+            other = self._fleet.worker(placed_on) if self._fleet is not None else None
+            if other is None or other.down:
+                if other is not None and server_job is not None:
+                    other.abandon(server_job)
+                return job
+        return None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Take no more jobs. The running one is not cancelled: its server renders it to the end, and
+        this worker downloads it if the front still runs (taken out of the fleet), or the front's
+        restart follows it there again."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
 
     def ready(self) -> bool:
         try:
@@ -110,13 +148,21 @@ class ServerWorker(Worker):
         return up
 
     def run_engine(self, job_id: str, request, output, *, on_progress, cancel, **previews) -> None:
-        accepted: list[str] = []
+        placed = self.store.placement(job_id)
+        # handed to this server before the front's restart: followed there, not rendered again
+        earlier = placed[1] if placed is not None and placed[0] == self.url else None
+        accepted: list[str] = [earlier] if earlier else []
+
+        def submitted(server_job: str) -> None:
+            self.store.place(job_id, self.url, server_job)      # before it is followed
+            accepted[:] = [server_job]
+
         try:
-            # The front's job id is the Idempotency-Key: the same job submitted again after the
-            # front's restart gets the server's job back instead of a second render.
+            # The front's job id is also the Idempotency-Key: sent again (the front killed between
+            # the server's answer and the placement's commit), the server hands that job back.
             self.engine.generate(request, output, overwrite=False, want_frames=False, want_audio=False,
                                  on_progress=on_progress, cancel=cancel,
-                                 adoption=JobAdoption(key=job_id, on_submitted=accepted.append), **previews)
+                                 adoption=JobAdoption(key=job_id, job_id=earlier, on_submitted=submitted), **previews)
         except RemoteUnreachableError as error:
             self._up = False
             if not accepted:
@@ -145,10 +191,15 @@ class FleetWorkers:
         self._fixed = list(servers)
         self._key_env = key_env
         self._workers: dict[str, ServerWorker] = {}
+        self._retired: list[ServerWorker] = []     # taken out of the fleet, maybe finishing a job
         self._guard = threading.Lock()
         self._stopping = threading.Event()
         self._file_stamp: tuple[int, int] | None = None
         self._watcher = threading.Thread(target=self._watch, name="h3bridge-fleet-servers-file", daemon=True)
+
+    def worker(self, url: str) -> ServerWorker | None:
+        with self._guard:
+            return self._workers.get(url)
 
     def servers(self) -> list[str]:
         with self._guard:
@@ -167,14 +218,14 @@ class FleetWorkers:
 
     def cancel(self, job_id: str, timeout: float = 30.0) -> bool:
         with self._guard:
-            workers = list(self._workers.values())
+            workers = list(self._workers.values()) + self._retired
         return any(worker.cancel(job_id, timeout) for worker in workers)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping.set()
         with self._guard:
             workers, self._workers = list(self._workers.values()), {}
-        for worker in workers:       # each cancels its running job: queued again on the front
+        for worker in workers:
             worker.stop(timeout)
 
     # ------------------------------------------------------------------ the servers
@@ -197,13 +248,14 @@ class FleetWorkers:
                 return
             added = [url for url in wanted if url not in self._workers]
             gone = [self._workers.pop(url) for url in list(self._workers) if url not in wanted]
+            self._retired = [worker for worker in self._retired if worker._thread.is_alive()] + gone
             for url in added:
-                self._workers[url] = ServerWorker(self.store, url, self.events, api_key)
+                self._workers[url] = ServerWorker(self.store, url, self.events, api_key, self)
                 self._workers[url].start()
         for url in added:
             _log.warning("h3bridge serve: fleet server %s added", url)
         for worker in gone:
-            _log.warning("h3bridge serve: fleet server %s taken out; its running job goes back to the queue", worker.url)
+            _log.warning("h3bridge serve: fleet server %s taken out; it finishes the job it runs", worker.url)
             worker.stop()
 
     def _watch(self) -> None:

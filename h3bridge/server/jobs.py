@@ -77,6 +77,13 @@ CREATE TABLE IF NOT EXISTS idempotency (
     key    TEXT PRIMARY KEY,
     job_id TEXT NOT NULL
 );
+-- A fleet's front (fleet/front.py): the server a job was handed to and that server's id for it, so
+-- after the front's restart the job is followed there again instead of rendered a second time.
+CREATE TABLE IF NOT EXISTS placements (
+    job_id     TEXT PRIMARY KEY,
+    server     TEXT NOT NULL,
+    server_job TEXT NOT NULL
+);
 """
 # The longest Idempotency-Key taken (the IETF draft sets none; Stripe's is 255).
 IDEMPOTENCY_KEY_MAX = 255
@@ -269,6 +276,28 @@ class JobStore:
                                    (JobStatus.QUEUED.value,)).fetchone()
         return None if row is None else _job(row)
 
+    def queued_placed(self, limit: int = 1000) -> list[tuple[StoredJob, str | None, str | None]]:
+        """The oldest queued jobs, each with the fleet server it was handed to and that server's id
+        for it (None, None: never handed to one)."""
+        with self._guard:
+            rows = self._db.execute("SELECT jobs.*, placements.server AS placed_on, placements.server_job AS "
+                                    "server_job FROM jobs LEFT JOIN placements ON placements.job_id = jobs.id "
+                                    "WHERE jobs.status = ? ORDER BY jobs.seq LIMIT ?",
+                                    (JobStatus.QUEUED.value, limit)).fetchall()
+        return [(_job(row), row["placed_on"], row["server_job"]) for row in rows]
+
+    def place(self, job_id: str, server: str, server_job: str) -> None:
+        """Record that fleet server `server` accepted the job as `server_job` (fleet/front.py)."""
+        with self._guard:
+            self._db.execute("INSERT OR REPLACE INTO placements (job_id, server, server_job) VALUES (?, ?, ?)",
+                             (job_id, server, server_job))
+
+    def placement(self, job_id: str) -> tuple[str, str] | None:
+        """(server, that server's job id) the job was handed to, if it was."""
+        with self._guard:
+            row = self._db.execute("SELECT server, server_job FROM placements WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else (row["server"], row["server_job"])
+
     def count(self, status: JobStatus) -> int:
         with self._guard:
             return self._db.execute("SELECT COUNT(*) FROM jobs WHERE status = ?", (status.value,)).fetchone()[0]
@@ -310,6 +339,7 @@ class JobStore:
         with self._guard:
             cursor = self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
             self._db.execute("DELETE FROM idempotency WHERE job_id = ?", (job_id,))
+            self._db.execute("DELETE FROM placements WHERE job_id = ?", (job_id,))
         return cursor.rowcount == 1
 
     def remove_files(self, job_id: str) -> None:

@@ -17,7 +17,7 @@ from ..cancel import CancelToken
 from ..engines.protocol import Engine
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import PreviewFrame, ProgressEvent
-from .jobs import JobStore
+from .jobs import JobStore, StoredJob
 from .progress_feed import ProgressHub
 from ..wire.videos import ErrorCode, VideoError, progress_percent
 
@@ -92,6 +92,10 @@ class Worker:
         down: fleet/front.py). Asked before each job, never with the queue's lock held."""
         return True
 
+    def next_job(self) -> StoredJob | None:
+        """The job this worker takes next: the oldest queued one (a fleet's worker may prefer others)."""
+        return self.store.next_queued()
+
     def run_engine(self, job_id: str, request, output, *, on_progress, cancel: CancelToken, **previews) -> None:
         """Render the job's clip into `output`; raises NotTaken when the engine never took it."""
         self.engine.generate(request, output, overwrite=False, want_frames=False, want_audio=False,
@@ -106,7 +110,7 @@ class Worker:
                     self._wake.wait(timeout=NOT_READY_WAIT)
                 continue
             with self._wake:
-                while not self._stopping and (job := self.store.next_queued()) is None:
+                while not self._stopping and (job := self.next_job()) is None:
                     self._wake.wait(timeout=1.0)
                 if self._stopping:
                     return
