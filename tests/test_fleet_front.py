@@ -228,3 +228,21 @@ def test_the_front_killed_and_restarted_loses_no_job_and_renders_none_twice(tmp_
             front.stop()
         for g in gated:
             g.server.stop()
+
+
+def test_the_servers_file_is_read_one_url_a_line_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    from h3bridge.errors import RequestError
+    from h3bridge.fleet.front import read_servers_file
+
+    listed = tmp_path / "servers.txt"
+    listed.write_text("# the studio's Macs\nhttp://mac1.local:8765/\n\nhttp://mac2.local:8765/v1  # upstairs\n"
+                      "http://mac1.local:8765\n")
+    assert read_servers_file(listed) == ["http://mac1.local:8765", "http://mac2.local:8765"]
+    listed.write_text("http://mac1.local:8765\nmac2 upstairs\n")
+    with pytest.raises(RequestError) as refused:
+        read_servers_file(listed)
+    assert f"--servers-file {listed} line 2:" in refused.value.message
+    assert refused.value.hint == "write one server's base URL a line, e.g. http://mac1.local:8765"
+    with pytest.raises(RequestError) as missing:
+        read_servers_file(tmp_path / "none.txt")
+    assert "cannot read it" in missing.value.message and missing.value.field == "--servers-file"

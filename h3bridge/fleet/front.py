@@ -72,7 +72,12 @@ def read_servers_file(path: Path) -> list[str]:
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if line:
-            url = check_server_url(line, f"--servers-file {path} line {number}:")
+            try:
+                url = check_server_url(line, "--server")
+            except RequestError as error:
+                raise RequestError(f"--servers-file {path} line {number}: {error.message.removeprefix('--server ')}",
+                                   field="--servers-file",
+                                   hint="write one server's base URL a line, e.g. http://mac1.local:8765") from None
             if url not in urls:
                 urls.append(url)
     return urls

@@ -209,7 +209,6 @@ def _local(args: argparse.Namespace, api_key: str | None, limits: UploadLimits, 
 def _front(args: argparse.Namespace, api_key: str | None, limits: UploadLimits, data_dir: Path):
     """A fleet's front (fleet/front.py): the same queue, one worker per --server, no engine here.
     The servers check each job against their own model and memory when they take it."""
-    from ..fleet.config import check_env_name
     from ..fleet.front import FleetWorkers, check_server_url, read_servers_file
     from .app import ServeSettings
     from .jobs import JobStore
@@ -217,7 +216,6 @@ def _front(args: argparse.Namespace, api_key: str | None, limits: UploadLimits, 
     if args.previews:
         raise RequestError("--previews needs this machine's library engine; a fleet's front (--server) runs no engine "
                            "and passes no previews on", field="previews", hint="drop --previews")
-    check_env_name(args.server_key_env, "--server-key-env")
     servers = []
     for url in args.server:
         url = check_server_url(url, "--server")
@@ -244,6 +242,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
                                   hint="pip install 'h3bridge[serve]'") from None
+    from ..fleet.config import check_env_name
+    check_env_name(args.server_key_env, "--server-key-env")     # also when no --server reads it
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(args.host, api_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
