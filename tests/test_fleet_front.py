@@ -12,6 +12,7 @@ job list, never from the front."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +107,16 @@ def run_gated(front: ServerProcess, gated: list[Gated], expected: int, *, on_ste
         time.sleep(0.02)
 
 
+def follow_one_through_the_front(front: ServerProcess, output: Path, phases: list[str]) -> bool:
+    """One job with RemoteEngine against the front: True if it followed the event stream."""
+    from h3bridge import GenerationRequest, RemoteEngine
+    with RemoteEngine(front.url, api_key=KEY, poll_interval=0.05) as engine:
+        engine.generate(GenerationRequest("followed through the front", width=96, height=64, frames=22, steps=2),
+                        output, want_frames=False, want_audio=False, on_progress=lambda event: phases.append(event.phase))
+        assert output.is_file()
+        return bool(engine._events_offered)
+
+
 def prompts_run(servers: list[ServerProcess]) -> list[str]:
     return [job["prompt"] for server in servers for job in backend_jobs(server)]
 
@@ -124,13 +135,19 @@ def test_the_stock_client_batch_of_twenty_is_accepted_and_spread_over_three_serv
         assert all(video.status in ("queued", "in_progress") for video in videos)
         assert sum(job["status"] == "queued" for job in front_jobs(front)) >= JOBS - len(gated)
 
-        jobs = run_gated(front, gated, JOBS)
-        assert [job["status"] for job in jobs] == ["completed"] * JOBS
+        # one more job, followed by RemoteEngine through the front's event stream
+        phases: list[str] = []
+        with ThreadPoolExecutor(1) as pool:
+            followed = pool.submit(follow_one_through_the_front, front, tmp_path / "followed.mp4", phases)
+            jobs = run_gated(front, gated, JOBS + 1)
+            assert followed.result() is True, "RemoteEngine polled: the front offered no event stream"
+        assert "FFmpeg" in phases      # the server's own phase, passed on by the front as it happened
+        assert [job["status"] for job in jobs] == ["completed"] * (JOBS + 1)
         ran = [len(backend_jobs(g.server)) for g in gated]
-        assert all(count >= 5 for count in ran) and sum(ran) == JOBS, ran
-        # each job ran once: twenty different prompts over the servers' own lists, all completed
-        assert sorted(prompts_run([g.server for g in gated])) == sorted(f"shot {i}: a red fox runs through snow"
-                                                                       for i in range(JOBS))
+        assert all(count >= 5 for count in ran) and sum(ran) == JOBS + 1, ran
+        # each job ran once: 21 different prompts over the servers' own lists, all completed
+        assert sorted(prompts_run([g.server for g in gated])) == sorted(
+            [f"shot {i}: a red fox runs through snow" for i in range(JOBS)] + ["followed through the front"])
         assert all(job["status"] == "completed" for g in gated for job in backend_jobs(g.server))
         # content through the front is the clip the server rendered
         first = client.videos.download_content(videos[0].id).read()
@@ -214,14 +231,18 @@ def test_the_front_killed_and_restarted_loses_no_job_and_renders_none_twice(tmp_
         assert [job["id"] for job in jobs] == [video.id for video in videos]
         assert all(job["status"] in ("queued", "in_progress") for job in jobs)
 
-        jobs = run_gated(front, gated, len(videos))
-        assert [job["status"] for job in jobs] == ["completed"] * len(videos)
-        # the two jobs the servers were rendering when the front died were followed there again
-        ran = prompts_run([g.server for g in gated])
-        assert sorted(ran) == sorted(f"shot {i}: a red fox runs through snow" for i in range(len(videos)))
-        assert all(job["status"] == "completed" for g in gated for job in backend_jobs(g.server))
+        # the first job, held on a server since before the restart, deleted through the front: gone there too
         client = stock_client(front, statuses)
-        assert client.videos.download_content(videos[0].id).read()[4:8] == b"ftyp"
+        assert client.videos.delete(videos[0].id).deleted
+        assert videos[0].prompt not in prompts_run([g.server for g in gated])
+        jobs = run_gated(front, gated, len(videos) - 1)
+        assert [job["id"] for job in jobs] == [video.id for video in videos[1:]]
+        assert [job["status"] for job in jobs] == ["completed"] * (len(videos) - 1)
+        # the other job the servers were rendering when the front died was followed there again
+        ran = prompts_run([g.server for g in gated])
+        assert sorted(ran) == sorted(f"shot {i}: a red fox runs through snow" for i in range(1, len(videos)))
+        assert all(job["status"] == "completed" for g in gated for job in backend_jobs(g.server))
+        assert client.videos.download_content(videos[1].id).read()[4:8] == b"ftyp"
         assert 429 not in statuses and all(status < 400 for status in statuses), sorted(set(statuses))
     finally:
         if front is not None:

@@ -148,7 +148,7 @@ class ServerWorker(Worker):
             # Back after going away mid-job: its own restart queued that job again; the front has
             # failed it already, so it must not render there a second time.
             for job_id in list(self._abandoned):
-                if self.engine._delete(job_id):
+                if self.engine.delete_job(job_id):
                     self._abandoned.remove(job_id)
         return up
 
@@ -222,9 +222,18 @@ class FleetWorkers:
             worker.notify()
 
     def cancel(self, job_id: str, timeout: float = 30.0) -> bool:
+        """Stop the job where it runs; a deleted job that waits on the front after its restart, handed
+        to a server before, is deleted on that server too."""
         with self._guard:
             workers = list(self._workers.values()) + self._retired
-        return any(worker.cancel(job_id, timeout) for worker in workers)
+        running = any(worker.cancel(job_id, timeout) for worker in workers)
+        placed = self.store.placement(job_id)
+        if placed is not None:
+            owner = self.worker(placed[0])
+            if not running and owner is not None and not owner.engine.delete_job(placed[1]):
+                owner.abandon(placed[1])       # deleted there once it answers again
+            self.store.unplace(job_id)
+        return running
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping.set()

@@ -298,6 +298,12 @@ class JobStore:
             row = self._db.execute("SELECT server, server_job FROM placements WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else (row["server"], row["server_job"])
 
+    def unplace(self, job_id: str) -> None:
+        """Forget where the job was handed (a deleted job's placement, once the front has deleted it
+        there: kept until then, as `remove` leaves it)."""
+        with self._guard:
+            self._db.execute("DELETE FROM placements WHERE job_id = ?", (job_id,))
+
     def count(self, status: JobStatus) -> int:
         with self._guard:
             return self._db.execute("SELECT COUNT(*) FROM jobs WHERE status = ?", (status.value,)).fetchone()[0]
@@ -339,7 +345,6 @@ class JobStore:
         with self._guard:
             cursor = self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
             self._db.execute("DELETE FROM idempotency WHERE job_id = ?", (job_id,))
-            self._db.execute("DELETE FROM placements WHERE job_id = ?", (job_id,))
         return cursor.rowcount == 1
 
     def remove_files(self, job_id: str) -> None:
