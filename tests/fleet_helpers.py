@@ -10,6 +10,7 @@ folder of its own, on a free loopback port. Its start takes a minute on a loaded
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,8 +28,10 @@ PROXY_READY_TIMEOUT = 300.0     # a safety net on a loaded machine, not an expec
 
 
 def litellm_program() -> str | None:
+    """The proxy's command beside this Python, else on PATH (a virtualenv that borrows its
+    packages from another, as a worktree's does, has no `litellm` script of its own)."""
     beside = Path(sys.executable).with_name("litellm")
-    return str(beside) if beside.exists() else None
+    return str(beside) if beside.exists() else shutil.which("litellm")
 
 
 def free_port() -> int:
