@@ -48,12 +48,12 @@ class Gated:
         self.released += 1
 
 
-def start_gated(root: Path, model_dir: Path, name: str) -> Gated:
+def start_gated(root: Path, model_dir: Path, name: str, *extra_args: str) -> Gated:
     folder = root / name
     notice, release = folder / "held", folder / "release"
     env = {"H3_SIM_HOLD_PHASE": HOLD_PHASE, "H3_SIM_HOLD_NOTICE": str(notice), "H3_SIM_HOLD_RELEASE": str(release),
            "H3_SIM_HOLD_ONCE": "1"}
-    return Gated(start_server(folder, model_dir, extra_env=env), notice, release)
+    return Gated(start_server(folder, model_dir, extra_env=env, extra_args=extra_args), notice, release)
 
 
 def backend_jobs(server: ServerProcess) -> list[dict]:
@@ -267,3 +267,34 @@ def test_the_servers_file_is_read_one_url_a_line_and_a_bad_line_is_named(tmp_pat
     with pytest.raises(RequestError) as missing:
         read_servers_file(tmp_path / "none.txt")
     assert "cannot read it" in missing.value.message and missing.value.field == "--servers-file"
+
+
+def test_a_server_full_of_other_clients_jobs_gives_the_job_back_and_another_runs_it(
+        tmp_path: Path, model: Path) -> None:  # noqa: F811
+    busy = start_gated(tmp_path, model, "busy", "--max-queued", "1")
+    free = start_gated(tmp_path, model, "free")
+    front = None
+    try:
+        # another client fills the busy server: one job held mid-render, one waiting behind it
+        for index in range(2):
+            httpx.post(f"{busy.server.url}/v1/videos", json={"prompt": f"someone else's job {index}", "size": "96x64",
+                                                             "seconds": "1", "num_inference_steps": 2},
+                       headers={"Authorization": f"Bearer {KEY}"}, timeout=30).raise_for_status()
+        while not busy.holding():
+            time.sleep(0.02)
+        front = start_front(tmp_path / "front", model, [busy.server.url, free.server.url])
+        statuses: list[int] = []
+        video = create(stock_client(front, statuses), 0)
+        busy.alive = False          # never released: only the free server can run the front's job
+        jobs = run_gated(front, [busy, free], 1)
+        assert jobs[0]["id"] == video.id and jobs[0]["status"] == "completed"
+        assert [job["prompt"] for job in backend_jobs(free.server)] == [video.prompt]
+        # the busy server's 429s queued nothing there
+        assert sorted(job["prompt"] for job in backend_jobs(busy.server)) == ["someone else's job 0",
+                                                                              "someone else's job 1"]
+        assert 429 not in statuses
+    finally:
+        if front is not None:
+            front.stop()
+        for g in (busy, free):
+            g.server.stop()

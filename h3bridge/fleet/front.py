@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -41,7 +42,7 @@ from ..engines.remote import JobAdoption, RemoteEngine, normalise_base_url
 from ..safeio.paths import FileTooLargeError, NotRegularFileError, not_regular, read_text_capped, too_large
 from ..server.jobs import FRONT_MAX_QUEUED, JobStore  # noqa: F401  (serve's default here)
 from ..server.progress_feed import ProgressHub
-from ..server.worker import NotTaken, Worker
+from ..server.worker import NOT_READY_WAIT, NotTaken, Worker
 from ..wire.videos import API_KEY_ENV, HEALTH_PATH
 from .config import FleetServer, ServerKind, check_server
 
@@ -95,6 +96,7 @@ class ServerWorker(Worker):
         self.url = engine.base_url
         self._api_key = api_key
         self._up: bool | None = None
+        self._rest_until = 0.0                 # after a job given back: no new one before this (monotonic)
         self._abandoned: list[str] = []       # this server's jobs the front gave up on when it went away
         self._fleet = fleet
 
@@ -131,6 +133,8 @@ class ServerWorker(Worker):
             self._wake.notify_all()
 
     def ready(self) -> bool:
+        if time.monotonic() < self._rest_until:    # it just gave a job back: not straight at it again
+            return False
         try:
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             up = httpx.get(self.url + HEALTH_PATH, headers=headers, timeout=HEALTH_TIMEOUT).status_code == 200
@@ -171,6 +175,7 @@ class ServerWorker(Worker):
         except RemoteUnreachableError as error:
             self._up = False
             if not accepted:
+                self._rest_until = time.monotonic() + NOT_READY_WAIT
                 raise NotTaken(error.message) from error
             self._abandoned.append(accepted[0])
             raise RemoteUnreachableError(
@@ -179,7 +184,7 @@ class ServerWorker(Worker):
                 hint="submit it again: a server that is up will take it") from None
         except RemoteError as error:
             if not accepted and error.status == 429:      # full with other clients' jobs
-                self._up = None
+                self._rest_until = time.monotonic() + NOT_READY_WAIT
                 raise NotTaken(error.message) from error
             raise
 
