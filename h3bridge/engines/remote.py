@@ -534,6 +534,11 @@ class RemoteEngine:
                                          f"{received} of {total} bytes", url=self.base_url,
                                          hint="check the server and the network, then run the job again")
 
+    def delete_job(self, job_id: str) -> bool:
+        """Delete the server's job `job_id` (a fleet's front cleaning up after a server that went
+        away); True once the server confirms it or has no such job. Never raises."""
+        return self._delete(job_id)
+
     def _delete(self, job_id: str) -> bool:
         """Cancel and delete the server's job; True once the server confirms it (or has no such
         job any more). Never raises: the caller is already reporting the cancel."""

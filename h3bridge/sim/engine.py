@@ -44,6 +44,7 @@ Simulation-only environment variables (documented again in docs/sim-and-testing.
   H3_SIM_HOLD_PHASE    <phase>[:<done>]  report that progress, create H3_SIM_HOLD_NOTICE (if set),
   H3_SIM_HOLD_RELEASE  then wait (silent) until the file H3_SIM_HOLD_RELEASE exists and go on: a
   H3_SIM_HOLD_NOTICE   test holds a job at a known point, acts (kills a client, a server), releases it
+  H3_SIM_HOLD_ONCE     =1: the job removes the release file as it goes on, so each job needs its own
   H3_SIM_FAIL_PHASE    <phase>[:<done>]  report that progress, then fail like a Metal error:
   H3_SIM_FAIL_MESSAGE  the message (default "Metal command buffer failed: Internal Error
                        (0000000e:Internal Error)"); main.c prints "h3: <message>", exit 1
@@ -347,6 +348,12 @@ class _Progress:
             release = os.environ.get("H3_SIM_HOLD_RELEASE") or ""
             while not os.path.exists(release):
                 time.sleep(0.02)
+            if os.environ.get("H3_SIM_HOLD_ONCE") == "1":
+                # one release, one job: the next job holds again (a test lets jobs go one by one)
+                try:
+                    os.remove(release)
+                except FileNotFoundError:
+                    pass
         if self.fail and self.fail.matches(phase, done):
             raise SimError(os.environ.get("H3_SIM_FAIL_MESSAGE") or DEFAULT_FAIL_MESSAGE)
 
