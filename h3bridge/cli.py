@@ -418,6 +418,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     from .lora import compiled
     record("lora fold", True, f"compiled kernels ({compiled.name()})" if compiled.available() else
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")
+    from .engines.priority import probe_background
+    record("background", *probe_background(),
+           "--background cannot lower the engine's priority here; render without it")
     machine = f"{platform.system()} {platform.machine()}"
     apple = platform.system() == "Darwin" and platform.machine() == "arm64"
     record("platform", True, machine + ("" if apple else

@@ -160,10 +160,26 @@ def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: 
     # the flags that chose the warm mode before `--engine session` (issue 30): still read, with a notice
     engine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
     engine.add_argument("--one-shot", dest="session", action=OldEngineFlag, kind=EngineKind.ONE_SHOT)
+    add_background_option(engine)
     from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
     add_library_options(parser)
     from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
     add_remote_option(parser)
+
+
+def add_background_option(group: "argparse._ArgumentGroup") -> None:
+    """--background (generate, story, serve): the engine at background priority (engines/priority.py)."""
+    from .engines.priority import platform_background
+    group.add_argument("--background", action="store_true",
+                       help=f"run the engine at background priority ({platform_background()}), so the machine stays "
+                            "responsive while it renders; a warm engine stays so until it is restarted")
+
+
+def apply_background(args: argparse.Namespace) -> None:
+    """--background (or a storyboard's `background = true`) for the engines this run starts."""
+    if getattr(args, "background", False):
+        from .engines.priority import set_background
+        set_background(True)
 
 
 class EngineChoices(tuple):
@@ -391,6 +407,7 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         raise RequestError(f"--remote-dialect {args.remote_dialect} says how to talk to a --remote server, and no "
                            "--remote was given", field="remote_dialect",
                            hint="add --remote URL, or drop --remote-dialect to render on this machine")
+    apply_background(args)       # a local engine's priority (a server sets its own)
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     return open_engine(kind, engine_path=args.engine_path, model_dir=args.model_dir, stall_timeout=stall_timeout,
                        library_path=getattr(args, "library_path", None), h3_dir=getattr(args, "h3_dir", None),

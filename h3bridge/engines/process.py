@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
+from .priority import apply_engine_priority
+
 # SIGTERM first so h3/FFmpeg can exit on their own; SIGKILL after this many seconds.
 # Kept short so a cancel always completes well within a second.
 TERMINATE_GRACE_SECONDS = 0.4
@@ -138,6 +140,7 @@ class EngineProcess:
             stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         # start_new_session makes the child a session and group leader: pgid == pid.
         self.pgid = self.popen.pid
+        apply_engine_priority(self.pid)      # --background (priority.py); what it spawns inherits it
         with _live_engines_lock:
             _live_engines.add(self)
         self.started = time.monotonic()
