@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cancel import CancelToken
+from .cancel import CancelToken, PauseControl
 from .engine_cli import (    # shared with story/cli.py and server/command.py, below all three
     EXIT_CANCELLED,
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
     PhaseProgressBars,
+    pause_on_ctrl_z,
     add_engine_options,
     add_engine_run_options,
     cancel_on_signals,
@@ -245,10 +246,11 @@ def run_generate(args: argparse.Namespace) -> int:
                 engine.close()
                 return cancelled_status(error, received)
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
+    pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
-                   on_progress=bars, on_preview=previews, cancel=cancel)
+                   on_progress=bars, on_preview=previews, cancel=cancel, pause=pause)
     started = time.monotonic()       # the wall time: waiting for the engine included
-    with cancel_on_signals(cancel) as received:
+    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, bars.show_paused):
         try:
             # a session hands what it cannot take to one-shot, saying so (engine_cli.say_running_one_shot)
             result = engine.generate(request, args.output or None, **options)  # type: ignore[arg-type]
@@ -257,7 +259,7 @@ def run_generate(args: argparse.Namespace) -> int:
         finally:
             bars.close()
             engine.close()
-    wall = time.monotonic() - started
+    wall = time.monotonic() - started - pause.paused_seconds()     # paused time is no time the job took
     if args.json:
         print(json.dumps(result_summary(result, wall=wall, waited=bars.waited), indent=2))
     else:

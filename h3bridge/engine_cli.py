@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from .cancel import CancelToken
+from .cancel import CancelToken, PauseControl
 from .safeio.numbers import float_flag
 from .errors import GenerationCancelled, RequestError, UnsupportedRequestError
 from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
-from .progress import WAITING_PHASE, ProgressEvent
+from .progress import PAUSED_PHASE, WAITING_PHASE, ProgressEvent
 from .vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
 from .runnable import h3bridge_command
 
@@ -62,6 +62,10 @@ WAIT_LINES_AFTER = (10.0, 30.0, 60.0)
 WAIT_LINE_EVERY = 60.0
 
 
+PAUSED_WORDS = "paused"
+RESUME_WORDS = "`fg` resumes"
+
+
 class PhaseProgressBars:
     """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
 
@@ -95,6 +99,9 @@ class PhaseProgressBars:
     def _show(self, event: ProgressEvent) -> None:
         if event.phase == WAITING_PHASE:
             self._show_wait(event)
+            return
+        if event.phase == PAUSED_PHASE:      # the phase's bar stays, saying so (the engine's next event clears it)
+            self.show_paused()
             return
         if not self.terminal:
             if event.phase != self._phase:
@@ -138,6 +145,20 @@ class PhaseProgressBars:
         self._bar.ncols = bar_columns()
         self._bar.set_postfix_str(held, refresh=False)
         self._bar.refresh()
+
+    def show_paused(self) -> None:
+        """The progress line says the job is paused (Ctrl-Z); its next event shows it running again."""
+        if not self.enabled:
+            return
+        try:
+            if self._bar is not None and self.terminal:
+                self._bar.set_postfix_str(f"{PAUSED_WORDS} ({RESUME_WORDS})", refresh=True)
+            elif not self.terminal and self._phase != PAUSED_PHASE:
+                print(f"h3bridge: {PAUSED_WORDS}", file=sys.stderr, flush=True)
+                self._phase = PAUSED_PHASE
+        except (OSError, ValueError):
+            self.enabled = False
+            self._bar = None
 
     def close(self) -> None:
         if self._bar is not None:
@@ -446,6 +467,46 @@ def cancel_on_signals(cancel: CancelToken) -> Iterator[list[int]]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def pause_on_ctrl_z(pause: PauseControl, on_pause: Callable[[], None] | None = None) -> Iterator[None]:
+    """Ctrl-Z (SIGTSTP) pauses the engine with the command: the engine, which runs in a session of
+    its own and so never hears the terminal's Ctrl-Z, is stopped where it is (PauseControl: its
+    process group gets SIGSTOP; its memory stays resident), then this process stops itself as Ctrl-Z
+    would have. `fg` (SIGCONT) continues both. A SIGTSTP the caller chose to ignore stays ignored."""
+    if signal.getsignal(signal.SIGTSTP) is signal.SIG_IGN:
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        pause.pause()
+        if on_pause is not None:
+            on_pause()
+        _say("paused: the engine is stopped where it was and its memory stays in use (resident); "
+             "`fg` resumes it, and the clip is the same as without the pause")
+        os.kill(os.getpid(), signal.SIGSTOP)      # stopped here until `fg` / `bg` / SIGCONT
+        if pause.resume():
+            _say("resumed")
+
+    def continued(signum: int, frame: object) -> None:
+        pause.resume()          # continued after a stop that came some other way (kill -STOP)
+
+    previous = {signal.SIGTSTP: signal.signal(signal.SIGTSTP, stop),
+                signal.SIGCONT: signal.signal(signal.SIGCONT, continued)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        pause.resume()
+
+
+def _say(text: str) -> None:
+    try:
+        print(f"\nh3bridge: {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:

@@ -10,6 +10,10 @@ if TYPE_CHECKING:
 
 # Shown while a job waits for the machine-wide engine lock.
 WAITING_PHASE = "waiting for the engine"
+# Shown while the caller paused the job (cancel.PauseControl): the engine's process group is
+# stopped; `done`/`total`/`fraction` stay those of the last report, `detail` says in which phase.
+# The job's last real event comes again on resume.
+PAUSED_PHASE = "paused"
 
 
 @dataclass(frozen=True)

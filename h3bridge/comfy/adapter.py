@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..engines.locate import locate_engine
 from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
@@ -857,7 +857,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
                  on_preview: Callable[[PreviewFrame], None] | None = None,
-                 engine_factory: Callable[[EngineHandle], Engine] = open_engine) -> GenerateOutputs:
+                 engine_factory: Callable[[EngineHandle], Engine] = open_engine,
+                 pause: PauseControl | None = None) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
 
     Input files live in a private directory under `scratch_parent`, removed when this
@@ -898,6 +899,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             output = new_output_path(output_dir)
             options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
                            cancel=cancel)
+            if pause is not None:       # the frontend's Pause button (comfy/pause.py)
+                options["pause"] = pause
             # library mode (the preview VAE's memory is planned), and remote mode: the previews a
             # server streams (an `h3bridge serve` whose engine makes them; others send none)
             if (handle.previews or handle.mode == REMOTE) and on_preview is not None:

@@ -41,6 +41,7 @@ from ..geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES
 from . import adapter
 from .hex_nodes import HEX_NODES          # H3 hexagon tiling nodes (h3bridge/hexgrid)
 from .lora_nodes import LORA_NODES        # H3 LoRA (h3bridge/lora)
+from .pause import RUNNING_JOBS, register_pause_routes     # the frontend's Pause button
 from .model_nodes import MODEL_NODES      # H3 Model (a model folder under models/h3)
 from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
                      user_facing_errors, work_dir)
@@ -419,15 +420,16 @@ class H3GenerateNode(io.ComfyNode):
         progress, node_text = adapter.node_progress(engine, lambda value, total: bar.update_absolute(value, total),
                                                     notice_on_node(cls.hidden.unique_id))   # the notice, then the ETA
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
-        outputs = adapter.run_generate(
-            engine, _settings(values, prompt),
-            adapter.GenerateInputs(
-                first_frame=None if first_frame is None else to_numpy(first_frame),
-                last_frame=None if last_frame is None else to_numpy(last_frame),
-                references=references),
-            scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
-            on_progress=progress, on_notice=node_text.notice, cancel=cancel,
-            on_preview=_preview_on_node(bar, progress))
+        with RUNNING_JOBS.job(cls.hidden.unique_id if cls.hidden else None) as pause:     # the Pause button
+            outputs = adapter.run_generate(
+                engine, _settings(values, prompt),
+                adapter.GenerateInputs(
+                    first_frame=None if first_frame is None else to_numpy(first_frame),
+                    last_frame=None if last_frame is None else to_numpy(last_frame),
+                    references=references),
+                scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
+                on_progress=progress, on_notice=node_text.notice, cancel=cancel,
+                on_preview=_preview_on_node(bar, progress), pause=pause)
         progress.finish()
         return io.NodeOutput(
             InputImpl.VideoFromFile(str(outputs.video_path)),
@@ -560,6 +562,11 @@ class H3BridgeExtension(ComfyExtension):
             adapter.install_termination_cleanup()
         except ValueError:
             pass         # not the main thread: Python allows signal handlers only there
+        try:
+            from server import PromptServer     # ComfyUI's own server: the Pause button's routes
+            register_pause_routes(PromptServer.instance)
+        except (ImportError, AttributeError):
+            pass         # no server (scripted use): nothing to press
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         return [*NODES, *MODEL_NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES]

@@ -21,6 +21,7 @@ from ..story.host import render_story_text
 from ..story.plan import StoryMemoryError
 from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
 from . import adapter
+from .pause import RUNNING_JOBS
 from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
 
 IMAGE_OUTPUT_INDEX = 2
@@ -113,18 +114,19 @@ class H3StoryboardNode(io.ComfyNode):
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         defaults = {"preset": preset, "width": width, "height": height, "seed": seed,
                     "crossfade_frames": crossfade_frames, "ssd_streaming": bool(ssd_streaming)}
-        try:
-            outputs = render_story_text(
-                shots, defaults, engine=adapter.engine_for_node(engine), jobs_root=stories_folder(),
-                job_name=job_name, want_frames=want_image,
-                on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
-                                                          adapter.PROGRESS_STEPS),
-                on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
-                film_root=films_folder())
-        except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
-            raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
-                                 in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",
-                                 force="set the force input to true") from None
+        with RUNNING_JOBS.job(hidden.unique_id if hidden else None) as pause:     # the Pause button
+            try:
+                outputs = render_story_text(
+                    shots, defaults, engine=adapter.engine_for_node(engine), jobs_root=stories_folder(),
+                    job_name=job_name, want_frames=want_image,
+                    on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
+                                                              adapter.PROGRESS_STEPS),
+                    on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
+                    film_root=films_folder(), pause=pause)
+            except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
+                raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
+                                     in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",
+                                     force="set the force input to true") from None
         image = (adapter.frames_to_image_batch(outputs.frames) if outputs.frames is not None
                  else adapter.placeholder_image(width, height))
         return io.NodeOutput(

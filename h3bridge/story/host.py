@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..engines.protocol import Engine
 from ..errors import RequestError
 from .assemble import film_arrays
@@ -43,7 +43,7 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
                       on_progress: StoryProgressCallback | None = None,
                       on_notice: Callable[[str], None] | None = None,
                       cancel: CancelToken | None = None, force: bool = False,
-                      film_root: Path | None = None) -> HostStoryOutputs:
+                      film_root: Path | None = None, pause: PauseControl | None = None) -> HostStoryOutputs:
     """`film_root`: where the film is assembled (default: beside the job folder). A host that saves
     the film itself (ComfyUI's Save Video) gives its temporary folder, so the film is kept once."""
     storyboard = storyboard_from_text(shots_text, defaults)
@@ -52,7 +52,7 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
     folder.parent.mkdir(parents=True, exist_ok=True)
     film.parent.mkdir(parents=True, exist_ok=True)
     result = run_story(storyboard, film, engine=engine, fallback=fallback, job_dir=folder,
-                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force)
+                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force, pause=pause)
     first = storyboard.base_request(1)
     frames, audio = film_arrays(result.pieces, first.width, first.height, want_frames=want_frames, cancel=cancel)
     summary = (f"{len(result.shots)} shots, {result.film_frames} frames ({result.film_frames / 24:.1f} s) "

@@ -54,7 +54,7 @@ class Continuation(str, enum.Enum):
 # Request fields a story or a shot may set (the continuation inputs are the runner's).
 REQUEST_KEYS = tuple(f.name for f in fields(GenerationRequest) if f.name not in ("prompt", "references"))
 PATH_KEYS = ("first_frame", "last_frame")
-STORY_KEYS = ("tail_seconds", "crossfade_frames", "crossfade_cuts", "title")
+STORY_KEYS = ("tail_seconds", "crossfade_frames", "crossfade_cuts", "title", "background")
 SHOT_KEYS = ("prompt", "continue", "tail_seconds", "references", "preset", *REQUEST_KEYS)
 
 
@@ -77,6 +77,7 @@ class Storyboard:
     crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES   # audio crossfade at each join, in frames' worth
     crossfade_cuts: bool = True                        # False: hard audio joins at `cut`s
     title: str = ""
+    background: bool = False        # the engine at background priority (engines/priority.py; --background)
 
     # ------------------------------------------------------------------ reading
 
@@ -140,7 +141,8 @@ class Storyboard:
         story = cls(shots=shots, defaults=defaults,
                     tail_seconds=data.get("tail_seconds", DEFAULT_TAIL_SECONDS),
                     crossfade_frames=data.get("crossfade_frames", DEFAULT_CROSSFADE_FRAMES),
-                    crossfade_cuts=data.get("crossfade_cuts", True), title=data.get("title", ""))
+                    crossfade_cuts=data.get("crossfade_cuts", True), title=data.get("title", ""),
+                    background=data.get("background", False))
         story.check_story_settings()
         return story
 
@@ -158,6 +160,9 @@ class Storyboard:
         if not isinstance(self.crossfade_cuts, bool):
             raise RequestError(f"crossfade_cuts = {shown(self.crossfade_cuts)} must be true or false",
                                field="crossfade_cuts", hint="use crossfade_cuts = false for hard joins at cuts")
+        if not isinstance(self.background, bool):
+            raise RequestError(f"background = {shown(self.background)} must be true or false", field="background",
+                               hint="use background = true to render at background priority (or drop the line)")
         if not isinstance(self.title, str):
             raise RequestError(f"title = {shown(self.title)} must be text (the film's title)", field="title",
                                hint='e.g. title = "The lighthouse"')
