@@ -2,7 +2,7 @@
 vLLM-Omni implement, over the durable queue (jobs.py) and the worker (worker.py). create_app only
 assembles it: the routes are in routes/ (one module per concern), the state they share is one
 AppState (state.py), the key check and FastAPI's own refusals in guards.py, the error answers in
-answers.py. The bind checks below run before the app is made (server/command.py).
+answers.py. The bind checks below run before the app is made (cli/serve.py).
 
     POST   /v1/videos               submit (JSON, or multipart with files) -> the job, queued
     POST   /v1/videos/sync          submit and answer with the MP4 once complete (vLLM-Omni's variant)

@@ -26,7 +26,7 @@ class ServeSettings:
     # The checks `generate` makes before it starts an engine, beyond the request's own rules
     # (cli.preflight_generate: the model check and the memory plan); raises H3BridgeError.
     preflight: Callable[[GenerationRequest], None] | None = None
-    model: dict[str, object] | None = None     # /health's model state (server/command.py model_health)
+    model: dict[str, object] | None = None     # /health's model state (cli/serve.py model_health)
     sync_timeout: float = 1800.0               # POST /v1/videos/sync waits at most this long for its clip
     stream_slots: StreamSlots = field(default_factory=StreamSlots)     # open event streams, bounded
     max_queued: int | None = DEFAULT_MAX_QUEUED    # jobs waiting behind the running one; None: no bound

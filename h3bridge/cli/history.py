@@ -6,8 +6,8 @@ import json
 import sys
 import time
 
-from .stats import ShapeStats, Spread, run_seconds, shape_stats
-from .store import HistoryStore, JobRow, history_path
+from ..history.stats import ShapeStats, Spread, run_seconds, shape_stats
+from ..history.store import HistoryStore, JobRow, history_path
 
 DEFAULT_LIMIT = 20
 PROMPT_WIDTH = 40
