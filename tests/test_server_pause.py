@@ -36,6 +36,7 @@ PEERS = Path(__file__).parent / "fixtures" / "peers"
 SGLANG_T2VA = next(example["json"] for example in json.loads((PEERS / "sglang_requests.json").read_text())["examples"]
                    if example["name"] == "H3 t2va canonical")
 NO_SUCH_JOB = "video_" + "0" * 32
+LONG_PHASE = "load transformer core"     # h3-sim's longest phase for a small clip: caught mid-way
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +141,7 @@ def _cpu(processes: list[psutil.Process]) -> float:
 
 @pytest.fixture
 def slow_sim(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """h3-sim slow enough to be caught mid-denoise (its phases sleep), logging each engine's pid."""
+    """h3-sim slow enough to be caught mid-job (its phases sleep), logging each engine's pid."""
     monkeypatch.setenv("H3_SIM_TIME_SCALE", "0.05")
     log = tmp_path / "sim-log.jsonl"
     monkeypatch.setenv("H3_SIM_LOG", str(log))
@@ -161,7 +162,7 @@ def test_pause_stops_the_engine_queued_jobs_wait_and_resume_finishes_the_same_cl
         reader.start()
         served.start_when_watched()
         job = lambda: httpx.get(f"{served.url}/v1/videos/{first}", headers=AUTH, timeout=30).json()  # noqa: E731
-        _wait_for(lambda: job().get("phase") == "denoise", "the job never reached its denoise")
+        _wait_for(lambda: job().get("phase") == LONG_PHASE, "the job never reached its DiT load")
         paused = httpx.post(f"{served.url}/v1/videos/{first}/pause", headers=AUTH, timeout=30)
         assert paused.status_code == 200 and paused.json()["status"] == "paused", paused.text
         pid = sim_invocations(slow_sim)[engines_before]["pid"]
@@ -197,7 +198,7 @@ def test_delete_while_paused_stops_everything_and_leaves_nothing(tmp_path: Path,
     with serving(tmp_path / "data", OneShotEngine(sim_engine_path(), model_dir)) as served:
         job_id = submit(served.url, fast_request(steps=8))
         _wait_for(lambda: httpx.get(f"{served.url}/v1/videos/{job_id}", headers=AUTH, timeout=30)
-                  .json().get("phase") == "denoise", "the job never reached its denoise")
+                  .json().get("phase") == LONG_PHASE, "the job never reached its DiT load")
         assert httpx.post(f"{served.url}/v1/videos/{job_id}/pause", headers=AUTH, timeout=30).status_code == 200
         pid = sim_invocations(slow_sim)[0]["pid"]
         deleted = httpx.delete(f"{served.url}/v1/videos/{job_id}", headers=AUTH, timeout=60)
@@ -218,7 +219,7 @@ def test_remote_engine_pauses_its_server_job(tmp_path: Path, model_dir: Path, sl
             fast_request(steps=8), tmp_path / "remote.mp4", want_frames=False, pause=pause, cancel=cancel,
             on_progress=lambda event: phases.append(event.phase))), daemon=True)
         thread.start()
-        _wait_for(lambda: "denoise" in phases, "the remote job never reached its denoise")
+        _wait_for(lambda: LONG_PHASE in phases, "the remote job never reached its DiT load")
         job_id = httpx.get(f"{served.url}/v1/videos", headers=AUTH, timeout=30).json()["data"][0]["id"]
         pause.pause()
         _wait_for(lambda: httpx.get(f"{served.url}/v1/videos/{job_id}", headers=AUTH, timeout=30)

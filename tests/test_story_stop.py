@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,38 @@ def test_the_storyboard_key_background_must_be_true_or_false() -> None:
     assert refused.value.field == "background" and "must be true or false" in refused.value.message
     assert "background = true" in (refused.value.hint or "")
     assert Storyboard.from_dict({"background": True, "shot": [{"prompt": "x"}]}).background is True
+
+
+def test_ctrl_z_pauses_the_story_and_fg_finishes_the_same_film(tmp_path: Path, model_dir: Path, sim_log: Path,
+                                                              reference_film) -> None:
+    """Ctrl-Z (SIGTSTP) during shot 2 stops its engine and the command; SIGCONT (`fg`) goes on."""
+    import psutil
+
+    story = write_story(tmp_path, CRASH_STORY)
+    argv = story_argv(story, tmp_path / "film.mp4", sim_engine_path(), model_dir, "--engine", "one-shot")
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_default_signals)
+    assert process.stderr is not None
+    try:
+        for line in process.stderr:
+            if line.startswith("h3bridge: shot 2/3: denoise"):
+                process.send_signal(signal.SIGTSTP)
+                break
+        said = process.stderr.readline()
+        assert "paused: the engine is stopped where it was and its memory stays in use (resident)" in said, said
+        engine = psutil.Process(sim_invocations(sim_log)[1]["pid"])
+        deadline = time.monotonic() + 60
+        while not (engine.status() == psutil.STATUS_STOPPED and
+                   psutil.Process(process.pid).status() == psutil.STATUS_STOPPED):
+            assert time.monotonic() < deadline, "the engine and the command were never both stopped"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGCONT)
+        rest = process.stderr.read()
+        assert process.wait(timeout=120) == 0, rest
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+    assert "h3bridge: resumed" in rest
+    assert rendered_prompts(sim_log, 0) == ["first shot", "second shot", "third shot"]     # nothing rendered twice
+    _assert_film_is(tmp_path / "film.mp4", reference_film)

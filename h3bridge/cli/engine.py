@@ -147,15 +147,12 @@ class PhaseProgressBars:
         self._bar.refresh()
 
     def show_paused(self) -> None:
-        """The progress line says the job is paused (Ctrl-Z); its next event shows it running again."""
-        if not self.enabled:
+        """The progress bar says the job is paused (Ctrl-Z); its next event shows it running again.
+        (Without a terminal the line pause_on_ctrl_z writes says it.)"""
+        if not self.enabled or not self.terminal or self._bar is None:
             return
         try:
-            if self._bar is not None and self.terminal:
-                self._bar.set_postfix_str(f"{PAUSED_WORDS} ({RESUME_WORDS})", refresh=True)
-            elif not self.terminal and self._phase != PAUSED_PHASE:
-                print(f"h3bridge: {PAUSED_WORDS}", file=sys.stderr, flush=True)
-                self._phase = PAUSED_PHASE
+            self._bar.set_postfix_str(f"{PAUSED_WORDS} ({RESUME_WORDS})", refresh=True)
         except (OSError, ValueError):
             self.enabled = False
             self._bar = None
@@ -486,8 +483,8 @@ def pause_on_ctrl_z(pause: PauseControl, on_pause: Callable[[], None] | None = N
         _say("paused: the engine is stopped where it was and its memory stays in use (resident); "
              "`fg` resumes it, and the clip is the same as without the pause")
         os.kill(os.getpid(), signal.SIGSTOP)      # stopped here until `fg` / `bg` / SIGCONT
-        if pause.resume():
-            _say("resumed")
+        pause.resume()          # (the SIGCONT handler below may have run first: the same resume)
+        _say("resumed")
 
     def continued(signum: int, frame: object) -> None:
         pause.resume()          # continued after a stop that came some other way (kill -STOP)
@@ -504,7 +501,8 @@ def pause_on_ctrl_z(pause: PauseControl, on_pause: Callable[[], None] | None = N
 
 def _say(text: str) -> None:
     try:
-        print(f"\nh3bridge: {text}", file=sys.stderr, flush=True)
+        # (below a progress bar's line on a terminal, not on it)
+        print(f"{chr(10) if sys.stderr.isatty() else ''}h3bridge: {text}", file=sys.stderr, flush=True)
     except OSError:
         pass
 

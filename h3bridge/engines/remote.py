@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..errors import (
     GenerationCancelled,
     RemoteAuthError,
@@ -46,6 +46,7 @@ from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS
 from .scratch import make_work_folder, remove_leftovers
 from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
 from .protocol import EngineCapabilities
+from .remote_pause import follow_pause
 from .remote_events import QUEUED_PHASE, RUNNING_PHASE, StreamUnavailable, follow_events
 
 POLL_SECONDS = 0.25           # between status polls; a cancel interrupts the wait at once
@@ -201,7 +202,8 @@ class RemoteEngine:
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None, adoption: JobAdoption | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, adoption: JobAdoption | None = None,
+                 pause: PauseControl | None = None) -> GenerationResult:
         """Render one clip on the server and return it as the local engines do (the `Engine` protocol).
 
         The request is validated here first (every `generate` rule, the input files included),
@@ -238,7 +240,11 @@ class RemoteEngine:
                 if adoption is not None and adoption.on_submitted is not None:
                     adoption.on_submitted(job.id)
             job_id = job.id
-            job = self._follow(job, started, on_progress, on_preview, cancel)
+            stop_following = follow_pause(self, job_id, pause)     # pause(): POST .../pause (remote_pause.py)
+            try:
+                job = self._follow(job, started, on_progress, on_preview, cancel)
+            finally:
+                stop_following()
             if mp4 is not None:
                 self._download(job_id, mp4, started, on_progress, cancel)
             raise_if_cancelled(cancel)
@@ -246,7 +252,7 @@ class RemoteEngine:
             if want_frames and mp4 is not None:
                 frames = decode_video_frames(mp4, request.frame_count, request.width, request.height)
             raise_if_cancelled(cancel)
-            timings = {"total": time.monotonic() - started}
+            timings = {"total": time.monotonic() - started - (pause.paused_seconds() if pause is not None else 0.0)}
             result = finish_result(request, mp4, output_path, overwrite=overwrite, frames=frames,
                                    want_audio=want_audio, timings=timings,
                                    command=[f"POST {self.base_url}{VIDEOS_PATH}", f"job {job_id}"],

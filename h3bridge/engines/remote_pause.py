@@ -1,7 +1,7 @@
 """A remote job paused and resumed with its caller's PauseControl: each pause()/resume() is a POST
 to the server's /v1/videos/{id}/pause or /resume (an `h3bridge serve`: the engine there stops with
 its memory resident). A server that cannot pause (a peer's, or the job already ended) is said so
-in the log; the job then runs on, and the local pause only holds what follows (the download)."""
+in the log; the job then runs on there."""
 from __future__ import annotations
 
 import logging
