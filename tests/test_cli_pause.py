@@ -111,3 +111,43 @@ def test_a_sigtstp_the_caller_ignores_stays_ignored(tmp_path: Path, model_dir: P
             break
     rest = cli.stderr.read()
     assert cli.wait(timeout=WAIT) == 0 and "paused" not in rest and (tmp_path / "a.mp4").is_file()
+
+
+def test_ctrl_z_pauses_generate_takes_and_fg_finishes_the_same_takes(tmp_path: Path, model_dir: Path) -> None:
+    """`generate --takes 2`: Ctrl-Z during the first take stops its engine and the CLI; `fg` goes on
+    and both takes are the ones an unpaused run makes."""
+    log = tmp_path / "sim-log.jsonl"
+    env = {**os.environ, "H3_SIM_TIME_SCALE": "0.05", "H3_SIM_LOG": str(log)}
+    reference = subprocess.run(generate_argv(tmp_path / "reference.mp4", model_dir, "--takes", "2", "--quiet"),
+                               env=env, capture_output=True, text=True, timeout=WAIT)
+    assert reference.returncode == 0, reference.stderr
+    before = len(sim_invocations(log))
+    cli = subprocess.Popen(generate_argv(tmp_path / "paused.mp4", model_dir, "--takes", "2"), env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
+    assert cli.stderr is not None
+    try:
+        for line in cli.stderr:
+            if line.startswith(LONG_PHASE_LINE):
+                break
+        cli.send_signal(signal.SIGTSTP)
+        said = cli.stderr.readline()
+        assert "paused: the engine is stopped where it was" in said, said
+        wait_until(lambda: stopped([psutil.Process(cli.pid)]), "the CLI never stopped itself")
+        group = wait_until(lambda: (g := engine_group(sim_invocations(log)[before]["pid"])) and stopped(g) and g,
+                           "the first take's engine group was never stopped")
+        cpu = cpu_seconds(group)
+        time.sleep(PAUSED_FOR)
+        assert cpu_seconds(group) == cpu, "the paused engine used CPU"
+        assert len(sim_invocations(log)) == before + 1, "a second take started while paused"
+        cli.send_signal(signal.SIGCONT)
+        rest = cli.stderr.read()
+        assert cli.wait(timeout=WAIT) == 0, rest
+    finally:
+        if cli.poll() is None:
+            cli.send_signal(signal.SIGCONT)
+            cli.kill()
+    assert "h3bridge: resumed" in rest and "wrote 2 takes" in rest
+    for take in (1, 2):
+        frames, audio, _ = decode_film(tmp_path / f"paused.take{take}.mp4")
+        expected_frames, expected_audio, _ = decode_film(tmp_path / f"reference.take{take}.mp4")
+        assert np.array_equal(frames, expected_frames) and np.array_equal(audio, expected_audio)

@@ -21,6 +21,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from core_helpers import fast_request, isolated_home, model_dir, sim_engine_path, sim_invocations  # noqa: F401
+from fleet_helpers import start_front
+from remote_helpers import start_server
 from server_helpers import KEY
 from story_helpers import decode_film
 from test_server_events import AUTH, WAIT, read_stream, serving, submit
@@ -230,3 +232,34 @@ def test_remote_engine_pauses_its_server_job(tmp_path: Path, model_dir: Path, sl
         thread.join(WAIT)
         assert result and result[0].video_path == tmp_path / "remote.mp4" and result[0].video_path.is_file()
         remote.close()
+
+
+def test_a_fleets_front_pauses_the_job_on_the_server_that_runs_it(tmp_path: Path, model_dir: Path) -> None:
+    """POST .../pause on a front (`h3bridge serve --server URL`): the server running the job pauses
+    it (its engine's group stopped, the job there reads paused), the front's job reads paused;
+    resume goes on there and the front's job completes."""
+    log = tmp_path / "sim-log.jsonl"
+    server = start_server(tmp_path / "server", model_dir,
+                          extra_env={"H3_SIM_TIME_SCALE": "0.05", "H3_SIM_LOG": str(log)})
+    try:
+        front = start_front(tmp_path / "front", model_dir, [server.url])
+        try:
+            job_id = submit(front.url, fast_request(steps=8))
+            job = lambda url, name: httpx.get(f"{url}/v1/videos/{name}", headers=AUTH, timeout=30).json()  # noqa: E731
+            _wait_for(lambda: job(front.url, job_id).get("phase") == LONG_PHASE,
+                      "the job never reached its DiT load on the server")
+            paused = httpx.post(f"{front.url}/v1/videos/{job_id}/pause", headers=AUTH, timeout=30)
+            assert paused.status_code == 200 and paused.json()["status"] == "paused", paused.text
+            server_job = httpx.get(f"{server.url}/v1/videos", headers=AUTH, timeout=30).json()["data"][0]["id"]
+            _wait_for(lambda: job(server.url, server_job)["status"] == "paused", "the server's job never paused")
+            _wait_for(lambda: (g := _group(sim_invocations(log)[0]["pid"]))
+                      and all(p.status() == psutil.STATUS_STOPPED for p in g),
+                      "the server's engine group was never stopped")
+            assert job(front.url, job_id)["status"] == "paused"
+            resumed = httpx.post(f"{front.url}/v1/videos/{job_id}/resume", headers=AUTH, timeout=30)
+            assert resumed.status_code == 200 and resumed.json()["status"] == "in_progress", resumed.text
+            _wait_for(lambda: job(front.url, job_id)["status"] == "completed", "the job never completed")
+        finally:
+            front.stop()
+    finally:
+        server.stop()

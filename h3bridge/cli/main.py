@@ -363,19 +363,20 @@ def run_takes(args: argparse.Namespace) -> int:
         except OSError:
             pass
 
+    pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
     started = time.monotonic()
-    with cancel_on_signals(cancel) as received:
+    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, bars.show_paused):
         try:
             result = generate_takes(engine, request, args.output, seeds=chosen, overwrite=args.overwrite,
                                     want_frames=args.read_frames and not args.no_frames, want_audio=True,
                                     on_progress=bars, on_preview=previews, on_take=starting, cancel=cancel,
-                                    parallel=args.parallel)
+                                    parallel=args.parallel, pause=pause)
         except GenerationCancelled as error:
             return cancelled_status(error, received)
         finally:
             bars.close()
             engine.close()
-    wall = time.monotonic() - started
+    wall = time.monotonic() - started - pause.paused_seconds()     # paused time is no time the takes took
     if args.json:
         print(json.dumps({"takes": [{"take": number, **result_summary(take)}
                                     for number, take in enumerate(result.takes, 1)],

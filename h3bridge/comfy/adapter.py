@@ -1004,7 +1004,7 @@ def _node_takes(handle: EngineHandle, request: GenerationRequest, takes: int, ou
     progress = TakesProgress(options.get("on_progress"), takes, on_take=notify)
     done = generate_takes(engine(), request, output, takes=takes, want_frames=False, want_audio=False,
                           on_progress=progress, on_preview=options.get("on_preview"), on_take=progress.start,
-                          cancel=options.get("cancel"))
+                          cancel=options.get("cancel"), pause=options.get("pause"))
     assert done.contact_sheet is not None and done.sheet is not None
     first = done.takes[0]
     rendered = RenderedTakes(tuple(Path(take.video_path) for take in done.takes), tuple(done.seeds),
