@@ -1,5 +1,5 @@
 // Pause / Resume for the running H3 node (issue 31). While an H3 node (H3 Generate, H3 Storyboard)
-// renders, a small control shows at the bottom right: Pause stops the engine where it is (its
+// renders, a small control shows at the bottom of the window: Pause stops the engine where it is (its
 // process group is stopped; its memory stays in use, so the GPU and the CPU are free but the RAM is
 // not), Resume continues it, and the clip is the one an unpaused run makes. ComfyUI's Interrupt still
 // ends the job while it is paused. The server side is h3bridge/comfy/pause.py (routes on ComfyUI's
@@ -20,7 +20,9 @@ function build() {
   panel = document.createElement("div");
   panel.id = "h3bridge-pause";
   Object.assign(panel.style, {
-    position: "fixed", right: "16px", bottom: "16px", zIndex: 1000, display: "none", alignItems: "center",
+    // bottom centre: clear of the minimap and the queue panel in the corners
+    position: "fixed", left: "50%", transform: "translateX(-50%)", bottom: "16px", zIndex: 1000, display: "none",
+    alignItems: "center",
     gap: "10px", padding: "8px 12px", borderRadius: "8px", font: "13px sans-serif",
     background: "var(--comfy-menu-bg, #353535)", color: "var(--fg-color, #fff)",
     border: "1px solid var(--border-color, #4e4e4e)", boxShadow: "0 2px 8px rgba(0,0,0,.4)",
