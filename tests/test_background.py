@@ -7,26 +7,32 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
-from core_helpers import model_dir, sim_engine_path  # noqa: F401 (fixture)
+from core_helpers import fast_request, model_dir, sim_engine_path  # noqa: F401 (fixture)
+from story_helpers import CANVAS, write_story
+
+from h3bridge.comfy import adapter
 from h3bridge.engines import priority
+from h3bridge.engines.factory import open_engine
+from h3bridge.engines.fallback import FallbackEngine
+from h3bridge.engines.oneshot import OneShotEngine
 from h3bridge.engines.process import EngineProcess
+from h3bridge.errors import RequestError
+from h3bridge.story.runner import run_story
+from h3bridge.story.storyboard import Storyboard
+from h3bridge.vocabulary import EngineKind
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice/ionice are read back on Linux")
 FAST_FLAGS = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2"]
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(30)"]
-
-
-@pytest.fixture
-def background_off():
-    priority.set_background(False)
-    yield
-    priority.set_background(False)
+WAIT = 120.0        # a safety net for a loaded machine, never an expected time
 
 
 def _priority_of(pid: int) -> tuple[int, int]:
@@ -40,15 +46,14 @@ def _autogroup_nice(pid: int) -> int | None:
 
 
 @linux_only
-def test_an_engine_child_is_lowered_only_with_background(background_off: None) -> None:
+def test_an_engine_child_is_lowered_only_with_background() -> None:
     ours = psutil.Process().nice()
     normal = EngineProcess(SLEEPER)
     try:
         assert _priority_of(normal.pid)[0] == ours
     finally:
         normal.stop(grace=0.1)
-    priority.set_background(True)
-    lowered = EngineProcess(SLEEPER)
+    lowered = EngineProcess(SLEEPER, background=True)
     try:
         assert _priority_of(lowered.pid) == (19, int(psutil.IOPRIO_CLASS_IDLE))
         assert _autogroup_nice(lowered.pid) in (None, 19)        # None: a kernel without autogroups
@@ -56,15 +61,101 @@ def test_an_engine_child_is_lowered_only_with_background(background_off: None) -
         lowered.stop(grace=0.1)
 
 
-@linux_only
-def test_background_lowers_an_engine_already_running(background_off: None) -> None:
-    """A warm engine started before --background was asked for (a ComfyUI job after another)."""
-    warm = EngineProcess(SLEEPER)
+def _priority_while_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run) -> tuple[int, int]:
+    """Run `run()` in a thread with h3-sim held in its denoise; the engine's (nice, I/O class) there."""
+    held, release = tmp_path / "held", tmp_path / "release"
+    monkeypatch.setenv("H3_SIM_HOLD_PHASE", "denoise")
+    monkeypatch.setenv("H3_SIM_HOLD_NOTICE", str(held))
+    monkeypatch.setenv("H3_SIM_HOLD_RELEASE", str(release))
+    failures: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            run()
+        except BaseException as error:      # noqa: BLE001 - asserted below
+            failures.append(error)
+
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
     try:
-        priority.set_background(True)
-        assert _priority_of(warm.pid) == (19, int(psutil.IOPRIO_CLASS_IDLE))
+        deadline = time.monotonic() + WAIT
+        while not held.exists() and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held.exists(), failures or "the engine never reached its denoise"
+        seen = _priority_of(int(held.read_text().strip()))
     finally:
-        warm.stop(grace=0.1)
+        release.touch()
+        thread.join(WAIT)
+    assert not thread.is_alive() and not failures, failures
+    return seen
+
+
+@linux_only
+def test_the_nodes_background_input_reaches_the_engine_it_opens(tmp_path: Path, model_dir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """H3 Generate / H3 Storyboard's `background`: the node's handle opens its engine with it
+    (comfy.adapter.with_background, open_engine), the same open_engine(background=) as --background."""
+    handle = adapter.EngineHandle(sim_engine_path(), model_dir, adapter.ONE_SHOT)
+    plain = adapter.open_engine(adapter.with_background(handle, False))
+    lowered = adapter.open_engine(adapter.with_background(handle, True))
+    assert (plain.background, lowered.background) == (False, True) and handle.background is False
+    ours = psutil.Process().nice()
+    assert _priority_while_held(tmp_path / "a", monkeypatch, lambda: lowered.generate(
+        fast_request(), tmp_path / "lowered.mp4", want_frames=False)) == (19, int(psutil.IOPRIO_CLASS_IDLE))
+    assert _priority_while_held(tmp_path / "b", monkeypatch, lambda: plain.generate(
+        fast_request(), tmp_path / "plain.mp4", want_frames=False))[0] == ours
+    session = adapter.one_shot_handle(adapter.with_background(replace(handle, mode=adapter.SESSION), True))
+    assert session.background is True       # a session's one-shot fallback keeps it
+
+
+def test_the_nodes_background_input_is_refused_for_a_remote_engine_in_its_words() -> None:
+    remote = adapter.EngineHandle(None, None, adapter.REMOTE, remote_url="http://127.0.0.1:9")
+    assert adapter.with_background(remote, False).background is False
+    with pytest.raises(RequestError) as refused:
+        adapter.with_background(remote, True)
+    assert refused.value.field == "background" and "remote engine renders at its server's priority" in refused.value.message
+    assert "set background to false on this node" in (refused.value.hint or "")
+    assert "serve --background" in (refused.value.hint or "")
+
+
+def test_open_engine_refuses_background_for_a_remote_engine() -> None:
+    with pytest.raises(RequestError) as refused:
+        open_engine(EngineKind.REMOTE, remote_url="http://127.0.0.1:9", background=True)
+    assert refused.value.field == "background" and "serve --background" in (refused.value.hint or "")
+
+
+@linux_only
+def test_a_shared_warm_engine_takes_each_callers_choice_and_is_lowered_while_running(model_dir: Path) -> None:
+    """A warm session started at normal priority (a ComfyUI job without background), then a job
+    with it: the running child is lowered at once; one lowered stays so (it cannot be raised)."""
+    first = open_engine(EngineKind.SESSION, engine_path=sim_engine_path(), model_dir=model_dir, shared=True,
+                        fallback=False, background=False)
+    try:
+        first.generate(fast_request(), None, want_frames=False, want_audio=False)
+        pid = first.pid
+        assert pid is not None and _priority_of(pid)[0] == psutil.Process().nice()
+        again = open_engine(EngineKind.SESSION, engine_path=sim_engine_path(), model_dir=model_dir, shared=True,
+                            fallback=False, background=True)
+        assert again is first and again.background is True and again.pid == pid
+        assert _priority_of(pid) == (19, int(psutil.IOPRIO_CLASS_IDLE))
+        assert _autogroup_nice(pid) in (None, 19)
+        later = open_engine(EngineKind.SESSION, engine_path=sim_engine_path(), model_dir=model_dir, shared=True,
+                            fallback=False, background=False)
+        assert later.background is False and _priority_of(pid)[0] == 19      # stays lowered until it restarts
+    finally:
+        first.close()
+
+
+@linux_only
+def test_the_storyboard_key_lowers_the_engine_the_story_runs_on(tmp_path: Path, model_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    storyboard = Storyboard.from_toml(write_story(tmp_path, CANVAS + 'background = true\n\n[[shot]]\n'
+                                                  'prompt = "a lighthouse"\nframes = 22\n'))
+    engine = FallbackEngine(OneShotEngine(sim_engine_path(), model_dir),
+                            lambda: OneShotEngine(sim_engine_path(), model_dir))
+    assert _priority_while_held(tmp_path / "held", monkeypatch, lambda: run_story(
+        storyboard, tmp_path / "film.mp4", engine=engine)) == (19, int(psutil.IOPRIO_CLASS_IDLE))
+    assert engine.background is True and engine.fallback.background is True     # built later: lowered too
 
 
 def test_the_macos_path_asks_for_the_background_band(monkeypatch: pytest.MonkeyPatch) -> None:

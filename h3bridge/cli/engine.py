@@ -247,13 +247,6 @@ def add_background_option(group: "argparse._ArgumentGroup") -> None:
                             "responsive while it renders; a warm engine stays so until it is restarted")
 
 
-def apply_background(args: argparse.Namespace) -> None:
-    """--background (or a storyboard's `background = true`) for the engines this run starts."""
-    if getattr(args, "background", False):
-        from ..engines.priority import set_background
-        set_background(True)
-
-
 class EngineChoices(tuple):
     """The engine kinds a command offers (what --help and "invalid choice" list), which also holds
     every older spelling (vocabulary.OLD_ENGINE_SPELLINGS) and every other kind, so that argparse
@@ -479,11 +472,11 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         raise RequestError(f"--remote-dialect {args.remote_dialect} says how to talk to a --remote server, and no "
                            "--remote was given", field="remote_dialect",
                            hint="add --remote URL, or drop --remote-dialect to render on this machine")
-    apply_background(args)       # a local engine's priority (a server sets its own)
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     return open_engine(kind, engine_path=args.engine_path, model_dir=args.model_dir, stall_timeout=stall_timeout,
                        library_path=getattr(args, "library_path", None), h3_dir=getattr(args, "h3_dir", None),
-                       on_fallback=say_running_one_shot)
+                       on_fallback=say_running_one_shot,
+                       background=getattr(args, "background", False))     # --remote refused it above
 
 
 def say_running_one_shot(refusal: UnsupportedRequestError) -> None:

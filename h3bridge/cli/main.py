@@ -545,7 +545,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     record("lora fold", True, f"compiled kernels ({compiled.name()})" if compiled.available() else
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")
     from ..engines.priority import probe_background
-    record("background", *probe_background(),
+    background_works, background_gives = probe_background()
+    record("background", background_works, f"--background gives {background_gives}",
            "--background cannot lower the engine's priority here; render without it")
     machine = f"{platform.system()} {platform.machine()}"
     apple = platform.system() == "Darwin" and platform.machine() == "arm64"

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -101,6 +101,7 @@ class EngineHandle:
     remote_url: str | None = None    # remote mode: the server (its API key is never held here)
     library_path: Path | None = None    # library mode: libh3's shared library
     previews: bool = False              # library mode: denoise previews on the node (the preview VAE)
+    background: bool = False            # the engine at background priority (a node's `background` input)
 
     def describe(self) -> str:
         if self.mode == REMOTE:
@@ -326,7 +327,7 @@ def open_engine(handle: EngineHandle) -> Engine:
     from ..engines.factory import open_engine as open_kind
     return open_kind(handle.mode, engine_path=handle.engine_path, model_dir=handle.model_dir,
                      stall_timeout=handle.stall_timeout, library_path=handle.library_path,
-                     shared=handle.mode != ONE_SHOT, fallback=False)
+                     shared=handle.mode != ONE_SHOT, fallback=False, background=handle.background)
 
 
 def engine_for_node(handle: EngineHandle, engine_factory: Callable[[EngineHandle], Engine] = open_engine, *,
@@ -342,7 +343,21 @@ def engine_for_node(handle: EngineHandle, engine_factory: Callable[[EngineHandle
 
 
 def one_shot_handle(handle: EngineHandle) -> EngineHandle:
-    return EngineHandle(handle.engine_path, handle.model_dir, ONE_SHOT, handle.stall_timeout)
+    return EngineHandle(handle.engine_path, handle.model_dir, ONE_SHOT, handle.stall_timeout,
+                        background=handle.background)
+
+
+def with_background(handle: EngineHandle, background: bool) -> EngineHandle:
+    """The engine a node opens, at background priority as its `background` input says (the CLI's
+    --background and the storyboard key reach the same open_engine(background=)). A remote engine
+    renders at its server's priority: asking for it there is refused in the node's words."""
+    if background and handle.mode == REMOTE:
+        from ..runnable import h3bridge_command
+        raise RequestError("background is for a local engine: the remote engine renders at its server's priority",
+                           field="background",
+                           hint=f"set background to false on this node; to render in the background there, start "
+                                f"the server with `{h3bridge_command('serve', '--background')}`")
+    return replace(handle, background=bool(background))
 
 
 # ----------------------------------------------------------------------------- prompt

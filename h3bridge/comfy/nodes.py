@@ -393,6 +393,11 @@ class H3GenerateNode(io.ComfyNode):
                              tooltip="The take the video, frames and audio outputs carry (1 to takes). Choosing "
                                      "another renders nothing: the takes are kept (keep the seed fixed: its "
                                      "control after generate set to fixed)."),
+                io.Boolean.Input("background", default=False, optional=True, advanced=True,
+                                 tooltip="Render at background priority (Linux: nice 19 and idle I/O; macOS: the "
+                                         "background QoS band), so the machine stays responsive; a warm engine "
+                                         "started at normal priority is lowered and stays so until it restarts. "
+                                         "Local engines only: a remote engine renders at its server's priority."),
             ],
             outputs=[
                 io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio (with takes: the pick)."),
@@ -426,6 +431,7 @@ class H3GenerateNode(io.ComfyNode):
                 **values: Any) -> io.NodeOutput:
         hidden = cls.hidden       # (None when the node is called outside ComfyUI's executor)
         node_id = hidden.unique_id if hidden else None
+        engine = adapter.with_background(engine, bool(values.pop("background", False)))     # this job's engine
         want_image = adapter.output_is_connected(hidden.prompt if hidden else None, node_id, adapter.IMAGE_OUTPUT_INDEX)
         # h3 needs tens of GiB of the Mac's unified memory: models ComfyUI keeps loaded between
         # prompts would push it into swap or the OOM killer, so they go first (reloaded when needed).

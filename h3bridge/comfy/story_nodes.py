@@ -93,6 +93,11 @@ class H3StoryboardNode(io.ComfyNode):
                                 tooltip="The take the film uses of shots with takes, as SHOT=TAKE pairs: 2=3, 4=1 "
                                         "(a shot not named uses take 1). Changing it renders nothing, except a shot "
                                         "that continues (anchor, tail) from a re-picked one."),
+                io.Boolean.Input("background", default=False, optional=True, advanced=True,
+                                 tooltip="Render every shot at background priority (Linux: nice 19 and idle I/O; "
+                                         "macOS: the background QoS band), so the machine stays responsive while "
+                                         "the story renders; a warm engine stays lowered until it restarts. Local "
+                                         "engines only: a remote engine renders at its server's priority."),
             ],
             outputs=[
                 io.Video.Output(display_name="video",
@@ -119,8 +124,10 @@ class H3StoryboardNode(io.ComfyNode):
     @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, shots: str, preset: str, width: int, height: int, seed: int,
                 crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard",
-                ssd_streaming: bool = False, force: bool = False, takes: int = 1, pick: str = "") -> io.NodeOutput:
+                ssd_streaming: bool = False, force: bool = False, takes: int = 1, pick: str = "",
+                background: bool = False) -> io.NodeOutput:
         hidden = cls.hidden
+        engine = adapter.with_background(engine, background)     # this story's engine
         want_image = adapter.output_is_connected(hidden.prompt if hidden else None,
                                                  hidden.unique_id if hidden else None, IMAGE_OUTPUT_INDEX)
         comfy.model_management.unload_all_models()

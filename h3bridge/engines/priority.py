@@ -14,54 +14,35 @@ does meanwhile, and renders at full speed when nothing else wants the cores.
   path cannot be exercised on the Linux machines the tests run on.
 - elsewhere: nice 19 only.
 
-The choice is process-wide (a CLI run, a server, a ComfyUI job): `set_background(True)` applies to
-the engines started from then on and lowers the ones already running (a warm engine). Lowering is
-one-way: an unprivileged process cannot raise a priority back, so a warm engine made background
-stays so until it is restarted.
+The choice belongs to an engine, given where it is opened (engines/factory.py open_engine's
+`background`, which the CLI's --background, ComfyUI's `background` input and the storyboard key all
+reach): each child it spawns from then on is lowered as it starts (process.EngineProcess), and
+turning it on for a warm engine whose child already runs lowers that child too (WarmEngine's
+`background`). Lowering is one-way: an unprivileged process cannot raise a priority back, so a warm
+child made background stays so until it is restarted.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import threading
 
 # <sys/resource.h> on macOS; Python's os module has no names for them.
 PRIO_DARWIN_PROCESS = 4
 PRIO_DARWIN_BG = 0x1000
 BACKGROUND_NICE = 19
 
-_lock = threading.Lock()
-_background = False
 
-
-def set_background(on: bool) -> None:
-    """Run engines at background priority from now on (`on`), lowering the running ones too (a
-    warm engine and what it spawned)."""
-    global _background
-    with _lock:
-        _background = on
-    if on:
-        for pid in _live_engine_pids():
-            lower_to_background(pid)
-
-
-def _live_engine_pids() -> list[int]:
-    from . import process       # process.py calls apply_engine_priority: imported here, not above
-    with process._live_engines_lock:
-        groups = [engine.pgid for engine in process._live_engines]
-    return [pid for pgid in groups for pid in process.live_group_members(pgid)]
-
-
-def background() -> bool:
-    with _lock:
-        return _background
-
-
-def apply_engine_priority(pid: int) -> str | None:
-    """Called once per engine child right after it is spawned: lowers it when background is on.
-    Returns what was applied (None: nothing asked for)."""
-    return lower_to_background(pid) if background() else None
+def lower_group(pgid: int) -> str | None:
+    """Lower every live process of group `pgid` (a warm engine's child and what it spawned) to
+    background priority; what the leader got (None: the group is gone)."""
+    from .process import live_group_members       # process.py imports this module: not at the top
+    given = None
+    for pid in live_group_members(pgid):
+        said = lower_to_background(pid)
+        if pid == pgid:
+            given = said
+    return given
 
 
 def platform_background() -> str:
@@ -137,13 +118,13 @@ def _darwin_background(pid: int) -> str:
 
 def probe_background() -> tuple[bool, str]:
     """Lower a short-lived child as an engine would be and read back what it got (doctor): whether
-    --background works here, and in which words."""
+    background priority works here, and what it gives ("nice 19 ... and the idle I/O class")."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         given = lower_to_background(child.pid)
         if sys.platform == "darwin":
-            return given != "engine gone", f"--background gives {given} ({platform_background()})"
+            return given != "engine gone", f"{given} ({platform_background()})"
         import psutil
         process = psutil.Process(child.pid)
         niceness = process.nice()
@@ -151,7 +132,7 @@ def probe_background() -> tuple[bool, str]:
         idle_io = io_class is not None and io_class == getattr(psutil, "IOPRIO_CLASS_IDLE", -1)
         group_nice = autogroup_nice(child.pid)
         ok = niceness == BACKGROUND_NICE and group_nice in (None, BACKGROUND_NICE)
-        return ok, (f"--background gives nice {niceness}"
+        return ok, (f"nice {niceness}"
                     + ("" if group_nice is None else f" (its session's autogroup: nice {group_nice})")
                     + (" and the idle I/O class" if idle_io else " (no idle I/O class here)"))
     finally:

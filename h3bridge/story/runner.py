@@ -154,7 +154,8 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     """Render `storyboard` into `output` (an MP4), resuming what its job directory holds.
 
     engine: any Engine; None means the warm session for $H3_BIN / $H3_MODEL_DIR (shared_session),
-      with a one-shot fallback for shots it cannot take.
+      with a one-shot fallback for shots it cannot take. The storyboard's `background = true` puts a
+      local engine at background priority (engines/priority.py; a warm one stays so until it restarts).
     redo: re-roll shot `redo` (with `redo_seed`, else a new random seed) and whatever continues from it.
     only: render shots 1..only and stop (no film unless that is every shot).
     overwrite: replace an `output` this job did not write (the film it wrote itself is replaced
@@ -179,7 +180,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     notice = on_notice or (lambda text: None)
     if engine is None:      # the warm session for $H3_BIN / $H3_MODEL_DIR, falling back to one-shot
         from ..engines.factory import open_engine
-        engine = open_engine(EngineKind.SESSION, shared=True)
+        engine = open_engine(EngineKind.SESSION, shared=True, background=storyboard.background)
     elif fallback is not None:
         from ..engines.fallback import FallbackEngine
         engine = FallbackEngine(engine, lambda: fallback)
@@ -196,9 +197,13 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     if redo_seed is not None and redo is None:
         raise RequestError("redo_seed is only for a shot being re-rolled", field="redo_seed",
                            hint="give the shot too (redo=N)")
-    if storyboard.background and not engine.capabilities.remote:     # a server sets its own priority
-        from ..engines.priority import set_background
-        set_background(True)
+    if storyboard.background:        # the story's engine at background priority (engines/priority.py)
+        if engine.capabilities.remote:
+            from ..runnable import h3bridge_command
+            notice("background = true: a remote engine renders at its server's priority; the story renders "
+                   f"there as the server runs (`{h3bridge_command('serve', '--background')}` there lowers it)")
+        else:
+            engine.background = True
     model_dir = getattr(engine, "model_dir", None)
     last = only if only is not None else count
     new_seed = (redo_seed if redo_seed is not None else secrets.randbits(32)) if redo is not None else None
