@@ -461,7 +461,8 @@ NODE_INPUTS = comfy_node_inputs()
 # they are walked and counted, and their range is ComfyUI's. A String input with no entry here
 # fails test_every_node_input_is_classified.
 COMFY_PATH_INPUTS = {"model_dir", "engine_path", "library_path"}
-COMFY_TEXT_INPUTS = {"job_name", "prompt", "scene", "action", "camera", "look", "audio", "free_text", "shots", "remote_url"}
+COMFY_TEXT_INPUTS = {"job_name", "prompt", "scene", "action", "camera", "look", "audio", "free_text", "shots", "remote_url",
+                     "pick"}     # H3 Storyboard's "2=3, 4=1": story.host.read_picks, RequestError naming `pick`
 COMFY_CHECKED_BY_COMFYUI = {"Int", "Float", "Boolean", "Combo", "DynamicCombo", "Image", "Video", "Audio", "Custom",
                             "H3Engine", "H3References", "HexGrid", "H3Cells", "Mask"}
 
