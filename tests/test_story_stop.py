@@ -149,3 +149,27 @@ def test_ctrl_z_pauses_the_story_and_fg_finishes_the_same_film(tmp_path: Path, m
     assert "h3bridge: resumed" in rest
     assert rendered_prompts(sim_log, 0) == ["first shot", "second shot", "third shot"]     # nothing rendered twice
     _assert_film_is(tmp_path / "film.mp4", reference_film)
+
+
+def test_a_hosts_storyboard_stopped_after_a_shot_says_so_and_the_next_run_goes_on(tmp_path: Path, model_dir: Path,
+                                                                                  sim_log: Path) -> None:
+    """H3 Storyboard's Stop after shot (comfy/pause.py sets the event): render_story_text ends with
+    StoryStoppedError after the shot rendering, keeps it, writes no film; the same shots again
+    render only the rest."""
+    from h3bridge import OneShotEngine
+    from h3bridge.story.host import StoryStoppedError, render_story_text
+
+    text, defaults = "[22f]\nfirst shot\n\n[22f]\nsecond shot", {"width": 64, "height": 32, "steps": 2}
+    stop = threading.Event()
+    stop.set()                  # pressed before the first shot finished
+    with OneShotEngine(sim_engine_path(), model_dir) as engine:
+        with pytest.raises(StoryStoppedError) as stopped:
+            render_story_text(text, defaults, engine=engine, jobs_root=tmp_path / "stories", job_name="held",
+                              want_frames=False, film_root=tmp_path / "films", stop_after_shot=stop)
+        assert stopped.value.shot == 1 and stopped.value.job_dir == tmp_path / "stories" / "held"
+        assert "after shot 1" in stopped.value.message and "same shots and job_name" in stopped.value.hint
+        assert rendered_prompts(sim_log, 0) == ["first shot"] and not (tmp_path / "films" / "held.mp4").exists()
+        done = render_story_text(text, defaults, engine=engine, jobs_root=tmp_path / "stories", job_name="held",
+                                 want_frames=False, film_root=tmp_path / "films", stop_after_shot=threading.Event())
+    assert rendered_prompts(sim_log, 1) == ["second shot"]
+    assert done.video_path == tmp_path / "films" / "held.mp4" and done.video_path.is_file()

@@ -5,6 +5,7 @@ Registered by H3BridgeExtension in nodes.py.
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,8 @@ class H3StoryboardNode(io.ComfyNode):
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         defaults = {"preset": preset, "width": width, "height": height, "seed": seed,
                     "crossfade_frames": crossfade_frames, "ssd_streaming": bool(ssd_streaming)}
-        with RUNNING_JOBS.job(hidden.unique_id if hidden else None) as pause:     # the Pause button
+        stop_after_shot = threading.Event()     # the Stop after shot button (comfy/pause.py)
+        with RUNNING_JOBS.job(hidden.unique_id if hidden else None, stop_after_shot) as pause:     # the Pause button
             try:
                 outputs = render_story_text(
                     shots, defaults, engine=adapter.engine_for_node(engine), jobs_root=stories_folder(),
@@ -143,7 +145,8 @@ class H3StoryboardNode(io.ComfyNode):
                     on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
                                                               adapter.PROGRESS_STEPS),
                     on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
-                    film_root=films_folder(), takes=takes, picks=pick or "", pause=pause)
+                    film_root=films_folder(), takes=takes, picks=pick or "", pause=pause,
+                    stop_after_shot=stop_after_shot)
             except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
                 raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
                                      in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",

@@ -6,6 +6,7 @@ it: finished shots are kept, edited ones (and what continues from them) are rend
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..cancel import CancelToken, PauseControl
 from ..engines.protocol import Engine
-from ..errors import RequestError
+from ..errors import H3BridgeError, RequestError
 from .assemble import film_arrays
 from .runner import StoryProgressCallback, StoryResult, run_story
 from .text import storyboard_from_text
@@ -34,6 +35,18 @@ class HostStoryOutputs:
 
 
 SHEET_NAME = "takes.png"
+
+
+class StoryStoppedError(H3BridgeError):
+    """A host's storyboard stopped after a shot, as its user asked (stop_after_shot): the shots
+    rendered so far are kept in the job folder and the next run with the same shots goes on."""
+
+    def __init__(self, shot: int | None, job_dir: Path) -> None:
+        done = f"after shot {shot}" if shot is not None else "before rendering a shot"
+        super().__init__(f"the storyboard stopped {done}, as asked: the finished shots are kept in {job_dir} and "
+                         "the engine's memory is free",
+                         hint="run it again with the same shots and job_name to go on from the next shot")
+        self.shot, self.job_dir = shot, job_dir
 
 
 def read_picks(text: str, field: str = "pick") -> dict[int, int]:
@@ -86,11 +99,14 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
                       on_notice: Callable[[str], None] | None = None,
                       cancel: CancelToken | None = None, force: bool = False,
                       film_root: Path | None = None, takes: int = 1, picks: str = "",
-                      pause: PauseControl | None = None) -> HostStoryOutputs:
+                      pause: PauseControl | None = None,
+                      stop_after_shot: threading.Event | None = None) -> HostStoryOutputs:
     """`film_root`: where the film is assembled (default: beside the job folder). A host that saves
     the film itself (ComfyUI's Save Video) gives its temporary folder, so the film is kept once.
     `takes`: every shot's takes (a shot's [takes=N] wins); `picks`: "2=3, 4=1", the take the film
-    uses of those shots (another pick renders nothing but what continues from the shot)."""
+    uses of those shots (another pick renders nothing but what continues from the shot).
+    `stop_after_shot`: once set, the story ends after the shot it is rendering, with
+    StoryStoppedError (no film yet; the next run goes on)."""
     chosen = read_picks(picks)
     storyboard = storyboard_from_text(shots_text, {**defaults, **({"takes": takes} if takes != 1 else {})})
     folder = job_folder(jobs_root, job_name)
@@ -102,7 +118,9 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
               if storyboard.takes_for(index) > 1 or index in chosen}
     result = run_story(storyboard, film, engine=engine, fallback=fallback, job_dir=folder,
                        on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force, picks=chosen,
-                       pause=pause)
+                       pause=pause, stop_after_shot=stop_after_shot)
+    if stop_after_shot is not None and stop_after_shot.is_set() and not result.assembled and result.output is None:
+        raise StoryStoppedError(result.stopped_after_shot, folder)
     first = storyboard.base_request(1)
     frames, audio = film_arrays(result.pieces, first.width, first.height, want_frames=want_frames, cancel=cancel)
     summary = (f"{len(result.shots)} shots, {result.film_frames} frames ({result.film_frames / 24:.1f} s) "
@@ -116,4 +134,4 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
     return HostStoryOutputs(film, frames, audio, result, summary, *(sheet or (None, 0)))
 
 
-__all__ = ["HostStoryOutputs", "job_folder", "read_picks", "render_story_text", "story_sheet"]
+__all__ = ["HostStoryOutputs", "StoryStoppedError", "job_folder", "read_picks", "render_story_text", "story_sheet"]

@@ -3,18 +3,22 @@
 // process group is stopped; its memory stays in use, so the GPU and the CPU are free but the RAM is
 // not), Resume continues it, and the clip is the one an unpaused run makes. ComfyUI's Interrupt still
 // ends the job while it is paused. The server side is h3bridge/comfy/pause.py (routes on ComfyUI's
-// own server); every open tab follows the state it broadcasts ("h3bridge.pause").
+// own server); every open tab follows the state it broadcasts ("h3bridge.pause"). While an H3 Storyboard
+// renders, "Stop after shot" ends the story once the shot rendering now is done (its memory is freed;
+// running the workflow again goes on from the next shot).
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
 const PAUSE_ROUTE = "/h3bridge/pause";
 const RESUME_ROUTE = "/h3bridge/resume";
+const STOP_AFTER_SHOT_ROUTE = "/h3bridge/stop-after-shot";
 const STATE_EVENT = "h3bridge.pause";
 
 let panel = null;
 let label = null;
 let button = null;
-let state = { running: [], paused: false };
+let stopButton = null;
+let state = { running: [], paused: false, stoppable: [], stopping: false };
 
 function build() {
   panel = document.createElement("div");
@@ -32,7 +36,13 @@ function build() {
   button.className = "comfy-btn";
   Object.assign(button.style, { cursor: "pointer", padding: "4px 12px" });
   button.addEventListener("click", toggle);
-  panel.append(label, button);
+  stopButton = document.createElement("button");
+  stopButton.className = "comfy-btn";
+  Object.assign(stopButton.style, { cursor: "pointer", padding: "4px 12px" });
+  stopButton.textContent = "Stop after shot";
+  stopButton.title = "finish the shot rendering now, then end the story (finished shots are kept; run it again to go on)";
+  stopButton.addEventListener("click", stopAfterShot);
+  panel.append(label, button, stopButton);
   document.body.append(panel);
 }
 
@@ -45,6 +55,10 @@ function show(next) {
     ? "H3 paused: the engine keeps its memory; Interrupt ends the job"
     : "H3 rendering";
   button.textContent = state.paused ? "Resume" : "Pause";
+  const stoppable = (state.stoppable ?? []).length > 0;
+  stopButton.style.display = stoppable ? "" : "none";
+  stopButton.disabled = Boolean(state.stopping);
+  if (state.stopping) label.textContent += " (stopping after this shot)";
   button.title = state.paused ? "continue the engine where it stopped"
     : "stop the engine where it is (GPU and CPU freed, memory kept) until Resume";
 }
@@ -62,6 +76,20 @@ async function toggle() {
     console.warn("h3bridge: pause/resume failed", error);
   } finally {
     button.disabled = false;
+  }
+}
+
+async function stopAfterShot() {
+  stopButton.disabled = true;
+  try {
+    const response = await api.fetchApi(STOP_AFTER_SHOT_ROUTE, { method: "POST" });
+    const body = await response.json();
+    if (!response.ok && body?.error) {
+      console.warn(`h3bridge: ${body.error.message} (${body.error.hint})`);
+    }
+    show(body);
+  } catch (error) {
+    console.warn("h3bridge: stop after shot failed", error);
   }
 }
 
