@@ -665,6 +665,8 @@ from .engines.library_build import add_build_library_command   # noqa: E402 (dep
 SUBCOMMANDS += [add_build_engine_command, add_build_library_command]
 from .model.download_cli import add_model_command   # noqa: E402 (`model download`: the checkpoint from the hub)
 SUBCOMMANDS += [add_model_command]
+from .selftest_cli import add_selftest_command   # noqa: E402 (issue 33: check, calibrate, report)
+SUBCOMMANDS += [add_selftest_command]
 
 
 class H3BridgeParser(argparse.ArgumentParser):
@@ -729,7 +731,7 @@ ROOT_PROG = "h3bridge"
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "render": ("generate", "story", "demo", "plan"),
     "models": ("model", "info", "verify", "lora"),
-    "engines": ("build-engine", "doctor"),
+    "engines": ("build-engine", "doctor", "selftest"),
     "serve": ("serve", "fleet"),
     "tools": ("history", "stats", "hexgrid"),
 }

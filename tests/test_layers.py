@@ -22,10 +22,10 @@ LAYERS: list[set[str]] = [
     {"model", "wire", "history", "hexgrid"},
     # the engines and what runs beside them
     {"engines", "lora", "engine_build", "sim"},
-    # many clips: storyboards, the server, the fleet's proxy configuration
-    {"story", "server", "fleet"},
+    # many clips: storyboards, the server, the fleet's proxy configuration; the selftest of every engine
+    {"story", "server", "fleet", "selftest"},
     # the interfaces
-    {"cli", "engine_cli", "remote_cli", "comfy", "__main__", "__init__"},
+    {"cli", "engine_cli", "remote_cli", "selftest_cli", "comfy", "__main__", "__init__"},
 ]
 TOP = len(LAYERS) - 1
 
