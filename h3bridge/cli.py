@@ -415,6 +415,11 @@ def run_doctor(args: argparse.Namespace) -> int:
     gib = memory.total / 2**30
     record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available; "
            + default_request_advice(model_dir))
+    from .history.calibration import load_calibration, preset_advice   # written by `h3bridge selftest`
+    calibration = load_calibration(engine_path=None if engine_path is None else str(engine_path))
+    record("speed", True, (f"calibrated: {calibration.describe()}; " if calibration is not None else
+                           f"not calibrated (`{h3bridge_command('selftest')}` measures this machine); ")
+           + preset_advice(calibration))
     from .lora import compiled
     record("lora fold", True, f"compiled kernels ({compiled.name()})" if compiled.available() else
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")

@@ -24,6 +24,7 @@ from typing import Iterable, Mapping, Sequence
 from ..progress import DENOISE_LOOP_PHASES
 from ..request import PRESETS, GenerationRequest
 from ..upstream_costs import expected_phases
+from ..vocabulary import EngineKind
 from .job import Device, local_device
 from .store import HistoryStore, HistoryUnavailable
 
@@ -226,7 +227,7 @@ def load_calibration(*, store: HistoryStore | None = None, device: Device | None
                      engine: str | None = None, engine_path: str | None = None) -> Calibration | None:
     """The newest selftest run's entries for this device: of this engine program (`engine_path`)
     when it has some, else of programs of its sort (a simulator's speed is never a real h3's, nor
-    the other way round); of `engine` among those when it has some, else of any engine. None when
+    the other way round); of `engine` (default one-shot) among those when it has some, else of any engine. None when
     there are none, or the history is off or unreadable (a calibration is a courtesy: nothing
     fails without it)."""
     store = store if store is not None else HistoryStore()
@@ -246,6 +247,7 @@ def load_calibration(*, store: HistoryStore | None = None, device: Device | None
                 return None
     except HistoryUnavailable:
         return None
+    engine = engine or EngineKind.ONE_SHOT.value      # what a plain `generate` runs
     pools = []
     if engine_path is not None:
         pools += [[row for row in rows if row["engine_path"] == engine_path and row["engine"] == engine],

@@ -1,0 +1,271 @@
+"""`h3bridge selftest` (issue 33): every engine checked end to end against h3-sim and against
+upstream's own h3/libh3, the report (flags, privacy), the calibration feeding the ETA and the
+preset advice, and a Ctrl-C that leaves nothing."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core_helpers import model_dir  # noqa: F401 (fixture)
+from double_helpers import double_library_path
+from h3bridge.cli import main as cli_main
+from h3bridge.history.calibration import (Calibration, CalibrationEntry, load_calibration, preset_advice,
+                                          preset_table, save_calibration)
+from h3bridge.history.recorder import JobRecorder
+from h3bridge.history.store import HistoryStore
+from h3bridge.progress import ProgressEvent
+from h3bridge.request import GenerationRequest
+from h3bridge.result import GenerationResult
+from h3bridge.selftest.report import Report, Status, shareable
+from h3bridge.selftest.runs import PROMPT, Rendered, takes_pause, time_check
+from h3bridge.upstream_costs import expected_phases
+from h3bridge.vocabulary import EngineKind
+from upstream_helpers import realistic_model, upstream_engine  # noqa: F401 (fixtures)
+
+ENGINES = ("one-shot", "session", "library")
+
+
+def sim_engine() -> str:
+    import shutil
+    path = shutil.which("h3-sim")
+    if path is None:
+        pytest.skip("h3-sim console script not installed (pip install -e .)")
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    status = cli_main(["selftest", *args])
+    return status, capsys.readouterr().err
+
+
+def _one_folder(parent: Path) -> Path:
+    folders = [path for path in parent.iterdir() if path.is_dir()]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def _assert_every_engine_checked(report: dict, engines: tuple[str, ...]) -> None:
+    lines = {check["name"]: check for check in report["checks"]}
+    for engine in engines:
+        for what in ("smallest", "mid"):
+            assert lines[f"{engine} {what} render"]["status"] == "pass", lines[f"{engine} {what} render"]
+            assert lines[f"{engine} {what} memory"]["status"] in ("pass", "slower than planned")
+            assert lines[f"{engine} {what} memory"]["figures"]["peak"]["measured"] > 0
+            assert lines[f"{engine} {what} time"]["status"] in ("pass", "slower than planned")
+            assert "denoise loop" in lines[f"{engine} {what} time"]["figures"]
+        for point in ("silent phase", "denoise", "FFmpeg"):
+            check = lines[f"{engine} cancel in {point}"]
+            assert check["status"] == "pass", check
+            assert check["figures"]["leftovers"] == []
+        pause = lines[f"{engine} pause and resume"]
+        assert pause["status"] in ("pass", "skipped"), pause
+        if pause["status"] == "skipped":
+            assert pause["detail"].startswith("engine has no pause")
+    # the library engine gives previews: one per step counted; the others say they give none
+    assert lines["library mid previews"]["figures"]["per_step"] == [1, 1, 1, 1]
+    assert lines["one-shot mid previews"]["status"] == "skipped"
+
+
+def test_selftest_runs_every_engine_against_h3_sim(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, model_dir: Path) -> None:  # noqa: F811
+    """End to end: facts, both renders, three cancels and the pause check per engine, the report in
+    one folder with nothing private, the calibration stored, the user's history untouched."""
+    library = double_library_path()       # built (or found) in the real cache before HOME moves
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    model = home / "models" / "MiniMax-H3"
+    model.symlink_to(model_dir, target_is_directory=True)
+    monkeypatch.setenv("HOME", str(home))
+    out = tmp_path / "out"
+    status, err = _run(capsys, "--engine-path", sim_engine(), "--model-dir", str(model), "--library-path",
+                       str(library), "--output-dir", str(out))
+    assert status == 0, err
+    assert "budget about" in err.splitlines()[0]          # said before anything runs
+    folder = _one_folder(out)
+    assert sorted(path.name for path in folder.iterdir()) == ["report.json", "report.md"]   # renders removed
+    report = json.loads((folder / "report.json").read_text())
+    markdown = (folder / "report.md").read_text()
+    _assert_every_engine_checked(report, ENGINES)
+    assert report["facts"]["model"] == "~/models/MiniMax-H3"       # the home folder shortened
+    assert str(home) not in markdown and str(home) not in json.dumps(report)
+    for check in report["checks"]:       # one line per check in the Markdown
+        assert f"- {check['status']}: {check['name']}: " in markdown
+    assert PROMPT not in json.dumps(report)       # not even the selftest's own prompt is needed
+    calibration = load_calibration(engine="one-shot")
+    assert calibration is not None and {(e.width, e.height) for e in calibration.entries} == {(32, 32), (640, 352)}
+    assert HistoryStore().recent_jobs() == []       # the renders were not the user's jobs
+
+
+def test_quick_does_the_smallest_render_with_one_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                        model_dir: Path) -> None:  # noqa: F811
+    status, err = _run(capsys, "--quick", "--engine-path", sim_engine(), "--model-dir", str(model_dir),
+                       "--output-dir", str(tmp_path), "--no-calibrate")
+    assert status == 0, err
+    report = json.loads((_one_folder(tmp_path) / "report.json").read_text())
+    renders = [check["name"] for check in report["checks"] if check["name"].endswith(" render")]
+    assert renders == ["one-shot smallest render"]
+    assert report["facts"]["run"] == "quick"
+    assert load_calibration() is None       # --no-calibrate stores nothing
+
+
+def test_a_missing_library_engine_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path, model_dir: Path,  # noqa: F811
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("H3_LIBRARY", raising=False)
+    status, err = _run(capsys, "--engine", "library", "--engine-path", sim_engine(), "--model-dir", str(model_dir),
+                       "--output-dir", str(tmp_path / "out"))
+    assert status == 2
+    assert "library engine cannot run: no libh3 was found" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_selftest_against_upstreams_own_h3_and_libh3(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                     upstream_engine, realistic_model: Path) -> None:  # noqa: F811
+    """Upstream's C built by build-engine (one-shot, session, library) on the full-shape fixture.
+    The mid canvas is made smaller: upstream's portable backend computes on this machine's CPU."""
+    from h3bridge.selftest import SelftestOptions, run_selftest
+    outcome = run_selftest(SelftestOptions(engine_path=upstream_engine.program, model_dir=realistic_model,
+                                           library_path=upstream_engine.library, output_dir=tmp_path,
+                                           mid_canvas=(128, 96)))
+    report = outcome.report.as_json()
+    _assert_every_engine_checked(report, ENGINES)
+    assert report["facts"]["h3 commit is the pinned one"] is True
+    assert outcome.calibrated
+
+
+# ----------------------------------------------------------------------------- the report's flags
+
+def _rendered_at(share: float) -> Rendered:
+    """A finished render whose every phase took `share` times the plan's seconds."""
+    request = GenerationRequest("planted", width=640, height=352, frames=22, steps=4).validate()
+    timings = {phase: seconds * share for phase, seconds in expected_phases(request, writes_mp4=True).items()
+               if phase != "denoise"}         # the loop reported once, under "denoise enqueue"
+    result = GenerationResult(request=request, video_path=None, frames=None, audio=None, width=640, height=352,
+                              frame_count=22, seed=0, timings=timings)
+    from h3bridge.selftest.measure import ProgressLog
+    return Rendered(EngineKind.ONE_SHOT, "mid", request, result, ProgressLog(), None, wall=1.0)
+
+
+def test_a_measurement_20_percent_above_the_plan_is_flagged() -> None:
+    check = time_check("one-shot mid", _rendered_at(1.2))
+    assert check.status is Status.SLOWER
+    assert "denoise loop" in " ".join(check.flags) and "total" in " ".join(check.flags)
+    assert all("20 % above the plan's" in flag for flag in check.flags)
+    assert abs(check.figures["total"]["gap"] - 0.2) < 1e-9
+    report = Report(facts={}, checks=[check])
+    assert "- slower than planned: one-shot mid time: " in report.markdown()
+
+
+def test_a_measurement_within_10_percent_is_not_flagged() -> None:
+    check = time_check("one-shot mid", _rendered_at(1.05))
+    assert check.status is Status.PASS and check.flags == []
+    assert "within 10 % of the plan" in check.detail
+
+
+def test_the_report_shortens_the_home_folder() -> None:
+    value = {"model": "/Users/ana/models/MiniMax-H3", "list": ["/Users/ana/h3"], "other": "/opt/h3"}
+    assert shareable(value, "/Users/ana") == {"model": "~/models/MiniMax-H3", "list": ["~/h3"], "other": "/opt/h3"}
+
+
+# ----------------------------------------------------------------------------- calibration
+
+def _entries(ratio: float) -> list[CalibrationEntry]:
+    """Measured seconds per step `ratio` times the cost model's, at two canvases; the rest as planned."""
+    entries = []
+    for width, height in ((32, 32), (640, 352)):
+        request = GenerationRequest("c", width=width, height=height, frames=22, steps=4).validate()
+        planned = expected_phases(request, writes_mp4=True)
+        loop = planned["denoise"]
+        other = sum(s for p, s in planned.items() if p not in ("denoise", "denoise enqueue"))
+        entries.append(CalibrationEntry(engine="one-shot", width=width, height=height, frame_count=22, steps=4,
+                                        layers=50, seconds_per_step=ratio * loop / 4, planned_seconds_per_step=loop / 4,
+                                        other_seconds=other, planned_other_seconds=other, run=f"run-{ratio}"))
+    return entries
+
+
+def _first_eta(store: HistoryStore) -> float | None:
+    request = GenerationRequest("eta", width=864, height=480, frames=56, steps=20).validate()
+    recorder = JobRecorder.begin("one-shot", request, None, store=store)
+    seen: list[ProgressEvent] = []
+    recorder.progress_callback(seen.append)(ProgressEvent("tokenizer", 1, 1, 0.0, 0.0))
+    return seen[0].eta
+
+
+def test_calibrated_seconds_per_step_change_the_eta_and_the_preset_advice(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite")
+    assert _first_eta(store) is None            # no past runs, no calibration: no estimate
+    uncalibrated = preset_advice(None)
+    save_calibration(_entries(1.0), store=store)
+    as_planned = _first_eta(store)
+    table_as_planned = preset_table(load_calibration(store=store))
+    save_calibration(_entries(3.0), store=store)       # a newer selftest: denoising three times slower
+    slower = _first_eta(store)
+    calibration = load_calibration(store=store)
+    assert calibration is not None and abs(calibration.step_ratio(15 * 27) - 3.0) < 1e-9
+    table_slower = preset_table(calibration)
+    assert as_planned is not None and slower is not None
+    request = GenerationRequest("eta", width=864, height=480, frames=56, steps=20).validate()
+    loop = expected_phases(request, writes_mp4=False)["denoise"]
+    assert abs((slower - as_planned) - 2 * loop) < 0.01 * loop      # only the denoise loop tripled
+    for preset, row in table_slower.items():
+        for seconds, predicted in row.items():
+            assert predicted > table_as_planned[preset][seconds]
+    advice = preset_advice(calibration)
+    assert advice != uncalibrated and "takes here" in advice and "balanced" in advice
+
+
+def test_a_simulators_calibration_is_not_a_real_engines(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite")
+    entries = [CalibrationEntry(**{**vars(entry), "engine_path": "/venv/bin/h3-sim"}) for entry in _entries(0.01)]
+    save_calibration(entries, store=store)
+    assert load_calibration(store=store, engine_path="/opt/h3/h3") is None
+    assert load_calibration(store=store, engine_path="/other/bin/h3-sim") is not None
+
+
+def test_the_pause_check_follows_the_engines_capability() -> None:
+    class WithPause:
+        def generate(self, request, output=None, *, pause=None): ...
+
+    class Without:
+        def generate(self, request, output=None, *, cancel=None): ...
+
+    assert takes_pause(WithPause()) and not takes_pause(Without())
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+def test_ctrl_c_leaves_nothing(tmp_path: Path, model_dir: Path) -> None:  # noqa: F811
+    """Ctrl-C during a render: exit 130, the engine gone, no run folder, no calibration."""
+    hung = tmp_path / "hung"
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "h3bridge", "selftest", "--engine-path", sim_engine(), "--model-dir",
+               str(model_dir), "--output-dir", str(out)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                               env={**os.environ, "H3_SIM_HANG_PHASE": "denoise enqueue:1",
+                                    "H3_SIM_HANG_NOTICE": str(hung)})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not hung.exists():
+            assert process.poll() is None, "the selftest ended before the engine hung"
+            time.sleep(0.01)
+        assert hung.exists(), "the engine never reached the denoise phase"
+        engine_pid = int(hung.read_text().split()[0])
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "selftest cancelled" in stderr
+    assert not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == psutil.STATUS_ZOMBIE
+    assert list(out.iterdir()) == []          # the run's folder is gone with everything in it
+    assert load_calibration() is None
