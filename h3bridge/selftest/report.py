@@ -138,12 +138,12 @@ class Report:
             lines.append(f"Ran {self.wall_seconds:.0f} s (stated budget {self.budget_seconds:.0f} s).")
         lines += ["", "## Facts", "", "| fact | value |", "| --- | --- |"]
         for key, value in self.facts.items():
-            shown = value if isinstance(value, str) else json.dumps(value)
+            shown = "unknown" if value is None else value if isinstance(value, str) else json.dumps(value)
             lines.append(f"| {key} | {str(shown).replace('|', '/')} |")
         lines += ["", "## Checks", ""]
         lines += [f"- {check.line()}" for check in self.checks]
         if self.preset_table:
-            lines += ["", "## Predicted run times", "", "```", *self.preset_table, "```"]
+            lines += ["", "## Predicted run times", "", "```text", *self.preset_table, "```"]
         if self.notes:
             lines += ["", "## Notes", "", *[f"- {note}" for note in self.notes]]
         return shareable("\n".join(lines) + "\n")

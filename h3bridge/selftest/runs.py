@@ -295,7 +295,12 @@ class Leftovers:
             found += [f"process {process.pid} ({_name(process)})" for process in alive]
         found += [f"temporary folder {path}" for path in sorted(set(_own_temp()) - self.temp)]
         if session:
-            found += [f"session folder {path}" for path in sorted(own_session_dirs() - self.session_dirs)]
+            # another program's session may be making its own meanwhile: one that goes away within
+            # the wait was not left behind by this job
+            deadline = time.monotonic() + PROCESS_GONE_SECONDS
+            while (appeared := own_session_dirs() - self.session_dirs) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            found += [f"session folder {path}" for path in sorted(appeared)]
         if folder.exists():
             found += [f"partial file {path.name}" for path in sorted(folder.rglob("*"))
                       if path.is_file() and path not in keep]
