@@ -2,6 +2,6 @@
 install that has no console scripts (ComfyUI's `pip install -r requirements.txt`)."""
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

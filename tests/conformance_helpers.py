@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import h3bridge
-from h3bridge.cli import build_parser
+from h3bridge.cli.main import build_parser
 
 HANG_SECONDS = 10.0          # a refusal takes well under a second; this only tells a hang apart
 SPARSE_BYTES = 64 << 30      # a "huge" file that costs no disk
@@ -257,7 +257,7 @@ def run_main_forked(argv: Sequence[str], *, cwd: Path, env: dict[str, str], capt
     engine it may have started too), stdin from /dev/null, stdout and stderr in files under
     `capture`, `cwd` and `env` its own. The parent waits on a pidfd with `timeout`."""
     if main is None:
-        from h3bridge.cli import main as cli_main
+        from h3bridge.cli.main import main as cli_main
         main = cli_main
     capture.mkdir(parents=True, exist_ok=True)
     out_path, err_path = capture / "stdout", capture / "stderr"

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from core_helpers import assert_group_gone, media, model_dir, not_regular_outputs, sim_engine_path, sim_invocations, sim_log  # noqa: F401
-from h3bridge.cli import build_parser, main, request_from_args
+from h3bridge.cli.main import build_parser, main, request_from_args
 from h3bridge import Reference, ReferenceKind, SlowerPath
 
 FAST_FLAGS = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2"]
@@ -231,7 +231,7 @@ def test_fixes_name_the_flags_the_user_typed(model_dir: Path) -> None:
 
 
 def test_flag_words_never_touch_paths_or_file_names() -> None:
-    from h3bridge.cli import in_cli_words
+    from h3bridge.cli.main import in_cli_words
     for text in ("the first frame /Users/me/clips/first_frame.png does not exist",
                  "the output /out/width=512.mp4 already exists", "my-last_frame.mp4 is not readable"):
         assert in_cli_words(text) == text

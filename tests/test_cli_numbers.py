@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from h3bridge.cli import build_parser
+from h3bridge.cli.main import build_parser
 
 HUGE = "9" * 5000
 

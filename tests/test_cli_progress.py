@@ -12,7 +12,7 @@ import termios
 import pytest
 
 CHILD = r"""
-from h3bridge.cli import PhaseProgressBars
+from h3bridge.cli.main import PhaseProgressBars
 from h3bridge.progress import ProgressEvent
 bars = PhaseProgressBars()          # decides by itself that stderr is a terminal
 for done in range(6):

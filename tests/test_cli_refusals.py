@@ -12,7 +12,7 @@ import pytest
 
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401  (fixture)
 from model_helpers import copy_model, fl2va_template  # noqa: F401  (fixture)
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.model.memory import MachineFacts
 from h3bridge.sim.fixture import write_fixture_model
 
@@ -154,7 +154,7 @@ def test_a_memory_refusal_says_does_not_fit_once_and_quiet_prints_no_plan(
 
 
 def test_library_wording_is_in_cli_words() -> None:
-    from h3bridge.cli import in_cli_words
+    from h3bridge.cli.main import in_cli_words
     assert in_cli_words("out.mp4 exists; fix: choose another name, or allow overwriting (CLI: --overwrite)") == \
         "out.mp4 exists; fix: choose another name, or allow overwriting (--overwrite)"
     assert in_cli_words("pass library_path (CLI: --library-path) or set H3_LIBRARY") == \

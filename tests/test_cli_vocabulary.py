@@ -13,9 +13,9 @@ import pytest
 
 import h3bridge
 from core_helpers import model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401  (fixtures)
-from h3bridge.cli import COMMAND_GROUPS, HIDDEN_COMMANDS, build_parser, main
-from h3bridge.engine_cli import model_dir_from_args
-from h3bridge.engine_cli import engine_from_args, engine_kind
+from h3bridge.cli.main import COMMAND_GROUPS, HIDDEN_COMMANDS, build_parser, main
+from h3bridge.cli.engine import model_dir_from_args
+from h3bridge.cli.engine import engine_from_args, engine_kind
 from h3bridge.engines.fallback import FallbackEngine
 from h3bridge.engines.library import LibraryEngine
 from h3bridge.engines.oneshot import OneShotEngine

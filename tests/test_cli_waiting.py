@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from core_helpers import model_dir, sim_engine_path  # noqa: F401  (fixture)
-from h3bridge.engine_cli import PhaseProgressBars
+from h3bridge.cli.engine import PhaseProgressBars
 from h3bridge.progress import WAITING_PHASE, ProgressEvent
-from h3bridge.story.cli import StoryProgressDisplay
+from h3bridge.cli.story import StoryProgressDisplay
 from h3bridge.story.runner import StoryProgress
 
 HOLDER = r"""

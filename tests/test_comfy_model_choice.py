@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from h3bridge.cli import build_parser
+from h3bridge.cli.main import build_parser
 from h3bridge.comfy import adapter
 from h3bridge.runnable import command_words
 from h3bridge.errors import ModelError

@@ -45,7 +45,7 @@ from conformance_helpers import (
     snapshot,
     walk_parser,
 )
-from h3bridge.cli import build_parser
+from h3bridge.cli.main import build_parser
 
 COUNTS = Counts()
 
@@ -95,8 +95,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> CliWorld:
                 ("H3BRIDGE_LOCK_PATH", "H3BRIDGE_MACHINE_DIR", "H3BRIDGE_HISTORY_PATH")})
     made = CliWorld.make(root / "case", engine, env)
     # Everything a command may import is imported once here, so a forked case costs a fork.
-    import h3bridge.fleet.cli, h3bridge.hexgrid.cli, h3bridge.lora.cli, h3bridge.model.download_cli  # noqa: F401,E401
-    import h3bridge.server.app, h3bridge.story.runner, h3bridge.engines.library_cli  # noqa: F401,E401  (preloaded)
+    import h3bridge.cli.fleet, h3bridge.cli.hexgrid, h3bridge.cli.lora, h3bridge.cli.model  # noqa: F401,E401
+    import h3bridge.server.app, h3bridge.story.runner, h3bridge.cli.library  # noqa: F401,E401  (preloaded)
     return made
 
 
@@ -179,7 +179,7 @@ def _main_without_serving(argv):
     returns at once, instead of serving until the hang guard kills it."""
     import uvicorn
 
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
 
     def accepted(self, sockets=None):
         print("conformance: serve took its arguments and would listen now", file=sys.stderr)

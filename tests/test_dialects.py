@@ -451,7 +451,7 @@ def test_a_peer_job_with_a_numeric_error_code_is_read() -> None:
 
 
 def test_the_cli_sends_the_dialect_or_refuses_before_sending(capsys) -> None:
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     base = ["generate", "-p", "a fox", "--width", "96", "--height", "64", "--frames", "107", "--steps", "2",
             "-o", "never.mp4"]
     # Port 9 (discard) has no server: a refusal that names the flag was made before anything was sent.

@@ -15,7 +15,7 @@ import pytest
 
 from core_helpers import fast_request, model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401
 from h3bridge import OneShotEngine
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.engines.disk import expected_clip_bytes, expected_frames_bytes
 from h3bridge.errors import DiskError
 from h3bridge.engines.session import SessionEngine

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from h3bridge.cli import engine_commit_check
+from h3bridge.cli.main import engine_commit_check
 from h3bridge.engine_build.build import REQUIRED_FILES, build_engine
 from h3bridge.engine_build.diagnose import diagnose
 from h3bridge.engine_build.record import (PINNED_COMMIT, build_record, commit_of_clone, commit_of_tarball,

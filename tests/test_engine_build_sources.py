@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from archive_helpers import make_tar, member, no_extraction_filters  # noqa: F401 (fixture)
-from h3bridge.cli import main as h3bridge_main
+from h3bridge.cli.main import main as h3bridge_main
 from h3bridge.engine_build import build
 from h3bridge.engine_build.build import REQUIRED_FILES, build_engine
 from h3bridge.errors import EngineNotFoundError

@@ -27,7 +27,7 @@ class Ran:
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """`h3bridge fleet ARGS` (in this process: the CLI's own main) in tmp_path, with keys in the environment."""
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("H3BRIDGE_API_KEY", SECRET)
     monkeypatch.setenv("LITELLM_MASTER_KEY", SECRET)

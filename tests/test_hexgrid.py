@@ -311,6 +311,6 @@ def test_mask_batches_are_refused_before_they_would_exhaust_memory() -> None:
 def test_the_library_imports_no_comfyui_or_torch() -> None:
     import subprocess
     import sys
-    code = ("import sys, h3bridge.hexgrid, h3bridge.hexgrid.cli; "
+    code = ("import sys, h3bridge.hexgrid, h3bridge.cli.hexgrid; "
             "print([m for m in ('torch', 'comfy', 'comfy_api', 'folder_paths') if m in sys.modules])")
     assert subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip() == "[]"

@@ -8,7 +8,7 @@ import av
 import numpy as np
 import pytest
 
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.hexgrid.draw import draw_tiling
 from h3bridge.hexgrid.grid import hex_grid
 
@@ -63,7 +63,7 @@ def test_hexgrid_wants_a_png_name(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_hexgrid_refuses_a_frame_too_big_for_memory_before_computing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 19 item 9: 40000x20000 tried to allocate tens of GiB."""
-    from h3bridge.hexgrid import cli as hexgrid_cli
+    from h3bridge.cli import hexgrid as hexgrid_cli
     monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed"))
     assert main(["hexgrid", "--width", "40000", "--height", "20000", "-o", str(tmp_path / "t.png")]) == 2
     err = capsys.readouterr().err
@@ -74,7 +74,7 @@ def test_hexgrid_refuses_a_frame_too_big_for_memory_before_computing(tmp_path: P
 @pytest.mark.parametrize("where", ["file-parent", "sys"])
 def test_an_unwritable_output_is_found_before_the_grid_is_computed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                    monkeypatch: pytest.MonkeyPatch, where: str) -> None:
-    from h3bridge.hexgrid import cli as hexgrid_cli
+    from h3bridge.cli import hexgrid as hexgrid_cli
     monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed first"))
     if where == "file-parent":
         (tmp_path / "notes").write_text("a file, not a folder")
@@ -96,7 +96,7 @@ def test_hexgrid_says_what_it_is_doing_while_it_works(tmp_path: Path, capsys: py
     import sys
     import time
 
-    from h3bridge.hexgrid import cli as hexgrid_cli
+    from h3bridge.cli import hexgrid as hexgrid_cli
     monkeypatch.setattr(hexgrid_cli, "PROGRESS_LINE_SECONDS", 0.01)
     real = hexgrid_cli.hex_grid
 
@@ -121,7 +121,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_before_the_grid_and_kep
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, overwrite: list[str]) -> None:
     """A device node, FIFO, folder or dangling link named by -o: exit 2 naming what it is, before the
     grid is computed, whatever --overwrite says; nothing is written or replaced (issue 29)."""
-    from h3bridge.hexgrid import cli as hexgrid_cli
+    from h3bridge.cli import hexgrid as hexgrid_cli
     monkeypatch.setattr(hexgrid_cli, "hex_grid", lambda *args: pytest.fail("the grid was computed"))
     made = not_regular_outputs(tmp_path, ".png")
     names, folder = list(made.values()), made["folder"]

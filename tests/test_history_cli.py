@@ -1,4 +1,4 @@
-"""`h3bridge history` and `h3bridge stats` (h3bridge/history/cli.py), and the ETA on the CLI's
+"""`h3bridge history` and `h3bridge stats` (h3bridge/cli/history.py), and the ETA on the CLI's
 progress and on the ComfyUI node's text."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from core_helpers import sim_engine_path
 from h3bridge.sim.fixture import write_fixture_model
-from h3bridge.cli import PhaseProgressBars, main
+from h3bridge.cli.main import PhaseProgressBars, main
 from h3bridge.comfy.adapter import NodeText, ProgressForwarder
 from h3bridge.history import HistoryStore
 from h3bridge.history.job import Device

@@ -7,12 +7,16 @@ beside them (LoRA folds, the engine build, the simulator); what drives engines f
 package's public names). A module importing from a layer above its own fails here, naming the
 import: an engine that needs something of the server's means that something belongs in the wire.
 
-The command-line modules still live beside what they drive (story/cli.py, model/download_cli.py,
-server/command.py, ...): they are the top layer wherever they are, and nothing below imports them.
+All command-line code is one package, `cli/`: nothing outside it imports it (bar `__main__`, which
+is `python -m h3bridge`), and no module outside it imports argparse. The simulator's own programs
+(h3-sim, h3-sim-model, h3-sim-lib) are the one exception: they are other programs, the doubles of
+upstream's `h3` and of a model folder, not h3bridge's command line.
 """
 from __future__ import annotations
 
-from layout_helpers import PACKAGE, import_graph
+import ast
+
+from layout_helpers import PACKAGE, import_graph, module_names
 
 LAYERS: list[set[str]] = [
     # what every package shares
@@ -25,21 +29,19 @@ LAYERS: list[set[str]] = [
     # many clips: storyboards, the server, the fleet's proxy configuration; the selftest of every engine
     {"story", "server", "fleet", "selftest"},
     # the interfaces
-    {"cli", "engine_cli", "remote_cli", "selftest_cli", "comfy", "__main__", "__init__"},
+    {"cli", "comfy", "__main__", "__init__"},
 ]
 TOP = len(LAYERS) - 1
 
-# The command line, wherever it lives for now: the top layer.
-COMMAND_LINE_MODULES = {
-    "h3bridge.story.cli", "h3bridge.model.download_cli", "h3bridge.server.command", "h3bridge.engines.library_cli",
-    "h3bridge.history.cli", "h3bridge.lora.cli", "h3bridge.hexgrid.cli",
-    "h3bridge.fleet.cli", "h3bridge.sim.fixture_cli",
-}
+# Programs of their own that may read their arguments with argparse outside cli/: the simulator's
+# fixture model folder (h3-sim-model: fixture_cli.py) and the libh3 double's build (h3-sim-lib:
+# sim/library.py). (h3-sim itself, sim/cli.py, reads its flags as upstream's h3 does, by hand.)
+OWN_PROGRAMS = {"h3bridge.sim.fixture_cli", "h3bridge.sim.library"}
+# Who may import the command line: itself, and `python -m h3bridge`.
+CLI_IMPORTERS = {"h3bridge.__main__"}
 
 
 def _layer(module: str) -> int:
-    if module in COMMAND_LINE_MODULES:
-        return TOP
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else "__init__"
     return next(index for index, names in enumerate(LAYERS) if top in names)
@@ -47,7 +49,7 @@ def _layer(module: str) -> int:
 
 def _known(module: str) -> bool:
     parts = module.split(".")
-    return len(parts) > 1 and any(parts[1] in names for names in LAYERS) or module in COMMAND_LINE_MODULES
+    return len(parts) > 1 and any(parts[1] in names for names in LAYERS)
 
 
 def test_every_package_has_a_layer() -> None:
@@ -69,4 +71,38 @@ def test_the_check_sees_an_upward_import() -> None:
     graph = import_graph()
     assert "h3bridge.wire.videos" in graph["h3bridge.engines.remote"]
     assert _layer("h3bridge.wire.videos") < _layer("h3bridge.engines.remote") < _layer("h3bridge.server.app")
-    assert _layer("h3bridge.story.cli") > _layer("h3bridge.story.runner")      # the command line is the top
+    assert _layer("h3bridge.cli.story") > _layer("h3bridge.story.runner")      # the command line is the top
+
+
+def _is_cli(module: str) -> bool:
+    return module == "h3bridge.cli" or module.startswith("h3bridge.cli.")
+
+
+def test_nothing_outside_the_command_line_imports_it() -> None:
+    importers = [f"{module} imports {target}" for module, targets in sorted(import_graph().items())
+                 for target in sorted(targets)
+                 if _is_cli(target) and not _is_cli(module) and module not in CLI_IMPORTERS]
+    assert not importers, "\n".join(importers)
+
+
+def _imports_argparse(path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any((isinstance(node, ast.Import) and any(alias.name == "argparse" for alias in node.names))
+               or (isinstance(node, ast.ImportFrom) and node.module == "argparse") for node in ast.walk(tree))
+
+
+def test_argparse_is_imported_only_in_the_command_line() -> None:
+    outside = sorted(name for name, (path, _) in module_names().items()
+                     if _imports_argparse(path) and not _is_cli(name) and name not in OWN_PROGRAMS)
+    assert not outside, f"move the argument parsing of these into h3bridge/cli/: {outside}"
+    # the rule reads what it claims to: the command line does import argparse, as the programs do
+    assert _imports_argparse(module_names()["h3bridge.cli.main"][0])
+    assert all(_imports_argparse(module_names()[name][0]) for name in OWN_PROGRAMS)
+
+
+def test_the_argparse_check_sees_a_lazy_import(tmp_path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("def parse():\n    from argparse import ArgumentParser\n    return ArgumentParser()\n")
+    assert _imports_argparse(planted)
+    planted.write_text("# argparse is mentioned, not imported\nimport json\n")
+    assert not _imports_argparse(planted)

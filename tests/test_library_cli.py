@@ -16,7 +16,7 @@ import pytest
 from core_helpers import model_dir  # noqa: F401 (fixture)
 from double_helpers import double_library_path
 from upstream_helpers import upstream_source_file
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.engines.library_build import build_library, link_command, makefile_variables
 from h3bridge.errors import EngineNotFoundError, LibraryLoadError
 
@@ -140,7 +140,7 @@ def test_build_library_refuses_a_folder_that_is_not_a_checkout(tmp_path: Path) -
 
 
 def test_the_progress_bar_counts_the_step_previews(capsys: pytest.CaptureFixture[str]) -> None:
-    from h3bridge.cli import PhaseProgressBars
+    from h3bridge.cli.main import PhaseProgressBars
     from h3bridge.progress import ProgressEvent
 
     notes = iter(["previews 1/3", "previews 2/3"])

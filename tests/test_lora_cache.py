@@ -59,7 +59,7 @@ def test_the_cache_is_capped_least_recently_used_first_and_listed_and_pruned(
         template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 21 item 5: folds do not pile up unseen."""
     import os
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     root = tmp_path / cache_module.CACHE_FOLDER
     lora = _lora(tmp_path / "a.safetensors", template, 4)
     first = cached_fold(template, [LoraSpec(lora, 1.0)], cache_root=root)
@@ -90,7 +90,7 @@ def test_prune_never_reports_or_half_removes_a_linked_fold(tmp_path: Path, templ
     `.evicting-*` link stayed behind (rmtree refuses a link; its error was ignored). A link is not
     a fold of this cache: never listed, evicted or followed; what it points to is kept."""
     import os
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     root = tmp_path / cache_module.CACHE_FOLDER
     lora = _lora(tmp_path / "a.safetensors", template, 4)
     own = cached_fold(template, [LoraSpec(lora, 1.0)], cache_root=root)
@@ -111,7 +111,7 @@ def test_prune_never_reports_or_half_removes_a_linked_fold(tmp_path: Path, templ
 def test_list_and_prune_of_a_missing_folder_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    command: list[str]) -> None:
     """`lora list /no/such/folder` said "0 fold(s)" and exited 0."""
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     missing = tmp_path / "no-such-folder"
     assert main(["lora", command[0], str(missing), *command[1:]]) == 2
     err = capsys.readouterr().err

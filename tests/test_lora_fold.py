@@ -25,7 +25,7 @@ from lora_helpers import (FOLD_KERNELS, assert_bf16_neighbours, flat_rows_to_per
                           write_lora)
 import model_helpers
 from h3bridge import GenerationRequest, inspect_model, verify_model
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.lora import LoraSpec, fold_model, plan_fold, read_provenance
 from h3bridge.lora import fold as fold_module
 from h3bridge.lora.place import CLONE, COPY, HARDLINK

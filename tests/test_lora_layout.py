@@ -14,7 +14,7 @@ import pytest
 from lora_helpers import (assert_bf16_neighbours, flat_rows_to_per_head, low_rank, reference_exact, reference_fold,
                           slot_rows_to_per_head, tensor_shapes, write_lora)
 import model_helpers
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.errors import LoraError
 from h3bridge.lora import fold_model, read_provenance
 from h3bridge.model.safetensors import read_header

@@ -15,7 +15,7 @@ from lora_helpers import FOLD_KERNELS, low_rank, tensor_shapes, use_fold_kernel,
 import model_helpers
 from model_helpers import copy_model
 from h3bridge import inspect_model
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.errors import DiskError, LoraError, OutputExistsError, RequestError
 from h3bridge.lora import LoraSpec, fold_model
 from h3bridge.lora import fold as fold_module

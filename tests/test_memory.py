@@ -438,7 +438,7 @@ def test_a_warm_session_keeps_the_dit_and_the_decoder(inventory) -> None:
 
 def test_session_mode_reaches_generate_plan_and_comfyui(realistic: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from h3bridge.cli import main
+    from h3bridge.cli.main import main
     from h3bridge.comfy import adapter
     args = ["plan", "-d", str(realistic), "--memory-gb", "48", "--chip", "Apple M4 Pro"]
     assert main(args) == 0
@@ -458,7 +458,7 @@ def test_session_mode_reaches_generate_plan_and_comfyui(realistic: Path, monkeyp
                                                 ("Apple M5", "fits without --ssd-streaming")])
 def test_doctor_memory_advice_comes_from_the_plan(monkeypatch: pytest.MonkeyPatch, chip: str, expected: str) -> None:
     """A 32 GB M5 runs the default request without SSD streaming (int8 DiT); a 32 GB M4 Pro does not."""
-    from h3bridge.cli import default_request_advice
+    from h3bridge.cli.main import default_request_advice
     monkeypatch.setattr(MachineFacts, "detect", classmethod(lambda cls: MachineFacts.mac(32, chip)))
     assert expected in default_request_advice()
 

@@ -8,7 +8,7 @@ import pytest
 
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401
 from model_helpers import copy_model, fl2va_template  # noqa: F401  (fixture)
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.model.memory import MachineFacts
 from h3bridge.sim.fixture import write_fixture_model
 
@@ -123,7 +123,7 @@ def test_generate_refuses_a_damaged_model_before_starting_h3(tiny: Path, tmp_pat
 
 
 def test_force_passes_the_preflight(realistic: Path, mac_24: None, capsys: pytest.CaptureFixture[str]) -> None:
-    from h3bridge.cli import preflight_generate
+    from h3bridge.cli.main import preflight_generate
     from h3bridge.request import GenerationRequest
     preflight_generate(GenerationRequest("fox"), realistic, force=True)
     assert "--force: does not fit" in capsys.readouterr().err

@@ -190,7 +190,7 @@ def test_ctrl_c_mid_file_then_a_rerun_continues_and_fetches_no_finished_file(hub
     # the CLI as a user runs it, with huggingface_hub writing in 64 KiB chunks (its 10 MB default is
     # more than a fixture file, so nothing would be kept to continue from)
     program = ("import sys; import huggingface_hub.constants as c; c.DOWNLOAD_CHUNK_SIZE = %d; "
-               "from h3bridge.cli import main; raise SystemExit(main(sys.argv[1:]))" % chunk)
+               "from h3bridge.cli.main import main; raise SystemExit(main(sys.argv[1:]))" % chunk)
     argv = [sys.executable, "-c", program, "model", "download", str(root), "--partition", "FL2VA", "--quiet"]
     env = hub_env(tmp_path, hub)
     # the hub holds the file mid-way until this test has seen the pause and sent Ctrl-C (and

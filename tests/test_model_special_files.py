@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.errors import IntegrityError, ModelError
 from h3bridge.model.memory import check_model_for, preflight, MachineFacts
 from h3bridge.model.inventory import inspect_model

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import FAST, sim_engine_path
-from h3bridge.cli import main, preflight_generate
+from h3bridge.cli.main import main, preflight_generate
 from h3bridge.model.memory import MachineFacts, preflight
 from h3bridge.model.inventory import format_bytes
 from h3bridge.request import GenerationRequest
@@ -38,7 +38,7 @@ def test_demo_needs_no_flags_says_it_is_synthetic_and_never_overwrites(
     work.mkdir()
     monkeypatch.chdir(work)
     assert main(["demo", "--quiet"]) == 0
-    from h3bridge.cli import SYNTHETIC_NOTE
+    from h3bridge.cli.main import SYNTHETIC_NOTE
     err = capsys.readouterr().err
     first = work / "h3bridge-demo.mp4"
     assert first.is_file() and first.stat().st_size > 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from h3bridge.cli import build_parser, main
+from h3bridge.cli.main import build_parser, main
 
 FAST_FLAGS = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2", "--quiet"]
 
@@ -47,7 +47,7 @@ def test_several_local_flags_are_named_together(capsys: pytest.CaptureFixture[st
 
 def test_a_local_engine_choice_contradicts_remote(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """--session (now --engine session) with --remote: two engines named, said as a contradiction
-    (engine_cli.engine_kind; tests/test_cli_vocabulary.py has every pair)."""
+    (cli/engine.py engine_kind; tests/test_cli_vocabulary.py has every pair)."""
     status, err = generate(capsys, tmp_path, "--remote", "http://127.0.0.1:9", "--session")
     assert status == 2 and "--remote http://127.0.0.1:9 and --session contradict each other" in err
     assert "drop --session to render on the server, or drop --remote" in err

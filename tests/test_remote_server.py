@@ -25,7 +25,7 @@ from h3bridge import (
     RemoteEngine,
     RequestError,
 )
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.comfy import adapter
 from h3bridge.media.decode import decode_audio, decode_video_frames
 from h3bridge.sim.fixture import write_fixture_model

@@ -11,13 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+from h3bridge.cli.flags import float_flag, int_flag
 from h3bridge.errors import RequestError
 from h3bridge.safeio.numbers import (
     FloatField,
     IntField,
     LongNumber,
-    float_flag,
-    int_flag,
     json_int,
     read_float,
     read_int,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from h3bridge import LibraryEngine, RemoteEngine
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.engines.lock import engine_lock
 from h3bridge.progress import WAITING_PHASE
 

@@ -1,4 +1,4 @@
-"""`h3bridge generate --engine session` (h3bridge/cli.py) against h3-sim's interactive mode."""
+"""`h3bridge generate --engine session` (h3bridge/cli/main.py) against h3-sim's interactive mode."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401  (fixtures)
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 
 CLIP = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "2"]
 

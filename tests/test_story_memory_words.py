@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixture)
-from h3bridge.cli import main
+from h3bridge.cli.main import main
 from h3bridge.model.memory import MachineFacts
 from h3bridge.sim.fixture import write_fixture_model
 from h3bridge.story import Storyboard, plan_story

@@ -15,7 +15,7 @@ import pytest
 
 from core_helpers import fast_request
 from h3bridge import CancelToken, EngineCrashedError, EngineError, GenerationCancelled, LibraryEngine, OneShotEngine
-from h3bridge.cli import main as h3bridge_main
+from h3bridge.cli.main import main as h3bridge_main
 from h3bridge.engine_build.build import LIBRARY_NAME, PROGRAM_NAME, read_source, _makefile_list
 from h3bridge.errors import EngineNotFoundError
 from upstream_helpers import UPSTREAM_SOURCE_ENV, realistic_model, upstream_engine  # noqa: F401 (fixtures)

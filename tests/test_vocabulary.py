@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core_helpers import sim_engine_path
-from h3bridge.cli import build_parser, main, request_from_args
+from h3bridge.cli.main import build_parser, main, request_from_args
 from h3bridge.errors import RequestError
 from h3bridge.request import GenerationRequest, SlowerPath
 from h3bridge.wire.videos import FIELDS, request_from_wire, request_to_wire

@@ -1,4 +1,4 @@
-"""Building upstream h3.c's own engine: `h3bridge build-engine SOURCE`.
+"""Building upstream h3.c's own engine (the command `h3bridge build-engine SOURCE` is cli/build.py).
 
 `build` (this package's build.py) turns an h3.c clone or source tarball into an `h3` program and a
 shared libh3: on macOS with upstream's own `make` (and the dylib link of
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BuiltEngine", "add_build_engine_command", "build_engine"]
+__all__ = ["BuiltEngine", "build_engine"]
 
 
 def __getattr__(name: str) -> Any:

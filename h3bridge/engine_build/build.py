@@ -26,7 +26,6 @@ two lines printed are the program's and the library's paths (`--json`: one JSON 
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -407,40 +406,5 @@ def build_engine(source: Path, *, system: str = sys.platform, log: Log = lambda 
         return _build_portable(_unpack(source, Path(unpacked)), log, cache_root, commit, origin=source)
 
 
-# ----------------------------------------------------------------------------- the command
-
-def add_build_engine_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "build-engine", help="build upstream h3.c's h3 and shared libh3 from a clone or source tarball",
-        description="Build upstream h3.c's own `h3` program and shared libh3 from a clone or its source tarball. "
-                    "On macOS: upstream's `make`, then libh3.dylib linked from libh3.a. On Linux: upstream's "
-                    "unmodified C files over h3bridge's portable (host-memory) backend, for testing against "
-                    "upstream's own code; cached by source hash under the user cache directory. The last two "
-                    "lines are the program's and the library's paths.")
-    parser.add_argument("source", metavar="SOURCE", type=Path, help="an h3.c clone, or its .tar.gz source archive")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (program, library, ...) instead")
-    parser.set_defaults(handler=run_build_engine)
-
-
-def run_build_engine(args: argparse.Namespace) -> int:
-    if shutil.which(os.environ.get("H3_FFMPEG") or "ffmpeg") is None:
-        print("h3bridge: note: ffmpeg was not found; the built h3 needs it to write MP4s and read media "
-              "(apt-get install ffmpeg, or set H3_FFMPEG)", file=sys.stderr)
-    try:
-        built = build_engine(args.source, log=lambda text: print(f"h3bridge: {text}", file=sys.stderr))
-    except LibraryBuildError as error:
-        if error.compiler_output:
-            print(error.compiler_output, file=sys.stderr)
-        raise
-    if args.json:
-        print(json.dumps(built.to_json()))
-    else:
-        if built.cached:
-            print(f"h3bridge: cached build of this source ({built.source_hash[:16]})", file=sys.stderr)
-        print(built.program)
-        print(built.library)
-    return 0
-
-
-__all__ = ["BuiltEngine", "UpstreamSource", "add_build_engine_command", "build_engine", "find_compiler",
+__all__ = ["BuiltEngine", "UpstreamSource", "build_engine", "find_compiler",
            "read_source", "source_hash"]

@@ -3,7 +3,7 @@
 - `protocol`: the `Engine` protocol every engine implements, and `EngineCapabilities`.
 - `oneshot`: one `h3` process per clip. `session`: a warm interactive `h3` kept between clips.
 - `library`: libh3 through ctypes in a warm worker (`library_worker`; their messages `library_wire`;
-  `library_cli` the CLI's `--engine library`; `library_build` the library part of `build-engine`).
+  the CLI's `--engine library` is cli/library.py; `library_build` the library part of `build-engine`).
 - `warm`: the lifecycle every warm engine shares (the lock held while warm, stepping aside for a
   waiting job, the idle timeout).
 - `process`: an engine child in its own process group, its stderr, stopping it.

@@ -506,8 +506,7 @@ class LibraryEngine(WarmEngine):
     def _start_worker(self, env: dict[str, str]) -> _Worker:
         locate_library(self.library_path)     # changed since? one sentence before anything starts
         _refuse_special_model_files(self.model_dir)
-        argv = [sys.executable, "-m", WORKER_MODULE, "--library", str(self.library_path),
-                "--model-dir", str(self.model_dir)]
+        argv = [sys.executable, "-m", WORKER_MODULE, str(self.library_path), str(self.model_dir)]
         try:
             return _Worker(argv, cwd=str(self.h3_dir), env=env)
         except OSError as error:

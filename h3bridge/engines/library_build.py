@@ -17,7 +17,6 @@ the C double of libh3 for tests.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -139,36 +138,6 @@ def build_library(h3c_dir: Path, output: Path | None = None, *, run: Runner = su
     return target
 
 
-def add_build_library_command(subparsers: argparse._SubParsersAction) -> None:
-    # no help=: argparse leaves it out of `h3bridge --help` (cli.HIDDEN_COMMANDS)
-    parser = subparsers.add_parser(
-        "build-library",
-        description="The command before `h3bridge build-engine`, which builds h3 and libh3 together: run `make libh3.a` in an h3.c checkout and link a shared libh3.dylib from it (with the "
-                    "frameworks upstream's Makefile links), for `generate --engine library` and ComfyUI's "
-                    "library mode. Checks it is arm64 and loads. macOS on Apple Silicon only; elsewhere use "
-                    "h3-sim-lib (the test double).")
-    parser.add_argument("h3c_dir", metavar="H3C_DIR", type=Path, help="the h3.c checkout")
-    parser.add_argument("-o", "--output", type=Path, metavar="PATH",
-                        help=f"where the library goes (default H3C_DIR/{LIBRARY_NAME}, beside h3_shaders.metal, "
-                             "which the library engine's worker runs next to)")
-    parser.set_defaults(handler=run_build_library)
-
-
-def run_build_library(args: argparse.Namespace) -> int:
-    from ..runnable import h3bridge_command
-    print(f"h3bridge: notice: build-library is now build-engine: `{h3bridge_command('build-engine', str(args.h3c_dir))}` "
-          "builds h3 and the shared libh3 together (on any platform) and prints both paths; build-library still "
-          "builds the library alone for now", file=sys.stderr)
-    try:
-        path = build_library(args.h3c_dir, args.output, log=lambda text: print(f"h3bridge: {text}", file=sys.stderr))
-    except LibraryBuildError as error:
-        if error.compiler_output:
-            print(error.compiler_output, file=sys.stderr)
-        raise
-    print(path)
-    return 0
-
-
-__all__ = ["MakeVariables", "add_build_library_command", "build_library", "check_command", "link_command",
+__all__ = ["MakeVariables", "build_library", "check_command", "link_command",
            "make_command", "makefile_variables"]
 

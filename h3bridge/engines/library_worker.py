@@ -18,7 +18,6 @@ per row when `stride` is wider than the row); previews go to the host as raw byt
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import mmap
 import os
@@ -293,16 +292,20 @@ class FrameSink:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="h3bridge-library-worker")
-    parser.add_argument("--library", required=True)
-    parser.add_argument("--model-dir", required=True)
-    args = parser.parse_args(argv)
+    # Started only by LibraryEngine (library.py worker_command), never by a user: its two
+    # arguments are positional, and a wrong call is a bug in the host, said plainly.
+    arguments = sys.argv[1:] if argv is None else argv
+    if len(arguments) != 2:
+        sys.stderr.write("h3bridge library worker: started wrongly; LibraryEngine starts it as "
+                         f"`python -m {__spec__.name if __spec__ else 'h3bridge.engines.library_worker'} LIBRARY MODEL_DIR`\n")
+        return 2
+    library, model_dir = arguments
     # Our messages go on a private copy of stdout; fd 1 becomes stderr, so whatever libh3 or
     # FFmpeg print on stdout lands in the engine log instead of corrupting the protocol.
     control = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    worker = Worker(control, args.library, args.model_dir)
+    worker = Worker(control, library, model_dir)
     try:
         if not worker.load():
             return 3

@@ -12,7 +12,7 @@
   (an engine whose jobs run on another machine also defines `history_device()`, see recorder.py).
 - `eta.py`: seconds left from past runs of the same shape on this machine (`ProgressEvent.eta`).
 - `stats.py`: per-device, per-shape phase timings (median and range).
-- `cli.py`: `h3bridge history` and `h3bridge stats`.
+- the commands `h3bridge history` and `h3bridge stats` are cli/history.py.
 
 A broken or locked history never fails a render: the job runs unrecorded, with one warning.
 """

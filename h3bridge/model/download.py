@@ -43,6 +43,7 @@ from typing import Callable, Iterator
 
 from ..runnable import command
 from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError, shown_value
+from ..safeio.outputs import rename_new
 from ..safeio.paths import open_regular, symlink_note
 from ..safeio.http import (FetchConnectionError, FetchError, FetchLimits, FetchTimeout, FetchTooLong,
                            call_with_deadline, fetch_to_file)
@@ -660,9 +661,10 @@ def _place_each(plan: DownloadPlan, part: Path, items: list[HubFile], record: di
 
 
 def _rename_new(source: Path, destination: Path) -> None:
-    if destination.exists():
+    # safeio's rename that never replaces (renameat2/renamex_np): no window between a check and the
+    # rename in which another program's file could appear and be overwritten
+    if not rename_new(source, destination):
         raise FileExistsError(destination)
-    os.rename(source, destination)
 
 
 @dataclass

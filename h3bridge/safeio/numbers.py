@@ -11,19 +11,18 @@ every caller gets without asking:
 * every refusal is a RequestError naming the field, the value (cut short: a 5,000-digit number is
   shown as "(a 5000-digit number)") and the fix.
 
-`int_flag` / `float_flag` are argparse `type=` adapters (argparse names the flag and exits 2), and
-`IntField` / `FloatField` are pydantic annotations (a refusal becomes a validation error naming
+The command line's argparse `type=` adapters over these are cli/flags.py's `int_flag` /
+`float_flag`; `IntField` / `FloatField` are pydantic annotations (a refusal becomes a validation error naming
 the field). `json_int` is json.loads's `parse_int` that keeps over-long integer literals as text
 (`LongNumber`) so the field they were given for can still be named.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import RequestError, digit_count, shown_value
 
@@ -92,7 +91,7 @@ def _subject(field: str | None, value: object) -> str:
     return f"{field}={_shown(value)}" if field else _shown(value)
 
 
-def _range_words(minimum: float | None, maximum: float | None, greater_than: float | None = None) -> str:
+def range_words(minimum: float | None, maximum: float | None, greater_than: float | None = None) -> str:
     low = (f"more than {greater_than:g}" if greater_than is not None else
            f"at least {minimum:g}" if isinstance(minimum, float) else
            f"at least {minimum}" if minimum is not None else "")
@@ -114,7 +113,7 @@ def read_int(value: object, *, field: str | None, minimum: int | None = None, ma
     """A whole number from JSON (an int; a bool or a float is refused) or text ("42", "-7");
     RequestError(field=field) for anything else, past `max_digits` digits, or outside
     [minimum, maximum]. `hint` replaces the fix the refusal suggests."""
-    wanted = "a whole number" + (f" ({_range_words(minimum, maximum)})" if minimum is not None or maximum is not None
+    wanted = "a whole number" + (f" ({range_words(minimum, maximum)})" if minimum is not None or maximum is not None
                                  else "")
     example = minimum if minimum is not None else maximum if maximum is not None else 1
     if isinstance(value, bool) or not isinstance(value, (int, str, LongNumber)):
@@ -144,7 +143,7 @@ def read_float(value: object, *, field: str | None, minimum: float | None = None
     """A finite number from JSON (an int or a float; a bool is refused) or text ("2.5", "1e3");
     RequestError(field=field) for anything else, NaN or infinity, past `max_digits` digits, or
     outside [minimum, maximum] (and not above `greater_than`, when given)."""
-    ranged = _range_words(minimum, maximum, greater_than)
+    ranged = range_words(minimum, maximum, greater_than)
     wanted = "a finite number" + (f" ({ranged})" if ranged else "")
     example: float = (minimum if minimum is not None else maximum if maximum is not None else
                       greater_than + 1 if greater_than is not None else 1)
@@ -177,42 +176,6 @@ def read_float(value: object, *, field: str | None, minimum: float | None = None
     return number
 
 
-# ----------------------------------------------------------------------------- argparse
-
-def int_flag(minimum: int | None = None, maximum: int | None = None, *,
-             max_digits: int = DEFAULT_MAX_DIGITS) -> Callable[[str], int]:
-    """An argparse `type=` for a whole-number flag: argparse prints "argument --retries: <why>;
-    fix: <what>" and exits 2."""
-    def whole_number_flag(text: str) -> int:
-        try:
-            return read_int(text, field=None, minimum=minimum, maximum=maximum, max_digits=max_digits,
-                            hint=_flag_fix("a whole number", minimum, maximum))
-        except RequestError as error:
-            raise argparse.ArgumentTypeError(f"{error.message}; fix: {error.hint}") from None
-    whole_number_flag.__name__ = "whole number"
-    whole_number_flag.reads_number = True      # type: ignore[attr-defined]  (the conformance walk's marker)
-    return whole_number_flag
-
-
-def float_flag(minimum: float | None = None, maximum: float | None = None, *, greater_than: float | None = None,
-               max_digits: int = DEFAULT_MAX_DIGITS) -> Callable[[str], float]:
-    """An argparse `type=` for a number flag (finite; NaN and inf refused), as int_flag."""
-    def number_flag(text: str) -> float:
-        try:
-            return read_float(text, field=None, minimum=minimum, maximum=maximum, greater_than=greater_than,
-                              max_digits=max_digits, hint=_flag_fix("a finite number", minimum, maximum, greater_than))
-        except RequestError as error:
-            raise argparse.ArgumentTypeError(f"{error.message}; fix: {error.hint}") from None
-    number_flag.__name__ = "number"
-    number_flag.reads_number = True      # type: ignore[attr-defined]
-    return number_flag
-
-
-def _flag_fix(what: str, minimum: float | None, maximum: float | None, greater_than: float | None = None) -> str:
-    ranged = _range_words(minimum, maximum, greater_than)
-    return f"give {what}" + (f" {ranged}" if ranged else "") + ", written in digits"
-
-
 # ----------------------------------------------------------------------------- pydantic
 
 def IntField(minimum: int | None = None, maximum: int | None = None, *, field: str | None = None,
@@ -239,5 +202,5 @@ def FloatField(minimum: float | None = None, maximum: float | None = None, *, gr
     return BeforeValidator(check)
 
 
-__all__ = ["DEFAULT_MAX_DIGITS", "FloatField", "IntField", "LongNumber", "PYTHON_INT_DIGITS", "float_flag",
-           "int_flag", "json_int", "read_float", "read_int", "whole_number"]
+__all__ = ["DEFAULT_MAX_DIGITS", "FloatField", "IntField", "LongNumber", "PYTHON_INT_DIGITS", "json_int",
+           "range_words", "read_float", "read_int", "whole_number"]

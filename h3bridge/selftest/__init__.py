@@ -8,7 +8,7 @@ the preset advice, and write a report a user can send us (issue 33).
 The parts: facts.py (the machine and where each part was found), runs.py (renders, cancels,
 pause per engine), measure.py (memory sampling, progress log), report.py (Markdown and JSON,
 nothing private), calibrate.py (what the renders measured, stored beside the job history). No
-argparse here: the command line is h3bridge/selftest_cli.py, the ComfyUI node comfy/selftest_node.py.
+argparse here: the command line is h3bridge/cli/selftest.py, the ComfyUI node comfy/selftest_node.py.
 """
 from __future__ import annotations
 

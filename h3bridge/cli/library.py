@@ -1,6 +1,6 @@
 """The command line's side of the library engine: `h3bridge generate --engine library
---library-path PATH [--h3-dir DIR] [--preview-dir DIR]` (cli.py registers the flags with the
-other engine options; engine_cli.engine_from_args opens the engine), and the preview writer that saves one PNG per Euler step.
+--library-path PATH [--h3-dir DIR] [--preview-dir DIR]` (main.py registers the flags with the
+other engine options; engine.engine_from_args opens the engine), and the preview writer that saves one PNG per Euler step.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ PREVIEW_PATTERN = "step-{step:04d}.png"
 
 
 def add_library_options(parser: argparse.ArgumentParser) -> None:
-    """The library engine's own flags (`--engine library`, which engine_cli.add_engine_choice adds)."""
+    """The library engine's own flags (`--engine library`, which engine.add_engine_choice adds)."""
     group = parser.add_argument_group("library engine (--engine library: libh3 in a worker process)")
     add_library_location_options(group)
     group.add_argument("--preview-dir", metavar="DIR",

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cancel import CancelToken
-from .engine_cli import (    # shared with story/cli.py and server/command.py, below all three
+from ..cancel import CancelToken
+from .engine import (    # shared with story.py and serve.py
     EXIT_CANCELLED,
     EXIT_FAILURE,
     EXIT_OK,
@@ -39,12 +39,12 @@ from .engine_cli import (    # shared with story/cli.py and server/command.py, b
     model_folder,
     preview_writer_from_args,
 )
-from .engines.fallback import choose_engine
-from .errors import GenerationCancelled, H3BridgeError
+from ..engines.fallback import choose_engine
+from ..errors import GenerationCancelled, H3BridgeError
 # Number flags go through safeio.numbers (bounded digits, finite); the ranges are the request's own rules.
-from .safeio.numbers import float_flag, int_flag
-from .runnable import h3bridge_command
-from .request import (
+from .flags import float_flag, int_flag
+from ..runnable import h3bridge_command
+from ..request import (
     DEFAULT_HEIGHT,
     DEFAULT_SEED,
     DEFAULT_STEPS,
@@ -65,7 +65,7 @@ DEFAULT_OUTPUT = "outputs/h3.mp4"   # main.c: `-o` default, relative to the work
 
 # ----------------------------------------------------------------------------- request options
 # (the engine options, engines, signals and progress display shared with `story` and `serve`
-# are in engine_cli.py)
+# are in engine.py)
 
 class _AppendReference(argparse.Action):
     """Keeps every --ref-* flag in one ordered list: upstream references are ordered."""
@@ -250,7 +250,7 @@ def run_generate(args: argparse.Namespace) -> int:
     started = time.monotonic()       # the wall time: waiting for the engine included
     with cancel_on_signals(cancel) as received:
         try:
-            # a session hands what it cannot take to one-shot, saying so (engine_cli.say_running_one_shot)
+            # a session hands what it cannot take to one-shot, saying so (engine.say_running_one_shot)
             result = engine.generate(request, args.output or None, **options)  # type: ignore[arg-type]
         except GenerationCancelled as error:
             return cancelled_status(error, received)
@@ -298,7 +298,7 @@ def bundled_simulator() -> Path:
     import shutil
     import sysconfig
 
-    from .errors import EngineNotFoundError
+    from ..errors import EngineNotFoundError
     folders = [sysconfig.get_path("scripts")]
     try:
         folders.append(sysconfig.get_path("scripts", f"{os.name}_user"))
@@ -333,9 +333,9 @@ def run_demo(args: argparse.Namespace) -> int:
     # The demo is the one place the bridge runs the simulator on purpose: it imports the fixture
     # writer to make its model, and runs h3-sim as the engine through the very `generate` path a
     # real h3 takes.
-    from .engines.output import resolve_output
-    from .sim.fixture import cached_fixture_model
-    from .userdirs import cache_dir
+    from ..engines.output import resolve_output
+    from ..sim.fixture import cached_fixture_model
+    from ..userdirs import cache_dir
     output = demo_output(args.output)
     resolve_output(output, overwrite=args.overwrite)     # a FIFO, device, folder or link: refused before any work
     engine = bundled_simulator()
@@ -365,9 +365,9 @@ def add_doctor_command(subparsers: argparse._SubParsersAction) -> None:
 def run_doctor(args: argparse.Namespace) -> int:
     import psutil
 
-    from .engines.locate import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
-    from .model.inventory import inspect_model, small_fixture_note
-    from .runnable import command
+    from ..engines.locate import engine_working_directory, locate_engine, locate_media_tools, locate_model_dir
+    from ..model.inventory import inspect_model, small_fixture_note
+    from ..runnable import command
 
     checks: list[dict[str, object]] = []
 
@@ -388,7 +388,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     except H3BridgeError as error:
         record("engine", False, error.message, error.hint)
     tools = locate_media_tools()
-    from .engines.locate import FFMPEG_HINT
+    from ..engines.locate import FFMPEG_HINT
     for name, path in (("ffmpeg", tools.ffmpeg), ("ffprobe", tools.ffprobe)):
         record(name, path is not None, str(path) if path else f"{name} not found", FFMPEG_HINT)
     try:
@@ -415,12 +415,12 @@ def run_doctor(args: argparse.Namespace) -> int:
     gib = memory.total / 2**30
     record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available; "
            + default_request_advice(model_dir))
-    from .history.calibration import load_calibration, preset_advice   # written by `h3bridge selftest`
+    from ..history.calibration import load_calibration, preset_advice   # written by `h3bridge selftest`
     calibration = load_calibration(engine_path=None if engine_path is None else str(engine_path))
     record("speed", True, (f"calibrated: {calibration.describe()}; " if calibration is not None else
                            f"not calibrated (`{h3bridge_command('selftest')}` measures this machine); ")
            + preset_advice(calibration))
-    from .lora import compiled
+    from ..lora import compiled
     record("lora fold", True, f"compiled kernels ({compiled.name()})" if compiled.available() else
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")
     machine = f"{platform.system()} {platform.machine()}"
@@ -450,7 +450,7 @@ def is_simulator(engine_path: Path) -> bool:
 def engine_commit_check(engine_path: Path) -> tuple[str, bool, str, str | None]:
     """doctor's "h3 build" line: the h3.c commit the engine was built from (as build-engine
     recorded it: h3 itself does not report its commit) and whether it is the pinned one."""
-    from .engine_build.record import PINNED_COMMIT, build_record
+    from ..engine_build.record import PINNED_COMMIT, build_record
     pinned = PINNED_COMMIT[:7]
     if is_simulator(engine_path):
         return ("h3 build", True, f"h3-sim, h3bridge's simulator of h3.c {pinned}", None)
@@ -469,7 +469,7 @@ def engine_commit_check(engine_path: Path) -> tuple[str, bool, str, str | None]:
         fix = (f"build the pinned commit: `git -C {found.source} checkout {pinned}`, then "
                f"`{h3bridge_command('build-engine', found.source)}`")
     else:       # a tarball, or a folder that is no clone (or no longer there): get the pinned source
-        from .engines.locate import engine_source_steps
+        from ..engines.locate import engine_source_steps
         fix = f"build the pinned commit: {engine_source_steps()}"
     return ("h3 build", False, f"h3.c {commit}{changes}, not the pinned {pinned} h3bridge is tested with", fix)
 
@@ -482,8 +482,8 @@ def default_request_advice(model_dir: Path | None = None) -> str:
     on this machine (doctor). Planned exactly as `generate` plans it (memory.preflight: sized
     from the model folder's own shards), so the two never disagree about the same request; only
     without a usable model folder is it sized from the released model's shapes."""
-    from .model.memory import plan_memory, preflight
-    from .model.inventory import format_bytes
+    from ..model.memory import plan_memory, preflight
+    from ..model.inventory import format_bytes
     request = GenerationRequest("doctor")
     plan = None
     if model_dir is not None:
@@ -513,8 +513,8 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
     """Model check + memory plan before starting an engine (`session`: a warm engine, which keeps
     the DiT and the video decoder loaded); a refusal prints the plan's table (unless `quiet`),
     and its verdict once, as the error `main` prints."""
-    from .errors import MemoryPlanError
-    from .model.memory import preflight
+    from ..errors import MemoryPlanError
+    from ..model.memory import preflight
     try:
         plan = preflight(request, model_dir, force=force, session=session, machine=machine, preview=preview)
     except MemoryPlanError as error:
@@ -537,7 +537,7 @@ def add_info_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from .model.inventory import inspect_model
+    from ..model.inventory import inspect_model
     inventory = inspect_model(model_dir_from_args(args))
     print(json.dumps(inventory.to_dict(), indent=2) if args.json else inventory.table())
     return EXIT_FAILURE if inventory.errors else EXIT_OK
@@ -561,7 +561,7 @@ def add_verify_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from .model.verify import verify_model
+    from ..model.verify import verify_model
     report = verify_model(model_dir_from_args(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
@@ -584,8 +584,8 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     machine.add_argument("--memory-gb", type=_positive_gigabytes, metavar="GB",
                          help="plan for a Mac with this much unified memory instead of this machine")
     machine.add_argument("--chip", metavar="NAME", type=_chip_name, help='with --memory-gb: the chip, e.g. "Apple M5 Max"')
-    from .engine_cli import OldEngineFlag, add_engine_choice
-    from .vocabulary import EngineKind
+    from .engine import OldEngineFlag, add_engine_choice
+    from ..vocabulary import EngineKind
     # the engine to plan for, as generate names it: a warm one (session, library) keeps the DiT
     # and the video decoder loaded between clips
     add_engine_choice(machine, parser, kinds=PLAN_ENGINES, default=EngineKind.ONE_SHOT)
@@ -597,9 +597,9 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     import os
 
-    from .engines.locate import MODEL_DIR_ENV
-    from .model.memory import MachineFacts, plan_memory
-    from .model.inventory import inspect_model
+    from ..engines.locate import MODEL_DIR_ENV
+    from ..model.memory import MachineFacts, plan_memory
+    from ..model.inventory import inspect_model
     request = request_from_args(args).validate(check_files=False)
     if args.memory_gb is not None:
         machine = MachineFacts.mac(args.memory_gb, args.chip or "Apple M4 Pro")
@@ -613,8 +613,8 @@ def run_plan(args: argparse.Namespace) -> int:
     if inventory is not None:
         for problem in inventory.errors:
             print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
-    from .engine_cli import engine_kind
-    from .vocabulary import EngineKind
+    from .engine import engine_kind
+    from ..vocabulary import EngineKind
     warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
     plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=warm)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
@@ -624,8 +624,8 @@ def run_plan(args: argparse.Namespace) -> int:
 def _check_plan_media(request: GenerationRequest) -> None:
     """The plan reads no media, but a path that is not a file (a FIFO, a device, a folder, a dangling
     link) is refused as `generate` would refuse it: a reference that was a FIFO hung the plan."""
-    from .errors import RequestError
-    from .safeio.paths import non_regular_kind, symlink_note
+    from ..errors import RequestError
+    from ..safeio.paths import non_regular_kind, symlink_note
     named = [("first_frame", request.first_frame), ("last_frame", request.last_frame)]
     for reference in request.references:
         named += [("references", reference.path), ("references", reference.audio_path)]
@@ -665,12 +665,11 @@ def _positive_gigabytes(text: str) -> float:
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_generate_command, add_doctor_command,
                                                                    add_info_command, add_verify_command,
                                                                    add_plan_command, add_demo_command]
-from .engine_build import add_build_engine_command   # noqa: E402 (upstream's h3 + libh3 from h3.c's source)
-from .engines.library_build import add_build_library_command   # noqa: E402 (deprecated: build-engine)
+from .build import add_build_engine_command, add_build_library_command   # noqa: E402 (upstream's h3 + libh3; build-library deprecated)
 SUBCOMMANDS += [add_build_engine_command, add_build_library_command]
-from .model.download_cli import add_model_command   # noqa: E402 (`model download`: the checkpoint from the hub)
+from .model import add_model_command   # noqa: E402 (`model download`: the checkpoint from the hub)
 SUBCOMMANDS += [add_model_command]
-from .selftest_cli import add_selftest_command   # noqa: E402 (issue 33: check, calibrate, report)
+from .selftest import add_selftest_command   # noqa: E402 (issue 33: check, calibrate, report)
 SUBCOMMANDS += [add_selftest_command]
 
 
@@ -762,16 +761,16 @@ def grouped_commands(subparsers: argparse._SubParsersAction) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = H3BridgeParser(prog=ROOT_PROG, description="MiniMax-H3 through antirez's h3.c engine.",
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
+    from .. import __version__
     parser.add_argument("--version", action="version", version=f"h3bridge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
                                        parser_class=H3BridgeParser)
-    from .fleet.cli import add_fleet_command         # a LiteLLM proxy config for many servers, h3bridge/fleet
-    from .hexgrid.cli import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
-    from .history.cli import add_history_command, add_stats_command     # the job history, h3bridge/history
-    from .lora.cli import add_lora_command           # LoRAs folded into a copy of the model, h3bridge/lora
-    from .server.command import add_serve_command    # the OpenAI Videos API server, h3bridge/server
-    from .story.cli import add_story_command         # storyboards of chained shots, h3bridge/story
+    from .fleet import add_fleet_command         # a LiteLLM proxy config for many servers, h3bridge/fleet
+    from .hexgrid import add_hexgrid_command     # the H3 hexagon tiling (Uber's grid), h3bridge/hexgrid
+    from .history import add_history_command, add_stats_command     # the job history, h3bridge/history
+    from .lora import add_lora_command           # LoRAs folded into a copy of the model, h3bridge/lora
+    from .serve import add_serve_command    # the OpenAI Videos API server, h3bridge/server
+    from .story import add_story_command         # storyboards of chained shots, h3bridge/story
     for add_command in [*SUBCOMMANDS, add_fleet_command, add_hexgrid_command, add_history_command, add_stats_command,
                         add_lora_command, add_serve_command, add_story_command]:
         add_command(subparsers)
@@ -865,7 +864,7 @@ def _save_engine_log(stderr: str | None) -> Path | None:
         return None
     import time
 
-    from .userdirs import cache_dir
+    from ..userdirs import cache_dir
     try:
         folder = cache_dir() / "logs"
         folder.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..safeio.numbers import float_flag, int_flag
+from .flags import float_flag, int_flag
 from ..wire.videos import API_KEY_ENV
-from .config import (
+from ..fleet.config import (
     check_env_name,
     DEFAULT_ALLOWED_FAILS,
     DEFAULT_COOLDOWN_SECONDS,

@@ -5,10 +5,10 @@ import argparse
 import json
 import sys
 
-from .engine_cli import EXIT_FAILURE, EXIT_OK, add_engine_options, cancel_on_signals, cancelled_status
-from .errors import GenerationCancelled
-from .safeio.numbers import float_flag
-from .vocabulary import ENGINE_KINDS, read_engine_kind
+from .engine import EXIT_FAILURE, EXIT_OK, add_engine_options, cancel_on_signals, cancelled_status
+from ..errors import GenerationCancelled
+from .flags import float_flag
+from ..vocabulary import ENGINE_KINDS, read_engine_kind
 
 
 def add_selftest_command(subparsers: argparse._SubParsersAction) -> None:
@@ -47,8 +47,8 @@ def _engine_kind(text: str):  # type: ignore[no-untyped-def]
 
 
 def run_selftest_command(args: argparse.Namespace) -> int:
-    from .cancel import CancelToken
-    from .selftest import SelftestOptions, run_selftest
+    from ..cancel import CancelToken
+    from ..selftest import SelftestOptions, run_selftest
     options = SelftestOptions(engine_path=args.engine_path, model_dir=args.model_dir, library_path=args.library_path,
                               remote_url=args.remote, quick=args.quick, checksums=args.checksums,
                               engines=tuple(dict.fromkeys(args.engines or ())), output_dir=args.output_dir,

@@ -1,8 +1,8 @@
-"""The command-line parts every subcommand that runs an engine shares (`generate` in cli.py,
-`story` in story/cli.py, `serve` in server/command.py): the engine flags and the engines they
+"""The command-line parts every subcommand that runs an engine shares (`generate` in main.py,
+`story` in story.py, `serve` in serve.py): the engine flags and the engines they
 choose, signals and exit statuses, the progress display.
 
-It lives below all three so that none of them imports another (cli.py registers the other two).
+It lives below all three so that none of them imports another (main.py registers the other two).
 """
 from __future__ import annotations
 
@@ -14,18 +14,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from .cancel import CancelToken
-from .safeio.numbers import float_flag
-from .errors import GenerationCancelled, RequestError, UnsupportedRequestError
-from .history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
-from .progress import WAITING_PHASE, ProgressEvent
-from .vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
-from .runnable import h3bridge_command
+from ..cancel import CancelToken
+from .flags import float_flag
+from ..errors import GenerationCancelled, RequestError, UnsupportedRequestError
+from ..history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
+from ..progress import WAITING_PHASE, ProgressEvent
+from ..vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
+from ..runnable import h3bridge_command
 
 if TYPE_CHECKING:
-    from .engines.library_cli import PreviewWriter
-    from .engines.protocol import Engine
-    from .model.memory import MachineFacts
+    from .library import PreviewWriter
+    from ..engines.protocol import Engine
+    from ..model.memory import MachineFacts
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 
@@ -160,9 +160,9 @@ def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: 
     # the flags that chose the warm mode before `--engine session` (issue 30): still read, with a notice
     engine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
     engine.add_argument("--one-shot", dest="session", action=OldEngineFlag, kind=EngineKind.ONE_SHOT)
-    from .engines.library_cli import add_library_options      # --engine library (engines/library.py)
+    from .library import add_library_options      # --engine library (engines/library.py)
     add_library_options(parser)
-    from .remote_cli import add_remote_option      # --remote URL: render on a Videos API server
+    from .remote import add_remote_option      # --remote URL: render on a Videos API server
     add_remote_option(parser)
 
 
@@ -284,7 +284,7 @@ def engine_kind(args: argparse.Namespace) -> EngineKind:
     return kind
 
 
-# The library engine's own flags, by dest (--preview-dir has its own refusal: library_cli).
+# The library engine's own flags, by dest (--preview-dir has its own refusal: library.py).
 LIBRARY_ONLY_FLAGS = {"library_path": "--library-path", "h3_dir": "--h3-dir"}
 
 
@@ -309,7 +309,7 @@ def preview_writer_from_args(args: argparse.Namespace) -> "PreviewWriter | None"
         return None
     from pathlib import Path
 
-    from .engines.library_cli import PreviewWriter
+    from .library import PreviewWriter
     return PreviewWriter(Path(args.preview_dir), overwrite=args.overwrite)
 
 
@@ -333,8 +333,8 @@ def model_dir_from_args(args: argparse.Namespace) -> Path:
     """The folder -d/--model-dir or MODEL_DIR names (both: refused), else $H3_MODEL_DIR."""
     import os
 
-    from .engines.locate import MODEL_DIR_ENV
-    from .errors import ModelError, RequestError
+    from ..engines.locate import MODEL_DIR_ENV
+    from ..errors import ModelError, RequestError
     flag, positional = args.model_dir, getattr(args, "model_dir_positional", None)
     if flag is not None and positional is not None:
         raise RequestError(f"the model folder is given twice: --model-dir {str(flag)!r} and MODEL_DIR "
@@ -352,13 +352,13 @@ def model_dir_from_args(args: argparse.Namespace) -> Path:
 def model_folder(path: Path, shown: str) -> Path:
     """`path` if it is not there (the inventory says what to download) or a folder; a FIFO, a
     device, a file or a dangling link is a bad argument (exit 2), said before anything opens it."""
-    from .errors import ModelError
-    from .safeio.paths import not_a_folder
+    from ..errors import ModelError
+    from ..safeio.paths import not_a_folder
     what = not_a_folder(path)
     if what is None:
         return path
     if what == "a file":        # a repack checkpoint: the inventory's one wording (what it is, and the fix)
-        from .model.inventory import not_a_model_folder_error
+        from ..model.inventory import not_a_model_folder_error
         raise not_a_model_folder_error(path.absolute())
     raise ModelError(f"{shown} {str(path)!r} is {what}, not a model folder",
                      hint="pass the model folder, the one that holds FL2VA/")
@@ -381,10 +381,10 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     """The engine the flags describe (`engine_kind`: generate's, story's, serve's and plan's
     --engine), opened by the one factory (engines/factory.py; nothing starts yet). A session hands
     what h3's interactive mode cannot take to one-shot, saying so on stderr."""
-    from .engines.factory import open_engine
+    from ..engines.factory import open_engine
     kind = engine_kind(args)
     if kind is EngineKind.REMOTE:
-        from .remote_cli import refuse_local_only_flags
+        from .remote import refuse_local_only_flags
         refuse_local_only_flags(args)
         return open_engine(kind, remote_url=args.remote, dialect=getattr(args, "remote_dialect", "h3bridge"))
     if getattr(args, "remote_dialect", "h3bridge") != "h3bridge":

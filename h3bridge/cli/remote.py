@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from .wire.peers import DIALECTS, Dialect
-from .errors import RequestError
-from .wire.videos import API_KEY_ENV
+from ..wire.peers import DIALECTS, Dialect
+from ..errors import RequestError
+from ..wire.videos import API_KEY_ENV
 
 # dest -> (the flag, why it does not apply to a server)
 LOCAL_ONLY_FLAGS: dict[str, tuple[str, str]] = {

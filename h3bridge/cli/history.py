@@ -7,8 +7,8 @@ import sys
 import time
 
 from ..runnable import h3bridge_command
-from .stats import ShapeStats, Spread, run_seconds, shape_stats
-from .store import HistoryStore, JobRow, history_path
+from ..history.stats import ShapeStats, Spread, run_seconds, shape_stats
+from ..history.store import HistoryStore, JobRow, history_path
 
 DEFAULT_LIMIT = 20
 PROMPT_WIDTH = 40
@@ -53,7 +53,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def calibration_lines() -> list[str]:
     """This machine's selftest calibration (the newest) and the preset table it predicts."""
-    from .calibration import load_calibration, preset_table_lines
+    from ..history.calibration import load_calibration, preset_table_lines
     calibration = load_calibration()
     said = f"calibration: {calibration.describe()}" if calibration is not None else \
         f"calibration: none yet (`{h3bridge_command('selftest')}` measures this machine)"

@@ -1,4 +1,4 @@
-"""`h3bridge serve`: the command that runs the server (registered in cli.py's SUBCOMMANDS)."""
+"""`h3bridge serve`: the command that runs the server (registered in main.py's SUBCOMMANDS)."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineNotFoundError, MemoryPlanError, RequestError, shown_value
-from ..safeio.numbers import float_flag, int_flag, read_int
-from .jobs import DEFAULT_MAX_QUEUED
-from .uploads import MiB, UploadLimits
+from ..safeio.numbers import read_int
+from .flags import float_flag, int_flag
+from ..server.jobs import DEFAULT_MAX_QUEUED
+from ..server.uploads import MiB, UploadLimits
 from ..vocabulary import EngineKind
 from ..wire.videos import API_KEY_ENV
 
@@ -57,7 +58,7 @@ def _header_text(flag: str, limit: int):
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
-    from ..engine_cli import add_engine_choice, add_engine_options, add_engine_safety_options
+    from .engine import add_engine_choice, add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
         "serve", help="serve this Mac's engine over the OpenAI Videos API (POST /v1/videos, poll, download)",
         description="Run an HTTP server speaking the OpenAI Videos API subset that SGLang Diffusion and "
@@ -93,7 +94,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(parser)
     add_engine_safety_options(parser)
-    from ..engines.library_cli import add_library_location_options
+    from .library import add_library_location_options
     add_library_location_options(parser.add_argument_group("library engine (--engine library)"))
     parser.set_defaults(handler=run_serve)
 
@@ -121,7 +122,7 @@ def model_health(inventory: ModelInventory) -> dict[str, object]:
 def refuse_unusable_library_options(args: argparse.Namespace) -> None:
     """The flags that only the library engine reads, refused with another engine (before anything starts):
     --library-path / --h3-dir by engine_kind, as generate and story refuse them; --previews here."""
-    from ..engine_cli import engine_kind
+    from .engine import engine_kind
     if engine_kind(args) is not EngineKind.LIBRARY and args.previews:
         raise RequestError("--previews needs --engine library: only libh3 hands its denoise previews over (the h3 "
                            "program shows them on a terminal only)", field="previews",
@@ -151,17 +152,17 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from .app import ServeSettings, check_bind, create_app
+        from ..server.app import ServeSettings, check_bind, create_app
     except ImportError as error:
         raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
                                   hint="pip install 'h3bridge[serve]'") from None
-    from ..engine_cli import engine_from_args, machine_facts_of
+    from .engine import engine_from_args, machine_facts_of
     from ..engines.fallback import choose_engine
     from ..engines.lock import engine_lock
     from ..model.inventory import inspect_model
     from ..model.memory import preflight
-    from .jobs import JobStore
-    from .worker import Worker
+    from ..server.jobs import JobStore
+    from ..server.worker import Worker
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     check_bind(args.host, api_key)

@@ -9,14 +9,14 @@ import warnings
 from pathlib import Path
 
 from ..cancel import CancelToken
-from ..engine_cli import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
+from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
                           cancelled_status, engine_from_args)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import WAITING_PHASE
-from ..safeio.numbers import int_flag
-from .plan import StoryMemoryError
-from .runner import MAX_PARALLEL, StoryProgress, default_job_dir
-from .storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
+from .flags import int_flag
+from ..story.plan import StoryMemoryError
+from ..story.runner import MAX_PARALLEL, StoryProgress, default_job_dir
+from ..story.storyboard import PATH_KEYS, SHOT_KEYS, STORY_KEYS, Storyboard
 
 # The storyboard's own words: its keys, and what its checks name ("shot", the file itself). A
 # refusal about one of these is said as the storyboard says it (`frames = 22`), not in the
@@ -200,7 +200,7 @@ def run_story_command(args: argparse.Namespace) -> int:
 
 
 def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
-    from .runner import run_story
+    from ..story.runner import run_story
     output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
     job_dir = args.job_dir if args.job_dir is not None else default_job_dir(output)
     engine = engine_from_args(args)

@@ -5,9 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .download import (ALL, ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB, PARTITION_CHOICES, PINNED_REVISION, REF2VA_OWN_GIB,
+from ..model.download import (ALL, ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB, PARTITION_CHOICES, PINNED_REVISION, REF2VA_OWN_GIB,
                        download_command, download_model)
-from .inventory import OFFICIAL_REPO, format_bytes
+from ..model.inventory import OFFICIAL_REPO, format_bytes
 
 
 def add_model_command(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def add_model_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_model_download(args: argparse.Namespace) -> int:
-    from ..engine_cli import EXIT_CANCELLED, EXIT_OK
+    from .engine import EXIT_CANCELLED, EXIT_OK
     try:
         result = download_model(args.directory, partition=args.partition, revision=args.revision,
                                 repo_id=args.repo, progress=not args.quiet)

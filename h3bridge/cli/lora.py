@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ..model.inventory import FL2VA, PARTITIONS, format_bytes
 from ..errors import RequestError
-from .cache import CACHE_FOLDER, DEFAULT_LIMIT, LIMIT_VARIABLE, cache_folder, cache_limit, list_folds, parse_size, prune
-from .fold import NEAREST, ROUNDINGS, STOCHASTIC, LoraSpec, fold_model
-from .layout import QKV_LAYOUTS
+from ..lora.cache import CACHE_FOLDER, DEFAULT_LIMIT, LIMIT_VARIABLE, cache_folder, cache_limit, list_folds, parse_size, prune
+from ..lora.fold import NEAREST, ROUNDINGS, STOCHASTIC, LoraSpec, fold_model
+from ..lora.layout import QKV_LAYOUTS
 from ..model.fold_record import DISTILLED_STEPS
 from ..model.fold_survival import INT8_NOTE, format_report, warnings
 
@@ -39,7 +39,7 @@ def add_lora_command(subparsers: argparse._SubParsersAction) -> None:
                     "file cloned, hard-linked or copied, and a fold record that `h3bridge info` shows and "
                     "`h3bridge verify` checks. Ends with how much of the LoRA survived the rounding. Nothing "
                     "appears at OUT_DIR until the fold is complete.")
-    from ..engine_cli import add_model_dir_argument      # -d/--model-dir, or the folder first as before
+    from .engine import add_model_dir_argument      # -d/--model-dir, or the folder first as before
     add_model_dir_argument(fold, what="the base MiniMax-H3 model folder")
     fold.add_argument("--lora", dest="loras", action="append", required=True, metavar="FILE[:STRENGTH]",
                       help="a LoRA .safetensors and its strength (default 1.0); repeat for several, applied in order")
@@ -138,7 +138,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
 
 def run_fold(args: argparse.Namespace) -> int:
-    from ..engine_cli import model_dir_from_args
+    from .engine import model_dir_from_args
     model_dir = model_dir_from_args(args)
     partitions = list(PARTITIONS) if args.partition == "all" else [args.partition]
     specs = [LoraSpec.parse(text) for text in args.loras]

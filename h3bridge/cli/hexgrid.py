@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import MediaError, RequestError
-from ..safeio.numbers import int_flag
+from .flags import int_flag
 from ..safeio.outputs import check_output, staged_output
-from .draw import draw_tiling
-from .grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, check_grid_settings, hex_grid, usable_resolutions
+from ..hexgrid.draw import draw_tiling
+from ..hexgrid.grid import DEFAULT_OVERLAP_PX, DEFAULT_RESOLUTION, check_grid_settings, hex_grid, usable_resolutions
 
 
 def add_hexgrid_command(subparsers: argparse._SubParsersAction) -> None:
