@@ -28,6 +28,7 @@ from h3bridge.selftest.report import Report, Status, shareable
 from h3bridge.selftest.runs import PROMPT, Rendered, takes_pause, time_check
 from h3bridge.upstream_costs import expected_phases
 from h3bridge.vocabulary import EngineKind
+from remote_helpers import key, start_server  # noqa: F401 (fixture)
 from upstream_helpers import realistic_model, upstream_engine  # noqa: F401 (fixtures)
 
 ENGINES = ("one-shot", "session", "library")
@@ -269,3 +270,39 @@ def test_ctrl_c_leaves_nothing(tmp_path: Path, model_dir: Path) -> None:  # noqa
     assert not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == psutil.STATUS_ZOMBIE
     assert list(out.iterdir()) == []          # the run's folder is gone with everything in it
     assert load_calibration() is None
+
+
+def test_selftest_checks_a_remote_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str,
+                                         model_dir: Path) -> None:  # noqa: F811
+    """--remote URL: the remote engine rendered, cancelled and read back like the others; its memory is
+    the server's (skipped, saying so) and it calibrates nothing of this machine."""
+    server = start_server(tmp_path / "server", model_dir)
+    try:
+        status, err = _run(capsys, "--engine", "remote", "--remote", server.url, "--engine-path", sim_engine(),
+                           "--model-dir", str(model_dir), "--output-dir", str(tmp_path / "out"))
+    finally:
+        server.stop()
+    assert status == 0, err
+    report = json.loads((_one_folder(tmp_path / "out") / "report.json").read_text())
+    lines = {check["name"]: check for check in report["checks"]}
+    assert report["facts"]["engines"] == ["remote"]
+    assert lines["remote mid render"]["status"] == "pass"
+    assert lines["remote mid memory"]["status"] == "skipped" and "server" in lines["remote mid memory"]["detail"]
+    assert [lines[f"remote cancel in {point}"]["status"] for point in ("silent phase", "denoise", "FFmpeg")] \
+        == ["pass"] * 3, [lines[f"remote cancel in {point}"] for point in ("silent phase", "denoise", "FFmpeg")]
+    assert lines["calibration"]["status"] == "skipped"
+
+
+def test_stats_and_doctor_show_the_calibration(capsys: pytest.CaptureFixture[str], model_dir: Path) -> None:  # noqa: F811
+    assert cli_main(["stats"]) == 0
+    before = capsys.readouterr().out
+    assert "calibration: none yet" in before and "the reference Mac (M1 Ultra)" in before
+    # measured by a selftest of the simulator: doctor of the simulator reads it (a real h3's would not)
+    save_calibration([CalibrationEntry(**{**vars(entry), "engine_path": sim_engine()}) for entry in _entries(2.0)])
+    assert cli_main(["stats"]) == 0
+    shown = capsys.readouterr().out
+    assert "calibration: " in shown and "per step at 640x352 (one-shot engine" in shown
+    assert "this machine (selftest calibration)" in shown and "15 s clip" in shown
+    cli_main(["doctor", "--json", "--engine-path", sim_engine(), "--model-dir", str(model_dir)])
+    speed = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["speed"]
+    assert speed["ok"] and speed["detail"].startswith("calibrated: ") and "takes here" in speed["detail"]
