@@ -306,3 +306,13 @@ def test_stats_and_doctor_show_the_calibration(capsys: pytest.CaptureFixture[str
     cli_main(["doctor", "--json", "--engine-path", sim_engine(), "--model-dir", str(model_dir)])
     speed = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["speed"]
     assert speed["ok"] and speed["detail"].startswith("calibrated: ") and "takes here" in speed["detail"]
+
+
+def test_an_output_dir_that_is_a_file_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    status, err = _run(capsys, "--quick", "--output-dir", str(taken))
+    assert status == 2
+    assert f"--output-dir {taken} is not a folder" in err and "leave --output-dir out" in err
+    assert taken.read_text() == "mine"

@@ -47,8 +47,15 @@ def _engine_kind(text: str):  # type: ignore[no-untyped-def]
 
 
 def run_selftest_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ..cancel import CancelToken
+    from ..errors import RequestError
     from ..selftest import SelftestOptions, run_selftest
+    if args.output_dir and Path(args.output_dir).expanduser().exists() and not Path(args.output_dir).expanduser().is_dir():
+        raise RequestError(f"--output-dir {args.output_dir} is not a folder", field="output_dir",
+                           hint="give a folder (the selftest makes a new folder for its report inside it), or leave "
+                                "--output-dir out to use h3bridge's cache folder")
     options = SelftestOptions(engine_path=args.engine_path, model_dir=args.model_dir, library_path=args.library_path,
                               remote_url=args.remote, quick=args.quick, checksums=args.checksums,
                               engines=tuple(dict.fromkeys(args.engines or ())), output_dir=args.output_dir,

@@ -131,7 +131,8 @@ class Calibration:
         when = time.strftime("%Y-%m-%d", time.localtime(self.measured_at)) if self.measured_at else "earlier"
         steps = ", ".join(f"{entry.seconds_per_step:.3g} s per step at {entry.width}x{entry.height}"
                           for entry in sorted(self.entries, key=lambda e: e.rows))
-        return f"{steps} ({self.engine} engine, selftest of {when})"
+        simulator = ", a simulator" if simulated(self.entries[0].engine_path) else ""
+        return f"{steps} ({self.engine} engine{simulator}, selftest of {when})"
 
 
 def calibrated_phase_seconds(request: GenerationRequest, calibration: Calibration, *,
