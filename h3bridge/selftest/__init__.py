@@ -128,7 +128,7 @@ def run_selftest(options: SelftestOptions, *, say: Callable[[str], None] = lambd
         else:
             inventory = None
         context = Context(found=found, folder=folder, cancel=cancel, remote_url=options.remote_url,
-                          stall_timeout=options.stall_timeout, say=say, inventory=inventory)
+                          stall_timeout=options.stall_timeout, inventory=inventory)
         if not plan.engines:
             report.add(Check("engines", Status.FAIL, "no engine could run: see the lines above for what is missing"))
         with unrecorded():        # the user's job history is not this run's

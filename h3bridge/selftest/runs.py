@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -123,7 +124,6 @@ class Context:
     cancel: CancelToken           # the whole run's (Ctrl-C)
     remote_url: str | None = None
     stall_timeout: float | None = 600.0
-    say: Callable[[str], None] = lambda line: None
     inventory: Any = None         # the model's inventory, for the memory plan
     rendered: list[Rendered] = field(default_factory=list)
     _count: int = 0
@@ -164,12 +164,7 @@ def render(context: Context, engine: Any, kind: EngineKind, what: str, request: 
     started = time.monotonic()
     label = f"{kind.value} {what}"
     try:
-        if sampler is not None:
-            with sampler:
-                result = engine.generate(request, output, want_frames=True, want_audio=True,
-                                         on_progress=log.on_progress, on_preview=log.on_preview,
-                                         cancel=context.job_token())
-        else:
+        with sampler if sampler is not None else nullcontext():
             result = engine.generate(request, output, want_frames=True, want_audio=True, on_progress=log.on_progress,
                                      on_preview=log.on_preview, cancel=context.job_token())
     except GenerationCancelled:
@@ -353,18 +348,18 @@ def cancel_check(context: Context, kind: EngineKind, point: str, request: Genera
             token.cancel()
 
     engine = context.open(kind)
-    outcome = ""
     try:
         engine.generate(request, output, want_frames=False, want_audio=False, on_progress=on_progress, cancel=token)
         outcome = "finished"
     except GenerationCancelled:
-        if context.cancel.cancelled:
+        if context.cancel.cancelled:     # the whole run's Ctrl-C, not this check's cancel
             raise
         outcome = "cancelled"
     except H3BridgeError as error:
         outcome = f"failed: {error.message}"
-    stopped = time.monotonic()
-    engine.close()
+    finally:
+        stopped = time.monotonic()
+        engine.close()
     left = before.left(context.renders, keep, session=kind is EngineKind.SESSION) if kind is not EngineKind.REMOTE else \
         [f"partial file {path.name}" for path in sorted(context.renders.rglob("*")) if path.is_file() and path not in keep]
     if not cancelled_at:
