@@ -108,13 +108,26 @@ def test_selftest_runs_every_engine_against_h3_sim(capsys: pytest.CaptureFixture
 def test_quick_does_the_smallest_render_with_one_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                         model_dir: Path) -> None:  # noqa: F811
     status, err = _run(capsys, "--quick", "--engine-path", sim_engine(), "--model-dir", str(model_dir),
-                       "--output-dir", str(tmp_path), "--no-calibrate")
+                       "--output-dir", str(tmp_path))
     assert status == 0, err
     report = json.loads((_one_folder(tmp_path) / "report.json").read_text())
     renders = [check["name"] for check in report["checks"] if check["name"].endswith(" render")]
     assert renders == ["one-shot smallest render"]
     assert report["facts"]["run"] == "quick"
-    assert load_calibration() is None       # --no-calibrate stores nothing
+    calibration = next(check for check in report["checks"] if check["name"] == "calibration")
+    assert calibration["status"] == "skipped" and "too small to time a denoise step" in calibration["detail"]
+    assert load_calibration() is None       # a 32x32 step calibrates nothing
+
+
+def test_no_calibrate_stores_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                     model_dir: Path) -> None:  # noqa: F811
+    status, err = _run(capsys, "--engine", "one-shot", "--engine-path", sim_engine(), "--model-dir", str(model_dir),
+                       "--output-dir", str(tmp_path), "--no-calibrate")
+    assert status == 0, err
+    report = json.loads((_one_folder(tmp_path) / "report.json").read_text())
+    assert "one-shot mid render" in {check["name"] for check in report["checks"]}
+    assert "calibration" not in {check["name"] for check in report["checks"]}
+    assert load_calibration() is None
 
 
 def test_a_missing_library_engine_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str],

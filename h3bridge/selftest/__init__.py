@@ -136,8 +136,7 @@ def run_selftest(options: SelftestOptions, *, say: Callable[[str], None] = lambd
                 for check in engine_checks(context, kind, plan):
                     report.add(check)
                     say(check.line())
-        cancel_seen = cancel.cancelled
-        if cancel_seen:
+        if cancel.cancelled:
             raise GenerationCancelled("selftest cancelled")
         calibrated = False
         if options.calibrate:

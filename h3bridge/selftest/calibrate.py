@@ -16,10 +16,13 @@ if TYPE_CHECKING:
 
 def calibrate(context: "Context", run: str) -> tuple[Check, bool, list[str]]:
     """(the check line, whether an entry was stored, the preset table in this machine's seconds)."""
-    renders = [r for r in context.rendered if r.kind is not EngineKind.REMOTE and r.request.steps > 0]
-    if not renders:
-        return (Check("calibration", Status.SKIPPED, "no render of this machine finished: nothing to calibrate"),
-                False, preset_table_lines(None))
+    renders = [r for r in context.rendered if r.kind is not EngineKind.REMOTE]
+    if not any(r.what == "mid" for r in renders):
+        # a 32x32 step is all overhead: scaled up to a real canvas it would predict hours for minutes
+        why = "no render of this machine finished" if not renders else \
+            "only the smallest canvas was rendered (--quick), too small to time a denoise step"
+        return (Check("calibration", Status.SKIPPED, f"{why}: nothing calibrated, the ETA and preset advice "
+                      "stay as they were"), False, preset_table_lines(load_calibration()))
     engine_path = str(context.found.engine) if context.found.engine is not None else None
     entries = [r.calibration_entry(run, str(context.found.library) if r.kind is EngineKind.LIBRARY else engine_path)
                for r in renders]

@@ -12,7 +12,7 @@ opened by the one factory (engines/factory.open_engine):
 3. pause and resume once, where the engine takes a `pause` (a capability test, not a stub).
 
 Jobs run `unrecorded`: the user's job history is never touched (the calibration, written by
-`run_selftest` once everything passed, is the one entry it adds). Everything is written in the
+`run_selftest` from the renders that finished, is the one entry it adds). Everything is written in the
 run's own folder; a cancel of the whole run (Ctrl-C) removes that folder and adds nothing.
 """
 from __future__ import annotations
