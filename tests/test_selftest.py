@@ -17,8 +17,9 @@ import pytest
 from core_helpers import model_dir  # noqa: F401 (fixture)
 from double_helpers import double_library_path
 from h3bridge.cli import main as cli_main
-from h3bridge.history.calibration import (Calibration, CalibrationEntry, load_calibration, preset_advice,
-                                          preset_table, save_calibration)
+from h3bridge.geometry import video_latent_t
+from h3bridge.history.calibration import (Calibration, CalibrationEntry, calibrated_phase_seconds, load_calibration,
+                                          preset_advice, preset_table, save_calibration)
 from h3bridge.history.recorder import JobRecorder
 from h3bridge.history.store import HistoryStore
 from h3bridge.progress import ProgressEvent
@@ -223,10 +224,10 @@ def test_calibrated_seconds_per_step_change_the_eta_and_the_preset_advice(tmp_pa
     save_calibration(_entries(3.0), store=store)       # a newer selftest: denoising three times slower
     slower = _first_eta(store)
     calibration = load_calibration(store=store)
-    assert calibration is not None and abs(calibration.step_ratio(15 * 27) - 3.0) < 1e-9
+    request = GenerationRequest("eta", width=864, height=480, frames=56, steps=20).validate()
+    assert calibration is not None and abs(calibration.step_ratio(request) - 3.0) < 1e-9
     table_slower = preset_table(calibration)
     assert as_planned is not None and slower is not None
-    request = GenerationRequest("eta", width=864, height=480, frames=56, steps=20).validate()
     loop = expected_phases(request, writes_mp4=False)["denoise"]
     assert abs((slower - as_planned) - 2 * loop) < 0.01 * loop      # only the denoise loop tripled
     for preset, row in table_slower.items():
@@ -234,6 +235,32 @@ def test_calibrated_seconds_per_step_change_the_eta_and_the_preset_advice(tmp_pa
             assert predicted > table_as_planned[preset][seconds]
     advice = preset_advice(calibration)
     assert advice != uncalibrated and "takes here" in advice and "balanced" in advice
+
+
+def test_a_steps_fixed_part_is_not_scaled_with_the_canvas() -> None:
+    """A step of a fixed 0.5 s plus 1 ms per video row, measured at 32x32 and 640x352: a larger
+    clip is predicted on that line, not by either canvas's ratio to the cost model (the smallest's
+    is nearly all fixed part, and scaled up it would predict many times the real time)."""
+    fixed, per_row = 0.5, 0.001
+    entries = []
+    for width, height in ((32, 32), (640, 352)):
+        request = GenerationRequest("c", width=width, height=height, frames=22, steps=4).validate()
+        rows = video_latent_t(22) * (width // 32) * (height // 32)
+        planned = expected_phases(request, writes_mp4=True)["denoise"] / 4
+        entries.append(CalibrationEntry(engine="one-shot", width=width, height=height, frame_count=22, steps=4,
+                                        layers=50, seconds_per_step=fixed + per_row * rows,
+                                        planned_seconds_per_step=planned, other_seconds=1.0,
+                                        planned_other_seconds=1.0))
+    calibration = Calibration(tuple(entries))
+    clip = GenerationRequest("eta", width=864, height=480, frames=56, steps=20).validate()
+    rows = video_latent_t(56) * (864 // 32) * (480 // 32)
+    predicted = calibrated_phase_seconds(clip, calibration, writes_mp4=True)["denoise"]
+    assert abs(predicted - 20 * (fixed + per_row * rows)) < 1e-6 * predicted
+    fewer = GenerationRequest("eta", width=864, height=480, frames=56, steps=20, layers=40).validate()
+    assert abs(calibration.seconds_per_step(rows, 40) - (fixed + per_row * rows) * 40 / 50) < 1e-9
+    assert abs(calibrated_phase_seconds(fewer, calibration)["denoise"] - predicted * 40 / 50) < 1e-6 * predicted
+    # below the smallest canvas measured (fewer rows than any legal request has): the smallest's seconds
+    assert abs(calibration.seconds_per_step(1, 50) - (fixed + per_row * entries[0].rows)) < 1e-9
 
 
 def test_a_simulators_calibration_is_not_a_real_engines(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ Mac (upstream issue 51: a linear extrapolation was far off). `selftest` measures
 denoise step at each canvas it renders and the seconds of everything else, and stores them beside
 the job history as calibration entries. From then on
 
-* the ETA of a shape with no past runs is the cost model's phase seconds scaled by this machine's
-  measured ratios (`calibrated_phase_seconds`, read by history/recorder.py),
+* the ETA of a shape with no past runs is the cost model's phase seconds in this machine's: the
+  denoise loop by its seconds per step (a fixed part and a part per video row, a line through the
+  measured canvases), the rest by its measured ratio (`calibrated_phase_seconds`, read by
+  history/recorder.py),
 * the preset advice (`preset_table`, `preset_advice`: a 2, 5, 10, 15 s clip at each preset) is in
   this machine's seconds, shown by `h3bridge doctor` and `h3bridge stats`.
 
@@ -23,7 +25,9 @@ from typing import Iterable, Mapping, Sequence
 
 from ..progress import DENOISE_LOOP_PHASES
 from ..request import PRESETS, GenerationRequest
-from ..upstream_costs import expected_phases
+from ..geometry import video_latent_t
+from ..upstream_costs import (DIT_BLOCKS, REFERENCE_SECONDS, REFERENCE_STEPS, REFERENCE_VIDEO_ROWS,
+                              expected_phases)
 from ..vocabulary import EngineKind
 from .job import Device, local_device
 from .store import HistoryStore, HistoryUnavailable
@@ -82,8 +86,8 @@ class CalibrationEntry:
 
     @property
     def rows(self) -> int:
-        """What the step's cost scales with: the DiT's video rows per latent frame (canvas / 32^2)."""
-        return (self.width // 32) * (self.height // 32)
+        """What a step's cost scales with: the DiT's video rows (latent frames x canvas / 32^2)."""
+        return video_latent_t(self.frame_count) * (self.width // 32) * (self.height // 32)
 
     def as_json(self) -> dict[str, object]:
         return {"engine": self.engine, "canvas": f"{self.width}x{self.height}", "frame_count": self.frame_count,
@@ -96,7 +100,7 @@ class CalibrationEntry:
 
 @dataclass(frozen=True)
 class Calibration:
-    """This machine's entries (one engine's, newest run): the ratios that scale the cost model."""
+    """This machine's entries (one engine's, newest run): what scales the cost model to this machine."""
 
     entries: tuple[CalibrationEntry, ...]
 
@@ -108,17 +112,25 @@ class Calibration:
     def measured_at(self) -> float:
         return max(entry.measured_at for entry in self.entries)
 
-    def step_ratio(self, rows: int) -> float:
-        """The measured/planned ratio of a denoise step at `rows` (canvas / 32^2): linear between
-        the measured canvases, the nearest one's outside them."""
-        points = sorted((entry.rows, entry.step_ratio) for entry in self.entries)
-        if rows <= points[0][0]:
-            return points[0][1]
-        for (low_rows, low), (high_rows, high) in zip(points, points[1:]):
-            if rows <= high_rows:
-                share = (rows - low_rows) / (high_rows - low_rows) if high_rows > low_rows else 1.0
-                return low + (high - low) * share
-        return points[-1][1]
+    def seconds_per_step(self, rows: int, layers: int) -> float:
+        """A full denoise step's seconds here at `rows` video rows: a fixed part and a part per row
+        (a line through the smallest and the largest measured canvas; a 32x32 step is nearly all
+        the fixed part), scaled by the active layers; below the smallest canvas, the smallest's
+        seconds. With one canvas, or canvases that do not order, the largest one's ratio to the
+        cost model."""
+        points = sorted((entry.rows, entry.seconds_per_step * DIT_BLOCKS / entry.layers) for entry in self.entries)
+        (low_rows, low), (high_rows, high) = points[0], points[-1]
+        if high_rows > low_rows and high >= low:
+            per_row = (high - low) / (high_rows - low_rows)
+            return (low + per_row * (max(rows, low_rows) - low_rows)) * layers / DIT_BLOCKS
+        largest = max(self.entries, key=lambda entry: entry.rows)
+        return largest.step_ratio * planned_seconds_per_step(rows, layers)
+
+    def step_ratio(self, request: GenerationRequest) -> float:
+        """This machine's full denoise step over the cost model's, for `request`."""
+        rows, layers = request_rows(request), request.layers
+        planned = planned_seconds_per_step(rows, layers)
+        return self.seconds_per_step(rows, layers) / planned if planned > 0 else 1.0
 
     def other_ratio(self) -> float:
         """Everything but the denoise loop: measured/planned over all entries (the loads dominate,
@@ -139,9 +151,19 @@ def calibrated_phase_seconds(request: GenerationRequest, calibration: Calibratio
                              writes_mp4: bool = True) -> dict[str, float]:
     """The cost model's phases for `request` (upstream_costs.expected_phases) in this machine's seconds."""
     planned = expected_phases(request, writes_mp4=writes_mp4)
-    rows = ((request.render_width or request.width) // 32) * ((request.render_height or request.height) // 32)
-    step, other = calibration.step_ratio(rows), calibration.other_ratio()
+    step, other = calibration.step_ratio(request), calibration.other_ratio()
     return {phase: seconds * (step if phase in DENOISE_LOOP_PHASES else other) for phase, seconds in planned.items()}
+
+
+def request_rows(request: GenerationRequest) -> int:
+    """The DiT's video rows of a request (upstream_costs.JobShape's: latent frames x render canvas / 32^2)."""
+    return video_latent_t(request.frame_count) * ((request.render_width or request.width) // 32) \
+        * ((request.render_height or request.height) // 32)
+
+
+def planned_seconds_per_step(rows: int, layers: int) -> float:
+    """The cost model's full denoise step at `rows` video rows and `layers` active layers."""
+    return REFERENCE_SECONDS["denoise"] / REFERENCE_STEPS * rows / REFERENCE_VIDEO_ROWS * layers / DIT_BLOCKS
 
 
 def planned_loop_and_other(phases: Mapping[str, float]) -> tuple[float, float]:
