@@ -50,6 +50,8 @@ _PUBLIC: dict[str, str] = {
     "VerifyReport": ".model.verify", "verify_model": ".model.verify",
     # long-form: storyboards of chained shots (story/)
     "Storyboard": ".story", "StoryResult": ".story", "run_story": ".story",
+    # takes: one request with several seeds, and their contact sheet (takes.py)
+    "TakesResult": ".takes", "generate_takes": ".takes",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors resolve the lazy names to (the same as _PUBLIC)
@@ -77,6 +79,7 @@ if TYPE_CHECKING:  # what type checkers and editors resolve the lazy names to (t
     from .request import PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
     from .result import GenerationResult
     from .story import Storyboard, StoryResult, run_story
+    from .takes import TakesResult, generate_takes
     from .vocabulary import EngineKind
 
 __version__ = "0.1.0"
@@ -115,4 +118,6 @@ __all__ = [
     "materialise_references",
     # storyboards of chained shots, resumable, assembled into one film (story/)
     "Storyboard", "StoryResult", "run_story",
+    # takes of one request with several seeds, and their contact sheet (takes.py)
+    "TakesResult", "generate_takes",
 ]

@@ -9,9 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from .fixes import Fix, Words, python_words
+
 
 class H3BridgeError(Exception):
     """Base class. `hint` says what to do about it, when we know.
+
+    A hint that names settings is given as a `Fix` (h3bridge.fixes): `hint` is then the fix in
+    Python's words and `fix` keeps it, so each interface says it in its own (`hint_in(words)`).
+    Setting `hint` to text later drops the `fix` (the text is then the whole hint).
 
     `before_start` is True for a refusal: an error raised before any engine started (a bad
     request, a missing or damaged model, no engine binary, a memory plan or a disk that cannot
@@ -20,10 +26,33 @@ class H3BridgeError(Exception):
 
     before_start: bool = False
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+    def __init__(self, message: "str | Fix", *, hint: "str | Fix | None" = None) -> None:
+        # A message that names settings (a reference's kind, ...) may be a Fix too: said in
+        # Python's words here, kept as `message_fix` for `message_in(words)`.
+        self.message_fix: Fix | None = message if isinstance(message, Fix) else None
+        text = message.say(python_words) if isinstance(message, Fix) else message
+        super().__init__(text)
+        self.message = text
+        self.hint = hint      # type: ignore[assignment]  (the setter takes a Fix too)
+
+    @property
+    def hint(self) -> str | None:
+        return self._hint
+
+    @hint.setter
+    def hint(self, value: "str | Fix | None") -> None:
+        self.fix: Fix | None = value if isinstance(value, Fix) else None
+        self._hint = value.say(python_words) if isinstance(value, Fix) else value
+
+    def message_in(self, words: Words) -> str:
+        """The message in one interface's words (its settings said with `words`)."""
+        if self.message_fix is not None and self.message == self.message_fix.say(python_words):
+            return self.message_fix.say(words)
+        return self.message      # rewritten since (a prefix added by a caller): as it is now
+
+    def hint_in(self, words: Words) -> str | None:
+        """The hint in one interface's words: its fix said with `words`, else the hint as it is."""
+        return self.fix.say(words) if self.fix is not None else self.hint
 
     def __str__(self) -> str:
         return f"{self.message}\n  fix: {self.hint}" if self.hint else self.message
@@ -34,7 +63,7 @@ class RequestError(H3BridgeError, ValueError):
 
     before_start = True
 
-    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
+    def __init__(self, message: "str | Fix", *, field: str | None = None, hint: "str | Fix | None" = None) -> None:
         super().__init__(message, hint=hint)
         self.field = field
 
@@ -94,7 +123,7 @@ class MemoryPlanError(H3BridgeError):
 
     before_start = True
 
-    def __init__(self, message: str, *, plan: object = None, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, plan: object = None, hint: "str | Fix | None" = None) -> None:
         super().__init__(message, hint=hint)
         self.plan = plan
 

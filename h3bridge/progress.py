@@ -10,11 +10,15 @@ if TYPE_CHECKING:
 
 # Shown while a job waits for the machine-wide engine lock.
 WAITING_PHASE = "waiting for the engine"
+# Shown while the caller paused the job (cancel.PauseControl): the engine's process group is
+# stopped; `done`/`total`/`fraction` stay those of the last report, `detail` says in which phase.
+# The job's last real event comes again on resume.
+PAUSED_PHASE = "paused"
 
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    phase: str          # upstream phase name, e.g. "denoise", or WAITING_PHASE
+    phase: str          # upstream phase name, e.g. "denoise", or WAITING_PHASE / PAUSED_PHASE
     done: int
     total: int
     # Overall job fraction 0..1, phase-weighted: by this engine's past runs of the shape on this
@@ -24,7 +28,7 @@ class ProgressEvent:
     # Seconds left, estimated from past runs of the same shape on this machine (history/eta.py);
     # None when there are none (the upstream cost model's seconds are another machine's).
     eta: float | None = None
-    # WAITING_PHASE: who holds the engine (engines/lock.py describe_engine_holder)
+    # WAITING_PHASE: who holds the engine (engines/lock.py describe_engine_holder); PAUSED_PHASE: where it paused
     detail: str | None = None
 
 

@@ -10,8 +10,10 @@ import math
 import os
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from .errors import RequestError, shown_value
+from .fixes import Change, Fix
 from .geometry import (
     CANVAS_MULTIPLE,
     FPS,
@@ -162,17 +164,20 @@ class GenerationRequest:
     def is_ref2va(self) -> bool:
         return bool(self.references)
 
-    def validate(self, *, check_files: bool = True) -> "GenerationRequest":
+    def validate(self, *, check_files: bool = True,
+                 reference_names: "Sequence[str] | None" = None) -> "GenerationRequest":
         """Check every upstream rule before any engine starts; return self.
 
         Raises RequestError(field=...) naming the bad value and the nearest valid
         one. With `check_files`, anchors and references must exist, be readable
         media of the right kind, and reference audio durations (read with PyAV)
-        must fit upstream's limits.
+        must fit upstream's limits. `reference_names`: what the caller's user calls each
+        reference, in order (a storyboard's tail shot, a ComfyUI kind); by default
+        `reference 1 (image)`.
         """
-        _validate_values(self)
+        _validate_values(self, reference_names)
         if check_files:
-            _validate_files(self)
+            _validate_files(self, reference_names)
         return self
 
 
@@ -424,8 +429,9 @@ def check_reference_limits(kinds: "list[ReferenceKind] | tuple[ReferenceKind, ..
                                (counts.videos, MAX_REFERENCE_VIDEOS, "videos"),
                                (counts.audio_inputs, MAX_REFERENCE_AUDIO, "audio inputs")):
         if count > limit:
-            extra = " (a video reference with its soundtrack counts as an audio input)" if what == "audio inputs" else ""
-            raise RequestError(f"{count} reference {what} given; Ref2VA allows at most {limit}{extra}",
+            extra = " ({} with its soundtrack counts as an audio input)" if what == "audio inputs" else ""
+            kinds = ((Change("references", ReferenceKind.VIDEO),),) if extra else ()
+            raise RequestError(Fix(f"{count} reference {what} given; Ref2VA allows at most {limit}{extra}", kinds),
                                field="references", hint=f"keep at most {limit} reference {what}")
     if complete and counts.total and not counts.visual:
         # h3.c h3_valid_params: "reference audio requires an image or video reference"
@@ -434,7 +440,20 @@ def check_reference_limits(kinds: "list[ReferenceKind] | tuple[ReferenceKind, ..
     return counts
 
 
-def _validate_references(request: GenerationRequest) -> None:
+# Hints that suggest a reference of another kind name it as data (h3bridge.fixes), so that each
+# interface says how its user adds one (`--ref-silent-video`, an H3 References kind).
+_SILENT = ((Change("references", ReferenceKind.SILENT_VIDEO),),)
+_VIDEO_AUDIO = ((Change("references", ReferenceKind.VIDEO_AUDIO),),)
+
+
+def reference_name(request: GenerationRequest, index: int, names: "Sequence[str] | None" = None) -> str:
+    """Reference `index` (1-based) as messages name it: the caller's name for it, or `reference 2 (image)`."""
+    if names is not None and index <= len(names):
+        return names[index - 1]
+    return f"reference {index} ({request.references[index - 1].kind.value})"
+
+
+def _validate_references(request: GenerationRequest, names: "Sequence[str] | None" = None) -> None:
     references = request.references
     if not references:
         return
@@ -446,7 +465,7 @@ def _validate_references(request: GenerationRequest) -> None:
         raise _too_many_references(len(references))
     for index, reference in enumerate(references, 1):   # types: _validate_types
         if (reference.kind is ReferenceKind.VIDEO_AUDIO) != (reference.audio_path is not None):
-            raise RequestError(f"reference {index} ({reference.kind.value}): only video_audio references take "
+            raise RequestError(f"{reference_name(request, index, names)}: only video_audio references take "
                                f"an audio_path, and they need one", field="references",
                                hint="give video_audio references an audio_path, and no other kind")
     check_reference_limits([reference.kind for reference in references])
@@ -517,7 +536,7 @@ def _validate_types(request: GenerationRequest) -> None:
                           f"reference {index} ({reference.kind.value}): audio_path")
 
 
-def _validate_values(request: GenerationRequest) -> None:
+def _validate_values(request: GenerationRequest, reference_names: "Sequence[str] | None" = None) -> None:
     if not isinstance(request.prompt, str):
         raise RequestError(f"prompt={shown_value(request.prompt)} must be text (a str), not "
                            f"{_type_name(request.prompt)}",
@@ -546,10 +565,10 @@ def _validate_values(request: GenerationRequest) -> None:
     _validate_canvas(request)
     _validate_frames(request)
     _validate_quality(request)
-    _validate_references(request)
+    _validate_references(request, reference_names)
 
 
-def _validate_files(request: GenerationRequest) -> None:
+def _validate_files(request: GenerationRequest, reference_names: "Sequence[str] | None" = None) -> None:
     from .errors import MediaError
     from .media.decode import MediaInfo, media_read_error, probe_media  # PyAV is only needed when files are checked
 
@@ -585,7 +604,7 @@ def _validate_files(request: GenerationRequest) -> None:
     output_frames = request.frame_count
     total_samples = 0
     for index, reference in enumerate(request.references, 1):
-        what = f"reference {index} ({reference.kind.value})"
+        what = reference_name(request, index, reference_names)
         info = probe(reference.path, "references", what)
         soundtrack_path: Path | None = None
         max_samples = MAX_AUDIO_SAMPLES
@@ -615,11 +634,11 @@ def _validate_files(request: GenerationRequest) -> None:
                 if output_frames < MIN_SOUNDTRACK_FRAMES:
                     raise RequestError(f"{what}: a video soundtrack needs at least {MIN_SOUNDTRACK_FRAMES} output "
                                        f"frames, but the clip has {output_frames}", field="frames",
-                                       hint=f"use frames>={MIN_SOUNDTRACK_FRAMES}, or use a silent_video reference")
+                                       hint=Fix(f"use frames>={MIN_SOUNDTRACK_FRAMES}, or use {{}}", _SILENT))
                 raise RequestError(f"{what}: the video {str(reference.path)!r} is only {decoded} frames at 24 fps; "
                                    f"its soundtrack needs at least {MIN_SOUNDTRACK_FRAMES} frames of video "
                                    f"(2.33 s)", field="references",
-                                   hint="use a longer video, or use a silent_video reference")
+                                   hint=Fix("use a longer video, or use {}", _SILENT))
             max_samples = round(condition_frames * SAMPLE_RATE / FPS)
             if max_samples > MAX_AUDIO_SAMPLES:
                 # h3_ffmpeg.c h3_ffmpeg_read_audio_f32 rejects a soundtrack window over 15 s
@@ -627,14 +646,13 @@ def _validate_files(request: GenerationRequest) -> None:
                 raise RequestError(f"{what}: at {output_frames} frames the video soundtrack window is "
                                    f"{condition_frames / FPS:.2f} s, over h3's 15 s audio limit; the nearest valid "
                                    f"length is 345 frames", field="frames",
-                                   hint="use frames<=345, or a shorter reference video, or a silent_video reference")
+                                   hint=Fix("use frames<=345, or a shorter reference video, or {}", _SILENT))
             if reference.kind is ReferenceKind.VIDEO_AUDIO:
                 assert reference.audio_path is not None
                 info = probe(reference.audio_path, "references", f"{what} soundtrack")
             if not info.has_audio:
                 raise RequestError(f"{what} {str(soundtrack_path)!r} has no audio stream", field="references",
-                                   hint="use a silent_video reference, or a video_audio reference with a "
-                                        "separate soundtrack")
+                                   hint=Fix("use {}, or {} with a separate soundtrack", (*_SILENT, *_VIDEO_AUDIO)))
             audio_samples = min(info.audio_samples or 0, max_samples)
         seconds = (audio_samples or 0) / SAMPLE_RATE
         source = soundtrack_path or reference.path

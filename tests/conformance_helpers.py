@@ -81,7 +81,8 @@ ARGUMENT_KINDS: dict[str, ArgKind] = {
     "chip": ArgKind.NAME, "revision": ArgKind.NAME, "repo": ArgKind.NAME, "remote": ArgKind.NAME,
     "server": ArgKind.NAME, "vllm_omni": ArgKind.NAME, "sglang": ArgKind.NAME, "key_env": ArgKind.NAME,
     "peer_key_env": ArgKind.NAME, "master_key_env": ArgKind.NAME, "model_name": ArgKind.NAME,
-    "host": ArgKind.NAME, "api_key": ArgKind.NAME, "cors_origin": ArgKind.NAME,
+    "host": ArgKind.NAME, "api_key": ArgKind.NAME, "cors_origin": ArgKind.NAME, "server_key_env": ArgKind.NAME,
+    "servers_file": ArgKind.INPUT_FILE,
 }
 # Per subcommand, where one dest means something else there: (command path, dest) -> kind.
 ARGUMENT_KINDS_IN: dict[tuple[str, str], ArgKind] = {

@@ -10,6 +10,7 @@ folder of its own, on a free loopback port. Its start takes a minute on a loaded
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,8 +28,10 @@ PROXY_READY_TIMEOUT = 300.0     # a safety net on a loaded machine, not an expec
 
 
 def litellm_program() -> str | None:
+    """The proxy's command beside this Python, else on PATH (a virtualenv that borrows its
+    packages from another, as a worktree's does, has no `litellm` script of its own)."""
     beside = Path(sys.executable).with_name("litellm")
-    return str(beside) if beside.exists() else None
+    return str(beside) if beside.exists() else shutil.which("litellm")
 
 
 def free_port() -> int:
@@ -111,6 +114,23 @@ class ProxyProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(30)
+
+
+def start_front(root: Path, model: Path, servers: list[str], *, servers_file: Path | None = None,
+                max_queued: int | None = None, port: int = 0) -> ServerProcess:
+    """A fleet's front, `h3bridge serve --server URL ...` (no engine of its own: `model` is only
+    what ServerProcess passes every server; the front ignores it), its own folders and key."""
+    from server_helpers import isolated_env
+    args = [arg for url in servers for arg in ("--server", url)]
+    if servers_file is not None:
+        args += ["--servers-file", str(servers_file)]
+    if max_queued is not None:
+        args += ["--max-queued", str(max_queued)]
+    front = ServerProcess(data_dir=root / "data", model_dir=model, log_dir=root / "logs", engine="one-shot",
+                          extra_args=args, env=isolated_env(root))
+    if port:
+        front.extra_args += ["--port", str(port)]
+    return front.start()
 
 
 def proxy_client(proxy: ProxyProcess, *, max_retries: int = 0):

@@ -192,7 +192,8 @@ def test_memory_plan_text_shows_the_auto_decision(realistic_model: Path) -> None
     forced = adapter.describe_plan(handle, adapter.GenerateSettings(prompt="x", width=864, height=480, seconds=4.0,
                                                                    ssd_streaming="off"),
                                    machine=MachineFacts.mac(24))
-    assert "does not fit" in forced and "--ssd-streaming" in forced
+    # The fix in the node's inputs (issue 34.3: the plan text said the CLI's --ssd-streaming here)
+    assert "does not fit" in forced and forced.endswith(": ssd_streaming on") and "--" not in forced
 
 
 # ----------------------------------------------------------------------------- engine settings

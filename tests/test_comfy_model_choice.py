@@ -34,7 +34,9 @@ def test_a_missing_model_name_says_the_exact_download_command_and_the_size(tmp_p
     args = build_parser().parse_args(arguments)          # the suggested command is one the CLI takes
     assert args.directory == roots[0] / "MiniMax-H3" and args.partition == "all"
     # what each choice downloads in total (issue 30): all ~196 GiB, FL2VA alone ~134 GiB
-    assert "about 196 GiB with all, the default" in hint and "about 134 GiB with `--partition FL2VA`" in hint
+    # FL2VA alone as the whole command that downloads it (issue 34.3: not a bare `--partition FL2VA` flag)
+    assert "about 196 GiB with all, the default" in hint
+    assert f"about 134 GiB with `{shlex.join([*command, '--partition', 'FL2VA'])}`" in hint
 
 
 def test_a_missing_absolute_path_says_the_download_command_for_that_path(tmp_path: Path) -> None:

@@ -74,7 +74,9 @@ def test_with_nothing_installed_the_nodes_say_the_download_command_and_size(mode
         message = H3ModelNode.validate_inputs(model=value)
         assert isinstance(message, str) and message.startswith("no MiniMax-H3 model is installed")
         assert f"`{command}`" in message and "about 196 GiB with all" in message
-        assert "about 134 GiB with `--partition FL2VA`" in message and "pick it in model" in message
+        # FL2VA alone as the whole command (issue 34.3: not a bare `--partition FL2VA` flag)
+        fl2va = _shown("model", "download", str(models / "MiniMax-H3"), "--partition", "FL2VA")
+        assert f"about 134 GiB with `{fl2va}`" in message and "pick it in model" in message
     with pytest.raises(ModelError, match="no MiniMax-H3 model is installed"):
         H3ModelNode.execute(model=adapter.NO_MODEL_INSTALLED)
     engine = models.parent.parent / "h3"          # an engine that is there: the model is what is missing

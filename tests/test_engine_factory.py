@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from h3bridge.cancel import PauseControl
+
 from h3bridge import (EngineNotFoundError, GenerationRequest, OneShotEngine, RemoteEngine, SessionEngine,
                       UnsupportedRequestError)
 from h3bridge.engines.factory import open_engine
@@ -95,8 +97,9 @@ def test_every_option_reaches_the_fallback_and_close_closes_both() -> None:
     fallback.check_supported = lambda request: None     # the one-shot engine takes every request
     engine = FallbackEngine(primary, lambda: fallback, on_fallback=refusals.append)
     marker = object()
-    options = engine.generate(GenerationRequest("two\nlines"), on_preview=marker, overwrite=True)
-    assert options["on_preview"] is marker and options["overwrite"] is True
+    pause = PauseControl()
+    options = engine.generate(GenerationRequest("two\nlines"), on_preview=marker, overwrite=True, pause=pause)
+    assert options["on_preview"] is marker and options["overwrite"] is True and options["pause"] is pause
     assert fallback.ran == ["two\nlines"] and primary.ran == []
     assert [refusal.message for refusal in refusals] == ["the prompt has several lines"]
     assert engine.last_engine is fallback and engine.capabilities.multiline_prompts

@@ -20,14 +20,15 @@ from layout_helpers import PACKAGE, import_graph, module_names
 
 LAYERS: list[set[str]] = [
     # what every package shares
-    {"errors", "vocabulary", "runnable", "cancel", "geometry", "prompt", "userdirs", "upstream_costs", "safeio",
+    {"errors", "fixes", "vocabulary", "runnable", "cancel", "geometry", "prompt", "userdirs", "upstream_costs", "safeio",
      "progress", "request", "result", "media", "libh3"},
     # the model folder, the HTTP wire (server and RemoteEngine), the job history, the hexagon grid
     {"model", "wire", "history", "hexgrid"},
     # the engines and what runs beside them
     {"engines", "lora", "engine_build", "sim"},
-    # many clips: storyboards, the server, the fleet's proxy configuration; the selftest of every engine
-    {"story", "server", "fleet", "selftest"},
+    # many clips: takes of one request, storyboards, the server, the fleet's proxy configuration;
+    # the selftest of every engine
+    {"takes", "story", "server", "fleet", "selftest"},
     # the interfaces
     {"cli", "comfy", "__main__", "__init__"},
 ]
@@ -106,3 +107,35 @@ def test_the_argparse_check_sees_a_lazy_import(tmp_path) -> None:
     assert _imports_argparse(planted)
     planted.write_text("# argparse is mentioned, not imported\nimport json\n")
     assert not _imports_argparse(planted)
+
+
+# Inside engines/: what every engine shares lies below every engine (issue 34.2). The job skeleton
+# (job.py) and the child-job helper (child.py) know how a job runs and how to wait on a child, and
+# nothing of a particular engine; each engine imports them, never the other way round.
+ENGINE_CORE = {"h3bridge.engines.job", "h3bridge.engines.child"}
+ENGINES = {"h3bridge.engines.oneshot", "h3bridge.engines.session", "h3bridge.engines.library",
+           "h3bridge.engines.remote", "h3bridge.engines.warm", "h3bridge.engines.lock", "h3bridge.engines.fallback",
+           "h3bridge.engines.factory"}
+
+
+def test_the_job_skeleton_and_the_child_helper_lie_below_every_engine() -> None:
+    graph = import_graph()
+    reaches = {module: _reachable(graph, module) for module in ENGINE_CORE}
+    upward = sorted(f"{module} reaches {target}" for module, found in reaches.items() for target in found & ENGINES)
+    assert not upward, "\n".join(upward)
+    # ... and every engine that runs a job uses them
+    for engine in ("oneshot", "session", "library", "remote"):
+        assert "h3bridge.engines.job" in graph[f"h3bridge.engines.{engine}"], engine
+    for waiting in ("oneshot", "session", "library", "lock", "warm"):
+        assert "h3bridge.engines.child" in graph[f"h3bridge.engines.{waiting}"], waiting
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph.get(todo.pop(), set()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen

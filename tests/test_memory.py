@@ -22,6 +22,7 @@ from h3bridge.model.memory import (
     text_token_bytes,
     video_latent_t,
 )
+from h3bridge.fixes import Change
 from h3bridge.model.inventory import inspect_model
 from h3bridge.request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
 from h3bridge.sim.fixture import write_fixture_model
@@ -106,8 +107,12 @@ def test_default_request_does_not_fit_24_gb_without_ssd_streaming(inventory) -> 
     assert not plan.fits and plan.peak_phase.name == "DiT load + denoise"
     assert plan.needs_ssd_streaming
     assert plan.suggestion is not None and plan.suggestion.changes == ("SSD streaming",)
-    assert plan.suggestion.flags == ("--ssd-streaming",)
-    assert "does not fit" in plan.verdict() and "--ssd-streaming" in plan.verdict()
+    # The suggestion is request fields (issue 34.3); the CLI says them as flags, Python as keywords.
+    from h3bridge.cli.engine import cli_words
+    assert plan.suggestion.settings == (Change("ssd_streaming", True),)
+    assert cli_words(plan.suggestion.settings) == "--ssd-streaming"
+    assert "does not fit" in plan.verdict() and "ssd_streaming=True" in plan.verdict()
+    assert plan.verdict(cli_words).endswith(": --ssd-streaming") and "--" not in plan.verdict()
 
 
 def test_default_request_fits_24_gb_with_ssd_streaming(inventory) -> None:
@@ -146,7 +151,9 @@ def test_preview_is_dropped_before_anything_else(inventory) -> None:
                        inventory, machine=machine, preview=True)
     assert not plan.fits and plan.suggestion is not None
     assert plan.suggestion.changes == ("no live preview",) and not plan.suggestion.preview
-    assert plan.suggestion.flags == ("(omit --show)",)
+    from h3bridge.cli.engine import cli_words
+    assert plan.suggestion.settings == (Change("preview", False),)
+    assert cli_words(plan.suggestion.settings) == "(omit --show)"
 
 
 def test_suggestions_follow_the_cost_order(inventory) -> None:
@@ -206,7 +213,9 @@ def test_ref2va_requests_use_the_ref2va_partition(inventory) -> None:
 def test_plan_without_model_uses_published_shapes() -> None:
     plan = plan_memory(GenerationRequest(PROMPT), None, machine=M4_PRO_24)
     assert "published" in plan.sizes.source and not plan.fits
-    assert plan.to_dict()["suggestion"]["flags"] == ["--ssd-streaming"]
+    assert plan.to_dict()["suggestion"]["settings"] == [{"field": "ssd_streaming", "value": True}]
+    from h3bridge.cli.main import plan_json
+    assert plan_json(plan)["suggestion"]["flags"] == ["--ssd-streaming"]
 
 
 def test_machine_detection_reads_psutil() -> None:
@@ -232,7 +241,10 @@ def test_preflight_refuses_what_does_not_fit_unless_forced(realistic: Path) -> N
     with pytest.raises(MemoryPlanError) as caught:
         preflight(GenerationRequest(PROMPT), realistic, machine=M4_PRO_24)
     assert caught.value.plan is not None and not caught.value.plan.fits
-    assert "--ssd-streaming" in (caught.value.hint or "") and "--force" in (caught.value.hint or "")
+    # The library's hint is in Python's words; the CLI says the same fix as flags (issue 34.3).
+    from h3bridge.cli.engine import cli_hint
+    assert caught.value.hint == "use ssd_streaming=True (or pass force=True to try anyway)"
+    assert "--ssd-streaming" in (cli_hint(caught.value) or "") and "--force" in (cli_hint(caught.value) or "")
     forced = preflight(GenerationRequest(PROMPT), realistic, machine=M4_PRO_24, force=True)
     assert not forced.fits
 
@@ -469,7 +481,8 @@ def test_a_plan_reads_the_requests_geometry_once(monkeypatch: pytest.MonkeyPatch
     from h3bridge.model import memory
     calls: list[object] = []
     real = memory.geometry
-    monkeypatch.setattr(memory, "geometry", lambda request: calls.append(request) or real(request))
+    # plan_memory and the plan's table live in memory/plan.py (issue 34.3): patched where they look it up
+    monkeypatch.setattr(memory.plan, "geometry", lambda request: calls.append(request) or real(request))
     plan = memory.plan_memory(GenerationRequest("a fox"), machine=MachineFacts.mac(128, "Apple M4 Max"))
     table = plan.render()
     assert plan.fits and "sequence" in table

@@ -88,7 +88,9 @@ def test_a_wrong_revision_is_a_clear_error(hub: TestHub, tmp_path: Path) -> None
     with pytest.raises(ModelError) as caught:
         _quiet_download(tmp_path / "m", revision="v9-does-not-exist")
     assert "'v9-does-not-exist' does not exist in MiniMaxAI/MiniMax-H3" in caught.value.message
-    assert "--revision" in (caught.value.hint or "")
+    # the fix is data (issue 34.3): the CLI says --revision, Python revision=
+    from h3bridge.cli.engine import cli_hint
+    assert "--revision" in (cli_hint(caught.value) or "") and "revision=" in (caught.value.hint or "")
     assert not [entry for entry in hub.log if entry[0] == "GET"]
 
 
@@ -152,7 +154,10 @@ def test_a_repack_repository_is_refused_before_downloading(hub: TestHub, tmp_pat
     with pytest.raises(ModelError) as caught:
         _quiet_download(tmp_path / "m", repo_id="MiniMaxAI/MiniMax-H3")
     assert "single-file weights such as minimax_h3_bf16.safetensors" in caught.value.message
-    assert "--repo MiniMaxAI/MiniMax-H3" in (caught.value.hint or "")
+    # the fix is data (issue 34.3): the CLI says --repo, Python repo_id=
+    from h3bridge.cli.engine import cli_hint
+    assert "--repo MiniMaxAI/MiniMax-H3" in (cli_hint(caught.value) or "")
+    assert "repo_id='MiniMaxAI/MiniMax-H3'" in (caught.value.hint or "")
     assert not [entry for entry in hub.log if entry[0] == "GET"]
 
 

@@ -44,7 +44,7 @@ def test_storyboard_node_renders_and_resumes(tmp_path: Path, monkeypatch: pytest
     handle = EngineHandle(Path(sim), write_fixture_model(tmp_path / "model"), ONE_SHOT, None)
     shots = "[22f]\nfirst shot\n\n[22f anchor]\nsecond shot"
     values = dict(engine=handle, shots=shots, preset="preview", width=64, height=32, seed=3, job_name="test-film")
-    video, audio, image, summary = H3StoryboardNode.execute(**values).result
+    video, audio, image, summary, takes = H3StoryboardNode.execute(**values).result
     assert tuple(image.shape) == (43, 32, 64, 3)          # outside the executor every output is built
     assert audio["sample_rate"] == 32000 and tuple(audio["waveform"].shape) == (1, 2, 43 * 32000 // 24)
     # The film once, in temp (Save Video keeps it in output); the output folder holds the shots only.
@@ -92,5 +92,5 @@ def test_a_memory_refusal_names_the_nodes_inputs_and_ssd_streaming_or_force_run_
 
 def test_the_new_inputs_come_last_and_are_optional_so_saved_workflows_keep_their_values() -> None:
     inputs = H3StoryboardNode.define_schema().inputs
-    assert [item.id for item in inputs[-2:]] == ["ssd_streaming", "force"]
-    assert all(item.optional for item in inputs[-2:])
+    assert [item.id for item in inputs[-4:]] == ["ssd_streaming", "force", "takes", "pick"]
+    assert all(item.optional for item in inputs[-4:])

@@ -12,11 +12,12 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ..cancel import CancelToken
 from .flags import float_flag
-from ..errors import GenerationCancelled, RequestError, UnsupportedRequestError
+from ..errors import GenerationCancelled, H3BridgeError, RequestError, UnsupportedRequestError
+from ..fixes import Change
 from ..history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from ..progress import WAITING_PHASE, ProgressEvent
 from ..vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
@@ -28,6 +29,59 @@ if TYPE_CHECKING:
     from ..model.memory import MachineFacts
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line's words for the request vocabulary (h3bridge.fixes: one renderer per interface)
+
+# Each field a fix may name, as the flag that sets it (GenerationRequest's fields and the settings
+# beside a request). `prompt` and `references` are said differently (see cli_words).
+FLAG_FOR_FIELD: dict[str, str] = {
+    "width": "--width", "height": "--height", "render_width": "--render-width",
+    "render_height": "--render-height", "frames": "--frames", "seconds": "--seconds", "seed": "--seed",
+    "steps": "--steps", "reuse": "--reuse", "layers": "--layers", "core_reuse": "--core-reuse",
+    "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
+    "int8_row_fc2": "--int8-row-fc2", "reference_rope": "--reference-rope", "slower_paths": "--slower-paths",
+    "first_frame": "--first-frame", "last_frame": "--last-frame", "reference_image_size": "--ref-image-size",
+    "stall_timeout": "--stall-timeout", "preview": "--show", "force": "--force", "overwrite": "--overwrite",
+    "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
+    "redo": "--redo", "only": "--only", "prompt": "--prompt", "job_dir": "--job-dir",
+    # `model download`'s (model.download.download_model)
+    "repo_id": "--repo", "revision": "--revision", "partition": "--partition",
+}
+
+
+def cli_word(change: Change) -> str:
+    """One change as the command line takes it: `--width 640`, `--force`, `(omit --show)` for a
+    switch to leave off or a setting to leave out."""
+    if change.field == "references" and hasattr(change.value, "value"):     # a reference of one kind
+        return f"a reference given with --ref-{change.value.value.replace('_', '-')}"   # type: ignore[union-attr]
+    flag = FLAG_FOR_FIELD.get(change.field)
+    if flag is None:      # no flag sets it: say so rather than print a flag argparse would refuse
+        return f"(not a command-line setting: {change.field})"
+    value = change.value
+    if value is True:
+        return flag
+    if value is False or value is None:
+        return f"(omit {flag})"
+    if isinstance(value, (set, frozenset, tuple, list)):
+        return f"{flag} " + " ".join(sorted(str(getattr(item, "value", item)) for item in value))
+    return f"{flag} {getattr(value, 'value', value)}"
+
+
+def cli_words(group: "Sequence[Change]") -> str:
+    """A group of changes as flags, in order: `--render-width 640 --render-height 352`."""
+    return " ".join(cli_word(change) for change in group)
+
+
+def cli_hint(error: H3BridgeError) -> str | None:
+    """The error's hint in the command line's words (its fix said as flags)."""
+    return error.hint_in(cli_words)
+
+
+def cli_message(error: H3BridgeError) -> str:
+    """The error's message in the command line's words."""
+    return error.message_in(cli_words)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

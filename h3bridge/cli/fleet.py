@@ -33,7 +33,8 @@ def add_fleet_command(subparsers: argparse._SubParsersAction) -> None:
                     "machines (and vLLM-Omni or SGLang servers) behind one OpenAI Videos API URL. Keys "
                     "stay in the environment (os.environ/NAME). Start each h3bridge server with "
                     "--max-queued 1 so a full one answers 429 and the proxy sends the job to another. "
-                    "See docs/fleet.md.")
+                    "For h3bridge servers alone, a front that queues a whole batch is `h3bridge serve "
+                    "--server URL ...`. See docs/fleet.md.")
     parser.add_argument("--server", action="append", default=[], metavar="URL",
                         help="an h3bridge serve base URL, e.g. http://mac1.local:8765 (repeatable)")
     parser.add_argument("--vllm-omni", action="append", default=[], metavar="URL",

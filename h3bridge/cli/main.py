@@ -19,7 +19,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..cancel import CancelToken
 from .engine import (    # shared with story.py and serve.py
@@ -27,11 +27,16 @@ from .engine import (    # shared with story.py and serve.py
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
+    FLAG_FOR_FIELD,
     PhaseProgressBars,
     add_engine_options,
     add_engine_run_options,
     cancel_on_signals,
     cancelled_status,
+    cli_hint,
+    cli_message,
+    cli_word,
+    cli_words,
     engine_from_args,
     add_model_dir_argument,
     machine_facts_of,
@@ -41,8 +46,11 @@ from .engine import (    # shared with story.py and serve.py
 )
 from ..engines.fallback import choose_engine
 from ..errors import GenerationCancelled, H3BridgeError
+
+if TYPE_CHECKING:
+    from ..model.memory import MemoryPlan
 # Number flags go through safeio.numbers (bounded digits, finite); the ranges are the request's own rules.
-from .flags import float_flag, int_flag
+from .flags import float_flag, int_flag, int_list_flag
 from ..runnable import h3bridge_command
 from ..request import (
     DEFAULT_HEIGHT,
@@ -102,8 +110,21 @@ class _RenamedFlag(argparse.Action):
             setattr(namespace, self.dest, self.value)
 
 
-def add_request_options(parser: argparse.ArgumentParser) -> None:
-    """Every GenerationRequest field as an h3-named flag (main.c option table)."""
+def _seed_or_seeds(max_items: int) -> Callable[[str], int | tuple[int, ...]]:
+    """generate's --seed: one seed (an int, as every other command's --seed) or one per take (a tuple)."""
+    numbers = int_list_flag(max_items=max_items)
+
+    def seed_flag(text: str) -> int | tuple[int, ...]:
+        values = numbers(text)
+        return values[0] if len(values) == 1 else values
+    seed_flag.__name__ = numbers.__name__
+    seed_flag.reads_number = True      # type: ignore[attr-defined]  (the conformance walk's marker)
+    return seed_flag
+
+
+def add_request_options(parser: argparse.ArgumentParser, *, seed_list: bool = False) -> None:
+    """Every GenerationRequest field as an h3-named flag (main.c option table); `seed_list`: --seed
+    also takes one seed per take (`--seed 3,9,12`, generate's takes)."""
     group = parser.add_argument_group("clip")
     group.add_argument("-p", "--prompt", required=True, help="the H3 prompt")
     group.add_argument("--preset", choices=sorted(PRESETS),
@@ -118,7 +139,13 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     length = group.add_mutually_exclusive_group()
     length.add_argument("--frames", type=int_flag(), help="frames: 22, 39, 56, ... 362 (5 + 17n; default 56)")
     length.add_argument("--seconds", type=float_flag(), help="duration at 24 fps, rounded up to a legal length")
-    group.add_argument("--seed", type=int_flag(), default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    if seed_list:
+        from ..takes import MAX_TAKES
+        group.add_argument("--seed", type=_seed_or_seeds(MAX_TAKES), default=DEFAULT_SEED,
+                           help=f"random seed (default {DEFAULT_SEED}); with --takes N the takes use this seed and "
+                                "the ones above it, or give one seed per take: --seed 3,9,12")
+    else:
+        group.add_argument("--seed", type=int_flag(), default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
     quality = parser.add_argument_group("speed and quality")
     quality.add_argument("--steps", type=int_flag(), help=f"denoising passes 2..1000 (default {DEFAULT_STEPS})")
     quality.add_argument("--reuse", type=int_flag(), help="denoiser reuse: 1 close, 2 fast, 3 aggressive")
@@ -163,7 +190,9 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
     """Build the GenerationRequest the flags describe (preset first, explicit flags win)."""
     fields: dict[str, object] = dict(
         width=args.width, height=args.height, render_width=args.render_width, render_height=args.render_height,
-        frames=args.frames, seconds=args.seconds, seed=args.seed, token_reduction=args.token_reduction,
+        frames=args.frames, seconds=args.seconds, token_reduction=args.token_reduction,
+        # generate's --seed may list one seed per take: the request is the first take's
+        seed=args.seed[0] if isinstance(args.seed, tuple) else args.seed,
         ssd_streaming=args.ssd_streaming, int8_row_fc2=args.int8_row_fc2,
         reference_rope=args.reference_rope, first_frame=args.first_frame, last_frame=args.last_frame,
         references=tuple(args.references or ()), reference_image_size=ReferenceImageSize(args.ref_image_size),
@@ -182,7 +211,16 @@ def request_from_args(args: argparse.Namespace) -> GenerationRequest:
 def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="render one clip (MP4 with audio)",
                                    description="Render one MiniMax-H3 clip through the h3 engine.")
-    add_request_options(parser)
+    add_request_options(parser, seed_list=True)
+    from ..takes import MAX_PARALLEL_TAKES, MAX_TAKES
+    takes = parser.add_argument_group("takes (one request, several seeds)")
+    takes.add_argument("--takes", type=int_flag(1, MAX_TAKES), metavar="N",
+                       help=f"render N takes (1-{MAX_TAKES}) with seeds from --seed upward (or the seeds --seed "
+                            "lists): -o clip.mp4 writes clip.take1.mp4 ... clip.takeN.mp4 and the contact sheet "
+                            "clip.takes.png; a warm engine (--engine session or library) loads the model once")
+    takes.add_argument("--parallel", type=int_flag(), default=1, metavar="N",
+                       help=f"with --remote and --takes: render up to N takes at once as server jobs "
+                            f"(1-{MAX_PARALLEL_TAKES}; default 1), spread over a fleet behind a proxy")
     output = parser.add_argument_group("output")
     output.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
                         help=f"output MP4 (default {DEFAULT_OUTPUT}; '' writes no MP4)")
@@ -229,6 +267,8 @@ def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> s
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    if args.takes is not None or isinstance(args.seed, tuple) or args.parallel != 1:
+        return run_takes(args)
     request = request_from_args(args).validate()
     previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
     engine = engine_from_args(args)
@@ -265,6 +305,89 @@ def run_generate(args: argparse.Namespace) -> int:
             print(summary_line(result, wall=wall, waited=bars.waited), file=sys.stderr)
         except OSError:
             pass      # nobody reads stderr any more; the clip is there all the same
+    return EXIT_OK
+
+
+def run_takes(args: argparse.Namespace) -> int:
+    """`generate --takes N` (or --seed A,B,C): N clips named from -o and their contact sheet, on one engine."""
+    from ..errors import RequestError
+    from ..takes import MAX_PARALLEL_TAKES, generate_takes, seeds_for, sheet_output, take_output
+    seeds = list(args.seed) if isinstance(args.seed, tuple) else [args.seed]
+    takes = args.takes if args.takes is not None else len(seeds)
+    listed = seeds if len(seeds) > 1 else None
+    if listed is not None and takes != len(listed):
+        raise RequestError(f"--takes {takes} but --seed lists {len(listed)} seeds ({','.join(map(str, listed))})",
+                           field="takes", hint=f"give {takes} seeds to --seed, or --takes {len(listed)} (or drop "
+                                               "--takes: one take per listed seed)")
+    if not 1 <= args.parallel <= MAX_PARALLEL_TAKES:
+        raise RequestError(f"--parallel {args.parallel}: takes rendered at once must be from 1 to {MAX_PARALLEL_TAKES}",
+                           field="parallel", hint=f"give --parallel a number from 1 to {MAX_PARALLEL_TAKES}, or "
+                                                  "drop it to render take after take")
+    if args.parallel > 1 and not getattr(args, "remote", None):
+        raise RequestError(f"--parallel {args.parallel} needs --remote URL: this machine's engine renders one clip "
+                           "at a time (a warm one, --engine session, renders take after take with the model "
+                           "loaded once)", field="parallel",
+                           hint="add --remote URL (an `h3bridge serve`, or a proxy in front of several), or drop --parallel")
+    if not args.output:
+        raise RequestError("--takes writes one clip per take, named from -o, and there is no -o",
+                           field="output", hint="give -o PATH.mp4 (take 1 is written as PATH.take1.mp4)")
+    request = request_from_args(args).validate()
+    chosen = seeds_for(request, takes, listed)
+    from ..takes import check_take_outputs
+    check_take_outputs(args.output, len(chosen), overwrite=args.overwrite)     # before any engine starts
+    previews = preview_writer_from_args(args)
+    engine = engine_from_args(args)
+    planned = choose_engine(engine, request).engine
+    model_dir = getattr(engine, "model_dir", None)
+    cancel = CancelToken()
+    with cancel_on_signals(cancel) as received:
+        if model_dir is not None:
+            try:
+                preflight_generate(request, model_dir, force=getattr(args, "force", False), quiet=args.quiet,
+                                   session=planned.capabilities.warm_model,
+                                   machine=lambda: machine_facts_of(engine, cancel), preview=previews is not None)
+            except GenerationCancelled as error:
+                engine.close()
+                return cancelled_status(error, received)
+    bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
+
+    def starting(take: int, seed: int) -> None:
+        if args.quiet:
+            return
+        bars.close()
+        try:
+            print(f"h3bridge: take {take}/{len(chosen)} (seed {seed}) -> {take_output(args.output, take)}",
+                  file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    started = time.monotonic()
+    with cancel_on_signals(cancel) as received:
+        try:
+            result = generate_takes(engine, request, args.output, seeds=chosen, overwrite=args.overwrite,
+                                    want_frames=args.read_frames and not args.no_frames, want_audio=True,
+                                    on_progress=bars, on_preview=previews, on_take=starting, cancel=cancel,
+                                    parallel=args.parallel)
+        except GenerationCancelled as error:
+            return cancelled_status(error, received)
+        finally:
+            bars.close()
+            engine.close()
+    wall = time.monotonic() - started
+    if args.json:
+        print(json.dumps({"takes": [{"take": number, **result_summary(take)}
+                                    for number, take in enumerate(result.takes, 1)],
+                          "seeds": result.seeds, "contact_sheet": str(result.contact_sheet),
+                          "wall_seconds": wall, "waited_seconds": bars.waited}, indent=2))
+    else:
+        try:
+            for number, take in enumerate(result.takes, 1):
+                print(f"h3bridge: take {number}: {take.video_path} (seed {take.seed})", file=sys.stderr)
+            print(f"wrote {len(result.takes)} takes and the contact sheet {sheet_output(args.output)}: "
+                  f"{request.width}x{request.height}, {request.frame_count} frames each; rendered in {wall:.1f} s "
+                  "wall time", file=sys.stderr)
+        except OSError:
+            pass
     return EXIT_OK
 
 
@@ -500,7 +623,7 @@ def default_request_advice(model_dir: Path | None = None) -> str:
                f"{format_bytes(plan.budget)} usable)"
     if plan.suggestion is None:
         return f"{what} does not fit even at the smallest settings (see `{_plan_command(model_dir)}`)"
-    return f"{what} needs {' '.join(plan.suggestion.flags)} here (see `{_plan_command(model_dir)}`)"
+    return f"{what} needs {cli_words(plan.suggestion.settings)} here (see `{_plan_command(model_dir)}`)"
 
 
 def _plan_command(model_dir: Path | None) -> str:
@@ -524,7 +647,7 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
         raise
     print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
     if force and not plan.fits:
-        print(f"h3bridge: --force: {plan.verdict()}", file=sys.stderr)
+        print(f"h3bridge: --force: {plan.verdict(cli_words)}", file=sys.stderr)
 
 
 def add_info_command(subparsers: argparse._SubParsersAction) -> None:
@@ -617,8 +740,16 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..vocabulary import EngineKind
     warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
     plan = plan_memory(request, inventory, machine=machine, preview=args.show, session=warm)
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.render())
+    print(json.dumps(plan_json(plan), indent=2) if args.json else plan.render(words=cli_words))
     return EXIT_OK if plan.fits else EXIT_FAILURE
+
+
+def plan_json(plan: "MemoryPlan") -> dict[str, object]:
+    """`plan --json`: the plan's fields, its suggestion's settings also as the flags to pass."""
+    data = plan.to_dict()
+    if plan.suggestion is not None:
+        data["suggestion"]["flags"] = [cli_word(change) for change in plan.suggestion.settings]  # type: ignore[index]
+    return data
 
 
 def _check_plan_media(request: GenerationRequest) -> None:
@@ -632,7 +763,7 @@ def _check_plan_media(request: GenerationRequest) -> None:
     for field, path in named:
         kind = non_regular_kind(path) if path is not None else None
         if kind is not None:
-            raise RequestError(f"{_FLAG_FOR_FIELD.get(field, '--ref-*')} {str(path)!r} is {kind}{symlink_note(path)}, "
+            raise RequestError(f"{FLAG_FOR_FIELD.get(field, '--ref-*')} {str(path)!r} is {kind}{symlink_note(path)}, "
                                "not a media file", field=field, hint="give the path of an image, video or audio file")
 
 
@@ -799,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("h3bridge: interrupted", file=sys.stderr)
         return EXIT_CANCELLED
     except H3BridgeError as error:
-        print(f"h3bridge: {in_cli_words(str(error))}", file=sys.stderr)
+        print(f"h3bridge: {cli_error_text(error)}", file=sys.stderr)
         engine_message = getattr(error, "engine_message", None)
         if engine_message and engine_message not in error.message:
             print(f"  h3 said: {engine_message}", file=sys.stderr)
@@ -815,25 +946,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-# Library messages name GenerationRequest fields; on the command line the user typed flags.
-_FLAG_FOR_FIELD = {
-    "width": "--width", "height": "--height", "render_width": "--render-width",
-    "render_height": "--render-height", "frames": "--frames", "seconds": "--seconds", "seed": "--seed",
-    "steps": "--steps", "reuse": "--reuse", "layers": "--layers", "core_reuse": "--core-reuse",
-    "token_reduction": "--token-reduction", "ssd_streaming": "--ssd-streaming",
-    "int8_row_fc2": "--int8-row-fc2", "reference_rope": "--reference-rope", "slower_paths": "--slower-paths",
-    "first_frame": "--first-frame", "last_frame": "--last-frame",
-    "stall_timeout": "--stall-timeout", "reference_image_size": "--ref-image-size", "force=True": "--force",
-    "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
-    "redo": "--redo", "only": "--only", "overwrite": "--overwrite",
-}
+def cli_error_text(error: H3BridgeError) -> str:
+    """An error as the command line says it: its fix (h3bridge.fixes) said as flags, else the
+    hint as the library wrote it through `in_cli_words`."""
+    if error.fix is not None or error.message_fix is not None:
+        message, hint = in_cli_words(cli_message(error)), cli_hint(error)
+        return f"{message}\n  fix: {hint if error.fix is not None else in_cli_words(hint or '')}" if hint else message
+    return in_cli_words(str(error))
 
 
 def in_cli_words(text: str) -> str:
     """`core_reuse=6` -> `--core-reuse 6`, `render_height` -> `--render-height`: a library
     message as the command-line user needs it. Bare one-word field names (`width`, `frames`) are
-    also plain words, so they are only translated in the `name=value` form."""
+    also plain words, so they are only translated in the `name=value` form.
+
+    Transitional (issue 34): for the library messages that do not yet carry their fix as data
+    (a `Fix`, said by `cli_words`); each one converted leaves this with less to do."""
     import re
+    _FLAG_FOR_FIELD = FLAG_FOR_FIELD
 
     def flag(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(2)

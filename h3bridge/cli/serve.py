@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..errors import EngineNotFoundError, MemoryPlanError, RequestError, shown_value
 from ..safeio.numbers import read_int
 from .flags import float_flag, int_flag
-from ..server.jobs import DEFAULT_MAX_QUEUED
+from ..server.jobs import DEFAULT_MAX_QUEUED, FRONT_MAX_QUEUED
 from ..server.uploads import MiB, UploadLimits
 from ..vocabulary import EngineKind
 from ..wire.videos import API_KEY_ENV
@@ -84,10 +84,19 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
                         help=f"largest file one request may upload (default {UploadLimits.max_file_bytes // MiB})")
     parser.add_argument("--max-uploads", type=int_flag(1, 10_000), default=UploadLimits.max_files, metavar="N",
                         help=f"most files one request may upload (default {UploadLimits.max_files})")
-    parser.add_argument("--max-queued", type=_max_queued, default=DEFAULT_MAX_QUEUED, metavar="N",
-                        help=f"jobs that may wait behind the running one (default {DEFAULT_MAX_QUEUED}; 0: no "
-                             "bound); one more is refused with HTTP 429 and Retry-After, so a load balancer "
-                             "sends it to another server (h3bridge fleet: use 1)")
+    parser.add_argument("--max-queued", type=_max_queued, metavar="N",
+                        help=f"jobs that may wait behind the running one (default {DEFAULT_MAX_QUEUED}, and "
+                             f"{FRONT_MAX_QUEUED} with --server; 0: no bound); one more is refused with HTTP 429 "
+                             "and Retry-After")
+    fleet = parser.add_argument_group("a fleet's front (docs/fleet.md)")
+    fleet.add_argument("--server", action="append", default=[], metavar="URL",
+                       help="run the jobs on this h3bridge server instead of this machine's engine (repeatable): "
+                            "jobs wait in this server's queue and each runs on the first server that is free")
+    fleet.add_argument("--servers-file", type=Path, metavar="FILE",
+                       help="more servers, one URL a line, read again whenever the file changes (a server "
+                            "added takes waiting jobs at once)")
+    fleet.add_argument("--server-key-env", default=API_KEY_ENV, metavar="NAME",
+                       help=f"environment variable holding the servers' API key (default {API_KEY_ENV})")
     parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                         type=_header_text("--cors-origin", MAX_ORIGIN_CHARS),
                         help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
@@ -148,25 +157,23 @@ def check_previews_fit(inventory: ModelInventory, machine: MachineFacts | None, 
                                           "memory (--memory-gb), or pass --force to start anyway")
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
+def _queue_bound(given: int | None, default: int) -> int | None:
+    """--max-queued as the server applies it: the default when not given, None (no bound) for 0."""
+    return (default if given is None else given) or None
 
-        from ..server.app import ServeSettings, check_bind, create_app
-    except ImportError as error:
-        raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
-                                  hint="pip install 'h3bridge[serve]'") from None
+
+
+def _local(args: argparse.Namespace, api_key: str | None, limits: UploadLimits, data_dir: Path):
+    """This machine's engine behind the queue: the settings, the queue and its one worker."""
     from .engine import engine_from_args, machine_facts_of
     from ..engines.fallback import choose_engine
     from ..engines.lock import engine_lock
     from ..model.inventory import inspect_model
     from ..model.memory import preflight
+    from ..server.app import ServeSettings
     from ..server.jobs import JobStore
     from ..server.worker import Worker
 
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    check_bind(args.host, api_key)
-    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     refuse_unusable_library_options(args)
     engine = engine_from_args(args)
     # The model folder is the server's for its life: its headers are read once, not per
@@ -183,7 +190,6 @@ def run_serve(args: argparse.Namespace) -> int:
     machine = machine_facts_of(engine)
     if args.previews:
         check_previews_fit(inventory, machine, force=args.force)
-    data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
     store = JobStore(data_dir)
     # With the engine lock held, an engine a killed server left running has been stopped, so
     # what it published is final and nothing more appears.
@@ -195,12 +201,60 @@ def run_serve(args: argparse.Namespace) -> int:
         preflight(request, engine.model_dir, force=args.force, inventory=inventory, machine=machine,
                   session=choose_engine(engine, request).engine.capabilities.warm_model, preview=args.previews)
 
-    limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
     settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits,
                              cors_origins=tuple(args.cors_origin), engine_name=args.engine_kind.value,
                              preflight=check_like_generate, model=model_health(inventory),
-                             max_queued=args.max_queued or None, previews=args.previews)
-    worker = Worker(store, engine, previews=args.previews)
+                             max_queued=_queue_bound(args.max_queued, DEFAULT_MAX_QUEUED), previews=args.previews)
+    return settings, store, Worker(store, engine, previews=args.previews)
+
+
+def _front(args: argparse.Namespace, api_key: str | None, limits: UploadLimits, data_dir: Path):
+    """A fleet's front (fleet/front.py): the same queue, one worker per --server, no engine here.
+    The servers check each job against their own model and memory when they take it."""
+    from ..fleet.front import FleetWorkers, check_server_url, read_servers_file
+    from ..server.app import ServeSettings
+    from ..server.jobs import JobStore
+
+    if args.previews:
+        raise RequestError("--previews needs this machine's library engine; a fleet's front (--server) runs no engine "
+                           "and passes no previews on", field="previews", hint="drop --previews")
+    servers = []
+    for url in args.server:
+        url = check_server_url(url, "--server")
+        if url not in servers:
+            servers.append(url)
+    if args.servers_file is not None:
+        read_servers_file(args.servers_file)       # refused now (exit 2), not in the watcher's log
+    store = JobStore(data_dir)
+    # No engine here, so nothing to stop first: a job that was running is queued again (and sent
+    # under the same Idempotency-Key, so the server that has it hands it back).
+    for note in store.recover():
+        logging.getLogger("h3bridge.serve").warning("h3bridge serve: %s", note)
+    settings = ServeSettings(data_dir=data_dir, api_key=api_key, limits=limits, cors_origins=tuple(args.cors_origin),
+                             engine_name="fleet", model=None,
+                             max_queued=_queue_bound(args.max_queued, FRONT_MAX_QUEUED))
+    return settings, store, FleetWorkers(store, servers, servers_file=args.servers_file, key_env=args.server_key_env)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..server.app import check_bind, create_app
+    except ImportError as error:
+        raise EngineNotFoundError(f"h3bridge serve needs the server packages ({error.name} is missing)",
+                                  hint="pip install 'h3bridge[serve]'") from None
+    from ..fleet.config import check_env_name
+    check_env_name(args.server_key_env, "--server-key-env")     # also when no --server reads it
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    check_bind(args.host, api_key)
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
+    limits = UploadLimits(max_file_bytes=int(args.max_upload_mb * MiB), max_files=args.max_uploads)
+    data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
+    if args.server or args.servers_file is not None:
+        settings, store, worker = _front(args, api_key, limits, data_dir)
+    else:
+        settings, store, worker = _local(args, api_key, limits, data_dir)
     app = create_app(settings, store, worker)
     worker.start()
 
@@ -210,7 +264,7 @@ def run_serve(args: argparse.Namespace) -> int:
             for server in self.servers:
                 for sock in server.sockets:
                     host, port = sock.getsockname()[:2]
-                    print(f"h3bridge serve: listening on http://{host}:{port} (data {data_dir}, engine {args.engine_kind})",
+                    print(f"h3bridge serve: listening on http://{host}:{port} (data {data_dir}, engine {settings.engine_name})",
                           file=sys.stderr, flush=True)
 
         async def shutdown(self, sockets=None) -> None:

@@ -7,11 +7,13 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 from ..cancel import CancelToken
 from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                          cancelled_status, engine_from_args)
+                          cancelled_status, cli_words, engine_from_args)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
+from ..fixes import Change
 from ..progress import WAITING_PHASE
 from .flags import int_flag
 from ..story.plan import StoryMemoryError
@@ -40,6 +42,9 @@ def add_story_command(subparsers: argparse._SubParsersAction) -> None:
     review.add_argument("--redo", type=int_flag(), metavar="N",
                         help="re-roll shot N with a new seed (and render again the shots continuing from it)")
     review.add_argument("--seed", type=int_flag(), metavar="S", help="with --redo: the seed for shot N")
+    review.add_argument("--pick", type=shot_take, action="append", metavar="SHOT=TAKE",
+                        help="the film uses take TAKE of shot SHOT (a shot with takes = N); repeat for more shots. "
+                             "Kept for later runs; renders nothing but the shots that continue from a re-picked one")
     review.add_argument("--only", type=int_flag(), metavar="N",
                         help="render shots 1..N and stop, for a look (their MP4s are in the job directory)")
     parser.add_argument("--overwrite", action="store_true",
@@ -148,14 +153,32 @@ def in_storyboard_words(text: str) -> str:
 
 
 def storyboard_setting(name: str, value: object) -> str:
-    """One storyboard key as the storyboard writes it (TOML): `ssd_streaming = true`."""
-    return f"{name} = {str(value).lower() if isinstance(value, bool) else value}"
+    """One storyboard key as the storyboard writes it (TOML): `ssd_streaming = true`; a reference
+    of one kind as a shot's `references` entry (h3bridge.fixes: the storyboard's renderer)."""
+    if name == "references" and hasattr(value, "value"):
+        return f'a reference {{ kind = "{value.value}", path = ... }}'     # type: ignore[attr-defined]
+    if name not in STORYBOARD_FIELDS:     # not a storyboard key (force, preview): the command's flag
+        return cli_words((Change(name, value),))
+    if isinstance(value, str):
+        return f"{name} = {json.dumps(value)}"
+    shown = getattr(value, "value", value)
+    return f"{name} = {json.dumps(shown) if isinstance(shown, str) else str(shown).lower() if isinstance(shown, bool) else shown}"
+
+
+def storyboard_words(group: "Sequence[Change]") -> str:
+    """A group of changes as storyboard keys: `ssd_streaming = true, layers = 40`."""
+    return ", ".join(storyboard_setting(change.field, change.value) for change in group)
 
 
 def storyboard_refusal(error: H3BridgeError) -> int:
     """Say a refusal about the storyboard in its words (main would put CLI flags in it); exit 2."""
+    if error.fix is not None or error.message_fix is not None:      # the fix as data: said as keys
+        hint = error.hint_in(storyboard_words)
+        text = error.message_in(storyboard_words) + (f"\n  fix: {hint}" if hint else "")
+    else:
+        text = in_storyboard_words(str(error))
     try:
-        print(f"h3bridge: {in_storyboard_words(str(error))}", file=sys.stderr)
+        print(f"h3bridge: {text}", file=sys.stderr)
     except OSError:
         pass
     return EXIT_USAGE
@@ -172,6 +195,41 @@ def check_parallel_flags(args: argparse.Namespace) -> None:
                            "at a time, so shots can only render at once on servers", field="parallel",
                            hint="add --remote URL (an `h3bridge serve`, or a proxy in front of several), "
                                 "or drop --parallel")
+
+
+def shot_take(text: str) -> tuple[int, int]:
+    """--pick SHOT=TAKE: two whole numbers (safeio.numbers), as the shot and its take."""
+    from ..safeio.numbers import read_int
+    shot, equals, take = text.partition("=")
+    fix = "give --pick SHOT=TAKE, e.g. --pick 2=3 (the film uses take 3 of shot 2)"
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r} is not SHOT=TAKE; fix: {fix}")
+    try:
+        return (read_int(shot, field=None, minimum=1, hint=fix), read_int(take, field=None, minimum=1, hint=fix))
+    except RequestError as error:
+        raise argparse.ArgumentTypeError(f"{error.message}; fix: {error.hint}") from None
+
+
+shot_take.__name__ = "SHOT=TAKE"
+shot_take.reads_number = True      # type: ignore[attr-defined]  (the conformance walk's marker)
+
+
+def check_pick_flags(args: argparse.Namespace, storyboard: Storyboard) -> dict[int, int]:
+    """--pick SHOT=TAKE for shots and takes the storyboard has (said in flags), as run_story's picks."""
+    count = len(storyboard.shots)
+    picks: dict[int, int] = {}
+    for shot, take in args.pick or ():
+        if shot > count:
+            raise RequestError(f"--pick {shot}={take}: the story has shots 1 to {count}", field="pick",
+                               hint=f"name a shot from 1 to {count}, e.g. --pick {count}=1")
+        takes = storyboard.takes_for(shot)
+        if take > takes:
+            raise RequestError(f"--pick {shot}={take}: shot {shot} has " + (f"takes 1 to {takes}" if takes > 1 else
+                                                                          "one take (no takes = N)"), field="pick",
+                               hint=f"give a take from 1 to {takes}, e.g. --pick {shot}={takes}" if takes > 1 else
+                               f"add takes = 2 (or more) to shot {shot}'s [[shot]] table, then run the story again")
+        picks[shot] = take
+    return picks
 
 
 def run_story_command(args: argparse.Namespace) -> int:
@@ -203,6 +261,7 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
     from ..story.runner import run_story
     output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
     job_dir = args.job_dir if args.job_dir is not None else default_job_dir(output)
+    picks = check_pick_flags(args, storyboard)        # before any engine is opened
     engine = engine_from_args(args)
     display = StoryProgressDisplay(enabled=not args.quiet, parallel=args.parallel)
 
@@ -219,7 +278,8 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
             result = run_story(storyboard, output, engine=engine,
                                job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
                                overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard),
-                               on_progress=display, on_notice=notice, cancel=cancel, parallel=args.parallel)
+                               on_progress=display, on_notice=notice, cancel=cancel, parallel=args.parallel,
+                               picks=picks)
         except GenerationCancelled as error:
             display.close()
             error.message = (f"{error.message}; finished shots are kept in {job_dir}: run the same command "
@@ -234,7 +294,10 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
         film = f"wrote {result.output}" if result.assembled else \
             (f"kept {result.output}" if result.output is not None else f"shots 1-{args.only} are ready")
         # (an unchanged film: the runner's notice already said it "is up to date"; once is enough)
+        takes = "" if all(len(shot.takes) <= 1 for shot in result.shots) else \
+            (f" ({result.rendered_takes} take(s) rendered; picks: "
+             + ", ".join(f"shot {shot.index} take {shot.pick}" for shot in result.shots if len(shot.takes) > 1) + ")")
         print(f"h3bridge: {film}: {result.film_frames} frames ({result.film_frames / 24:.1f} s); "
-              f"{result.rendered} shot(s) rendered, {len(result.shots) - result.rendered} kept; "
+              f"{result.rendered} shot(s) rendered, {len(result.shots) - result.rendered} kept{takes}; "
               f"shots in {result.job_dir}; {result.wall_seconds:.1f} s wall time", file=sys.stderr)
     return EXIT_OK

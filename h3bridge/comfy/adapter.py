@@ -24,6 +24,7 @@ from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
 from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, SessionUnsupportedError,
                       UnsupportedRequestError)
+from ..fixes import Change, changes
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
 from ..model.download import ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB
@@ -60,6 +61,10 @@ ONE_SHOT = EngineKind.ONE_SHOT.value
 SESSION = EngineKind.SESSION.value       # h3's interactive mode kept warm between clips
 LIBRARY = EngineKind.LIBRARY.value       # libh3 in a warm worker: previews, exact frames (engines/library.py)
 from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
+
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from .takes import RenderedTakes, TakesCache
 ENGINE_MODES: tuple[str, ...] = ENGINE_KINDS
 SSD_MODES: tuple[str, ...] = ("auto", "on", "off")
 LENGTH_UNITS: tuple[str, ...] = ("seconds", "frames")
@@ -136,8 +141,8 @@ SIZES_IN_SHORT = f"about {FL2VA_DOWNLOAD_GIB} GiB for FL2VA alone, {ALL_DOWNLOAD
 
 def download_advice(directory: Path) -> str:
     """The exact command that puts the model at `directory`, with its size."""
-    from ..model.download import PARTITION_SIZE_NOTE, download_command
-    return f"download it: `{download_command(directory)}` downloads {PARTITION_SIZE_NOTE}"
+    from ..model.download import download_command, partition_size_note
+    return f"download it: `{download_command(directory)}` downloads {partition_size_note(directory)}"
 
 
 def installed_models(search_roots: Sequence[Path]) -> list[str]:
@@ -470,7 +475,7 @@ def build_request(settings: GenerateSettings, *, ssd_streaming: bool = False,
 
 
 def plan_text(plan: MemoryPlan) -> str:
-    return plan.render()
+    return plan.render(words=node_words)      # its fix as the nodes' inputs, not the CLI's flags
 
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
@@ -518,32 +523,59 @@ def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Pat
     return False, fitting(resident)
 
 
+# Changes said together as one step on the node (h3 refuses SSD streaming with the int8 row-wise
+# FC2; a render canvas is both its sides).
+_SAID_TOGETHER = {("ssd_streaming", "int8_row_fc2"), ("render_width", "render_height")}
+
+
+def node_word(change: Change) -> str:
+    """One change as the H3 nodes' inputs take it (h3bridge.fixes: ComfyUI's renderer). Every
+    name said is an input of H3 Generate (or, for previews, H3 Engine)."""
+    name, value = change.field, change.value
+    if name == "preview":
+        return f"previews {'on' if value else 'off'} on H3 Engine"
+    if name == "references" and isinstance(value, ReferenceKind):     # a reference of this kind
+        return f"H3 References kind '{describe_kind(value)}'"
+    if name == "force":
+        return f"force to {str(bool(value)).lower()} on H3 Generate"
+    if name == "layers":
+        return f"layers {value} (under preset)"
+    if name == "job_dir":        # H3 Storyboard keeps its jobs under ComfyUI's folder, by name
+        return "another job_name on H3 Storyboard"
+    if name == "frames":
+        return f"length_unit frames with frames {value}"
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} {getattr(value, 'value', value)}"
+
+
+def node_words(group: Sequence[Change]) -> str:
+    """A group of changes as the steps to take on the nodes: `ssd_streaming on and int8_row_fc2
+    off, layers 40 (under preset)`. `seconds` left out goes with `frames` (the length unit)."""
+    steps: list[str] = []
+    previous: str | None = None
+    for change in group:
+        if change.field == "seconds" and change.value is None:
+            continue
+        if previous is not None and (previous, change.field) in _SAID_TOGETHER and steps:
+            steps[-1] += " and " + node_word(change)
+        else:
+            steps.append(node_word(change))
+        previous = change.field
+    return ", ".join(steps)
+
+
 def memory_refusal_in_node_words(plan: MemoryPlan) -> MemoryPlanError:
-    """The refusal of a plan that does not fit, said with the H3 nodes' inputs (the library's
-    says CLI flags): the setting that fits, as the inputs to change, and the node's `force`."""
+    """The refusal of a plan that does not fit, said with the H3 nodes' inputs: the setting that
+    fits, as the inputs to change, and the node's `force`."""
     suggestion = plan.suggestion
-    message = plan.verdict()
+    message = plan.verdict(None)
     if suggestion is None:
         return MemoryPlanError(message, plan=plan,
                                hint="this machine has too little memory for MiniMax-H3 even at the smallest "
-                                    "settings; or set force to true on H3 Generate to try anyway")
-    flags = ": " + " ".join(suggestion.flags)
-    if message.endswith(flags):               # the verdict ends with the CLI flags of the fix
-        message = message[:-len(flags)]
-    wanted, given = suggestion.request, plan.request
-    steps = []
-    if plan.preview and not suggestion.preview:
-        steps.append("previews off on H3 Engine")
-    if wanted.ssd_streaming and not given.ssd_streaming:
-        steps.append("ssd_streaming on" + (" and int8_row_fc2 off" if given.int8_row_fc2 else ""))
-    if wanted.layers != given.layers:
-        steps.append(f"layers {wanted.layers} (under preset)")
-    if (wanted.render_width, wanted.render_height) != (given.render_width, given.render_height):
-        steps.append(f"render_width {wanted.render_width} and render_height {wanted.render_height}")
-    if wanted.frame_count != given.frame_count:
-        steps.append(f"length_unit frames with frames {wanted.frame_count}")
-    return MemoryPlanError(message, plan=plan,
-                           hint="set " + ", ".join(steps) + "; or set force to true on H3 Generate to try anyway")
+                                    "settings; or set " + node_words(changes(force=True)) + " to try anyway")
+    return MemoryPlanError(message, plan=plan, hint="set " + node_words(suggestion.settings) + "; or set "
+                           + node_words(changes(force=True)) + " to try anyway")
 
 
 # ----------------------------------------------------------------------------- graph facts
@@ -700,6 +732,9 @@ class GenerateOutputs:
     sample_rate: int
     summary: str
     result: GenerationResult = field(repr=False)
+    # With takes: the contact sheet ([1, H, W, 3]) and every take's row of it ([takes, h, W, 3]), float32 0..1
+    sheet: np.ndarray | None = None
+    takes_image: np.ndarray | None = None
 
 
 def new_output_path(directory: Path, prefix: str = "h3") -> Path:
@@ -823,30 +858,27 @@ def _scratch_names(scratch: Path, first: Path | None, last: Path | None, referen
     return names
 
 
-_KIND_IN_MESSAGE = {kind.value: kind for kind in ReferenceKind}
+def node_reference_names(request: GenerationRequest) -> list[str]:
+    """Each reference as the H3 nodes' user knows it: its number and H3 References' `kind` option
+    (the library's `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
+    return [f"reference {index} ({describe_kind(reference.kind)})"
+            for index, reference in enumerate(request.references, 1)]
 
 
 def in_node_words(error: H3BridgeError, scratch_names: Mapping[str, str]) -> H3BridgeError:
-    """A library message as the H3 nodes' user needs it: the scratch copies (`ref-01.mp4`) named as
-    the user's file or input, and reference kinds by H3 References' `kind` options (the library's
-    `video` is the node's 'video with its audio', its `silent_video` the node's 'video')."""
-    import re
-
-    def reword(text: str | None) -> str | None:
+    """A library message as the H3 nodes' user needs it: its settings said by `node_words`
+    (reference kinds by H3 References' `kind` options), and the scratch copies (`ref-01.mp4`)
+    named as the user's file or input."""
+    def named(text: str | None) -> str | None:
         if not text:
             return text
         for path, name in scratch_names.items():
             text = text.replace(repr(path), name).replace(path, name)
-        text = re.sub(r"(reference \d+ )\((\w+)\)",
-                      lambda m: f"{m.group(1)}({describe_kind(_KIND_IN_MESSAGE[m.group(2)])})"
-                      if m.group(2) in _KIND_IN_MESSAGE else m.group(0), text)
-        return re.sub(r"\ban? (\w+) reference\b",
-                      lambda m: f"H3 References kind '{describe_kind(_KIND_IN_MESSAGE[m.group(1)])}'"
-                      if m.group(1) in _KIND_IN_MESSAGE else m.group(0), text)
+        return text
 
-    message, hint = reword(error.message), reword(error.hint)
+    message, hint = named(error.message_in(node_words)), named(error.hint_in(node_words))
     if (message, hint) != (error.message, error.hint):
-        error.message, error.hint = message, hint
+        error.message, error.hint = message or "", hint
         error.args = (message,)
     return error
 
@@ -857,8 +889,13 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  on_notice: Callable[[str], None] | None = None,
                  cancel: CancelToken | None = None,
                  on_preview: Callable[[PreviewFrame], None] | None = None,
-                 engine_factory: Callable[[EngineHandle], Engine] = open_engine) -> GenerateOutputs:
+                 engine_factory: Callable[[EngineHandle], Engine] = open_engine,
+                 takes: int = 1, pick: int = 1, takes_cache: "TakesCache | None" = None) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
+
+    takes > 1: the request's takes (seeds from its seed upward, comfy/takes.py), rendered once and
+    kept in `takes_cache` by the request's key; the outputs carry take `pick`, the contact sheet
+    and every take's row of it. The same request with another pick renders nothing.
 
     Input files live in a private directory under `scratch_parent`, removed when this
     returns (success or not) or the host is terminated (`install_termination_cleanup`). The
@@ -866,6 +903,10 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
     what the job will use, and a warning when a warm-session job has to run one-shot.
     """
     notify = on_notice or (lambda text: None)
+    from .takes import NODE_TAKES, check_take_inputs
+    takes, pick = check_take_inputs(takes, pick)
+    cache = takes_cache if takes_cache is not None else NODE_TAKES
+    rendered = None
     with RunDirectory(scratch_parent) as scratch:
         with _live_scratch_guard:
             _live_scratch.add(scratch)
@@ -891,7 +932,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                                                      force=settings.force,
                                                      machine=engine_factory(handle).machine_facts if library else None)
                 request = request.with_changes(ssd_streaming=ssd)
-                request.validate()
+                request.validate(reference_names=node_reference_names(request))
             except H3BridgeError as error:
                 raise in_node_words(error, _scratch_names(scratch, first, last, references,
                                                           inputs.references)) from None
@@ -915,8 +956,15 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 ran_on = one_shot_handle(handle)
                 notify(cannot_go_warm_notice(request, unsupported) + "\n" + describe_job(request, ONE_SHOT))
 
-            engine = engine_for_node(handle, engine_factory, on_fallback=fell_back)
-            result = engine.generate(request, output, **options)
+            if takes == 1:
+                engine = engine_for_node(handle, engine_factory, on_fallback=fell_back)
+                result = engine.generate(request, output, **options)
+            else:
+                rendered = _node_takes(handle, request, takes, output, options, cache, notify,
+                                       lambda: engine_for_node(handle, engine_factory, on_fallback=fell_back))
+                result = _picked_take(rendered, request, pick, want_image)
+                notes.append(f"takes: {takes} (seeds {', '.join(map(str, rendered.seeds))}), pick {pick}; "
+                             f"contact sheet {rendered.sheet_path}")
         finally:
             with _live_scratch_guard:
                 _live_scratch.discard(scratch)
@@ -928,9 +976,50 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
     samples = int(round(result.frame_count / result.fps * result.sample_rate))
     waveform = audio_to_waveform(result.audio, samples)
     video_path = result.video_path if result.video_path is not None else output
+    sheet = takes_image = None
+    if rendered is not None:
+        from .takes import sheet_rows
+        sheet = rendered.sheet[None].astype(np.float32) / 255.0
+        takes_image = sheet_rows(rendered.sheet, takes).astype(np.float32) / 255.0
     return GenerateOutputs(video_path=Path(video_path), image=image, image_is_placeholder=placeholder,
                            waveform=waveform, sample_rate=result.sample_rate or SAMPLE_RATE,
-                           summary=summarise(result, ran_on, plan, placeholder, notes), result=result)
+                           summary=summarise(result, ran_on, plan, placeholder, notes), result=result,
+                           sheet=sheet, takes_image=takes_image)
+
+
+def _node_takes(handle: EngineHandle, request: GenerationRequest, takes: int, output: Path, options: dict,
+                cache: "TakesCache", notify: Callable[[str], None], engine: Callable[[], Engine]) -> "RenderedTakes":
+    """The request's takes: the ones this node rendered before (another pick renders nothing), else
+    rendered now on one engine (generate_takes: a warm one loads the model once)."""
+    from ..takes import generate_takes
+    from .takes import RenderedTakes, TakesProgress, takes_key
+    key = takes_key(request, handle.describe(), takes)
+    kept = cache.get(key)
+    if kept is not None:
+        notify(f"{takes} takes of this request are rendered already: showing the pick, nothing runs")
+        return kept
+    progress = TakesProgress(options.get("on_progress"), takes, on_take=notify)
+    done = generate_takes(engine(), request, output, takes=takes, want_frames=False, want_audio=False,
+                          on_progress=progress, on_preview=options.get("on_preview"), on_take=progress.start,
+                          cancel=options.get("cancel"))
+    assert done.contact_sheet is not None and done.sheet is not None
+    first = done.takes[0]
+    rendered = RenderedTakes(tuple(Path(take.video_path) for take in done.takes), tuple(done.seeds),
+                             done.contact_sheet, done.sheet, first.frame_count, first.width, first.height,
+                             first.fps, first.sample_rate)
+    cache.put(key, rendered)
+    return rendered
+
+
+def _picked_take(rendered: "RenderedTakes", request: GenerationRequest, pick: int, want_image: bool) -> GenerationResult:
+    """Take `pick` as a GenerationResult read back from its MP4 (frames only when wanted)."""
+    from ..media.decode import decode_audio, decode_video_frames
+    video = rendered.videos[pick - 1]
+    frames = decode_video_frames(video, rendered.frame_count, rendered.width, rendered.height) if want_image else None
+    return GenerationResult(request=request.with_changes(seed=rendered.seeds[pick - 1]), video_path=video,
+                            frames=frames, audio=decode_audio(video), width=rendered.width, height=rendered.height,
+                            frame_count=rendered.frame_count, seed=rendered.seeds[pick - 1], fps=rendered.fps,
+                            sample_rate=rendered.sample_rate)
 
 
 def describe_plan(handle: EngineHandle, settings: GenerateSettings, *, machine: MachineFacts | None = None) -> str:
@@ -965,7 +1054,7 @@ __all__ = [
     "install_termination_cleanup", "preset_values", "remove_live_scratch", "settings_from_node_values", "GENERATE_OUTPUTS", "GenerateInputs", "GenerateOutputs", "GenerateSettings",
     "IMAGE_OUTPUT_INDEX", "LENGTH_UNITS", "MODEL_FOLDER", "ONE_SHOT", "REMOTE", "PRESET_NAMES", "PROGRESS_STEPS",
     "ProgressForwarder", "NodeText", "node_progress", "SSD_MODES", "SESSION", "audio_to_waveform", "build_request", "check_engine_settings",
-    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "frames_for", "frames_to_image_batch", "new_output_path",
+    "decide_ssd_streaming", "describe_plan", "memory_refusal_in_node_words", "node_reference_names", "node_word", "node_words", "frames_for", "frames_to_image_batch", "new_output_path",
     "open_engine", "output_is_connected", "placeholder_image", "resolve_engine_path", "resolve_model_dir",
     "run_generate", "snap_frames", "summarise", "waveform_to_clip",
 ]

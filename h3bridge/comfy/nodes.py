@@ -17,7 +17,7 @@ import torch
 
 import comfy.model_management
 import comfy.utils
-from comfy_api.latest import ComfyExtension, InputImpl, Types, io
+from comfy_api.latest import ComfyExtension, InputImpl, Types, io, ui
 
 from ..cancel import CancelToken
 from ..errors import H3BridgeError
@@ -46,6 +46,7 @@ from .selftest_node import SELFTEST_NODES  # H3 Selftest (h3bridge/selftest)
 from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
                      user_facing_errors, work_dir)
 from .story_nodes import STORY_NODES      # H3 Storyboard (h3bridge/story)
+from ..takes import MAX_TAKES
 
 H3References = io.Custom("H3_REFERENCES")
 
@@ -384,13 +385,24 @@ class H3GenerateNode(io.ComfyNode):
                                  tooltip="Run even when the memory plan says these settings do not fit this "
                                          "machine (macOS may swap or stop h3). Off: such a job is refused before "
                                          "the engine starts, with the settings that fit (often ssd_streaming on)."),
+                io.Int.Input("takes", default=1, min=1, max=MAX_TAKES, optional=True,
+                             tooltip=f"Render the request this many times (1-{MAX_TAKES}), with the seed and the "
+                                     "ones above it, and show their contact sheet on the node. A warm engine "
+                                     "(session, library) loads the model once for all of them."),
+                io.Int.Input("pick", default=1, min=1, max=MAX_TAKES, optional=True,
+                             tooltip="The take the video, frames and audio outputs carry (1 to takes). Choosing "
+                                     "another renders nothing: the takes are kept (keep the seed fixed: its "
+                                     "control after generate set to fixed)."),
             ],
             outputs=[
-                io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio."),
+                io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio (with takes: the pick)."),
                 io.Image.Output(display_name="frames",
                                 tooltip="All frames [F, H, W, 3]. Only decoded when this output is connected."),
                 io.Audio.Output(display_name="audio", tooltip="Stereo 32 kHz soundtrack."),
                 io.String.Output(display_name="summary", tooltip="Request, timings and memory plan."),
+                io.Image.Output(display_name="takes",
+                                tooltip="With takes: the contact sheet as a batch, one picture per take (its take "
+                                        "number, seed and four frames). Without: one black placeholder frame."),
             ],
             hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
@@ -410,15 +422,18 @@ class H3GenerateNode(io.ComfyNode):
     @classmethod
     @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, prompt: str, first_frame: Any = None, last_frame: Any = None,
-                references: ReferenceList | None = None, **values: Any) -> io.NodeOutput:
-        want_image = adapter.output_is_connected(cls.hidden.prompt, cls.hidden.unique_id, adapter.IMAGE_OUTPUT_INDEX)
+                references: ReferenceList | None = None, takes: int = 1, pick: int = 1,
+                **values: Any) -> io.NodeOutput:
+        hidden = cls.hidden       # (None when the node is called outside ComfyUI's executor)
+        node_id = hidden.unique_id if hidden else None
+        want_image = adapter.output_is_connected(hidden.prompt if hidden else None, node_id, adapter.IMAGE_OUTPUT_INDEX)
         # h3 needs tens of GiB of the Mac's unified memory: models ComfyUI keeps loaded between
         # prompts would push it into swap or the OOM killer, so they go first (reloaded when needed).
         comfy.model_management.unload_all_models()
         comfy.model_management.soft_empty_cache()
-        bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=cls.hidden.unique_id if cls.hidden else None)
+        bar = comfy.utils.ProgressBar(adapter.PROGRESS_STEPS, node_id=node_id)
         progress, node_text = adapter.node_progress(engine, lambda value, total: bar.update_absolute(value, total),
-                                                    notice_on_node(cls.hidden.unique_id))   # the notice, then the ETA
+                                                    notice_on_node(node_id))   # the notice, then the ETA
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         outputs = adapter.run_generate(
             engine, _settings(values, prompt),
@@ -428,13 +443,18 @@ class H3GenerateNode(io.ComfyNode):
                 references=references),
             scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
             on_progress=progress, on_notice=node_text.notice, cancel=cancel,
-            on_preview=_preview_on_node(bar, progress))
+            on_preview=_preview_on_node(bar, progress), takes=takes, pick=pick)
         progress.finish()
+        takes_image = outputs.takes_image if outputs.takes_image is not None else \
+            adapter.placeholder_image(outputs.result.width, outputs.result.height)
+        sheet = None if outputs.sheet is None else ui.PreviewImage(torch.from_numpy(outputs.sheet), cls=cls)
         return io.NodeOutput(
             InputImpl.VideoFromFile(str(outputs.video_path)),
             torch.from_numpy(outputs.image),
             {"waveform": torch.from_numpy(outputs.waveform), "sample_rate": outputs.sample_rate},
             outputs.summary,
+            torch.from_numpy(takes_image),
+            ui=sheet,
         )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -40,6 +39,7 @@ def user_facing_errors(function: _F) -> _F:
             comfy.model_management.throw_exception_if_processing_interrupted()
             raise
         except H3BridgeError as error:
+            adapter.in_node_words(error, {})      # a fix the library gave as data, said with the nodes' inputs
             error.__class__ = shown_as(type(error))
             raise error.with_traceback(None) from None
     return wrapper  # type: ignore[return-value]
@@ -52,7 +52,9 @@ def shown_as(error_class: type[H3BridgeError]) -> type[H3BridgeError]:
     (`/…/custom_nodes/h3bridge.h3bridge.errors.RequestError: …`). This subclass is named in words
     ("Request error") in builtins, which ComfyUI names without a module: "Request error: …".
     Still an instance of the library's class."""
-    words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", error_class.__name__).lower().capitalize()
+    name = error_class.__name__
+    words = "".join(" " + letter if letter.isupper() and index and name[index - 1].islower() else letter
+                    for index, letter in enumerate(name)).lower().capitalize()
     return type(error_class.__name__, (error_class,), {"__module__": "builtins", "__qualname__": words})
 
 

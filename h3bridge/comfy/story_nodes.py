@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from comfy_api.latest import InputImpl, io
+from comfy_api.latest import InputImpl, io, ui
 
 import comfy.model_management
 import comfy.utils
@@ -20,6 +21,7 @@ from ..request import DEFAULT_HEIGHT, DEFAULT_SEED, DEFAULT_WIDTH, MAX_SEED, PRE
 from ..story.host import render_story_text
 from ..story.plan import StoryMemoryError
 from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
+from ..takes import MAX_TAKES
 from . import adapter
 from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
 
@@ -82,6 +84,14 @@ class H3StoryboardNode(io.ComfyNode):
                                  tooltip="Run even when the memory plan says the most demanding shot does not "
                                          "fit this machine (macOS may swap or stop h3). Off: such a story is "
                                          "refused before any shot renders, with the settings that fit."),
+                io.Int.Input("takes", default=1, min=1, max=MAX_TAKES, optional=True,
+                             tooltip=f"Render every shot this many times (1-{MAX_TAKES}), with the shot's seed and the "
+                                     "ones above it; a shot's [takes=N] wins. Every take is kept in the job folder "
+                                     "and shown on the node's contact sheet; the film uses each shot's pick."),
+                io.String.Input("pick", default="", optional=True,
+                                tooltip="The take the film uses of shots with takes, as SHOT=TAKE pairs: 2=3, 4=1 "
+                                        "(a shot not named uses take 1). Changing it renders nothing, except a shot "
+                                        "that continues (anchor, tail) from a re-picked one."),
             ],
             outputs=[
                 io.Video.Output(display_name="video",
@@ -91,6 +101,10 @@ class H3StoryboardNode(io.ComfyNode):
                 io.Image.Output(display_name="frames",
                                 tooltip="Every frame of the film; only built when this output is connected."),
                 io.String.Output(display_name="summary", tooltip="Shots rendered and kept, the film and job folder."),
+                io.Image.Output(display_name="takes",
+                                tooltip="With takes: the contact sheet as a batch, one picture per take of every "
+                                        "shot with takes (shot, take, seed, four frames). Without: one black "
+                                        "placeholder frame."),
             ],
             hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
@@ -104,7 +118,7 @@ class H3StoryboardNode(io.ComfyNode):
     @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, shots: str, preset: str, width: int, height: int, seed: int,
                 crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard",
-                ssd_streaming: bool = False, force: bool = False) -> io.NodeOutput:
+                ssd_streaming: bool = False, force: bool = False, takes: int = 1, pick: str = "") -> io.NodeOutput:
         hidden = cls.hidden
         want_image = adapter.output_is_connected(hidden.prompt if hidden else None,
                                                  hidden.unique_id if hidden else None, IMAGE_OUTPUT_INDEX)
@@ -120,18 +134,27 @@ class H3StoryboardNode(io.ComfyNode):
                 on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
                                                           adapter.PROGRESS_STEPS),
                 on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
-                film_root=films_folder())
+                film_root=films_folder(), takes=takes, picks=pick or "")
         except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
             raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
                                  in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",
                                  force="set the force input to true") from None
         image = (adapter.frames_to_image_batch(outputs.frames) if outputs.frames is not None
                  else adapter.placeholder_image(width, height))
+        sheet = None
+        if outputs.sheet is not None:
+            from .takes import sheet_rows
+            rows = sheet_rows(outputs.sheet, outputs.sheet_rows).astype(np.float32) / 255.0
+            sheet = ui.PreviewImage(torch.from_numpy(outputs.sheet[None].astype(np.float32) / 255.0), cls=cls)
+        else:
+            rows = adapter.placeholder_image(width, height)
         return io.NodeOutput(
             InputImpl.VideoFromFile(str(outputs.video_path)),
             {"waveform": torch.from_numpy(outputs.audio[None]), "sample_rate": 32000},
             torch.from_numpy(image),
             outputs.summary,
+            torch.from_numpy(rows),
+            ui=sheet,
         )
 
 

@@ -4,6 +4,9 @@
 - `oneshot`: one `h3` process per clip. `session`: a warm interactive `h3` kept between clips.
 - `library`: libh3 through ctypes in a warm worker (`library_worker`; their messages `library_wire`;
   the CLI's `--engine library` is cli/library.py; `library_build` the library part of `build-engine`).
+- `job`: the one job skeleton every engine's `generate` runs (each engine supplies only its run).
+- `child`: the one wait loop (cancellable, deadlines on a pause-aware clock), a job on an engine child
+  (stall watchdog, SIGSTOP/SIGCONT for a PauseControl, the paused event), the child-died error.
 - `warm`: the lifecycle every warm engine shares (the lock held while warm, stepping aside for a
   waiting job, the idle timeout).
 - `process`: an engine child in its own process group, its stderr, stopping it.

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..errors import UnsupportedRequestError
 from ..progress import PreviewCallback, ProgressCallback
 from ..request import GenerationRequest
@@ -88,9 +88,11 @@ class FallbackEngine:
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None) -> GenerationResult:
         options = dict(overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
                        on_progress=on_progress, cancel=cancel)
+        if pause is not None:           # as with previews: only when there is one
+            options["pause"] = pause
         if on_preview is not None:      # as the caller gave them: a preview callback only when there is one
             options["on_preview"] = on_preview
         chosen = self.choose(request)

@@ -5,22 +5,24 @@ import signal
 from pathlib import Path
 
 from ..errors import H3BridgeError
+from ..fixes import Blank, Fix, changes, literal
 from ..progress import ProgressEvent
 from ..request import MIN_LAYERS, GenerationRequest
 from .locate import FFMPEG_HINT
 
 
-def out_of_memory_hint(request: GenerationRequest) -> str:
+def out_of_memory_hint(request: GenerationRequest) -> Fix:
     """What to try after macOS killed the engine (SIGKILL is how it ends a process out of memory),
     leaving out what this request already does."""
-    options = [] if request.ssd_streaming else ["ssd_streaming (--ssd-streaming)"]
+    options = [] if request.ssd_streaming else ["{}"]
+    groups = [] if request.ssd_streaming else [changes(ssd_streaming=True)]
     options += ["fewer frames", "a smaller canvas or render canvas"]
     if request.layers > MIN_LAYERS:
-        options.append("fewer DiT layers (--layers)")
+        options.append("fewer DiT layers ({})")
+        groups.append(changes(layers=Blank("N")))
     from ..runnable import h3bridge_command
-    return (f"SIGKILL usually means macOS ran out of memory; check `{h3bridge_command('plan')}` (with this "
-            "request's flags), then try "
-            + ", ".join(options[:-1]) + " or " + options[-1])
+    return Fix(f"SIGKILL usually means macOS ran out of memory; check `{literal(h3bridge_command('plan'))}` (with "
+               "this request's flags), then try " + ", ".join(options[:-1]) + " or " + options[-1], tuple(groups))
 
 
 def phase_words(last: ProgressEvent | None, *, before: str) -> str:
@@ -42,7 +44,7 @@ CRASH_HINT = ("see the engine log; the next job starts a fresh engine. If the sa
               "report it at https://github.com/antirez/h3.c/issues with that log")
 
 
-def shape_mismatch_hint(model_dir: Path | None) -> str:
+def shape_mismatch_hint(model_dir: Path | None) -> str | Fix:
     """The fix for h3's "weight NAME shape mismatch at dimension N" (h3_weights.c): upstream hard-codes
     the released shapes. On h3-sim's small fixture that is the whole story (the fixture upstream
     runs is `h3-sim-model --realistic`); on anything else the folder is not the official release."""
@@ -53,10 +55,10 @@ def shape_mismatch_hint(model_dir: Path | None) -> str:
     except H3BridgeError:
         small = False
     if small:
-        return (f"{model_dir} is h3-sim's small fixture model, which only h3-sim runs: for this h3 write the "
-                f"released shapes with `{command('h3-sim-model', '--realistic', 'DIR')}` (sparse files, no disk "
-                "used) and give DIR as model_dir, with ssd_streaming (--ssd-streaming) on a machine under ~32 GB; "
-                "or give h3-sim as engine_path")
+        return Fix(literal(f"{model_dir} is h3-sim's small fixture model, which only h3-sim runs: for this h3 write "
+                           f"the released shapes with `{command('h3-sim-model', '--realistic', 'DIR')}` (sparse "
+                           "files, no disk used)") + " and give {}, with {} on a machine under ~32 GB; or give {}",
+                   (changes(model_dir=Blank("DIR")), changes(ssd_streaming=True), changes(engine_path="h3-sim")))
     where = "DIR" if model_dir is None else model_dir
     return (f"h3 loads only the official MiniMax-H3 release's tensor shapes: check the folder with "
             f"`{h3bridge_command('info', '-d', where)}`, and download the official layout "
@@ -64,7 +66,7 @@ def shape_mismatch_hint(model_dir: Path | None) -> str:
 
 
 def failure_hint(request: GenerationRequest, message: str | None, *, signal_number: int | None = None,
-                 stalled: bool = False, model_dir: Path | None = None) -> str | None:
+                 stalled: bool = False, model_dir: Path | None = None) -> str | Fix | None:
     """The fix line for an engine that failed (`message`: h3's last error), died from
     `signal_number`, or was stopped by the watchdog (`stalled`). None leaves h3's message to
     speak for itself. `model_dir`: the engine's model folder, read only for a model error."""
@@ -96,7 +98,8 @@ def failure_hint(request: GenerationRequest, message: str | None, *, signal_numb
     if "no metal device" in lowered or "cannot initialize metal" in lowered:
         return METAL_DEVICE_HINT
     if request.int8_row_fc2 and ("metal" in lowered or "m5" in lowered or "int8" in lowered):
-        return "drop int8_row_fc2 (--int8-row-fc2, M5 only) and try again"
+        # the setting to drop, said as the user set it (`--int8-row-fc2`, `int8_row_fc2=True`)
+        return Fix("drop {} (M5 only) and try again", (changes(int8_row_fc2=True),))
     if "metal" in lowered:
         from ..runnable import h3bridge_command
         return (f"the GPU gave up on the work, most often for lack of memory: check `{h3bridge_command('plan')}`, close other "

@@ -51,9 +51,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
+from ..fixes import Blank, Fix, changes, literal
+from .child import NOTHING, ChildJob, Deadline, Nothing, child_gone, reap, wait_until
+from .job import Rendered, check_disks, open_job, run_job
 from ..errors import (
-    EngineCrashedError,
     EngineError,
     EngineNotFoundError,
     EngineStalledError,
@@ -67,14 +69,14 @@ from ..progress import PreviewCallback, PreviewFrame, ProgressCallback, Progress
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..upstream_costs import REFERENCE_SECONDS
-from .disk import DiskNeed, check_disk_space, raise_for_disk_problem
+from .disk import DiskNeed, raise_for_disk_problem
 from .h3_command import engine_message_from, expected_phases
 from .hints import failure_hint, phase_words
 from .library_wire import h3_params_fields, h3_references, receive, send
 from .locate import check_media_tools, engine_environment, engine_variables, locate_media_tools, locate_model_dir
 from .oneshot import one_shot_disk_needs
-from .output import finish_result, job_files, raise_if_cancelled, resolve_output
-from .process import EngineChild, EngineProcess, signal_name
+from .output import JobFiles
+from .process import EngineChild, EngineProcess
 from .protocol import EngineCapabilities
 from .warm import DEFAULT_IDLE_TIMEOUT, WarmEngine
 
@@ -102,7 +104,8 @@ def locate_library(explicit: str | os.PathLike[str] | None = None) -> Path:
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(LIBRARY_ENV)
     if not raw:
         raise LibraryLoadError(f"no libh3 library given (no library path, {LIBRARY_ENV} unset)",
-                               hint="pass library_path (CLI: --library-path) or set H3_LIBRARY; " + _fix_hint())
+                               hint=Fix("pass {} or set H3_LIBRARY; " + literal(_fix_hint()),
+                                        (changes(library_path=Blank("PATH")),)))
     return check_library_file(Path(raw).expanduser().absolute()).absolute()
 
 
@@ -200,6 +203,11 @@ class _Job:
     previews: int = 0
     fields: dict[str, Any] = field(default_factory=dict)
     disk_needs: list[DiskNeed] = field(default_factory=list)     # where the job writes (disk-full errors)
+    child: ChildJob = None  # type: ignore[assignment]   # cancel, pause and the stall watchdog (child.py)
+
+    def __post_init__(self) -> None:
+        if self.child is None:
+            self.child = ChildJob(cancel=self.cancel, pause=None, stall_timeout=None, on_progress=self.on_progress)
 
     def where(self) -> str:
         return phase_words(self.last_event, before=self.before_progress)
@@ -291,7 +299,7 @@ class LibraryEngine(WarmEngine):
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None) -> GenerationResult:
         """Render one clip in the warm worker (the `Engine` protocol). `on_preview` set turns
         upstream's denoise previews on (`preview_denoise = 1`, the ~10 GiB preview VAE); frames
         are the library's own RGB, mapped from a file the worker writes (see the module docstring).
@@ -299,21 +307,23 @@ class LibraryEngine(WarmEngine):
         Raises what the one-shot engine raises; EngineError with `h3_last_error()` verbatim in
         `engine_message` when h3_generate fails; EngineCrashedError when the worker dies (the next
         job starts a new one); LibraryLoadError / ModelError when the library or h3_load_dir fail.
-        An exception raised by `on_progress` or `on_preview` stops the job and is re-raised."""
-        request.validate()
-        destination = resolve_output(output, overwrite=overwrite)
-        writes_mp4 = destination is not None or want_audio
-        tools = check_media_tools(request, writes_mp4=writes_mp4)
-        disk_needs = one_shot_disk_needs(request, destination, writes_mp4=writes_mp4, want_frames=want_frames)
-        check_disk_space(disk_needs)
+        An exception raised by `on_progress` or `on_preview` stops the job and is re-raised.
+        `pause` stops the worker's process group while paused (child.py); the worker stays warm."""
+        spec = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                        cancel=cancel)
+        tools = check_media_tools(request, writes_mp4=spec.writes_mp4)
+        disk_needs = one_shot_disk_needs(request, spec.output_path, writes_mp4=spec.writes_mp4, want_frames=want_frames)
+        check_disks(disk_needs)
         env = self._environment(tools)
         preview = on_preview is not None
-        phases = expected_phases(request, writes_mp4=writes_mp4)
+        phases = expected_phases(request, writes_mp4=spec.writes_mp4)
         if preview:
             phases["preview VAE load"] = REFERENCE_SECONDS["preview VAE load"]
-        job = _Job(request=request, tracker=ProgressTracker(phases, time.monotonic()), on_progress=on_progress,
-                   on_preview=on_preview, cancel=cancel, disk_needs=disk_needs)
-        with job_files(destination, want_audio=want_audio) as files:
+        child = ChildJob(cancel=cancel, pause=pause, stall_timeout=lambda: self.stall_timeout, on_progress=on_progress)
+        job = _Job(request=request, tracker=ProgressTracker(phases, child.now()), on_progress=on_progress,
+                   on_preview=on_preview, cancel=cancel, disk_needs=disk_needs, child=child)
+
+        def run(files: JobFiles) -> Rendered:
             workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_path = workdir / "frames.rgb" if want_frames else None
             shape = (request.frame_count, request.height, request.width)
@@ -326,37 +336,39 @@ class LibraryEngine(WarmEngine):
                 try:
                     self._ensure_worker(env, job)
                     assert self._worker is not None
+                    child.attach(self._worker.engine.pgid)     # a worker started by this job is attached already
                     self._lock.record_engine(self._worker.pid, leftovers=[
                         str(path) for path in (mp4_temp, workdir) if path is not None])
                     done = self._run(job, frames_path=frames_path, shape=shape, preview=preview)
                 except _CallbackRaised as raised:
+                    child.let_go()
                     if self._worker is not None and not self._worker_idle_after_failure:
                         self._shutdown(graceful=False)
                     raise raised.error from None
                 except BaseException:
+                    child.let_go()
                     if self._worker is not None and not self._worker_idle_after_failure:
                         self._shutdown(graceful=False)
                     raise
+                finally:
+                    child.detach()      # a warm worker never stays stopped after its job
                 self.jobs += 1
                 engine_log = self._worker.stderr_since(job.stderr_offset) if self._worker else ""
-            timings = job.tracker.finish(time.monotonic())
-            frames = None
-            if frames_path is not None:
-                raise_if_cancelled(cancel)
+            timings = job.tracker.finish(child.now())
+
+            def read_frames() -> np.ndarray:
                 if done["frames_written"] != request.frame_count:
                     raise EngineError(f"libh3 delivered {done['frames_written']} of {request.frame_count} frames",
                                       stderr=engine_log, command=self._command(job))
                 # Copy-on-write: the array is writable, the file never changes; unlinking the
-                # file (with workdir, below) leaves the mapping in place.
-                frames = np.memmap(frames_path, dtype=np.uint8, mode="c", shape=(*shape, 3))
-            raise_if_cancelled(cancel)
-            summary = done["result"]
-            result = finish_result(request, mp4_temp, destination, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings, command=self._command(job),
-                                   engine_log=engine_log, engine_variables=engine_variables(env),
-                                   seed=int(summary["seed"]))
-            files.published = True
-            return result
+                # file (with workdir, when the job ends) leaves the mapping in place.
+                return np.memmap(frames_path, dtype=np.uint8, mode="c", shape=(*shape, 3))
+
+            return Rendered(timings=timings, command=self._command(job), engine_log=engine_log,
+                            engine_variables=engine_variables(env), seed=int(done["result"]["seed"]),
+                            read_frames=None if frames_path is None else read_frames)
+
+        return run_job(spec, run)
 
     # ------------------------------------------------------------------ the job
 
@@ -376,39 +388,28 @@ class LibraryEngine(WarmEngine):
                      "references": h3_references(job.request),
                      "frames_path": None if frames_path is None else str(frames_path),
                      "frame_shape": list(shape), "preview": preview})
-        last_activity = time.monotonic()
-        while True:
-            if job.cancel is not None and job.cancel.cancelled:
-                kept = self._cancel(worker, number)
-                raise GenerationCancelled("generation cancelled; no output was kept and the library worker stays warm"
-                                          if kept else
-                                          "generation cancelled; the library worker was stopped and no output was kept")
+        child = job.child
+
+        def poll(timeout: float) -> dict | Nothing:
             try:
-                item = worker.messages.get(timeout=POLL_SECONDS)
+                item = worker.messages.get(timeout=timeout)
             except queue.Empty:
-                now = time.monotonic()
                 if worker.drain_stderr():
-                    last_activity = now
-                elif self.stall_timeout is not None and now - last_activity > self.stall_timeout:
-                    log = worker.stderr_since(job.stderr_offset)
-                    message = engine_message_from(log)
-                    raise EngineStalledError(
-                        f"the library worker made no progress for {self.stall_timeout:g} s {job.where()} "
-                        "and was stopped", engine_message=message, stderr=log, command=self._command(job),
-                        hint=failure_hint(job.request, message, stalled=True))
-                continue
-            last_activity = time.monotonic()
+                    child.alive()
+                return NOTHING
+            child.alive()
             if item is None:
                 self._worker_gone(worker, job)
             message, payload = item
             if message.get("job") != number:
-                continue
+                return NOTHING
             kind = message["ev"]
             if kind == "progress":
-                event = job.tracker.update(message["phase"], message["done"], message["total"], now=last_activity)
+                event = job.tracker.update(message["phase"], message["done"], message["total"], now=child.now())
                 if event is not None:
                     job.last_event = event
                     self._call(job.on_progress, event, worker, number)
+                    child.progressed(event)
             elif kind == "preview" and payload is not None:
                 image = np.frombuffer(payload, dtype=np.uint8).reshape(message["height"], message["width"], 3)
                 job.previews += 1
@@ -419,6 +420,23 @@ class LibraryEngine(WarmEngine):
                 return message
             elif kind == "failed":
                 self._failed(message, worker, job)
+            return NOTHING
+
+        def cancelled() -> BaseException:
+            kept = self._cancel(worker, number)
+            return GenerationCancelled("generation cancelled; no output was kept and the library worker stays warm"
+                                       if kept else
+                                       "generation cancelled; the library worker was stopped and no output was kept")
+
+        def stalled() -> BaseException:
+            log = worker.stderr_since(job.stderr_offset)
+            message = engine_message_from(log)
+            return EngineStalledError(
+                f"the library worker made no progress for {child.stall_words()} {job.where()} "
+                "and was stopped", engine_message=message, stderr=log, command=self._command(job),
+                hint=failure_hint(job.request, message, stalled=True))
+
+        return child.wait(poll, on_cancel=cancelled, on_stall=stalled, interval=POLL_SECONDS)
 
     def _call(self, callback: Any, value: Any, worker: _Worker, number: int) -> None:
         """The caller's callback; if it raises, the job stops (cancel, then the group) and the
@@ -436,18 +454,19 @@ class LibraryEngine(WarmEngine):
         then the worker stays warm (True; its context is as after a refused job, see the module
         docstring). Otherwise its process group is stopped (False)."""
         if worker.send({"op": "cancel", "job": number}):
-            deadline = time.monotonic() + CANCEL_GRACE
-            while (remaining := deadline - time.monotonic()) > 0:
+            def poll(timeout: float) -> bool | Nothing:
                 try:
-                    item = worker.messages.get(timeout=remaining)
+                    item = worker.messages.get(timeout=timeout)
                 except queue.Empty:
-                    break
+                    return NOTHING
                 if item is None:
-                    break
-                if item[0].get("job") == number and item[0]["ev"] in ("done", "failed"):
-                    # "done": the cancel came after the last check (FFmpeg's end); the result is dropped.
-                    self._worker_idle_after_failure = True
-                    return True
+                    return False
+                # "done": the cancel came after the last check (FFmpeg's end); the result is dropped.
+                return True if item[0].get("job") == number and item[0]["ev"] in ("done", "failed") else NOTHING
+
+            if wait_until(poll, deadline=Deadline(CANCEL_GRACE), on_expired=lambda: False):
+                self._worker_idle_after_failure = True
+                return True
         worker.engine.stop(grace=CANCEL_KILL_GRACE)
         self._shutdown(graceful=False)
         return False
@@ -467,22 +486,14 @@ class LibraryEngine(WarmEngine):
 
     def _worker_gone(self, worker: _Worker, job: _Job) -> None:
         """The worker's control stream ended: it died. A typed error naming where."""
-        try:
-            status = worker.engine.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            status = None
+        ended = reap(worker.engine.popen)
         worker.engine.wait_reader(1.0)
         log = worker.stderr_since(job.stderr_offset)
         message = engine_message_from(log)
-        if status is not None and status < 0:
-            raise EngineCrashedError(
-                f"the library worker died from {signal_name(-status)} {job.where()}"
-                + (f", after h3 said: {message}" if message else ""),
-                engine_message=message, exit_code=status, stderr=log, command=self._command(job),
-                hint=failure_hint(job.request, message, signal_number=-status))
-        raise EngineError(f"the library worker exited unexpectedly (status {status}) {job.where()}"
-                          + (f": {message}" if message else ""), engine_message=message, exit_code=status,
-                          stderr=log, command=self._command(job), hint=failure_hint(job.request, message, model_dir=self.model_dir))
+        raise child_gone("the library worker", ended, where=job.where(), engine_message=message, stderr=log,
+                         command=self._command(job),
+                         hint=failure_hint(job.request, message, signal_number=ended.signal) if ended.signal
+                         else failure_hint(job.request, message, model_dir=self.model_dir))
 
     # ------------------------------------------------------------------ worker lifecycle
 
@@ -514,28 +525,25 @@ class LibraryEngine(WarmEngine):
 
     def _await_ready(self, worker: _Worker, job: _Job | None) -> None:
         """The worker's first message: "ready" (device and model facts) or "load_failed"."""
-        deadline = time.monotonic() + LOAD_TIMEOUT
-        while True:
-            if job is not None and job.cancel is not None and job.cancel.cancelled:
-                raise GenerationCancelled("cancelled while the library worker started")
+        clock = job.child.clock if job is not None else None      # paused time does not count
+        deadline = Deadline(LOAD_TIMEOUT, clock)
+
+        def poll(timeout: float) -> bool | Nothing:
             try:
-                item = worker.messages.get(timeout=POLL_SECONDS)
+                item = worker.messages.get(timeout=timeout)
             except queue.Empty:
                 worker.drain_stderr()
-                if time.monotonic() > deadline:
-                    raise EngineStalledError(f"the library worker did not load the library within {LOAD_TIMEOUT:g} s",
-                                             stderr=worker.engine.stderr_text)
-                continue
+                return NOTHING
             if item is None:
-                if job is None:
-                    job = _Job(GenerationRequest("probe"), ProgressTracker((), time.monotonic()), None, None, None)
-                job.before_progress = WORKER_STARTING
-                self._worker_gone(worker, job)
+                gone = job if job is not None else _Job(GenerationRequest("probe"),
+                                                        ProgressTracker((), time.monotonic()), None, None, None)
+                gone.before_progress = WORKER_STARTING
+                self._worker_gone(worker, gone)
             message, _ = item
             if message["ev"] == "ready":
                 worker.ready = message
                 self._device = message.get("device") or {}
-                return
+                return True
             if message["ev"] == "load_failed":
                 text = message.get("message") or "unknown error"
                 if message.get("stage") == "model":
@@ -543,6 +551,16 @@ class LibraryEngine(WarmEngine):
                     raise ModelError(f"h3 could not load the model directory {self.model_dir}: {text}",
                                      hint="check the model directory (h3bridge verify)")
                 raise LibraryLoadError(text, path=self.library_path, hint=message.get("hint"))
+            return NOTHING
+
+        def too_slow() -> bool:
+            raise EngineStalledError(f"the library worker did not load the library within {LOAD_TIMEOUT:g} s",
+                                     stderr=worker.engine.stderr_text)
+
+        wait_until(poll, cancel=job.cancel if job is not None else None,
+                   on_cancel=lambda: GenerationCancelled("cancelled while the library worker started"),
+                   deadline=deadline, on_expired=too_slow, interval=POLL_SECONDS,
+                   on_idle=job.child.report_pause if job is not None else None)
 
     def _ensure_worker(self, env: dict[str, str], job: _Job) -> None:
         """Reuse the running worker if it came from the same library, model, folder and H3_*
@@ -555,6 +573,7 @@ class LibraryEngine(WarmEngine):
         self._take_engine_lock(on_progress=job.on_progress, cancel=job.cancel)
         try:
             self._worker = self._start_worker(env)
+            job.child.attach(self._worker.engine.pgid)      # paused while it loads, too
             self._lock.record_engine(self._worker.pid)
             self._identity = identity
             self.starts += 1

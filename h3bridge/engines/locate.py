@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 from ..engine_build.record import PINNED_COMMIT
 from ..errors import EngineNotFoundError, ModelError
+from ..fixes import Blank, Fix, changes, literal
 from ..request import GenerationRequest
 from ..runnable import command, h3bridge_command
 
@@ -21,7 +22,7 @@ MODEL_DIR_ENV = "H3_MODEL_DIR"
 
 
 # Field names appear bare (`engine_path`), never as `name=value`: the CLI turns them into its flags
-# (cli.in_cli_words) and ComfyUI shows its node input of the same name. Commands are built by
+# (cli.engine.cli_words) and ComfyUI shows its node input of the same name. Commands are built by
 # runnable (as they run where the message is shown: console script or `python -m`), and the h3.c
 # commit is the pin build-engine and doctor check, so message, README and doctor agree.
 PINNED_SHORT = PINNED_COMMIT[:7]
@@ -126,9 +127,10 @@ def locate_model_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     raw = os.fspath(explicit) if explicit is not None and os.fspath(explicit) else os.environ.get(MODEL_DIR_ENV)
     if not raw:
         raise ModelError("no MiniMax-H3 model directory given",
-                         hint=f"pass model_dir (CLI: --model-dir) or set {MODEL_DIR_ENV}; {DOWNLOAD_HINT}; to try "
-                              f"h3bridge with the simulator h3-sim, `{command('h3-sim-model', 'DIR')}` writes a "
-                              "fixture model")
+                         hint=Fix("pass {} or set " + literal(f"{MODEL_DIR_ENV}; {DOWNLOAD_HINT}; to try h3bridge with "
+                                                              f"the simulator h3-sim, `{command('h3-sim-model', 'DIR')}` "
+                                                              "writes a fixture model"),
+                                  (changes(model_dir=Blank("DIR")),)))
     path = Path(raw).expanduser().absolute()
     if not path.is_dir():
         raise not_a_model_folder_error(path)

@@ -72,6 +72,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from filelock import FileLock, Timeout
 
 from ..cancel import CancelToken
+from .child import NOTHING, Nothing, wait_until
 from .process import terminate_group
 from ..errors import EngineError, GenerationCancelled, H3BridgeError
 from ..userdirs import machine_dir
@@ -225,6 +226,10 @@ def _run_yield_hooks() -> None:
         hook()
 
 
+def _cancelled_while_waiting() -> GenerationCancelled:
+    return GenerationCancelled("cancelled while waiting for the engine")
+
+
 # --- the lock ----------------------------------------------------------------------------------
 
 class EngineLock:
@@ -311,7 +316,9 @@ class EngineLock:
             return True
         self.release()
         announced: set[tuple[int, float]] = set()
-        while foreign:
+
+        def poll(timeout: float) -> bool | Nothing:
+            nonlocal foreign
             for user, record in foreign:
                 if (record.pid, record.started) not in announced:
                     announced.add((record.pid, record.started))
@@ -321,10 +328,12 @@ class EngineLock:
             if on_wait is not None:
                 on_wait(self.waited)
             if cancel is not None and cancel.cancelled:
-                raise GenerationCancelled("cancelled while waiting for the engine")
-            time.sleep(self.poll_interval)
+                return NOTHING       # the wait raises the cancel
+            time.sleep(timeout)
             foreign = self._foreign_engines()
-        return False
+            return False if not foreign else NOTHING
+
+        return wait_until(poll, cancel=cancel, on_cancel=_cancelled_while_waiting, interval=self.poll_interval)
 
     def _foreign_engines(self) -> list[tuple[str, "EngineRecord"]]:
         """(user name, record) of each live engine another account recorded beside the lock."""
@@ -380,18 +389,24 @@ class EngineLock:
             # Someone holds it. If that someone is an idle holder in this very process, ask it
             # to step aside now rather than wait for its idle timer.
             _run_yield_hooks()
-            while True:
+
+            def report() -> None:
                 self.waited = time.monotonic() - started
                 if on_wait is not None:
                     on_wait(self.waited)
-                if cancel is not None and cancel.cancelled:
-                    raise GenerationCancelled("cancelled while waiting for the engine")
+
+            def poll(timeout: float) -> bool | Nothing:
                 self._announce_waiting()
                 if self._others_ahead():
-                    time.sleep(self.poll_interval)      # an older waiter goes first
-                elif self._try_acquire(timeout=self.poll_interval):
+                    time.sleep(timeout)      # an older waiter goes first
+                elif self._try_acquire(timeout=timeout):
                     self.waited = time.monotonic() - started
-                    return
+                    return True
+                report()
+                return NOTHING
+
+            report()
+            wait_until(poll, cancel=cancel, on_cancel=_cancelled_while_waiting, interval=self.poll_interval)
         finally:
             self._withdraw()
             with _registry_guard:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Sequence
 
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
+from .child import NOTHING, ChildJob, Nothing
+from .job import Rendered, check_disks, open_job, run_job
 from .process import EngineProcess, signal_name
 from ..errors import (
     EngineCrashedError,
@@ -31,12 +32,11 @@ from ..errors import (
 from ..history.recorder import recorded
 from ..media.decode import read_frames_dir
 from .lock import EngineLock, engine_lock
-from ..progress import ProgressCallback, ProgressEvent, ProgressTracker
+from ..progress import ProgressCallback, ProgressTracker
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from .disk import (
     DiskNeed,
-    check_disk_space,
     existing_folder,
     expected_clip_bytes,
     expected_frames_bytes,
@@ -62,7 +62,7 @@ from .h3_command import (
     request_arguments,
 )
 from .hints import failure_hint, phase_words
-from .output import finish_result, job_files, raise_if_cancelled, resolve_output, staging_path
+from .output import JobFiles, finish_result, raise_if_cancelled, resolve_output, staging_path
 from .holder import waiting_reporter
 from .protocol import EngineCapabilities
 from ..progress import PreviewCallback
@@ -160,7 +160,7 @@ class OneShotEngine:
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None) -> GenerationResult:
         """Render one clip and return its frames, audio and MP4 (the `Engine` protocol).
 
         output: where the MP4 goes (None: no MP4 is kept). It is written under a temporary
@@ -173,19 +173,20 @@ class OneShotEngine:
           on a terminal (`--show`).
         cancel: a CancelToken; cancelling (from any thread) stops the engine within a second
           and raises GenerationCancelled. No output or temporary file is left behind.
+        pause: a PauseControl; while paused, h3's process group (FFmpeg too) is stopped, at any
+          phase, and the stall watchdog and the timings leave that time out (child.py).
 
         Raises RequestError (bad request), OutputExistsError, EngineNotFoundError (FFmpeg
         missing), EngineError / EngineCrashedError / EngineStalledError (h3 failed; h3's own
         message is in `engine_message`), GenerationCancelled.
         """
-        request.validate()
-        output_path = resolve_output(output, overwrite=overwrite)
-        writes_mp4 = output_path is not None or want_audio
-        check_media_tools(request, writes_mp4=writes_mp4)
-        disk_needs = one_shot_disk_needs(request, output_path, writes_mp4=writes_mp4, want_frames=want_frames)
-        check_disk_space(disk_needs)
+        job = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                       cancel=cancel)
+        check_media_tools(request, writes_mp4=job.writes_mp4)
+        disk_needs = one_shot_disk_needs(request, job.output_path, writes_mp4=job.writes_mp4, want_frames=want_frames)
+        check_disks(disk_needs)
 
-        with job_files(output_path, want_audio=want_audio) as files:
+        def run(files: JobFiles) -> Rendered:
             workdir, mp4_temp = files.workdir, files.mp4_temp
             frames_dir = workdir / "frames" if want_frames else None
             argv = self.command(request, "" if mp4_temp is None else str(mp4_temp),
@@ -196,22 +197,18 @@ class OneShotEngine:
             with engine_lock(cancel=cancel, on_wait=waiting_reporter(on_progress, self.lock_path),
                              path=self.lock_path) as lock:
                 stderr, timings = self._run(argv, request, env, writes_mp4=mp4_temp is not None,
-                                            on_progress=on_progress, cancel=cancel, lock=lock,
+                                            on_progress=on_progress, cancel=cancel, pause=pause, lock=lock,
                                             disk_needs=disk_needs,
                                             leftovers=[path for path in (mp4_temp, workdir) if path is not None])
-            frames = None
-            if frames_dir is not None:
-                raise_if_cancelled(cancel)
-                frames = read_frames_dir(frames_dir, request.frame_count, request.width, request.height)
-            raise_if_cancelled(cancel)
-            result = finish_result(request, mp4_temp, output_path, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings, command=argv, engine_log=stderr,
-                                   engine_variables=engine_variables(env))
-            files.published = True
-            return result
+            return Rendered(timings=timings, command=argv, engine_log=stderr, engine_variables=engine_variables(env),
+                            read_frames=None if frames_dir is None else
+                            lambda: read_frames_dir(frames_dir, request.frame_count, request.width, request.height))
+
+        return run_job(job, run)
 
     def _run(self, argv: list[str], request: GenerationRequest, env: dict[str, str], *, writes_mp4: bool,
              on_progress: ProgressCallback | None, cancel: CancelToken | None, lock: EngineLock,
+             pause: PauseControl | None = None,
              leftovers: list[Path], disk_needs: Sequence[DiskNeed] = ()) -> tuple[str, dict[str, float]]:
         """Run h3 to completion under supervision; return (stderr, timings) or raise.
 
@@ -219,7 +216,8 @@ class OneShotEngine:
         (`leftovers`), so that if this process dies, the next holder stops it and removes them.
         A disk in `disk_needs` that stopped FFmpeg or h3 is reported as a DiskError, even when
         h3 exited 0 (an FFmpeg that failed writing the MP4 trailer may exit 0 with a truncated file)."""
-        tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), time.monotonic())
+        child = ChildJob(cancel=cancel, pause=pause, stall_timeout=lambda: self.stall_timeout, on_progress=on_progress)
+        tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), child.now())
         try:
             # h3 opens h3_shaders.metal by relative path: run it from its own directory.
             process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env)
@@ -228,19 +226,16 @@ class OneShotEngine:
                 raise argument_limit_error(argv, env, request.prompt) from None
             raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}",
                                       hint=ENGINE_BUILD_HINT) from None
-        last_activity = time.monotonic()
-        last_event: ProgressEvent | None = None
 
         def handle(piece_timeout: float) -> None:
-            nonlocal last_activity, last_event
             piece = process.next_piece(piece_timeout)
             while piece is not None:
-                last_activity = time.monotonic()
-                event = tracker.feed(piece.text, piece.complete, now=last_activity)
+                child.alive()
+                event = tracker.feed(piece.text, piece.complete, now=child.now())
                 if event is not None:
-                    last_event = event
                     if on_progress is not None:
                         on_progress(event)
+                    child.progressed(event)
                     # a host that cancels on seeing a phase (ComfyUI's interrupt, polled through
                     # CancelToken.check) gets no later phase: on a busy machine the engine's lines
                     # pile up, and draining them all first reported phases past the cancel
@@ -248,32 +243,42 @@ class OneShotEngine:
                         return
                 piece = process.next_piece(0)
 
+        def poll(timeout: float) -> int | Nothing:
+            handle(timeout)
+            if cancel is not None and cancel.cancelled:
+                return NOTHING          # the wait raises the cancel
+            status = process.poll()
+            if status is None:
+                return NOTHING
+            process.stop()      # sweep up grandchildren (FFmpeg) and let stderr reach EOF
+            handle(0)
+            return status
+
+        def cancelled() -> BaseException:
+            process.stop()
+            return GenerationCancelled("generation cancelled; the engine was stopped and no output was kept")
+
+        def stalled() -> BaseException:
+            process.stop()
+            stderr = process.stderr_text
+            message = engine_message_from(stderr)
+            return EngineStalledError(
+                f"the engine made no progress for {child.stall_words()} "
+                f"{phase_words(child.last_event, before=ONE_SHOT_BEFORE_PROGRESS)} and was stopped",
+                engine_message=message, exit_code=process.poll(), stderr=stderr,
+                command=argv, hint=failure_hint(request, message, stalled=True))
+
         try:
-            # Inside the try: an engine whose record cannot be written is stopped (EngineError).
-            lock.record_engine(process.pid, leftovers=leftovers)
-            while True:
-                handle(POLL_SECONDS)
-                if cancel is not None and cancel.cancelled:
-                    process.stop()
-                    raise GenerationCancelled("generation cancelled; the engine was stopped and no output was kept")
-                if process.poll() is not None:
-                    process.stop()      # sweep up grandchildren (FFmpeg) and let stderr reach EOF
-                    handle(0)
-                    break
-                if self.stall_timeout is not None and time.monotonic() - last_activity > self.stall_timeout:
-                    process.stop()
-                    stderr = process.stderr_text
-                    message = engine_message_from(stderr)
-                    raise EngineStalledError(
-                        f"the engine made no progress for {self.stall_timeout:g} s "
-                        f"{phase_words(last_event, before=ONE_SHOT_BEFORE_PROGRESS)} and was stopped",
-                        engine_message=message, exit_code=process.poll(), stderr=stderr,
-                        command=argv, hint=failure_hint(request, message, stalled=True))
+            with child.attached(process.pgid):
+                # Inside the try: an engine whose record cannot be written is stopped (EngineError).
+                lock.record_engine(process.pid, leftovers=leftovers)
+                child.wait(poll, on_cancel=cancelled, on_stall=stalled)
         finally:
             process.stop()
             lock.clear_engine()
+        last_event = child.last_event
         stderr = process.stderr_text
-        timings = tracker.finish(time.monotonic())
+        timings = tracker.finish(child.now())
         status = process.popen.returncode
         message = engine_message_from(stderr)
         if status >= 0:

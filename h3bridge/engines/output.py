@@ -16,7 +16,8 @@ from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsE
 from ..media.decode import decode_audio, remove_quietly
 from ..progress import parse_progress
 from .scratch import make_work_folder, remove_leftovers
-from ..safeio.outputs import check_output, kind_of, link_new, missing_folders, publish
+from ..fixes import Fix
+from ..safeio.outputs import ALLOW_OVERWRITE, check_output, kind_of, link_new, missing_folders, publish
 from ..safeio.outputs import staging_path as outputs_staging_path
 from ..request import GenerationRequest
 from ..result import GenerationResult
@@ -32,7 +33,7 @@ def resolve_output(output: str | os.PathLike[str] | None, *, overwrite: bool) ->
     if not text:
         return None
     output_path = check_output(text, overwrite=overwrite, field="output", label="the output",
-                               allow_overwrite="allow overwriting (CLI: --overwrite)")
+                               allow_overwrite=ALLOW_OVERWRITE)
     if output_path.suffix.lower() != ".mp4":
         # h3 writes MP4 (H.264 + AAC); another suffix would misname the file.
         raise RequestError(f"the output {output_path.name} does not end in .mp4, and h3 writes an MP4",
@@ -140,7 +141,7 @@ def _publish(temp: Path, output: Path, *, overwrite: bool) -> None:
 def _publish_or_keep_beside(temp: Path, output: Path, *, overwrite: bool) -> None:
     try:
         publish(temp, output, overwrite=overwrite, field="the output",
-                allow_overwrite="allow overwriting (CLI: --overwrite)")
+                allow_overwrite=ALLOW_OVERWRITE)
         return
     except OutputExistsError:
         pass                # taken meanwhile by a file (or, even with overwrite, by a folder, device, link...)
@@ -156,4 +157,5 @@ def _publish_or_keep_beside(temp: Path, output: Path, *, overwrite: bool) -> Non
                                     hint="rename the files as you like; h3bridge replaced nothing",
                                     before_start=False)
     raise OutputExistsError(f"the output {output} appeared while rendering and no free name was found beside it",
-                            hint="choose another name, or allow overwriting (CLI: --overwrite)", before_start=False)
+                            hint=Fix("choose another name, or " + ALLOW_OVERWRITE.text, ALLOW_OVERWRITE.groups),
+                            before_start=False)

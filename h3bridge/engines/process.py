@@ -90,6 +90,8 @@ def terminate_group(pgid: int, grace: float = TERMINATE_GRACE_SECONDS) -> None:
     if not group_alive(pgid):
         return
     signal_group(pgid, signal.SIGTERM)
+    # A paused group (SIGSTOP, engines/child.py) acts on SIGTERM only once continued.
+    signal_group(pgid, signal.SIGCONT)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.01)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..progress import PreviewCallback, ProgressCallback
 from ..request import GenerationRequest
 from ..result import GenerationResult
@@ -43,7 +43,7 @@ class Engine(Protocol):
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None) -> GenerationResult:
         """Render one clip.
 
         output: where the MP4 goes (None: none is kept); it appears only when complete, and an
@@ -54,6 +54,10 @@ class Engine(Protocol):
         on_preview: PreviewFrames while sampling; engines without previews accept it and never call it.
         cancel: cancelling from any thread stops the engine and raises GenerationCancelled;
           nothing is left behind.
+        pause: pausing (from any thread) stops the engine where it is (its process group gets
+          SIGSTOP, memory stays resident) until resumed; on_progress hears PAUSED_PHASE; stall
+          watchdogs, timeouts and `result.timings` leave the paused time out; the clip is the one
+          an unpaused run makes. A cancel while paused ends everything and leaves nothing.
         """
 
     def close(self) -> None:

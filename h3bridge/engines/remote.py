@@ -15,9 +15,9 @@ holds its own.
 """
 from __future__ import annotations
 
+import logging
 import mimetypes
 import os
-import shutil
 import threading
 import time
 from contextlib import ExitStack
@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..errors import (
     GenerationCancelled,
     RemoteAuthError,
@@ -37,14 +37,16 @@ from ..errors import (
 )
 from ..history.job import Device
 from ..history.recorder import recorded
-from ..media.decode import decode_video_frames, remove_quietly
+from ..media.decode import decode_video_frames
 from ..progress import PreviewCallback, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
+from ..runnable import h3bridge_command
 from ..wire.peers import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
 from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
-from .scratch import make_work_folder, remove_leftovers
-from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
+from .child import JobClock
+from .job import Rendered, open_job, run_job
+from .output import JobFiles
 from .protocol import EngineCapabilities
 from .remote_events import QUEUED_PHASE, RUNNING_PHASE, StreamUnavailable, follow_events
 
@@ -77,8 +79,14 @@ class JobAdoption:
     on_submitted: Callable[[str], None] | None = None
 
 
-_KEY_HINT = (f"set {API_KEY_ENV} in the environment to the server's key (the one `h3bridge serve` was "
-             "given with --api-key or its environment); it is never taken as a flag")
+def _key_hint() -> str:
+    """The fix for a refused key: the environment variable, and the server command it must match."""
+    return (f"set {API_KEY_ENV} in the environment to the server's key (the one "
+            f"`{h3bridge_command('serve', '--api-key', 'KEY')}` was given, or its environment); it is never "
+            "taken as a flag")
+
+
+_log = logging.getLogger("h3bridge.remote")
 
 
 def normalise_base_url(base_url: str) -> str:
@@ -166,6 +174,7 @@ class RemoteEngine:
         self._events_offered: bool | None = None     # whether the server has event streams (None: not asked yet)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()     # one client for the threads of a parallel story
+        self._pause_warned: set[str] = set()     # jobs whose pause the server could not take (pause_job)
 
     def __repr__(self) -> str:       # never the key
         shown = "" if self.dialect is Dialect.H3BRIDGE else f", dialect={self.dialect.value!r}"
@@ -201,7 +210,8 @@ class RemoteEngine:
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None, adoption: JobAdoption | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None,
+                 adoption: JobAdoption | None = None) -> GenerationResult:
         """Render one clip on the server and return it as the local engines do (the `Engine` protocol).
 
         The request is validated here first (every `generate` rule, the input files included),
@@ -211,26 +221,24 @@ class RemoteEngine:
         engine makes them); other servers send none. Cancelling deletes the server's job
         (`DELETE`) and raises GenerationCancelled. `adoption` (JobAdoption) makes a run that
         resumes after a kill follow the job it submitted before instead of paying for it twice.
+        `pause` is passed on to the server's job through `pause_job` while it runs, and the
+        result's timings leave the paused time out.
 
         Raises RequestError (a bad request, refused here or by the server with its words),
         OutputExistsError, RemoteAuthError (401/403), RemoteUnreachableError (no server at the
         URL, or the connection broke), RemoteError (the server failed the job: its message is
         `engine_message`), GenerationCancelled.
         """
-        request.validate()
-        output_path = resolve_output(output, overwrite=overwrite)
+        spec = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                        cancel=cancel)
         started = time.monotonic()
-        made_folders = missing_folders(output_path) if output_path is not None else []
-        workdir: Path | None = None
-        mp4: Path | None = None
-        published = False
+        clock = JobClock(pause)
+        clock_started = clock.now()
         job_id: str | None = None
-        try:
-            if output_path is not None:
-                mp4 = staging_path(output_path)
-            elif want_audio or want_frames:
-                workdir = make_work_folder()
-                mp4 = workdir / "remote.mp4"
+
+        def run(files: JobFiles) -> Rendered:
+            nonlocal job_id
+            mp4 = files.mp4_temp
             job = self._adopt(adoption.job_id) if adoption is not None and adoption.job_id else None
             if job is None:
                 job = self._submit(request, started, on_progress, cancel,
@@ -238,34 +246,37 @@ class RemoteEngine:
                 if adoption is not None and adoption.on_submitted is not None:
                     adoption.on_submitted(job.id)
             job_id = job.id
-            job = self._follow(job, started, on_progress, on_preview, cancel)
-            if mp4 is not None:
-                self._download(job_id, mp4, started, on_progress, cancel)
-            raise_if_cancelled(cancel)
-            frames = None
-            if want_frames and mp4 is not None:
-                frames = decode_video_frames(mp4, request.frame_count, request.width, request.height)
-            raise_if_cancelled(cancel)
-            timings = {"total": time.monotonic() - started}
-            result = finish_result(request, mp4, output_path, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings,
-                                   command=[f"POST {self.base_url}{VIDEOS_PATH}", f"job {job_id}"],
-                                   engine_log="", engine_variables={},
-                                   seed=job.seed)
-            published = True
-            return result
+            remove_listener = None if pause is None else pause.on_change(
+                lambda paused: self.pause_job(job.id, paused))
+            try:
+                job = self._follow(job, started, on_progress, on_preview, cancel)
+                if mp4 is not None:
+                    self._download(job.id, mp4, started, on_progress, cancel)
+            finally:
+                if remove_listener is not None:
+                    remove_listener()
+            return Rendered(timings={"total": clock.now() - clock_started},
+                            command=[f"POST {self.base_url}{VIDEOS_PATH}", f"job {job.id}"], seed=job.seed,
+                            read_frames=None if mp4 is None else
+                            lambda: decode_video_frames(mp4, request.frame_count, request.width, request.height))
+
+        try:
+            return run_job(spec, run, mp4_for_frames=True)
         except (GenerationCancelled, KeyboardInterrupt):
             if job_id is not None and not self._delete(job_id):
                 raise GenerationCancelled(f"generation cancelled; the server at {self.base_url} did not confirm "
                                           f"deleting job {job_id}, which may still be running there") from None
             raise
-        finally:
-            if mp4 is not None and (workdir is None or mp4.parent != workdir):
-                remove_quietly(mp4)
-            if workdir is not None:
-                shutil.rmtree(workdir, ignore_errors=True)
-            if not published:
-                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
+
+    def pause_job(self, job_id: str, paused: bool) -> None:
+        """Pause (`paused`) or resume the server's job `job_id`, from the thread that paused.
+
+        The hook for the server's pause (issue 31: `POST /v1/videos/{id}/pause` and `/resume`,
+        server/app.py); until a server offers it, the job keeps running there and this says so once."""
+        if paused and job_id not in self._pause_warned:
+            self._pause_warned.add(job_id)
+            _log.warning("h3bridge: the server at %s cannot pause job %s yet; it keeps running there",
+                         self.base_url, job_id)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -317,7 +328,7 @@ class RemoteEngine:
             raise RemoteAuthError(
                 f"the server at {self.base_url} refused {'the API key' if sent else 'a request without an API key'} "
                 f"(HTTP {status}: {message})", url=self.base_url, status=status, engine_message=message,
-                hint=_KEY_HINT)
+                hint=_key_hint())
         if status in (400, 413, 422) and job_id is None:
             field, hint = _error_field(response)
             raise RequestError(message, field=field, hint=hint)
@@ -396,7 +407,7 @@ class RemoteEngine:
                     f"the server at {self.base_url} kept refusing the job for {waited:.0f} s: its queue is full "
                     f"(HTTP 429: {server_message(response)})", url=self.base_url, status=429,
                     engine_message=server_message(response), before_start=True,
-                    hint="submit it later, give the server a longer queue (`h3bridge serve --max-queued N`), "
+                    hint=f"submit it later, give the server a longer queue (`{h3bridge_command('serve', '--max-queued', 'N')}`), "
                          "spread the work over several servers (docs/fleet.md), or wait longer "
                          "(RemoteEngine(full_server_wait=SECONDS))")
             tries += 1
@@ -522,6 +533,11 @@ class RemoteEngine:
             raise RemoteUnreachableError(f"the download of job {job_id}'s MP4 from {self.base_url} ended after "
                                          f"{received} of {total} bytes", url=self.base_url,
                                          hint="check the server and the network, then run the job again")
+
+    def delete_job(self, job_id: str) -> bool:
+        """Delete the server's job `job_id` (a fleet's front cleaning up after a server that went
+        away); True once the server confirms it or has no such job. Never raises."""
+        return self._delete(job_id)
 
     def _delete(self, job_id: str) -> bool:
         """Cancel and delete the server's job; True once the server confirms it (or has no such

@@ -64,13 +64,14 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import tty
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
+from .child import NOTHING, ChildJob, Deadline, Nothing, child_gone, reap, wait_until
+from .job import Rendered, check_disks, open_job, run_job
 from .locate import (
     FFMPEG_HINT,
     check_media_tools,
@@ -82,7 +83,6 @@ from .locate import (
 )
 from .disk import (
     DiskNeed,
-    check_disk_space,
     disk_error_from_os_error,
     existing_folder,
     expected_clip_bytes,
@@ -90,10 +90,9 @@ from .disk import (
 )
 from .h3_command import absolute_path, engine_error_text, engine_message_from, expected_phases, reference_arguments
 from .hints import failure_hint, phase_words
-from .output import finish_result, missing_folders, raise_if_cancelled, resolve_output, staging_path
-from .process import EngineChild, EngineProcess, signal_name
+from .output import JobFiles
+from .process import EngineChild, EngineProcess
 from ..errors import (
-    EngineCrashedError,
     EngineError,
     EngineNotFoundError,
     EngineStalledError,
@@ -515,18 +514,25 @@ class _Job:
     tracker: ProgressTracker
     on_progress: ProgressCallback | None
     cancel: CancelToken | None
-    stall_timeout: float | None
+    stall_timeout: float | None = None     # for a job made without `child`
+    child: ChildJob = None  # type: ignore[assignment]   # cancel, pause and the stall watchdog (child.py)
     commands: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     in_sync: bool = True     # False while a sent line's reply is still outstanding
     last_event: ProgressEvent | None = None     # where the job is: named when it crashes or stalls
     before_progress: str = SESSION_BEFORE_PROGRESS    # ... and where it is before any report
 
+    def __post_init__(self) -> None:
+        if self.child is None:
+            self.child = ChildJob(cancel=self.cancel, pause=None, stall_timeout=self.stall_timeout,
+                                  on_progress=self.on_progress)
+
     def report(self, event: ProgressEvent | None) -> None:
         if event is not None:
             self.last_event = event
             if self.on_progress is not None:
                 self.on_progress(event)
+        self.child.progressed(event)
 
     def where(self) -> str:
         return phase_words(self.last_event, before=self.before_progress)
@@ -601,7 +607,7 @@ class SessionEngine(WarmEngine):
     def generate(self, request: GenerationRequest, output: str | os.PathLike[str] | None = None, *,
                  overwrite: bool = False, want_frames: bool = True, want_audio: bool = True,
                  on_progress: ProgressCallback | None = None, on_preview: PreviewCallback | None = None,
-                 cancel: CancelToken | None = None) -> GenerationResult:
+                 cancel: CancelToken | None = None, pause: PauseControl | None = None) -> GenerationResult:
         """Run one job in the warm process; same contract and result as OneShotEngine.generate
         (the `Engine` protocol). `on_preview` is accepted and never called: interactive h3 shows
         denoise previews only on a terminal (`!show`).
@@ -616,15 +622,17 @@ class SessionEngine(WarmEngine):
         cancelled (GenerationCancelled), stalls or crashes (EngineCrashedError) takes the
         process with it; the next job starts a fresh one. While another engine holds the
         machine-wide lock, `on_progress` sees WAITING_PHASE events and `cancel` still works.
+        `pause` stops the session's process group while paused (child.py); the process stays warm.
         """
-        request.validate()
+        spec = open_job(request, output, overwrite=overwrite, want_frames=want_frames, want_audio=want_audio,
+                        cancel=cancel,
+                        refuse=lambda: session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines))
         line = session_prompt(request.prompt, join_prompt_lines=self.join_prompt_lines)
-        destination = resolve_output(output, overwrite=overwrite)
+        destination = spec.output_path
         tools = check_media_tools(request, writes_mp4=True)    # interactive h3 always writes an MP4
-        for need in self._disk_needs(request, destination):
-            # One at a time: the clip exists in h3's folder, then (moved) in the output folder,
-            # never twice on one disk (a move within a disk is a rename).
-            check_disk_space([need])
+        # One at a time: the clip exists in h3's folder, then (moved) in the output folder, never
+        # twice on one disk (a move within a disk is a rename).
+        check_disks(self._disk_needs(request, destination), one_at_a_time=True)
         if (request.first_frame is not None or request.last_frame is not None) and tools.ffprobe is None:
             # Unlike a one-shot run, `!first`/`!last` probe the image first (h3_cli.c validate_anchor
             # -> h3_ffprobe_visual_size); h3 would refuse the command only after loading.
@@ -632,29 +640,45 @@ class SessionEngine(WarmEngine):
                                       "first/last frames", hint=FFMPEG_HINT)
         target = SessionSettings.for_request(request)
         flags = _launch_flags(request)
-        job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), time.monotonic()),
-                   on_progress=on_progress, cancel=cancel, stall_timeout=self.stall_timeout)
-        with self._job(on_progress=on_progress, cancel=cancel):
-            try:
-                self._ensure_process(flags, job, references=_launch_references(request),
-                                     env=session_environment(self.env if self.env is not None
-                                                             else engine_environment(tools)))
-                assert self._settings is not None
-                for command in commands_for_change(self._settings, target):
-                    self._command(command, job)
-                produced, seed = self._run_prompt(line, job)
-            except BaseException:
-                if not (job.in_sync and self._process is not None and self._process.alive()):
-                    # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
-                    # interrupted mid-exchange: the process state is unknown, so it goes.
-                    self._shutdown(graceful=False)
-                # Otherwise h3 answered in full (a refused command, a failed generation) and
-                # waits for the next line, as upstream's loop does: keep it.
-                raise
-            self.jobs += 1
-            timings = job.tracker.finish(time.monotonic())
-            return self._finish(request, produced, destination, overwrite=overwrite, seed=seed,
-                                want_frames=want_frames, want_audio=want_audio, job=job, timings=timings)
+        child = ChildJob(cancel=cancel, pause=pause, stall_timeout=lambda: self.stall_timeout, on_progress=on_progress)
+        job = _Job(request=request, tracker=ProgressTracker(expected_phases(request, writes_mp4=True), child.now()),
+                   on_progress=on_progress, cancel=cancel, child=child)
+
+        def run(files: JobFiles) -> Rendered:
+            with self._job(on_progress=on_progress, cancel=cancel):
+                try:
+                    self._ensure_process(flags, job, references=_launch_references(request),
+                                         env=session_environment(self.env if self.env is not None
+                                                                 else engine_environment(tools)))
+                    assert self._settings is not None and self._process is not None
+                    child.attach(self._process.pgid)      # a process started by this job is attached already
+                    for command in commands_for_change(self._settings, target):
+                        self._command(command, job)
+                    produced, seed = self._run_prompt(line, job)
+                except BaseException:
+                    child.let_go()
+                    if not (job.in_sync and self._process is not None and self._process.alive()):
+                        # Cancelled (upstream cannot stop a running denoise), stalled, crashed, or
+                        # interrupted mid-exchange: the process state is unknown, so it goes.
+                        self._shutdown(graceful=False)
+                    # Otherwise h3 answered in full (a refused command, a failed generation) and
+                    # waits for the next line, as upstream's loop does: keep it.
+                    raise
+                finally:
+                    child.detach()      # a warm process never stays stopped after its job
+                self.jobs += 1
+                timings = job.tracker.finish(child.now())
+                variables = dict(self._identity.engine_variables) if self._identity else {}
+                # Out of h3's session folder while the session is this job's: that folder goes
+                # with the process (a waiting job may make it step aside as soon as this job ends).
+                self._take_clip(produced, files.mp4_temp, request, destination)
+            mp4 = files.mp4_temp
+            return Rendered(timings=timings, command=list(job.commands), engine_log="\n".join(job.stderr),
+                            engine_variables=variables, seed=seed,
+                            read_frames=None if mp4 is None else
+                            lambda: decode_video_frames(mp4, request.frame_count, request.width, request.height))
+
+        return run_job(spec, run, mp4_for_frames=True)
 
     def _disk_needs(self, request: GenerationRequest, destination: Path | None) -> list[DiskNeed]:
         """Where a session job writes its clip: h3's own session folder (it ignores -o), then the
@@ -667,44 +691,24 @@ class SessionEngine(WarmEngine):
             needs.append(DiskNeed(existing_folder(destination.parent), "the output folder", clip))
         return needs
 
-    def _finish(self, request: GenerationRequest, produced: Path, destination: Path | None, *, overwrite: bool,
-                seed: int, want_frames: bool, want_audio: bool, job: _Job,
-                timings: dict[str, float]) -> GenerationResult:
-        """Frames from the MP4, then the shared one-shot ending: audio, atomic publish, result. The
-        output folders the job made go again when nothing was published, as with every engine."""
-        staged: Path | None = None
-        made_folders = missing_folders(destination) if destination is not None else []
-        published = False
+    @staticmethod
+    def _take_clip(produced: Path, target: Path | None, request: GenerationRequest, destination: Path | None) -> None:
+        """Move the clip h3 wrote (in its session folder, which grows by one MP4 per job otherwise)
+        to the job's MP4 (`target`: beside the output, for the final atomic rename, or in the job's
+        folder); None: it is not wanted."""
         try:
-            frames = None
-            if want_frames:
-                raise_if_cancelled(job.cancel)
-                frames = decode_video_frames(produced, request.frame_count, request.width, request.height)
-            raise_if_cancelled(job.cancel)
-            mp4: Path | None = produced if want_audio else None
-            if destination is not None:
-                # The session writes under /tmp/h3-XXXXXX; stage next to the destination so the
-                # final step is an atomic rename.
-                staged = staging_path(destination)
+            if target is not None:
                 try:
-                    shutil.move(str(produced), staged)
+                    shutil.move(str(produced), target)
                 except OSError as error:     # a copy across file systems can fail (disk full)
-                    need = DiskNeed(destination.parent, "the output folder", expected_clip_bytes(request))
+                    place = destination.parent if destination is not None else target.parent
+                    need = DiskNeed(place, "the output folder" if destination is not None
+                                    else "h3bridge's temporary folder", expected_clip_bytes(request))
                     raise disk_error_from_os_error(error, need) or MediaError(
-                        f"cannot copy the finished clip next to {destination}: {error.strerror or error}",
+                        f"cannot copy the finished clip to {destination or target}: {error.strerror or error}",
                         hint="check the output folder's permissions") from None
-                mp4 = staged
-            result = finish_result(request, mp4, destination, overwrite=overwrite, frames=frames,
-                                   want_audio=want_audio, timings=timings, command=list(job.commands),
-                                   engine_log="\n".join(job.stderr), seed=seed,
-                                   engine_variables=dict(self._identity.engine_variables) if self._identity else {})
-            published = True
-            return result
         finally:
-            remove_quietly(staged)     # gone already once published
-            remove_quietly(produced)   # the session directory would otherwise grow by one MP4 per job
-            if not published:
-                remove_leftovers([f"{folder}{os.sep}" for folder in made_folders])
+            remove_quietly(produced)
 
     # ------------------------------------------------------------------ process lifecycle
 
@@ -744,6 +748,7 @@ class SessionEngine(WarmEngine):
                 self._process = _SessionProcess(argv, cwd=cwd, env=env)
             except OSError as error:
                 raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
+            job.child.attach(self._process.pgid)      # paused while it loads, too
             self._lock.record_engine(self._process.pid, session_dirs_before=self._session_dirs_before)
             self._identity = identity
             self.starts += 1
@@ -830,29 +835,32 @@ class SessionEngine(WarmEngine):
         """The next stdout line or stderr piece; raises on cancel, stall, or the process ending."""
         process = self._process
         assert process is not None
-        last_activity = time.monotonic()
-        while True:
-            if job.cancel is not None and job.cancel.cancelled:
-                raise GenerationCancelled("cancelled; the warm h3 session was stopped")
+        job.child.alive()       # the watchdog counts from each wait
+
+        def poll(timeout: float) -> _Event | Nothing:
             try:
-                event = process.events.get(timeout=0.05)
+                event = process.events.get(timeout=timeout)
             except queue.Empty:
-                if job.stall_timeout is not None and time.monotonic() - last_activity > job.stall_timeout:
-                    message = engine_message_from("\n".join(job.stderr))
-                    raise EngineStalledError(
-                        f"h3 session showed no progress for {job.stall_timeout:g} s {job.where()}; it was stopped",
-                        engine_message=message, stderr="\n".join(job.stderr), command=job.commands,
-                        hint=failure_hint(job.request, message, stalled=True))
-                continue
-            last_activity = time.monotonic()
+                return NOTHING
+            job.child.alive()
             if event.text is None:
                 self._drain_after_eof(process, job, ended=event.stream)
                 self._process_gone(process, job)
             if event.stream == "err":
-                self._take_stderr(event, job, now=last_activity)
+                self._take_stderr(event, job, now=job.child.now())
                 if not event.complete:
-                    continue      # the same text arrives again once terminated
+                    return NOTHING      # the same text arrives again once terminated
             return event
+
+        def stalled() -> BaseException:
+            message = engine_message_from("\n".join(job.stderr))
+            return EngineStalledError(
+                f"h3 session showed no progress for {job.child.stall_words()} {job.where()}; it was stopped",
+                engine_message=message, stderr="\n".join(job.stderr), command=job.commands,
+                hint=failure_hint(job.request, message, stalled=True))
+
+        return job.child.wait(poll, on_cancel=lambda: GenerationCancelled("cancelled; the warm h3 session was stopped"),
+                              on_stall=stalled)
 
     @staticmethod
     def _take_stderr(event: _Event, job: _Job, *, now: float) -> None:
@@ -865,36 +873,30 @@ class SessionEngine(WarmEngine):
         """One stream ended, so the child is exiting: take in what the other stream still holds
         (h3's last progress report and error line may still be on their way through the stderr
         reader) before the failure is described, or it would name an earlier phase."""
-        deadline = time.monotonic() + EOF_DRAIN_SECONDS
         open_streams = {"out", "err"} - {ended}
-        while open_streams:
+
+        def poll(timeout: float) -> None | Nothing:
             try:
-                event = process.events.get(timeout=max(0.0, deadline - time.monotonic()))
+                event = process.events.get(timeout=timeout)
             except queue.Empty:
-                return
+                return NOTHING
             if event.text is None:
                 open_streams.discard(event.stream)
             elif event.stream == "err":
-                self._take_stderr(event, job, now=time.monotonic())
+                self._take_stderr(event, job, now=job.child.now())
+            return None if not open_streams else NOTHING
+
+        wait_until(poll, deadline=Deadline(EOF_DRAIN_SECONDS), on_expired=lambda: None)
 
     def _process_gone(self, process: _SessionProcess, job: _Job) -> None:
         """A stream hit EOF: the child is exiting. Turn its status into a typed error."""
-        try:
-            status = process.engine.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            status = None
+        ended = reap(process.engine.popen)
         log = "\n".join(job.stderr)
         message = engine_message_from(log)     # h3's last error, never a cache notice
-        if status is not None and status < 0:
-            raise EngineCrashedError(
-                f"the h3 session died from {signal_name(-status)} {job.where()}"
-                + (f", after h3 said: {message}" if message else ""),
-                engine_message=message, exit_code=status, stderr=log, command=job.commands,
-                hint=failure_hint(job.request, message, signal_number=-status))
-        raise SessionError(
-            f"the h3 session exited unexpectedly (status {status}) {job.where()}" + (f": {message}" if message else ""),
-            engine_message=message, exit_code=status, stderr=log, command=job.commands,
-            hint=failure_hint(job.request, message, model_dir=self.model_dir))
+        raise child_gone("the h3 session", ended, where=job.where(), engine_message=message, stderr=log,
+                         command=job.commands,
+                         hint=failure_hint(job.request, message, signal_number=ended.signal) if ended.signal
+                         else failure_hint(job.request, message, model_dir=self.model_dir))
 
     def _command(self, command: SessionCommand, job: _Job) -> None:
         """Send one `!` command; its one reply is on stdout (worked) or stderr (refused)."""

@@ -30,6 +30,7 @@ from ..errors import GenerationCancelled
 from ..progress import ProgressCallback
 from .lock import EngineLock, has_in_process_waiters, register_yield_hook, unregister_yield_hook
 from .holder import waiting_reporter
+from .child import NOTHING, Nothing, wait_until
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 # How often an idle engine checks its idle timeout and for waiters in other processes.
@@ -134,11 +135,12 @@ class WarmEngine:
         WAITING_PHASE and cancellable, like waiting for the machine-wide lock."""
         report = waiting_reporter(on_progress, self._lock.path)
         started = time.monotonic()
-        while not self._guard.acquire(timeout=0.1):
-            if cancel is not None and cancel.cancelled:
-                raise GenerationCancelled("cancelled while waiting for the engine")
-            if report is not None:
-                report(time.monotonic() - started)
+
+        def poll(timeout: float) -> bool | Nothing:
+            return True if self._guard.acquire(timeout=timeout) else NOTHING
+
+        wait_until(poll, cancel=cancel, on_cancel=lambda: GenerationCancelled("cancelled while waiting for the engine"),
+                   on_idle=None if report is None else lambda: report(time.monotonic() - started), interval=0.1)
 
     def _take_engine_lock(self, *, on_progress: ProgressCallback | None, cancel: CancelToken | None) -> None:
         """Before the child starts: the machine-wide lock (waiting reported and cancellable), and

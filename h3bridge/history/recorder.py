@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import GenerationCancelled, H3BridgeError
-from ..progress import WAITING_PHASE, ProgressCallback, ProgressEvent
+from ..cancel import PauseControl
+from ..progress import PAUSED_PHASE, WAITING_PHASE, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
 from .calibration import calibrated_phase_seconds, load_calibration
 from .eta import EtaEstimator
@@ -70,7 +71,7 @@ def recorded(engine: str) -> Callable[[Generate], Generate]:
         def generate_and_record(self: Any, request: GenerationRequest, output: Any = None, **options: Any) -> Any:
             if _UNRECORDED.get():
                 return generate(self, request, output, **options)
-            job = JobRecorder.begin(engine, request, output, engine_object=self)
+            job = JobRecorder.begin(engine, request, output, engine_object=self, pause=options.get("pause"))
             options["on_progress"] = job.progress_callback(options.get("on_progress"))
             try:
                 result = generate(self, request, output, **options)
@@ -108,13 +109,22 @@ class JobRecorder:
         self.job_id: int | None = None
         self.estimator = EtaEstimator(expected, started)
         self.last_event_at: float | None = None     # when the engine's last progress record came
+        self.clock: Callable[[], float] = time.monotonic    # paused time left out (begin)
 
     # ------------------------------------------------------------------ start
 
     @classmethod
     def begin(cls, engine: str, request: GenerationRequest, output: Any, *, engine_object: Any = None,
-              store: HistoryStore | None = None) -> "JobRecorder":
-        started = time.monotonic()
+              store: HistoryStore | None = None, pause: PauseControl | None = None) -> "JobRecorder":
+        # The job's times leave its paused seconds out, as the engine's own timings do.
+        clock = time.monotonic if pause is None else (lambda: time.monotonic() - pause.paused_seconds())
+        recorder = cls._begin(engine, request, output, engine_object=engine_object, store=store, started=clock())
+        recorder.clock = clock
+        return recorder
+
+    @classmethod
+    def _begin(cls, engine: str, request: GenerationRequest, output: Any, *, engine_object: Any,
+               store: HistoryStore | None, started: float) -> "JobRecorder":
         store = store if store is not None else HistoryStore()
         if not store.enabled:
             return cls(None, started, {})
@@ -154,7 +164,11 @@ class JobRecorder:
     def progress_callback(self, on_progress: ProgressCallback | None) -> ProgressCallback:
         """The callback the engine gets: times the phases, adds the ETA, passes the event on."""
         def forward(event: ProgressEvent) -> None:
-            now = time.monotonic()
+            if event.phase == PAUSED_PHASE:       # not a phase of the engine's: nothing to time
+                if on_progress is not None:
+                    on_progress(event)
+                return
+            now = self.clock()
             if event.phase != WAITING_PHASE:
                 self.last_event_at = now
             try:
@@ -195,7 +209,7 @@ class JobRecorder:
         if self.store is None or self.job_id is None:
             return
         try:
-            now = time.monotonic()
+            now = self.clock()
             timings = self.estimator.tracker.finish(now)
             total = timings.pop("total")
             waited = timings.pop(WAITING_PHASE, 0.0)

@@ -173,6 +173,30 @@ def decode_video_frames(path: Path, frame_count: int, width: int, height: int) -
     return frames
 
 
+def decode_frames_at(path: Path, indices: list[int]) -> list[np.ndarray]:
+    """Only the frames at `indices` (0-based, ascending) of `path`'s first video stream, as uint8
+    [H, W, 3] RGB; the others are decoded and dropped, so a long clip never sits in memory whole
+    (a contact sheet wants four frames of each take)."""
+    wanted = sorted(set(indices))
+    found: list[np.ndarray] = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(f"{path} has no video stream")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            for number, frame in enumerate(container.decode(stream)):
+                if len(found) == len(wanted):
+                    break
+                if number == wanted[len(found)]:
+                    found.append(frame.to_ndarray(format="rgb24"))
+    except (av.FFmpegError, OSError) as error:
+        raise media_read_error(path, error) from None
+    if len(found) != len(wanted):
+        raise MediaError(f"{path} holds fewer than {wanted[-1] + 1} frames", hint="the engine's MP4 is incomplete; see its log")
+    return found
+
+
 # ----------------------------------------------------------------------------- audio
 
 def decode_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:

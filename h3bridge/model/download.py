@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..runnable import command
+from ..fixes import Blank, Fix, changes, literal
 from ..errors import DiskError, H3BridgeError, IntegrityError, ModelError, shown_value
 from ..safeio.outputs import rename_new
 from ..safeio.paths import open_regular, symlink_note
@@ -66,6 +67,8 @@ _HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 PINNED_REVISION = "main"         # see the module doc: no commit hash is published upstream
 ALL = "all"
 PARTITION_CHOICES = (FL2VA, REF2VA, ALL)
+# The official checkpoint, as the fix that names it (h3bridge.fixes): `--repo ...` / `repo_id=...`.
+_OFFICIAL = (changes(repo_id=OFFICIAL_REPO),)
 RECORD = Path(".cache") / "h3bridge" / "download.json"
 PARTS = Path(".cache") / "h3bridge" / "download"
 # What upstream measured (README's sizes table), and what the released shapes add up to (h3-sim-model
@@ -76,10 +79,12 @@ PARTS = Path(".cache") / "h3bridge" / "download"
 FL2VA_DOWNLOAD_GIB = 134
 REF2VA_OWN_GIB = 62
 ALL_DOWNLOAD_GIB = FL2VA_DOWNLOAD_GIB + REF2VA_OWN_GIB
-PARTITION_SIZE_NOTE = (f"about {ALL_DOWNLOAD_GIB} GiB with all, the default ({FL2VA}'s ~{FL2VA_DOWNLOAD_GIB} GiB and "
-                       f"{REF2VA}'s own ~{REF2VA_OWN_GIB} GiB transformer for reference jobs; {REF2VA}'s other files "
-                       f"are {FL2VA}'s, stored once); about {FL2VA_DOWNLOAD_GIB} GiB with `--partition {FL2VA}`, "
-                       "which serves every job without references")
+def partition_size_note(directory: str | Path) -> str:
+    """How much each partition downloads into `directory`, with the command for the smaller one."""
+    return (f"about {ALL_DOWNLOAD_GIB} GiB with all, the default ({FL2VA}'s ~{FL2VA_DOWNLOAD_GIB} GiB and "
+            f"{REF2VA}'s own ~{REF2VA_OWN_GIB} GiB transformer for reference jobs; {REF2VA}'s other files "
+            f"are {FL2VA}'s, stored once); about {FL2VA_DOWNLOAD_GIB} GiB with "
+            f"`{download_command(directory, FL2VA)}`, which serves every job without references")
 # The bounds of talking to the hub (safeio/http.py): the listing must come within LISTING_DEADLINE;
 # each file must keep coming at FetchLimits' stall rate (256 KiB a minute) or it is stopped, and
 # must finish within FILE_DEADLINE_BASE plus what that rate needs for its size. A file the hub lists
@@ -98,8 +103,7 @@ _MARKERS = tuple(f"{FL2VA}/{name}" for name in REQUIRED_FILES) + (f"{REF2VA}/{RE
 def download_command(directory: str | Path, partition: str = ALL) -> str:
     """The exact command that downloads the model into `directory` (for messages and nodes)."""
     from ..runnable import h3bridge_command      # runnable where the message is shown (issue 30)
-    extra = () if partition == ALL else ("--partition", partition)
-    return h3bridge_command("model", "download", str(directory), *extra)
+    return h3bridge_command("model", "download", str(directory), *(() if partition == ALL else ("--partition", partition)))
 
 
 @dataclass(frozen=True)
@@ -254,16 +258,17 @@ def _hub_error(error: Exception, repo_id: str, revision: str, endpoint: str) -> 
                           hint="unset HF_HUB_OFFLINE (`unset HF_HUB_OFFLINE`), then run the same command again")
     if isinstance(error, RevisionNotFoundError):
         return ModelError(f"revision {revision!r} does not exist in {repo_id}",
-                          hint=f"pass --revision with a branch, tag or commit of {repo_id}, or leave --revision out "
-                               f"(the pinned revision is {PINNED_REVISION!r})")
+                          hint=Fix("pass {} with a branch, tag or commit of " + literal(repo_id) + ", or leave it out "
+                                   + literal(f"(the pinned revision is {PINNED_REVISION!r})"),
+                                   (changes(revision=Blank("REV")),)))
     if isinstance(error, GatedRepoError):
         return ModelError(f"{repo_id} needs you to accept its licence before downloading",
                           hint=f"accept it on {endpoint}/{repo_id}, then log in with `{command('hf', 'auth', 'login')}` and run the "
                                "same command again")
     if isinstance(error, RepositoryNotFoundError):
         return ModelError(f"repository {repo_id} not found on {endpoint}",
-                          hint=f"pass --repo {OFFICIAL_REPO} (the official checkpoint), or log in with "
-                               f"`{command('hf', 'auth', 'login')}` if it is private")
+                          hint=Fix("pass {} (the official checkpoint), or log in with "
+                                   + literal(f"`{command('hf', 'auth', 'login')}`") + " if it is private", _OFFICIAL))
     return ModelError(f"cannot reach {endpoint}: {error}",
                       hint="check the network (and HF_ENDPOINT if you set it), then run the same command again: "
                            "it continues where it stopped")
@@ -329,11 +334,11 @@ def _refuse_repack(repo_id: str, files: list[HubFile]) -> None:
                 + (f", quantized: {quantized[0]}" if quantized else "") + ")") if singles else "no FL2VA/ tree"
         raise ModelError(f"{repo_id} is not the official MiniMax-H3 layout h3 reads (FL2VA/ and Ref2VA/ sharded "
                          f"BF16/F32 safetensors): it has {what}; h3 cannot load it",
-                         hint=f"pass --repo {OFFICIAL_REPO} (or leave --repo out)")
+                         hint=Fix("pass {} (or leave it out)", _OFFICIAL))
     quantized = [n for n in names if n.endswith(".safetensors") and QUANTIZED_NAME.search(n.rsplit("/", 1)[-1])]
     if quantized:
         raise ModelError(f"{repo_id} holds quantized weights ({quantized[0]}); h3 loads BF16/F32 weights only",
-                         hint=f"pass --repo {OFFICIAL_REPO} (or leave --repo out)")
+                         hint=Fix("pass {} (or leave it out)", _OFFICIAL))
 
 
 def _hash_of(path: Path, item: HubFile) -> str:
@@ -394,9 +399,10 @@ def _check_directory(directory: Path, partition: str) -> None:
                              "new or empty folder, or one that already holds FL2VA/ or Ref2VA/",
                              hint=f"pass a new folder as DIR: `{download_command(directory.parent / 'MiniMax-H3', partition)}`")
     if partition == REF2VA and not (directory / FL2VA).is_dir():
-        raise ModelError("--partition Ref2VA alone cannot run: h3 needs FL2VA for every job (Ref2VA only adds "
-                         "reference jobs)", hint=f"pass --partition all (Ref2VA shares most files with FL2VA): "
-                                                 f"`{download_command(directory)}`")
+        raise ModelError(Fix("{} alone cannot run: h3 needs FL2VA for every job (Ref2VA only adds reference jobs)",
+                             (changes(partition=REF2VA),)),
+                         hint=Fix("pass {} (Ref2VA shares most files with FL2VA): "
+                                  + literal(f"`{download_command(directory)}`"), (changes(partition=ALL),)))
 
 
 def default_limits() -> FetchLimits:
@@ -415,7 +421,8 @@ def plan_download(directory: str | Path, *, partition: str = ALL, revision: str 
     from huggingface_hub import constants
     if partition not in PARTITION_CHOICES:
         raise ModelError(f"unknown partition {partition!r}",
-                         hint=f"pass --partition with one of {', '.join(PARTITION_CHOICES)}")
+                         hint=Fix("pass {} with one of " + literal(", ".join(PARTITION_CHOICES)),
+                                  (changes(partition=Blank("NAME")),)))
     directory = Path(directory).expanduser()
     endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
     _check_directory(directory, partition)
@@ -575,14 +582,14 @@ def _refuse_unloadable(part: Path, item: HubFile, plan: DownloadPlan) -> None:
         part.unlink()
         raise IntegrityError(f"{item.path} from {plan.repo_id}: {error.message.split(': ', 1)[-1]}; h3 cannot load it",
                              path=plan.directory / item.path,
-                             hint=f"pass --repo {OFFICIAL_REPO} (the official shards)") from None
+                             hint=Fix("pass {} (the official shards)", _OFFICIAL)) from None
     component = Component(partition=item.path.split("/", 1)[0], spec=ComponentSpec("file", item.path, item.path),
                           directory=plan.directory / item.path, shards=[header])
     _check_quantized(component, problems.append)
     if problems:
         part.unlink()
         raise ModelError(f"{item.path} from {plan.repo_id}: {problems[0].message}",
-                         hint=f"pass --repo {OFFICIAL_REPO} (the BF16 release)")
+                         hint=Fix("pass {} (the BF16 release)", _OFFICIAL))
 
 
 def _disk_full(plan: DownloadPlan, item: HubFile, again: str) -> DiskError:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import OutputExistsError, RequestError
+from ..fixes import Fix, changes
 
 # A file on its way to its name: hidden, unique, short whatever the target's name (a name near the
 # file system's limit must still fit) and keeping the target's suffix (FFmpeg picks a muxer by it).
@@ -45,6 +46,15 @@ from ..errors import OutputExistsError, RequestError
 STAGING_PREFIX = ".h3bridge-"
 STAGING_MARK = ".partial"
 OVERWRITE_FLAG = "pass --overwrite"
+# How a library caller's user allows overwriting, as data (h3bridge.fixes): each interface says it.
+ALLOW_OVERWRITE = Fix("allow overwriting ({})", (changes(overwrite=True),))
+
+
+def _or_allow(allow_overwrite: "str | Fix") -> "str | Fix":
+    """"choose another name, or <how to allow overwriting>", kept as a Fix when it is one."""
+    if isinstance(allow_overwrite, Fix):
+        return Fix("choose another name, or " + allow_overwrite.text, allow_overwrite.groups)
+    return f"choose another name, or {allow_overwrite}"
 
 
 def staging_path(target: Path) -> Path:
@@ -88,7 +98,7 @@ def nearest_existing(folder: Path) -> Path:
 
 
 def check_output(path: str | os.PathLike[str], *, overwrite: bool, field: str = "output",
-                 allow_overwrite: str = OVERWRITE_FLAG, make_parents: bool = True,
+                 allow_overwrite: "str | Fix" = OVERWRITE_FLAG, make_parents: bool = True,
                  folder_output: bool = False, label: str | None = None) -> Path:
     """The absolute output path, checked before any work starts (see the module's rules).
 
@@ -112,7 +122,7 @@ def check_output(path: str | os.PathLike[str], *, overwrite: bool, field: str = 
                                 "where nothing is, or over a regular file", hint="choose another name")
     if os.path.lexists(target) and (not overwrite or folder_output):
         raise OutputExistsError(f"{label} {given} already exists",
-                                hint="choose another name" if folder_output else f"choose another name, or {allow_overwrite}")
+                                hint="choose another name" if folder_output else _or_allow(allow_overwrite))
     existing = nearest_existing(target.parent)
     if existing != target.parent and not make_parents:
         raise RequestError(f"{label} {given}: the folder {given.parent} does not exist", field=field,
@@ -172,12 +182,12 @@ def _fsync_path(path: Path, *, folder: bool = False) -> None:
         os.close(descriptor)
 
 
-def _taken(target: Path, field: str, allow_overwrite: str, while_working: bool) -> OutputExistsError:
+def _taken(target: Path, field: str, allow_overwrite: "str | Fix", while_working: bool) -> OutputExistsError:
     kind = kind_of(target)
     what = f"{kind}, which h3bridge never replaces" if kind else "a file"
     when = "appeared while h3bridge worked" if while_working else "is taken"
     return OutputExistsError(f"{field} {target} {when} ({what}); it was left as it was",
-                             hint="choose another name" + ("" if kind or not allow_overwrite else f", or {allow_overwrite}"),
+                             hint="choose another name" if kind or not allow_overwrite else _or_allow(allow_overwrite),
                              before_start=not while_working)
 
 
@@ -201,7 +211,7 @@ def link_new(staged: Path, target: Path) -> bool:
 
 
 def publish(staged: Path, target: Path, *, overwrite: bool, field: str = "output",
-            allow_overwrite: str = OVERWRITE_FLAG) -> None:
+            allow_overwrite: "str | Fix" = OVERWRITE_FLAG) -> None:
     """Flush `staged` to the disk and give it the name `target` (see the module's rules).
     OutputExistsError (before_start False) when the name is taken by something it may not replace;
     `staged` is then left for the caller (to keep beside, or to remove)."""
@@ -236,7 +246,7 @@ class StagedOutput:
     staged: Path
     overwrite: bool
     field: str = "output"
-    allow_overwrite: str = OVERWRITE_FLAG
+    allow_overwrite: "str | Fix" = OVERWRITE_FLAG
     made_folders: list[Path] = dataclass_field(default_factory=list)
     published: bool = False
 
@@ -273,7 +283,7 @@ def remove_empty_folders(folders: list[Path]) -> None:
 
 
 @contextmanager
-def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow_overwrite: str = OVERWRITE_FLAG,
+def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow_overwrite: "str | Fix" = OVERWRITE_FLAG,
                   create: bool = True) -> Iterator[StagedOutput]:
     """A staging name beside `target` (its folders made, the name claimed empty when `create`), removed
     on leaving unless published; folders made for it are removed again unless published."""
@@ -295,7 +305,7 @@ def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow
 
 
 def write_output(target: str | os.PathLike[str], data: bytes | str, *, overwrite: bool, field: str = "output",
-                 allow_overwrite: str = OVERWRITE_FLAG, mode: int = 0o644, make_parents: bool = True) -> Path:
+                 allow_overwrite: "str | Fix" = OVERWRITE_FLAG, mode: int = 0o644, make_parents: bool = True) -> Path:
     """Write `data` as the output `target`: checked, staged, fsynced, published (the module's rules)."""
     path = check_output(target, overwrite=overwrite, field=field, allow_overwrite=allow_overwrite,
                         make_parents=make_parents)

@@ -44,6 +44,9 @@ MAX_ATTEMPTS = 2
 # A fleet behind a load balancer wants 1 (h3bridge fleet says so): a full server answers 429 and
 # the balancer sends the job to a server that can start it sooner.
 DEFAULT_MAX_QUEUED = 16
+# ... and a fleet's front's (`serve --server URL ...`, fleet/front.py): a studio's batch, spread over
+# its servers as each comes free (issue 32: at least 100 accepted across the fleet).
+FRONT_MAX_QUEUED = 100
 # Retry-After of a full queue's 429, seconds. LiteLLM's router cools the deployment down for
 # exactly this long (router_rust/core.py retry_after_seconds) and retries the create on another
 # one; but a cooled-down deployment also answers its own jobs' status and content polls with 429
@@ -73,6 +76,13 @@ CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, seq);
 CREATE TABLE IF NOT EXISTS idempotency (
     key    TEXT PRIMARY KEY,
     job_id TEXT NOT NULL
+);
+-- A fleet's front (fleet/front.py): the server a job was handed to and that server's id for it, so
+-- after the front's restart the job is followed there again instead of rendered a second time.
+CREATE TABLE IF NOT EXISTS placements (
+    job_id     TEXT PRIMARY KEY,
+    server     TEXT NOT NULL,
+    server_job TEXT NOT NULL
 );
 """
 # The longest Idempotency-Key taken (the IETF draft sets none; Stripe's is 255).
@@ -265,6 +275,34 @@ class JobStore:
             row = self._db.execute("SELECT * FROM jobs WHERE status = ? ORDER BY seq LIMIT 1",
                                    (JobStatus.QUEUED.value,)).fetchone()
         return None if row is None else _job(row)
+
+    def queued_placed(self, limit: int = 1000) -> list[tuple[StoredJob, str | None, str | None]]:
+        """The oldest queued jobs, each with the fleet server it was handed to and that server's id
+        for it (None, None: never handed to one)."""
+        with self._guard:
+            rows = self._db.execute("SELECT jobs.*, placements.server AS placed_on, placements.server_job AS "
+                                    "server_job FROM jobs LEFT JOIN placements ON placements.job_id = jobs.id "
+                                    "WHERE jobs.status = ? ORDER BY jobs.seq LIMIT ?",
+                                    (JobStatus.QUEUED.value, limit)).fetchall()
+        return [(_job(row), row["placed_on"], row["server_job"]) for row in rows]
+
+    def place(self, job_id: str, server: str, server_job: str) -> None:
+        """Record that fleet server `server` accepted the job as `server_job` (fleet/front.py)."""
+        with self._guard:
+            self._db.execute("INSERT OR REPLACE INTO placements (job_id, server, server_job) VALUES (?, ?, ?)",
+                             (job_id, server, server_job))
+
+    def placement(self, job_id: str) -> tuple[str, str] | None:
+        """(server, that server's job id) the job was handed to, if it was."""
+        with self._guard:
+            row = self._db.execute("SELECT server, server_job FROM placements WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else (row["server"], row["server_job"])
+
+    def unplace(self, job_id: str) -> None:
+        """Forget where the job was handed (a deleted job's placement, once the front has deleted it
+        there: kept until then, as `remove` leaves it)."""
+        with self._guard:
+            self._db.execute("DELETE FROM placements WHERE job_id = ?", (job_id,))
 
     def count(self, status: JobStatus) -> int:
         with self._guard:

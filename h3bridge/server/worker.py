@@ -17,11 +17,17 @@ from ..cancel import CancelToken
 from ..engines.protocol import Engine
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..progress import PreviewFrame, ProgressEvent
-from .jobs import JobStore
+from .jobs import JobStore, StoredJob
 from .progress_feed import ProgressHub
-from ..wire.videos import ErrorCode, VideoError, progress_percent
+from ..wire.videos import ErrorCode, VideoError, http_words, progress_percent
 
 _log = logging.getLogger("h3bridge.serve")
+NOT_READY_WAIT = 1.0      # seconds between looks at an engine that is not ready to take a job
+
+
+class NotTaken(Exception):
+    """The engine did not take the job (a fleet's server was down or full before it accepted it):
+    the job goes back to the queue, in its place, for any worker to take."""
 
 
 @dataclass
@@ -37,16 +43,18 @@ class Worker:
     with `previews` on an engine that makes them, its denoise previews) is published to
     `events`, which GET /v1/videos/{id}/events streams."""
 
-    def __init__(self, store: JobStore, engine: Engine, *, previews: bool = False) -> None:
+    def __init__(self, store: JobStore, engine: Engine, *, previews: bool = False, events: ProgressHub | None = None,
+                 name: str = "h3bridge-serve-worker") -> None:
         self.store = store
         self.engine = engine
-        self.events = ProgressHub()
+        # a fleet's front runs one worker per server over one queue, all publishing into one hub
+        self.events = events if events is not None else ProgressHub()
         # previews cost the engine its preview VAE (library engine: ~10 GiB), so they are asked for
         self.previews = previews
         self._wake = threading.Condition()
         self._stopping = False
         self._running: _Running | None = None
-        self._thread = threading.Thread(target=self._loop, name="h3bridge-serve-worker", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -79,12 +87,30 @@ class Worker:
         running.done.wait(timeout)
         return True
 
+    def ready(self) -> bool:
+        """Whether the engine can take a job now (a local engine always can; a fleet's server may be
+        down: fleet/front.py). Asked before each job, never with the queue's lock held."""
+        return True
+
+    def next_job(self) -> StoredJob | None:
+        """The job this worker takes next: the oldest queued one (a fleet's worker may prefer others)."""
+        return self.store.next_queued()
+
+    def run_engine(self, job_id: str, request, output, *, on_progress, cancel: CancelToken, **previews) -> None:
+        """Render the job's clip into `output`; raises NotTaken when the engine never took it."""
+        self.engine.generate(request, output, overwrite=False, want_frames=False, want_audio=False,
+                             on_progress=on_progress, cancel=cancel, **previews)
+
     # ------------------------------------------------------------------ the loop
 
     def _loop(self) -> None:
         while True:
+            if not self._stopping and not self.ready():
+                with self._wake:
+                    self._wake.wait(timeout=NOT_READY_WAIT)
+                continue
             with self._wake:
-                while not self._stopping and (job := self.store.next_queued()) is None:
+                while not self._stopping and (job := self.next_job()) is None:
                     self._wake.wait(timeout=1.0)
                 if self._stopping:
                     return
@@ -119,8 +145,11 @@ class Worker:
         try:
             request = self.store.request_of(job).validate()
             previews = {"on_preview": on_preview} if self.previews and self.engine.capabilities.previews else {}
-            self.engine.generate(request, self.store.video_path(job_id), overwrite=False, want_frames=False,
-                                 want_audio=False, on_progress=on_progress, cancel=cancel, **previews)
+            self.run_engine(job_id, request, self.store.video_path(job_id), on_progress=on_progress, cancel=cancel,
+                            **previews)
+        except NotTaken:
+            self.store.requeue(job_id)
+            return
         except GenerationCancelled:
             if self.store.get(job_id) is not None:      # not deleted: the server is stopping
                 self.store.requeue(job_id)
@@ -147,10 +176,10 @@ class Worker:
 
 def failure(error: H3BridgeError) -> VideoError:
     """A failed job's error object: the library's message, h3's own words when it said any, the fix."""
-    message = error.message
+    message = error.message_in(http_words)
     engine_message = getattr(error, "engine_message", None)
     if engine_message and engine_message not in message:
         message = f"{message} (h3 said: {engine_message})"
     code = ErrorCode.REFUSED if error.before_start else ErrorCode.ENGINE_FAILED
     return VideoError(code=code.value, type="invalid_request_error" if isinstance(error, RequestError) else "server_error",
-                      message=message, hint=error.hint, param=getattr(error, "field", None))
+                      message=message, hint=error.hint_in(http_words), param=getattr(error, "field", None))

@@ -44,11 +44,15 @@ Simulation-only environment variables (documented again in docs/sim-and-testing.
   H3_SIM_HOLD_PHASE    <phase>[:<done>]  report that progress, create H3_SIM_HOLD_NOTICE (if set),
   H3_SIM_HOLD_RELEASE  then wait (silent) until the file H3_SIM_HOLD_RELEASE exists and go on: a
   H3_SIM_HOLD_NOTICE   test holds a job at a known point, acts (kills a client, a server), releases it
+  H3_SIM_HOLD_ONCE     =1: the job removes the release file as it goes on, so each job needs its own
   H3_SIM_FAIL_PHASE    <phase>[:<done>]  report that progress, then fail like a Metal error:
   H3_SIM_FAIL_MESSAGE  the message (default "Metal command buffer failed: Internal Error
                        (0000000e:Internal Error)"); main.c prints "h3: <message>", exit 1
   (without :<done> a fault fires at the phase's first report; a phase that this job never
   reports never fires.)  Device variables: see device.py. H3_SIM_LOG: see cli.py.
+  H3_SIM_DENOISE_LOG   append one JSON line per finished denoise ({"pid": N, "seed": S, "steps": K}):
+                       what a job cost, counted across processes (a warm engine denoises N times
+                       in one process; H3_SIM_LOG counts the processes)
 Upstream variables honoured: H3_FFMPEG, H3_FFPROBE (ffmpeg.py), H3_CPU_SAMPLER / H3_GPU_SAMPLER
 (h3_dit.c:2579-2585 sampler choice), H3_PROFILE (set by --profile: "h3 profile:" lines in
 h3_gpu.m:184-208's format at h3_dit.c's marks and each GPU context's teardown; the sim has no
@@ -344,6 +348,12 @@ class _Progress:
             release = os.environ.get("H3_SIM_HOLD_RELEASE") or ""
             while not os.path.exists(release):
                 time.sleep(0.02)
+            if os.environ.get("H3_SIM_HOLD_ONCE") == "1":
+                # one release, one job: the next job holds again (a test lets jobs go one by one)
+                try:
+                    os.remove(release)
+                except FileNotFoundError:
+                    pass
         if self.fail and self.fail.matches(phase, done):
             raise SimError(os.environ.get("H3_SIM_FAIL_MESSAGE") or DEFAULT_FAIL_MESSAGE)
 
@@ -693,6 +703,19 @@ def _denoise_profile_lines(gpu: bool, steps: int, reuse: int) -> None:
                 f"internal split {'disabled' if split_disabled else 'enabled'}\n")
 
 
+def _log_denoise(p: SimParams) -> None:
+    """H3_SIM_DENOISE_LOG: one line per finished denoise, appended in one write (several engines may share it)."""
+    path = os.environ.get("H3_SIM_DENOISE_LOG")
+    if not path:
+        return
+    line = json.dumps({"pid": os.getpid(), "seed": p.seed, "steps": p.steps}) + "\n"
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, line.encode("utf-8"))
+    finally:
+        os.close(descriptor)
+
+
 def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
              on_progress: ProgressCallback | None = None,
              on_frame: FrameCallback | None = None) -> SimResult:
@@ -793,6 +816,7 @@ def generate(ctx: SimContext, prompt: str | None, params: SimParams | None,
         progress.emit(running, step + 1, p.steps)
     if gpu:
         progress.emit("denoise", p.steps, p.steps)
+    _log_denoise(p)
     progress.profile("H3 DiT", "GPU Euler denoise" if gpu else "Euler denoise", denoise_started)
     if not ctx.cache_enabled:
         progress.profile("H3 DiT", "total", dit_started)   # h3_dit_free of an uncached DiT

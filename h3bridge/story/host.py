@@ -27,6 +27,48 @@ class HostStoryOutputs:
     audio: np.ndarray                # float32 [2, samples] at 32 kHz
     result: StoryResult
     summary: str
+    # With takes: the contact sheet of every shot's takes (uint8 [H, W, 3], also saved as takes.png in
+    # the job folder) and how many rows (takes) it has
+    sheet: np.ndarray | None = None
+    sheet_rows: int = 0
+
+
+SHEET_NAME = "takes.png"
+
+
+def read_picks(text: str, field: str = "pick") -> dict[int, int]:
+    """`2=3, 4=1` (shot=take, separated by commas or spaces) as {2: 3, 4: 1}, each number read by
+    safeio.numbers; RequestError naming `field` otherwise."""
+    from ..safeio.numbers import read_int
+    example = f'e.g. {field} = "2=3, 4=1" (the film uses take 3 of shot 2 and take 1 of shot 4)'
+    picks: dict[int, int] = {}
+    for item in re.split(r"[\s,]+", text.strip()):
+        if not item:
+            continue
+        shot, equals, take = item.partition("=")
+        if not equals:
+            raise RequestError(f"{field} {item!r} is not SHOT=TAKE", field=field, hint=example)
+        picks[read_int(shot, field=field, minimum=1, hint=example)] = read_int(take, field=field, minimum=1,
+                                                                            hint=example)
+    return picks
+
+
+def story_sheet(result: StoryResult, job_path: Path) -> tuple[np.ndarray, int] | None:
+    """The contact sheet of every take of the shots with takes (a row per take: shot, take, seed,
+    four frames), written as takes.png in the job folder (h3bridge's own file, replaced); None
+    when no shot has takes."""
+    from ..media.decode import decode_frames_at
+    from ..media.png import png_bytes
+    from ..media.sheet import SheetRow, contact_sheet, frame_indices
+    from ..safeio.outputs import write_output
+    rows = [SheetRow(take.take, take.seed, tuple(decode_frames_at(take.video_path, frame_indices(shot.frame_count))),
+                     shot=shot.index)
+            for shot in result.shots if len(shot.takes) > 1 for take in shot.takes]
+    if not rows:
+        return None
+    picture = contact_sheet(rows)
+    write_output(job_path / SHEET_NAME, png_bytes(picture), overwrite=True, field="job_name")
+    return picture, len(rows)
 
 
 def job_folder(root: Path, job_name: str) -> Path:
@@ -43,22 +85,33 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
                       on_progress: StoryProgressCallback | None = None,
                       on_notice: Callable[[str], None] | None = None,
                       cancel: CancelToken | None = None, force: bool = False,
-                      film_root: Path | None = None) -> HostStoryOutputs:
+                      film_root: Path | None = None, takes: int = 1, picks: str = "") -> HostStoryOutputs:
     """`film_root`: where the film is assembled (default: beside the job folder). A host that saves
-    the film itself (ComfyUI's Save Video) gives its temporary folder, so the film is kept once."""
-    storyboard = storyboard_from_text(shots_text, defaults)
+    the film itself (ComfyUI's Save Video) gives its temporary folder, so the film is kept once.
+    `takes`: every shot's takes (a shot's [takes=N] wins); `picks`: "2=3, 4=1", the take the film
+    uses of those shots (another pick renders nothing but what continues from the shot)."""
+    chosen = read_picks(picks)
+    storyboard = storyboard_from_text(shots_text, {**defaults, **({"takes": takes} if takes != 1 else {})})
     folder = job_folder(jobs_root, job_name)
     film = (film_root if film_root is not None else folder.parent) / (folder.name + ".mp4")
     folder.parent.mkdir(parents=True, exist_ok=True)
     film.parent.mkdir(parents=True, exist_ok=True)
+    # the host's picks are whole: a shot with takes that is not named uses its first take
+    chosen = {index: chosen.get(index, 1) for index in range(1, len(storyboard.shots) + 1)
+              if storyboard.takes_for(index) > 1 or index in chosen}
     result = run_story(storyboard, film, engine=engine, fallback=fallback, job_dir=folder,
-                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force)
+                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force, picks=chosen)
     first = storyboard.base_request(1)
     frames, audio = film_arrays(result.pieces, first.width, first.height, want_frames=want_frames, cancel=cancel)
     summary = (f"{len(result.shots)} shots, {result.film_frames} frames ({result.film_frames / 24:.1f} s) "
                f"{first.width}x{first.height}; rendered {result.rendered}, kept {len(result.shots) - result.rendered}; "
                f"film {film}; job directory {folder}")
-    return HostStoryOutputs(film, frames, audio, result, summary)
+    sheet = story_sheet(result, folder)
+    if sheet is not None:
+        summary += ("; takes: " + ", ".join(f"shot {shot.index} take {shot.pick} of {len(shot.takes)}"
+                                            for shot in result.shots if len(shot.takes) > 1)
+                    + f" (rendered {result.rendered_takes}); contact sheet {folder / SHEET_NAME}")
+    return HostStoryOutputs(film, frames, audio, result, summary, *(sheet or (None, 0)))
 
 
-__all__ = ["HostStoryOutputs", "job_folder", "render_story_text"]
+__all__ = ["HostStoryOutputs", "job_folder", "read_picks", "render_story_text", "story_sheet"]

@@ -25,6 +25,7 @@ from pathlib import Path
 import filelock
 
 from ..errors import DiskError, H3BridgeError, RequestError
+from ..fixes import Blank, Fix, changes
 from ..safeio.outputs import STAGING_PREFIX, rename_new, write_output
 from ..safeio.paths import NotRegularFileError, not_regular, open_regular, sha256_regular
 
@@ -32,6 +33,10 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 LOCK_NAME = ".lock"
 MAX_MANIFEST_BYTES = 64 << 20      # far beyond any story's; a bigger "manifest" is not ours
+
+# Another job directory, as data (h3bridge.fixes): `--job-dir DIR` on the command line, `job_dir=DIR` in Python.
+_JOB_DIR = changes(job_dir=Blank("DIR"))
+_ANOTHER = Fix("choose another with {}", (_JOB_DIR,))
 
 
 class JobDirError(H3BridgeError):
@@ -96,6 +101,8 @@ class Manifest:
     takes: dict[tuple[int, str], ShotRecord] = field(default_factory=dict)
     # --redo N [--seed S]: the seed shot N renders with from then on (until redone again)
     seed_overrides: dict[int, int] = field(default_factory=dict)
+    # --pick SHOT=TAKE: the take the film uses of a shot with takes (until picked again); default the first
+    picks: dict[int, int] = field(default_factory=dict)
     film: FilmRecord | None = None
     # Server jobs submitted for shots not finished yet, by shot (see RemoteJobRecord).
     remote_jobs: dict[int, RemoteJobRecord] = field(default_factory=dict)
@@ -110,9 +117,10 @@ class Manifest:
             return current
         return self.takes.get((index, key))
 
-    def use(self, record: ShotRecord) -> None:
-        """Make `record` its shot's take in use (and keep it among the takes)."""
-        self.shots[record.index] = record
+    def use(self, record: ShotRecord, *, in_film: bool = True) -> None:
+        """Keep `record` among its shot's takes and, `in_film`, make it the take the film uses."""
+        if in_film:
+            self.shots[record.index] = record
         self.takes[(record.index, record.key)] = record
 
     def to_json(self) -> str:
@@ -120,6 +128,7 @@ class Manifest:
         data["shots"] = [asdict(record) for _, record in sorted(self.shots.items())]
         data["takes"] = [asdict(record) for _, record in sorted(self.takes.items())]
         data["seed_overrides"] = {str(k): v for k, v in sorted(self.seed_overrides.items())}
+        data["picks"] = {str(k): v for k, v in sorted(self.picks.items())}
         data["remote_jobs"] = {str(k): asdict(v) for k, v in sorted(self.remote_jobs.items())}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
@@ -138,6 +147,7 @@ class Manifest:
         story_id = data.get("story_id")
         return cls(version=MANIFEST_VERSION, storyboard=data.get("storyboard", ""), shots=shots, takes=takes,
                    seed_overrides={int(k): int(v) for k, v in data.get("seed_overrides", {}).items()}, film=film,
+                   picks={int(k): int(v) for k, v in data.get("picks", {}).items()},
                    remote_jobs=remote_jobs, **({"story_id": story_id} if isinstance(story_id, str) else {}))
 
 
@@ -172,19 +182,19 @@ class JobDir:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise JobDirError(f"cannot create the job directory {self.path}: {error.strerror or error}",
-                              hint="choose another with --job-dir") from None
+                              hint=_ANOTHER) from None
         try:
             if not os.access(self.path, os.W_OK):
-                raise JobDirError(f"the job directory {self.path} is not writable", hint="choose another with --job-dir")
+                raise JobDirError(f"the job directory {self.path} is not writable", hint=_ANOTHER)
             lock = filelock.FileLock(str(self.path / LOCK_NAME))
             try:
                 lock.acquire(timeout=0)
             except filelock.Timeout:
                 raise JobDirError(f"another h3bridge story is running in {self.path}",
-                                  hint="wait for it to finish, or give this one its own --job-dir") from None
+                                  hint=Fix("wait for it to finish, or give this one its own {}", (_JOB_DIR,))) from None
             except OSError as error:       # a full or read-only disk
                 raise JobDirError(f"cannot use the job directory {self.path}: {error.strerror or error}",
-                                  hint="free space on its disk, or choose another with --job-dir") from None
+                                  hint=Fix("free space on its disk, or choose another with {}", (_JOB_DIR,))) from None
         except BaseException:
             self.remove_if_created()
             raise
@@ -233,7 +243,8 @@ class JobDir:
         except OSError as error:
             if not (isinstance(error, NotRegularFileError) or error.errno == errno.ELOOP):
                 raise JobDirError(f"cannot read {self.manifest_path}: {error.strerror or error}",
-                                  hint="check the job directory's permissions, or choose another with --job-dir") from None
+                                  hint=Fix("check the job directory's permissions, or choose another with {}",
+                                           (_JOB_DIR,))) from None
             raw = b""           # a symlink, FIFO or device: not a manifest this job wrote
         try:
             if len(raw) > MAX_MANIFEST_BYTES:

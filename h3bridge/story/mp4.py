@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import MediaError
 from ..geometry import FPS, SAMPLE_RATE
 from ..media.decode import remove_quietly
-from ..safeio.outputs import publish, staging_path
+from ..safeio.outputs import ALLOW_OVERWRITE, publish, staging_path
 
 FILM_CRF = 18            # H.264 quality of the assembled film (visually lossless at H3's sizes)
 REFERENCE_CRF = 0        # the tail reference: as close to the engine's frames as H.264 gets
@@ -101,7 +101,7 @@ class Mp4Writer:
         # OutputExistsError (a FileExistsError) when the name is taken by what may not be replaced;
         # the staged file then goes with __exit__
         publish(self.temporary, self.path, overwrite=replace, field="the output",
-                allow_overwrite="pass overwrite=True (CLI: --overwrite)")
+                allow_overwrite=ALLOW_OVERWRITE)
         return self.path
 
     def __enter__(self) -> "Mp4Writer":

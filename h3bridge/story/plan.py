@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
+from ..fixes import Change, Fix
 from ..safeio.paths import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind, request_fields
@@ -42,6 +43,18 @@ class PlannedShot:
     request: GenerationRequest      # without the previous shot's inputs (the runner adds them)
     key: str                        # changes when this shot or the shot it continues from changes
     tail_frames: int | None = None  # for `tail`: frames of the previous shot it conditions on
+    # Takes: the shot rendered with `takes` seeds (request.seed of take 1 upward); `request` and
+    # `key` are the picked take's (the one the film uses), `take_keys` every take's.
+    takes: int = 1
+    pick: int = 1
+    take_seeds: tuple[int, ...] = ()
+    take_keys: tuple[str, ...] = ()
+
+    def take(self, number: int) -> "PlannedShot":
+        """This shot as take `number` (1-based) renders it: that take's seed and key."""
+        seeds = self.take_seeds or (self.request.seed,)
+        keys = self.take_keys or (self.key,)
+        return replace(self, request=replace(self.request, seed=seeds[number - 1]), key=keys[number - 1], pick=number)
 
     @property
     def continues(self) -> bool:
@@ -82,22 +95,27 @@ def continued_request(shot: PlannedShot, anchor_image: Path | None, tail_video: 
 
 def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
                seed_overrides: Mapping[int, int] | None = None, session: bool = False,
-               force: bool = False, check_files: bool = True, machine: object | None = None) -> StoryPlan:
+               force: bool = False, check_files: bool = True, machine: object | None = None,
+               picks: Mapping[int, int] | None = None) -> StoryPlan:
     """Validate every shot, check the model and the memory plan of the most demanding shot.
 
     Raises RequestError naming the shot (`shot 3: ...`) with the request's own fix, ModelError
     when a `tail` (or any reference) needs the Ref2VA checkpoint that `model_dir` lacks, and
     MemoryPlanError when the most demanding shot will not fit (unless `force`). `model_dir`
     None skips the model and memory checks (for callers that only want the keys). `machine`: a
-    model.memory.MachineFacts to plan for (default: this machine)."""
+    model.memory.MachineFacts to plan for (default: this machine). `picks`: shot -> the take the
+    film uses (default the first); a shot that continues from a shot follows its pick."""
     storyboard.check_story_settings()
     overrides = dict(seed_overrides or {})
+    chosen = check_picks(storyboard, picks)
     shots: list[PlannedShot] = []
     for index, shot in enumerate(storyboard.shots, 1):
         request = _shot_error(index, lambda: storyboard.base_request(index, overrides.get(index)))
         continuation = shot.continuation
         tail = tail_frames(storyboard.tail_seconds_for(index)) if continuation is Continuation.TAIL else None
-        planned = PlannedShot(index, continuation, request, "", tail)
+        takes = storyboard.takes_for(index)
+        seeds = _shot_error(index, lambda: _take_seeds(request.seed, takes))
+        planned = PlannedShot(index, continuation, request, "", tail, takes=takes, take_seeds=tuple(seeds))
         # Every value first (frame counts, canvas, ...), as the request it will be: nothing below
         # computes with a value that was not checked (`seconds = nan` was a traceback).
         _check_values(planned)
@@ -115,21 +133,49 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
         probes = [_probe_request(shot, plan, Path(scratch)) for shot in shots]
         for shot, probe in zip(shots, probes):
             try:
-                probe.validate(check_files=check_files)
+                probe.validate(check_files=check_files, reference_names=_story_reference_names(shot, probe))
             except RequestError as error:
                 raise _in_story_words(error, shot) from None
         # Keys last: they hash the shots' input files, which validation has just found to be
         # regular, readable media (a FIFO or /dev/zero as first_frame was hashed first, and hung).
         for position, shot in enumerate(shots):
+            # a shot continues from the take the film uses of the shot before it (its pick)
             after = shots[position - 1].key if position and shot.continues else None
-            shots[position] = replace(shot, key=_shot_key(shot.request, shot.continuation, shot.tail_frames,
-                                                          after, check_files))
+            keys = tuple(_shot_key(replace(shot.request, seed=seed), shot.continuation, shot.tail_frames,
+                                   after, check_files) for seed in shot.take_seeds)
+            pick = chosen.get(shot.index, 1)
+            shots[position] = replace(shot, request=replace(shot.request, seed=shot.take_seeds[pick - 1]),
+                                      key=keys[pick - 1], pick=pick, take_keys=keys)
         if model_dir is not None:
             _check_model_and_memory(plan, probes, Path(model_dir), session=session, force=force, machine=machine)
     return plan
 
 
 # ----------------------------------------------------------------------------- checks
+
+def _take_seeds(first: int, takes: int) -> list[int]:
+    from ..takes import take_seeds
+    if takes == 1 or isinstance(first, bool) or not isinstance(first, int):
+        return [first]          # (a seed that is not a number is refused by the request's own check)
+    return take_seeds(first, takes)
+
+
+def check_picks(storyboard: Storyboard, picks: Mapping[int, int] | None) -> dict[int, int]:
+    """shot -> take, every shot and take in the storyboard (RequestError naming `pick` otherwise)."""
+    count = len(storyboard.shots)
+    chosen: dict[int, int] = {}
+    for shot, take in (picks or {}).items():
+        if isinstance(shot, bool) or not isinstance(shot, int) or not 1 <= shot <= count:
+            raise RequestError(f"pick {shot!r}={take!r}: the story has shots 1 to {count}", field="pick",
+                               hint=f"pick a take of a shot from 1 to {count}, e.g. pick {{1: 2}}")
+        takes = storyboard.takes_for(shot)
+        if isinstance(take, bool) or not isinstance(take, int) or not 1 <= take <= takes:
+            raise RequestError(f"pick {shot}={take!r}: shot {shot} has {'only one take' if takes == 1 else f'takes 1 to {takes}'}",
+                               field="pick", hint=(f"pick a take from 1 to {takes}" if takes > 1 else
+                                                   f"give shot {shot} takes = 2 or more in the storyboard first"))
+        chosen[shot] = take
+    return chosen
+
 
 def _shot_error(index: int, action):
     try:
@@ -143,26 +189,32 @@ def _check_values(shot: PlannedShot) -> None:
     previous shot supplies: no file is touched here (the stand-ins are checked later)."""
     placeholder = Path("(the previous shot's output)")
     try:
-        continued_request(shot, placeholder, placeholder).validate(check_files=False)
+        request = continued_request(shot, placeholder, placeholder)
+        request.validate(check_files=False, reference_names=_story_reference_names(shot, request))
     except RequestError as error:
         raise _in_story_words(error, shot) from None
 
 
-def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
-    """A request's refusal as the storyboard says it: the shot's number, and for a `tail` the
-    previous shot's tail instead of "reference 1", the user's own references numbered as written."""
-    import re
-    message, hint = error.message, error.hint
-    if shot.continuation is Continuation.TAIL:
-        tail = f'the tail of shot {shot.index - 1} (continue = "tail")'
-        message = message.replace("reference 1 (video)", tail)
+def _story_reference_names(shot: PlannedShot, request: GenerationRequest) -> list[str] | None:
+    """What the storyboard calls each of the request's references: for a `tail` shot the first is
+    the previous shot's tail, and the user's own are numbered as written."""
+    if shot.continuation is not Continuation.TAIL:
+        return None
+    tail = f'the tail of shot {shot.index - 1} (continue = "tail")'
+    return [tail, *(f"reference {index} ({reference.kind.value})"
+                    for index, reference in enumerate(request.references[1:], 1))]
 
-        def renumber(match: re.Match[str]) -> str:
-            return f"reference {int(match.group(1)) - 1} ("
-        message = re.sub(r"reference (\d+) \(", renumber, message)
-        if hint and "silent_video" in hint:
-            hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
-    return RequestError(f"shot {shot.index}: {message}", field=error.field, hint=hint)
+
+def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
+    """A request's refusal as the storyboard says it: the shot's number (its references are named
+    by `_story_reference_names` as the request is validated); a tail too short for a soundtrack
+    gets the storyboard's own fix."""
+    hint: "str | Fix | None" = error.fix or error.hint
+    if shot.continuation is Continuation.TAIL and error.fix is not None and \
+            Change("references", ReferenceKind.SILENT_VIDEO) in error.fix.changes:
+        # the fix would make the tail a silent video, which a storyboard cannot ask for
+        hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
+    return RequestError(f"shot {shot.index}: {error.message}", field=error.field, hint=hint)
 
 
 def _check_continuation(index: int, continuation: Continuation, request: GenerationRequest,
@@ -233,7 +285,7 @@ def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], mo
         memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
     except MemoryPlanError as error:
         raise StoryMemoryError(f"shot {demanding + 1} (the story's most demanding): {error.message}",
-                               plan=error.plan, hint=error.hint, shot=demanding + 1) from None
+                               plan=error.plan, hint=error.fix or error.hint, shot=demanding + 1) from None
     except H3BridgeError as error:
         error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
         raise
@@ -245,27 +297,32 @@ class StoryMemoryError(MemoryPlanError):
     """A story's most demanding shot does not fit: the plan's refusal, knowing which shot it is, so
     each host says the fix in its own words (`in_words`)."""
 
-    def __init__(self, message: str, *, plan: object, hint: str | None, shot: int) -> None:
+    def __init__(self, message: str, *, plan: object, hint: "str | Fix | None", shot: int) -> None:
         super().__init__(message, plan=plan, hint=hint)
         self.shot = shot
 
     def in_words(self, *, setting: "Callable[[str, object], str]", everywhere: str, in_shot: str,
                  force: str) -> "StoryMemoryError":
         """This refusal with its fix said by a host: `setting(name, value)` writes one setting
-        (`ssd_streaming = true` in a storyboard), `everywhere` / `in_shot` say where settings for
-        every shot / for this shot go ({shot} is its number), `force` how to run anyway."""
+        (`ssd_streaming = true` in a storyboard; the host's renderer of h3bridge.fixes changes),
+        `everywhere` / `in_shot` say where settings for every shot / for this shot go ({shot} is
+        its number), `force` how to run anyway."""
         plan = self.plan
-        changes = plan.suggested_changes() if plan is not None else {}      # type: ignore[attr-defined]
-        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict_without_flags()}"  # type: ignore[attr-defined]
+        suggestion = plan.suggestion if plan is not None else None      # type: ignore[attr-defined]
+        message = (f"shot {self.shot} (the story's most demanding): {plan.verdict(None)}"  # type: ignore[attr-defined]
                    if plan is not None else self.message)
-        frames = changes.pop("frames", None)
-        changes.pop("preview", None)          # a story shows no live preview
+        # A story shows no live preview, and a shot's length given in frames replaces its seconds.
+        settings = [change for change in (suggestion.settings if suggestion is not None else ())
+                    if change.field not in ("preview", "seconds")]
+        every_shot = [change for change in settings if change.field != "frames"]
+        this_shot = [change for change in settings if change.field == "frames"]
         parts = []
-        if changes:
-            parts.append("set " + ", ".join(setting(name, value) for name, value in changes.items())
+        if every_shot:
+            parts.append("set " + ", ".join(setting(change.field, change.value) for change in every_shot)
                          + " " + everywhere)
-        if frames is not None:
-            parts.append("set " + setting("frames", frames) + " " + in_shot.format(shot=self.shot))
+        if this_shot:
+            parts.append("set " + ", ".join(setting(change.field, change.value) for change in this_shot)
+                         + " " + in_shot.format(shot=self.shot))
         fix = "; ".join(parts) or "this machine has too little memory for MiniMax-H3 even at the smallest settings"
         return StoryMemoryError(message, plan=plan, hint=f"{fix}; or {force} to try anyway", shot=self.shot)
 

@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -36,9 +36,10 @@ from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
 from ..request import GenerationRequest, request_fields
 from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
-from ..safeio.outputs import check_output
+from ..fixes import Fix, changes
+from ..safeio.outputs import ALLOW_OVERWRITE, check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
-from .plan import PlannedShot, StoryPlan, continued_request, plan_story
+from .plan import PlannedShot, StoryPlan, check_picks, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
 from ..vocabulary import EngineKind
 
@@ -81,14 +82,30 @@ StoryProgressCallback = Callable[[StoryProgress], None]
 
 
 @dataclass
+class TakeOutcome:
+    """One take of a shot with takes: its number, seed and MP4 in the job folder."""
+
+    take: int
+    seed: int
+    video_path: Path
+    reused: bool
+
+
+@dataclass
 class ShotOutcome:
     index: int
-    video_path: Path
+    video_path: Path                  # the take the film uses (the pick)
     seed: int
     frame_count: int
-    reused: bool
+    reused: bool                      # every take of the shot was kept from the job folder
     wall_seconds: float
     redo_reason: str | None = None    # why a recorded shot was rendered again
+    pick: int = 1                     # the take the film uses
+    takes: list[TakeOutcome] = field(default_factory=list)    # every take (one for a shot without takes)
+
+    @property
+    def rendered_takes(self) -> int:
+        return sum(not take.reused for take in self.takes)
 
 
 @dataclass
@@ -107,14 +124,21 @@ class StoryResult:
     def rendered(self) -> int:
         return sum(not shot.reused for shot in self.shots)
 
+    @property
+    def rendered_takes(self) -> int:
+        """Takes rendered by this run (each a denoise), over every shot."""
+        return sum(shot.rendered_takes for shot in self.shots)
+
     def summary(self) -> dict[str, object]:
         return {"output": None if self.output is None else str(self.output), "job_dir": str(self.job_dir),
                 "film_frames": self.film_frames, "film_seconds": self.film_frames / FPS,
                 "film_samples": self.film_samples, "assembled": self.assembled,
                 "rendered": self.rendered, "reused": len(self.shots) - self.rendered,
-                "wall_seconds": self.wall_seconds,
+                "rendered_takes": self.rendered_takes, "wall_seconds": self.wall_seconds,
                 "chapters": [{"start_frame": a, "end_frame": b, "title": t} for a, b, t in self.chapters],
-                "shots": [{**asdict(shot), "video_path": str(shot.video_path)} for shot in self.shots]}
+                "shots": [{**asdict(shot), "video_path": str(shot.video_path),
+                           "takes": [{**asdict(take), "video_path": str(take.video_path)} for take in shot.takes]}
+                          for shot in self.shots]}
 
 
 def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, engine: Engine | None = None,
@@ -122,7 +146,8 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
               redo: int | None = None, redo_seed: int | None = None, only: int | None = None,
               overwrite: bool = False, force: bool = False, storyboard_path: str | None = None,
               on_progress: StoryProgressCallback | None = None, on_notice: Callable[[str], None] | None = None,
-              cancel: CancelToken | None = None, parallel: int = 1) -> StoryResult:
+              cancel: CancelToken | None = None, parallel: int = 1,
+              picks: Mapping[int, int] | None = None) -> StoryResult:
     """Render `storyboard` into `output` (an MP4), resuming what its job directory holds.
 
     engine: any Engine; None means the warm session for $H3_BIN / $H3_MODEL_DIR (shared_session),
@@ -136,6 +161,9 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
       needs a remote engine (one local engine renders one clip at a time). A failing shot stops
       the others (their server jobs are cancelled); finished shots are kept for the next run.
     on_progress and on_notice are called from the rendering threads with `parallel` > 1, one at a time.
+    picks: shot -> the take the film uses, for shots with `takes` (kept in the job folder for later
+      runs; default the first take). Every take is kept; picking another renders nothing, except a
+      shot that continues from the re-picked one (its start frame changed).
     Everything the plan can refuse is refused before the first shot starts.
     """
     started = time.monotonic()
@@ -164,12 +192,16 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     last = only if only is not None else count
     new_seed = (redo_seed if redo_seed is not None else secrets.randbits(32)) if redo is not None else None
 
+    check_picks(storyboard, picks)       # the picks asked for now: refused before anything, in any case
+
     def plan_for(manifest: Manifest) -> tuple[StoryPlan, dict[int, int]]:
         overrides = dict(manifest.seed_overrides)
         if redo is not None:
             overrides[redo] = new_seed      # type: ignore[assignment]
+        chosen = _kept_picks(storyboard, manifest.picks, notice)
+        chosen.update(picks or {})
         plan = plan_story(storyboard, model_dir, seed_overrides=overrides, force=force,
-                          session=engine.capabilities.warm_model)
+                          session=engine.capabilities.warm_model, picks=chosen)
         if output_path is not None and last == count:
             _check_output(output_path, manifest, overwrite)
         return plan, overrides
@@ -183,7 +215,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             if jobs.damaged_manifest is not None:
                 notice(f"the job's manifest was unreadable and was kept as {jobs.damaged_manifest.name}; "
                        "its shots are rendered again")
-            if planned is None or manifest.seed_overrides or manifest.film is not None:
+            if planned is None or manifest.seed_overrides or manifest.picks or manifest.film is not None:
                 planned = plan_for(manifest)     # (another run may have made the folder meanwhile)
         except BaseException:
             jobs.remove_if_created()
@@ -192,6 +224,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
         for warning in plan.model_warnings:
             notice(f"warning: {warning}")
         manifest.seed_overrides = overrides
+        manifest.picks = {shot.index: shot.pick for shot in plan.shots if shot.pick != 1}
         manifest.storyboard = storyboard_path or manifest.storyboard
         runner = _Runner(plan, jobs, manifest, engine, on_progress, notice, cancel, started, last,
                          parallel)
@@ -212,6 +245,18 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
         result.pieces = _pieces(plan, manifest.shots, folder)[:last]
         result.wall_seconds = time.monotonic() - started
         return result
+
+
+def _kept_picks(storyboard: Storyboard, recorded: Mapping[int, int], notice: Callable[[str], None]) -> dict[int, int]:
+    """The picks an earlier run recorded that the storyboard still has (a shot given fewer takes
+    since goes back to its first take, said once)."""
+    kept = {}
+    for shot, take in recorded.items():
+        if 1 <= shot <= len(storyboard.shots) and 1 <= take <= storyboard.takes_for(shot):
+            kept[shot] = take
+        elif 1 <= shot <= len(storyboard.shots):
+            notice(f"shot {shot} has no take {take} any more; the film uses its take 1")
+    return kept
 
 
 def check_parallel(parallel: object, engine: Engine | None) -> None:
@@ -249,14 +294,14 @@ def _check_output(output: Path, manifest: Manifest, overwrite: bool) -> None:
     unchanged since), or with `overwrite`; never a folder, device node, FIFO or link, whatever
     `overwrite` says, and only in a folder that takes new files (safeio.outputs)."""
     check_output(output, overwrite=True, field="output", label="the output",
-                 allow_overwrite="pass overwrite=True (CLI: --overwrite)")
+                 allow_overwrite=ALLOW_OVERWRITE)
     if overwrite or not os.path.lexists(output):
         return
     record = manifest.film
     if record is not None and _holds(output, record.sha256):    # the film this job wrote, unchanged since
         return
     raise OutputExistsError(f"{output} already exists and was not written by this story's job",
-                            hint="choose another output, or pass overwrite=True (CLI: --overwrite) to replace it")
+                            hint=Fix("choose another output, or pass {} to replace it", (changes(overwrite=True),)))
 
 
 def _holds(path: Path, sha256: str) -> bool:
@@ -295,6 +340,7 @@ class _Runner:
         self.started, self.last, self.parallel = started, last, parallel
         self.weights = {shot.index: shot.request.frame_count * shot.request.steps for shot in plan.shots}
         self.to_render: list[int] = []
+        self.takes_to_render: dict[int, int] = {}        # per shot in to_render: its takes to render
         self.done_weight = 0.0
         self.render_seconds = 0.0
         # With parallel shots: the manifest (and its file) change under `_manifest_lock`, the
@@ -311,10 +357,11 @@ class _Runner:
         with self._report_lock:
             self._notice(text)
 
-    def _record(self, record: ShotRecord) -> None:
-        """Make `record` its shot's take and save the manifest (atomically): from here on it is finished."""
+    def _record(self, record: ShotRecord, *, in_film: bool = True) -> None:
+        """Keep `record` among its shot's takes (and, `in_film`, make it the one the film uses), and
+        save the manifest (atomically): from here on it is finished."""
         with self._manifest_lock:
-            self.manifest.use(record)
+            self.manifest.use(record, in_film=in_film)
             pending = self.manifest.remote_jobs.get(record.index)
             if pending is not None and pending.key == record.key:     # its server job is done with
                 del self.manifest.remote_jobs[record.index]
@@ -356,7 +403,10 @@ class _Runner:
         rendered). `shots`: the takes the shots before it use."""
         record = self.manifest.take(shot.index, shot.key)
         if record is None:
-            if shot.index in self.manifest.shots:
+            if shot.index in self.manifest.shots and shot.pick == 1:
+                if shot.continues:
+                    return None, (f"it changed, or shot {shot.index - 1}, which it continues from, did (an edit, a "
+                                  "re-roll or another take picked)")
                 return None, "it changed, or the shot it continues from did"
             return None, None
         problem = self.jobs.problem_with(record)
@@ -379,13 +429,18 @@ class _Runner:
         # The work this run expects (for progress and the ETA); a shot found stale later is added.
         expected = dict(self.manifest.shots)
         for shot in self.plan.shots[:self.last]:
+            # every take needs the pick of the shot before it; the film's take decides what follows
+            missing = [number for number in range(1, shot.takes + 1)
+                       if self._reusable(shot.take(number), expected)[0] is None]
+            if missing:
+                self.to_render.append(shot.index)
+                self.takes_to_render[shot.index] = len(missing)
             record = self._reusable(shot, expected)[0]
             if record is None:
-                self.to_render.append(shot.index)
                 expected.pop(shot.index, None)
             else:
                 expected[shot.index] = record
-        self.total_weight = sum(self.weights[i] for i in self.to_render) or 1.0
+        self.total_weight = sum(self.weights[i] * self.takes_to_render[i] for i in self.to_render) or 1.0
         chains = story_chains(self.plan.shots[:self.last])
         if self.parallel == 1 or len(chains) == 1:
             return [self._take(shot, self.cancel) for shot in self.plan.shots[:self.last]]
@@ -427,25 +482,77 @@ class _Runner:
         return [outcomes[index] for index in sorted(outcomes)]
 
     def _take(self, shot: PlannedShot, cancel: CancelToken | None) -> ShotOutcome:
-        """Reuse the shot's recorded take, or render it."""
+        """Every take of the shot, reused or rendered, in take order; the film's is its pick."""
+        if self.parallel > 1 and shot.takes > 1:      # a remote engine: the takes are server jobs at once
+            outcomes = self._takes_at_once(shot, cancel)
+        else:
+            outcomes = [self._one_take(shot.take(number), number == shot.pick, cancel)
+                        for number in range(1, shot.takes + 1)]
+        picked = outcomes[shot.pick - 1]
+        if shot.takes > 1:
+            picked.takes = [TakeOutcome(number, outcome.seed, outcome.video_path, outcome.reused)
+                            for number, outcome in enumerate(outcomes, 1)]
+            picked.reused = all(outcome.reused for outcome in outcomes)
+            picked.redo_reason = next((outcome.redo_reason for outcome in outcomes if outcome.redo_reason), None)
+            picked.wall_seconds = sum(outcome.wall_seconds for outcome in outcomes if not outcome.reused)
+        return picked
+
+    def _takes_at_once(self, shot: PlannedShot, cancel: CancelToken | None) -> list[ShotOutcome]:
+        """The shot's takes rendered up to `parallel` at once (each its own server job, as chains
+        are): the first failure cancels the others and is raised once all have let go; the takes
+        finished by then are recorded."""
+        stop = CancelToken(check=(lambda: cancel.cancelled) if cancel is not None else None)
+        outcomes: dict[int, ShotOutcome] = {}
+        failures: list[BaseException] = []
+
+        def one(number: int) -> None:
+            try:
+                outcomes[number] = self._one_take(shot.take(number), number == shot.pick, stop)
+            except BaseException as error:      # noqa: BLE001 - raised below, in the chain's thread
+                with self._report_lock:
+                    failures.append(error)
+                stop.cancel()
+
+        with ThreadPoolExecutor(max_workers=min(self.parallel, shot.takes),
+                                thread_name_prefix=f"h3bridge-story-shot{shot.index}-take") as pool:
+            try:
+                for future in [pool.submit(one, number) for number in range(1, shot.takes + 1)]:
+                    future.result()
+            except BaseException:
+                stop.cancel()
+                raise
+        if failures:
+            raise next((error for error in failures if not isinstance(error, GenerationCancelled)), failures[0])
+        if stop.cancelled:
+            raise GenerationCancelled("the story was cancelled; run it again to resume")
+        return [outcomes[number] for number in range(1, shot.takes + 1)]
+
+    def _one_take(self, shot: PlannedShot, in_film: bool, cancel: CancelToken | None) -> ShotOutcome:
+        """Reuse one take of the shot (`shot` is that take: its seed and key), or render it;
+        `in_film`: it is the take the film uses (the pick)."""
         if cancel is not None and cancel.cancelled:
             raise GenerationCancelled("the story was cancelled; run it again to resume")
+        take = "" if self.plan.shot(shot.index).takes == 1 else f" take {shot.pick}"
+        what = f"shot {shot.index}{take}"
         record, reason = self._reusable(shot, self.manifest.shots)
         if record is not None:
-            if self.manifest.shots.get(shot.index) is not record:     # an earlier take, back in use
+            if in_film and self.manifest.shots.get(shot.index) is not record:     # an earlier take, back in use
                 self._record(record)
-            self.notice(f"shot {shot.index}/{len(self.plan.shots)}: kept from the job directory "
-                        f"({record.video})")
+            self.notice(f"shot {shot.index}/{len(self.plan.shots)}{take}: kept from the job directory ({record.video})")
             self._report(shot.index, "reused", 1.0, None)
-            return ShotOutcome(shot.index, self.jobs.path / record.video, record.seed,
-                               record.frame_count, True, record.wall_seconds)
+            outcome = ShotOutcome(shot.index, self.jobs.path / record.video, record.seed,
+                                  record.frame_count, True, record.wall_seconds, pick=shot.pick)
+            outcome.takes = [TakeOutcome(shot.pick, record.seed, outcome.video_path, True)]
+            return outcome
         with self._report_lock:
             if shot.index not in self.to_render:
                 self.to_render.append(shot.index)
+            if self.takes_to_render.get(shot.index, 0) <= 0:      # a take found stale now: more work
+                self.takes_to_render[shot.index] = self.takes_to_render.get(shot.index, 0) + 1
                 self.total_weight += self.weights[shot.index]
         if reason is not None:
-            self.notice(f"shot {shot.index}: rendering it again: {reason}")
-        return self._render(shot, reason, cancel)
+            self.notice(f"{what}: rendering it again: {reason}")
+        return self._render(shot, reason, cancel, in_film=in_film)
 
     def _engine_for(self, request: GenerationRequest) -> Engine:
         """The engine that renders this shot (recorded in its manifest entry): a session's fallback
@@ -456,7 +563,8 @@ class _Runner:
         chosen.engine.check_supported(request)
         return chosen.engine
 
-    def _render(self, shot: PlannedShot, reason: str | None, cancel: CancelToken | None) -> ShotOutcome:
+    def _render(self, shot: PlannedShot, reason: str | None, cancel: CancelToken | None, *,
+                in_film: bool = True) -> ShotOutcome:
         jobs = self.jobs
         video = jobs.shot_file(shot.index, shot.key, ".mp4")
         last_frame = jobs.shot_file(shot.index, shot.key, ".last.png")
@@ -499,12 +607,15 @@ class _Runner:
                     "variables": dict(result.engine_variables)},
             wall_seconds=seconds)
         record.continued_from = self._continued_from(shot, self.manifest.shots) if shot.continues else ""
-        self._record(record)              # the shot is finished from here on
+        self._record(record, in_film=in_film)      # the take is finished from here on
         with self._report_lock:
             self.done_weight += self.weights[shot.index]
+            self.takes_to_render[shot.index] = self.takes_to_render.get(shot.index, 1) - 1
             self.render_seconds += seconds
             self._report(shot.index, "done", 1.0, None)
-        return ShotOutcome(shot.index, video, request.seed, record.frame_count, False, seconds, reason)
+        outcome = ShotOutcome(shot.index, video, request.seed, record.frame_count, False, seconds, reason, pick=shot.pick)
+        outcome.takes = [TakeOutcome(shot.pick, request.seed, video, False)]
+        return outcome
 
     def _continuity_inputs(self, shot: PlannedShot) -> tuple[Path | None, Path | None]:
         if not shot.continues:
@@ -578,5 +689,5 @@ class _Runner:
                                            tuple(self.in_flight[key] for key in sorted(self.in_flight))))
 
 
-__all__ = ["MAX_PARALLEL", "ShotInFlight", "ShotOutcome", "StoryProgress", "StoryResult", "check_parallel",
+__all__ = ["MAX_PARALLEL", "ShotInFlight", "ShotOutcome", "TakeOutcome", "StoryProgress", "StoryResult", "check_parallel",
            "default_job_dir", "run_story", "story_chains"]

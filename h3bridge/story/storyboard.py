@@ -54,8 +54,9 @@ class Continuation(str, enum.Enum):
 # Request fields a story or a shot may set (the continuation inputs are the runner's).
 REQUEST_KEYS = tuple(f.name for f in fields(GenerationRequest) if f.name not in ("prompt", "references"))
 PATH_KEYS = ("first_frame", "last_frame")
-STORY_KEYS = ("tail_seconds", "crossfade_frames", "crossfade_cuts", "title")
-SHOT_KEYS = ("prompt", "continue", "tail_seconds", "references", "preset", *REQUEST_KEYS)
+STORY_KEYS = ("tail_seconds", "crossfade_frames", "crossfade_cuts", "title", "takes")
+SHOT_KEYS = ("prompt", "continue", "tail_seconds", "references", "preset", "takes", *REQUEST_KEYS)
+DEFAULT_TAKES = 1
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Shot:
     settings: Mapping[str, Any] = field(default_factory=dict)
     references: tuple[Reference, ...] = ()
     tail_seconds: float | None = None        # None: the story's
+    # Takes of this shot (seeds from the shot's seed upward; the film uses the picked one). None: the story's.
+    takes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class Storyboard:
     crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES   # audio crossfade at each join, in frames' worth
     crossfade_cuts: bool = True                        # False: hard audio joins at `cut`s
     title: str = ""
+    takes: int = DEFAULT_TAKES                         # takes of every shot that does not say its own
 
     # ------------------------------------------------------------------ reading
 
@@ -140,7 +144,8 @@ class Storyboard:
         story = cls(shots=shots, defaults=defaults,
                     tail_seconds=data.get("tail_seconds", DEFAULT_TAIL_SECONDS),
                     crossfade_frames=data.get("crossfade_frames", DEFAULT_CROSSFADE_FRAMES),
-                    crossfade_cuts=data.get("crossfade_cuts", True), title=data.get("title", ""))
+                    crossfade_cuts=data.get("crossfade_cuts", True), title=data.get("title", ""),
+                    takes=data.get("takes", DEFAULT_TAKES))
         story.check_story_settings()
         return story
 
@@ -162,6 +167,10 @@ class Storyboard:
             raise RequestError(f"title = {shown(self.title)} must be text (the film's title)", field="title",
                                hint='e.g. title = "The lighthouse"')
         _check_tail_seconds(self.tail_seconds, "the story")
+        _check_takes(self.takes, "the story")
+        for index, shot in enumerate(self.shots, 1):
+            if shot.takes is not None:
+                _check_takes(shot.takes, f"shot {index}")
         seed = self.defaults.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             # Every shot's seed is derived from it (seed_for): one that is not a whole number was
@@ -183,6 +192,11 @@ class Storyboard:
             return own
         digest = hashlib.sha256(f"h3bridge-story:{self.story_seed()}:{index}".encode()).digest()
         return int.from_bytes(digest[:4], "little")      # 32 bits: short enough to read and retype
+
+    def takes_for(self, index: int) -> int:
+        """How many takes shot `index` (1-based) renders: its own `takes`, else the story's."""
+        own = self.shots[index - 1].takes
+        return self.takes if own is None else own
 
     def tail_seconds_for(self, index: int) -> float:
         own = self.shots[index - 1].tail_seconds
@@ -280,6 +294,13 @@ def _check_tail_seconds(value: Any, where: str) -> None:
                            field="tail_seconds", hint=f"e.g. tail_seconds={DEFAULT_TAIL_SECONDS:g}")
 
 
+def _check_takes(value: Any, where: str) -> None:
+    from ..takes import MAX_TAKES
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TAKES:
+        raise RequestError(f"{where}: takes = {shown(value)} must be a whole number from 1 to {MAX_TAKES} (each take "
+                           "renders the shot with the next seed)", field="takes", hint="e.g. takes = 3")
+
+
 def _references(index: int, value: Any, base: Path) -> tuple[Reference, ...]:
     kinds = ", ".join(k.value for k in ReferenceKind)
     if not isinstance(value, list):
@@ -323,8 +344,11 @@ def _shot_from_dict(index: int, table: Mapping[str, Any], base: Path) -> Shot:
     if tail is not None:
         _check_tail_seconds(tail, f"shot {index}")
     references = _references(index, table["references"], base) if "references" in table else ()
+    takes = table.get("takes")
+    if takes is not None:
+        _check_takes(takes, f"shot {index}")
     return Shot(prompt=prompt, continuation=continuation, settings=settings, references=references,
-                tail_seconds=tail)
+                tail_seconds=tail, takes=takes)
 
 
 __all__ = ["Continuation", "Shot", "Storyboard", "DEFAULT_TAIL_SECONDS", "DEFAULT_CROSSFADE_FRAMES"]

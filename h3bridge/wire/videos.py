@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from ..errors import RequestError, shown_value
+from ..fixes import Change
 from ..safeio.numbers import LongNumber, json_int, read_float, read_int, whole_number
 from ..geometry import FPS
 from ..request import (
@@ -405,6 +407,33 @@ def _files_from_uploads(uploads: Sequence[UploadedFile]) -> dict[str, object]:
     return values
 
 
+# ----------------------------------------------------------------------------- the API's words for a fix
+
+# Each GenerationRequest field as the body field that sets it (the standard name where there is one).
+_WIRE_NAME: dict[str, str] = {}
+for _spec in FIELDS:
+    _WIRE_NAME.setdefault(_spec.target, _spec.name)
+
+
+def http_word(change: Change) -> str:
+    """One change as a request body says it (h3bridge.fixes: the HTTP API's renderer): `"num_frames": 39`;
+    a reference of one kind as its file part; what no body field sets, said as such."""
+    value = change.value
+    if change.field == "references" and isinstance(value, ReferenceKind):
+        return f'a "ref_{value.value}" file part'
+    name = _WIRE_NAME.get(change.field)
+    if name is None:      # preview, force, ...: the server's settings, not a job's
+        return f"({change.field} is the server's setting, not a body field)"
+    if value is None:
+        return f'(leave "{name}" out)'
+    return f'"{name}": {json.dumps(getattr(value, "value", value))}'
+
+
+def http_words(group: Sequence[Change]) -> str:
+    """A group of changes as body fields: `"ssd_streaming": true, "layers": 40`."""
+    return ", ".join(http_word(change) for change in group)
+
+
 def in_wire_words(message: str, uploads: Sequence[UploadedFile]) -> str:
     """A validation message with every stored upload's server path replaced by the client's
     name for it (the library names files by path; the client sent a part)."""
@@ -583,8 +612,9 @@ def refusal_body(error: RequestError, uploads: Sequence[UploadedFile] = ()) -> E
     """The HTTP 400 body for a request refused before queueing: the library's message (as
     `generate` prints it, with uploads named as the client sent them) and its fix."""
     return ErrorBody(error=VideoError(code=ErrorCode.INVALID_REQUEST.value, type="invalid_request_error",
-                                      message=in_wire_words(error.message, uploads), param=error.field,
-                                      hint=None if error.hint is None else in_wire_words(error.hint, uploads)))
+                                      message=in_wire_words(error.message_in(http_words), uploads), param=error.field,
+                                      hint=None if error.hint is None else in_wire_words(error.hint_in(http_words) or "",
+                                                                                         uploads)))
 
 
 def error_from_body(body: object) -> VideoError | None:

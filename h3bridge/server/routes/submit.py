@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from ...errors import H3BridgeError, QueueFullError, RequestError
 from ...wire.peers import Dialect
 from ...wire.videos import (
+    http_words,
     DEFAULT_MODEL,
     IDEMPOTENCY_HEADER,
     VIDEOS_PATH,
@@ -184,8 +185,9 @@ class Submission:
         if isinstance(error, QueueFullError):     # the last place went to a submission beside this one
             return queue_full(error)
         if isinstance(error, H3BridgeError):      # the model check or the memory plan refused it
-            return dialect_error(400, VideoError(code=ErrorCode.INVALID_REQUEST.value, message=error.message,
-                                                 hint=error.hint, type="invalid_request_error"), self.dialect)
+            return dialect_error(400, VideoError(code=ErrorCode.INVALID_REQUEST.value,
+                                                 message=error.message_in(http_words), hint=error.hint_in(http_words),
+                                                 type="invalid_request_error"), self.dialect)
         if isinstance(error, ClientDisconnect):
             # The client closed the connection mid-body: nothing to answer and nothing is wrong with
             # the server, so one quiet line (no traceback) and the partial upload is removed.
