@@ -67,10 +67,10 @@ def _assert_every_engine_checked(report: dict, engines: tuple[str, ...]) -> None
             check = lines[f"{engine} cancel in {point}"]
             assert check["status"] == "pass", check
             assert check["figures"]["leftovers"] == []
-        pause = lines[f"{engine} pause and resume"]
-        assert pause["status"] in ("pass", "skipped"), pause
-        if pause["status"] == "skipped":
-            assert pause["detail"].startswith("engine has no pause")
+        pause = lines[f"{engine} pause and resume"]     # every engine takes a pause (engines/child.py)
+        assert pause["status"] == "pass", pause
+        assert pause["figures"]["paused_seconds"] > 0 and pause["figures"]["leftovers"] == []
+        assert pause["figures"]["engine_stopped_while_paused"] is True
     # the library engine gives previews: one per step counted; the others say they give none
     assert lines["library mid previews"]["figures"]["per_step"] == [1, 1, 1, 1]
     assert lines["one-shot mid previews"]["status"] == "skipped"
@@ -330,6 +330,9 @@ def test_selftest_checks_a_remote_engine(capsys: pytest.CaptureFixture[str], tmp
     assert lines["remote mid memory"]["status"] == "skipped" and "server" in lines["remote mid memory"]["detail"]
     assert [lines[f"remote cancel in {point}"]["status"] for point in ("silent phase", "denoise", "FFmpeg")] \
         == ["pass"] * 3, [lines[f"remote cancel in {point}"] for point in ("silent phase", "denoise", "FFmpeg")]
+    pause = lines["remote pause and resume"]        # through the server's job (its processes are the server's)
+    assert pause["status"] == "pass", pause
+    assert pause["figures"]["paused_seconds"] > 0 and pause["figures"]["leftovers"] == []
     assert lines["calibration"]["status"] == "skipped"
 
 

@@ -9,7 +9,9 @@ opened by the one factory (engines/factory.open_engine):
 2. a cancel in a silent phase (the tiled video decode after "video VAE load" n/n reports nothing),
    one in denoise and one during FFmpeg, each timed from the cancel to the engine stopping, each
    followed by a leftover check (processes, h3bridge's temporary folders, partial files);
-3. pause and resume once, where the engine takes a `pause` (a capability test, not a stub).
+3. pause and resume once after the first denoise step (where the engine's `generate` takes a
+   `pause`, a capability test): the engine's processes stopped while paused, the clip finished
+   whole, and the same leftover check as after a cancel.
 
 Jobs run `unrecorded`: the user's job history is never touched (the calibration, written by
 `run_selftest` from the renders that finished, is the one entry it adds). Everything is written in the
@@ -32,7 +34,8 @@ from ..cancel import CancelToken, PauseControl
 from ..errors import GenerationCancelled, H3BridgeError
 from ..geometry import FPS, SAMPLE_RATE
 from ..history.calibration import CalibrationEntry, planned_loop_and_other
-from ..progress import DENOISE_LOOP_PHASES, ProgressEvent
+from ..engines.child import NOTHING, Deadline, Nothing, wait_until
+from ..progress import DENOISE_LOOP_PHASES, PAUSED_PHASE, ProgressEvent
 from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..upstream_costs import expected_phases
@@ -292,9 +295,13 @@ class Leftovers:
         if session:
             # another program's session may be making its own meanwhile: one that goes away within
             # the wait was not left behind by this job
-            deadline = time.monotonic() + PROCESS_GONE_SECONDS
-            while (appeared := own_session_dirs() - self.session_dirs) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            def none_new(timeout: float) -> "set[str] | Nothing":
+                if not own_session_dirs() - self.session_dirs:
+                    return set()
+                time.sleep(timeout)         # nothing to wait on but the folder listing
+                return NOTHING
+            appeared = wait_until(none_new, deadline=Deadline(PROCESS_GONE_SECONDS),
+                                  on_expired=lambda: own_session_dirs() - self.session_dirs)
             found += [f"session folder {path}" for path in sorted(appeared)]
         if folder.exists():
             found += [f"partial file {path.name}" for path in sorted(folder.rglob("*"))
@@ -385,29 +392,39 @@ def takes_pause(engine: Any) -> bool:
 
 
 def pause_check(context: Context, kind: EngineKind, request: GenerationRequest) -> Check:
+    """Pause once after the first denoise step, hold it PAUSE_SECONDS, resume: the engine's
+    processes stopped while paused (a local engine), the clip finished whole, nothing left over."""
     name = f"{kind.value} pause and resume"
     context.stop_if_cancelled()
+    keep = {path for path in context.renders.rglob("*") if path.is_file()} if context.renders.exists() else set()
+    before = Leftovers.now() if kind is not EngineKind.REMOTE else None
     engine = context.open(kind)
     try:
         if not takes_pause(engine):
             return Check(name, Status.SKIPPED, "engine has no pause (its generate takes no `pause`)")
         pause = PauseControl()
         reached = threading.Event()
+        heard_paused = threading.Event()
         stopped_states: list[bool] = []
 
         def on_progress(event: ProgressEvent) -> None:
-            if event.phase in DENOISE_LOOP_PHASES and event.done >= 1:
+            if event.phase == PAUSED_PHASE:
+                heard_paused.set()
+            elif event.phase in DENOISE_LOOP_PHASES and event.done >= 1:
                 reached.set()
 
         def pause_once() -> None:
-            if not reached.wait(timeout=None if context.stall_timeout is None else context.stall_timeout):
+            if not reached.wait(timeout=context.stall_timeout) or done.is_set():
                 return
             pause.pause()
-            time.sleep(PAUSE_SECONDS)
-            if kind is not EngineKind.REMOTE:
-                stopped_states.append(_all_stopped())
-            pause.resume()
+            try:
+                if kind is not EngineKind.REMOTE:
+                    stopped_states.append(_wait_all_stopped(context.cancel))
+                context.cancel.wait(PAUSE_SECONDS)       # held for a while (a Ctrl-C ends it at once)
+            finally:
+                pause.resume()
 
+        done = threading.Event()
         helper = threading.Thread(target=pause_once, name="h3bridge-selftest-pause", daemon=True)
         helper.start()
         output = context.output(kind, "pause")
@@ -419,17 +436,32 @@ def pause_check(context: Context, kind: EngineKind, request: GenerationRequest) 
         except H3BridgeError as error:
             return Check(name, Status.FAIL, f"{error.message} (fix: {error.hint})")
         finally:
+            done.set()
             reached.set()
             helper.join()
-        paused = pause.paused_seconds()
-        figures = {"paused_seconds": paused, "engine_stopped_while_paused": stopped_states[:1] or None,
-                   "frame_count": result.frame_count}
-        if stopped_states and not stopped_states[0]:
-            return Check(name, Status.FAIL, "paused, yet the engine's processes kept running", figures=figures)
-        return Check(name, Status.PASS, f"paused {paused:.1f} s in denoise and resumed; the clip finished",
-                     figures=figures)
     finally:
         engine.close()
+    keep.add(output)
+    left = before.left(context.renders, keep, session=kind is EngineKind.SESSION) if before is not None else \
+        [f"partial file {path.name}" for path in sorted(context.renders.rglob("*")) if path.is_file() and path not in keep]
+    paused = pause.paused_seconds()
+    figures = {"paused_seconds": paused, "engine_stopped_while_paused": stopped_states[0] if stopped_states else None,
+               "paused_reported": heard_paused.is_set(), "frame_count": result.frame_count, "leftovers": left}
+    problems = []
+    if paused == 0:
+        problems.append("the engine never reached a denoise step to pause in")
+    if stopped_states and not stopped_states[0]:
+        problems.append("paused, yet the engine's processes kept running")
+    if result.frame_count != request.frame_count or not output.is_file() or output.stat().st_size == 0:
+        problems.append(f"the clip did not finish whole ({result.frame_count} of {request.frame_count} frames"
+                        f"{'' if output.is_file() else ', no MP4'})")
+    if left:
+        problems.append("left " + ", ".join(left))
+    if problems:
+        return Check(name, Status.FAIL, "; ".join(problems), figures=figures)
+    stopped = " with the engine's processes stopped" if stopped_states else ""
+    return Check(name, Status.PASS, f"paused {paused:.1f} s in denoise{stopped} and resumed; the clip finished "
+                 "whole; nothing left (processes, temporary folders, partial files)", figures=figures)
 
 
 def _all_stopped() -> bool:
@@ -441,6 +473,17 @@ def _all_stopped() -> bool:
         except psutil.Error:
             pass
     return bool(states) and all(states)
+
+
+def _wait_all_stopped(cancel: CancelToken) -> bool:
+    """Whether every process of the engine shows as stopped within PROCESS_GONE_SECONDS (the stop
+    signal is sent before `pause()` returns; the system shows it a moment later)."""
+    def poll(timeout: float) -> "bool | Nothing":
+        if _all_stopped():
+            return True
+        cancel.wait(timeout)
+        return NOTHING
+    return wait_until(poll, deadline=Deadline(PROCESS_GONE_SECONDS), on_expired=lambda: False)
 
 
 # ----------------------------------------------------------------------------- one engine
