@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from h3bridge.progress import ProgressEvent
 from h3bridge.request import GenerationRequest
 from h3bridge.result import GenerationResult
 from h3bridge.selftest.report import Report, Status, shareable
-from h3bridge.selftest.runs import PROMPT, Rendered, takes_pause, time_check
+from h3bridge.engines.scratch import WORKDIR_PREFIX
+from h3bridge.selftest.runs import PROMPT, Rendered, make_plan, takes_pause, time_check
 from h3bridge.upstream_costs import expected_phases
 from h3bridge.vocabulary import EngineKind
 from remote_helpers import key, start_server  # noqa: F401 (fixture)
@@ -96,6 +98,16 @@ def test_selftest_runs_every_engine_against_h3_sim(capsys: pytest.CaptureFixture
     report = json.loads((folder / "report.json").read_text())
     markdown = (folder / "report.md").read_text()
     _assert_every_engine_checked(report, ENGINES)
+    facts = report["facts"]
+    for fact in ("chip", "memory", "os", "h3bridge", "engine", "h3 build", "h3 commit",
+                 "h3 commit is the pinned one", "libh3", "ffmpeg", "model"):
+        assert fact in facts, fact
+    assert facts["h3 build"].startswith("h3-sim") and facts["h3 commit is the pinned one"] is None   # not an h3 build
+    assert facts["libh3"] is not None and facts["ffmpeg"] is not None
+    lines = {check["name"]: check for check in report["checks"]}
+    for found in ("engine found", "libh3 found", "ffmpeg found", "model found"):
+        assert lines[found]["status"] == "pass", lines[found]
+    assert lines["model verify"]["status"] == "pass" and lines["model verify"]["figures"]["checksums"] is False
     assert report["facts"]["model"] == "~/models/MiniMax-H3"       # the home folder shortened
     assert str(home) not in markdown and str(home) not in json.dumps(report)
     for check in report["checks"]:       # one line per check in the Markdown
@@ -108,12 +120,15 @@ def test_selftest_runs_every_engine_against_h3_sim(capsys: pytest.CaptureFixture
 
 def test_quick_does_the_smallest_render_with_one_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                         model_dir: Path) -> None:  # noqa: F811
-    status, err = _run(capsys, "--quick", "--engine-path", sim_engine(), "--model-dir", str(model_dir),
-                       "--output-dir", str(tmp_path))
+    status, err = _run(capsys, "--quick", "--checksums", "--engine-path", sim_engine(), "--model-dir",
+                       str(model_dir), "--output-dir", str(tmp_path))
     assert status == 0, err
     report = json.loads((_one_folder(tmp_path) / "report.json").read_text())
     renders = [check["name"] for check in report["checks"] if check["name"].endswith(" render")]
     assert renders == ["one-shot smallest render"]
+    verify = next(check for check in report["checks"] if check["name"] == "model verify")
+    assert verify["status"] == "pass" and verify["figures"]["checksums"] is True    # on request
+    assert verify["detail"].startswith("headers and checksums: ")
     assert report["facts"]["run"] == "quick"
     calibration = next(check for check in report["checks"] if check["name"] == "calibration")
     assert calibration["status"] == "skipped" and "too small to time a denoise step" in calibration["detail"]
@@ -309,7 +324,19 @@ def test_ctrl_c_leaves_nothing(tmp_path: Path, model_dir: Path) -> None:  # noqa
     assert "Traceback" not in stderr and "selftest cancelled" in stderr
     assert not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == psutil.STATUS_ZOMBIE
     assert list(out.iterdir()) == []          # the run's folder is gone with everything in it
+    scratch = f"{WORKDIR_PREFIX}{process.pid}-"     # the engines' temporary folders of that process
+    assert [name for name in os.listdir(tempfile.gettempdir()) if name.startswith(scratch)] == []
     assert load_calibration() is None
+
+
+def test_the_default_runs_budget_is_the_one_the_docs_state() -> None:
+    """The budget said before a run starts, for the three local engines, is the docs' figure."""
+    plan = make_plan([EngineKind.ONE_SHOT, EngineKind.SESSION, EngineKind.LIBRARY], quick=False)
+    minutes = round(plan.budget_seconds() / 60)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "selftest.md").read_text()
+    assert f"(about {minutes} minutes: {len(plan.renders())} renders with three engines)" in " ".join(docs.split())
+    quick = make_plan([EngineKind.ONE_SHOT, EngineKind.SESSION], quick=True)
+    assert [what for _, what, _ in quick.renders()] == ["smallest"] and quick.budget_seconds() < 60
 
 
 def test_selftest_checks_a_remote_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str,
