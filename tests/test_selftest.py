@@ -116,6 +116,13 @@ def test_selftest_runs_every_engine_against_h3_sim(capsys: pytest.CaptureFixture
     calibration = load_calibration(engine="one-shot")
     assert calibration is not None and {(e.width, e.height) for e in calibration.entries} == {(32, 32), (640, 352)}
     assert HistoryStore().recent_jobs() == []       # the renders were not the user's jobs
+    # the example report under docs/ is one of this code's: the same checks, facts and fields
+    example = json.loads((Path(__file__).resolve().parents[1] / "docs" / "selftest-example" / "report.json")
+                         .read_text())
+    assert list(example) == list(report) and list(example["facts"]) == list(report["facts"])
+    assert [check["name"] for check in example["checks"]] == [check["name"] for check in report["checks"]]
+    assert [sorted(check["figures"]) for check in example["checks"]] == \
+        [sorted(check["figures"]) for check in report["checks"]]
 
 
 def test_quick_does_the_smallest_render_with_one_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path,
