@@ -72,7 +72,7 @@ def _assert_every_engine_checked(report: dict, engines: tuple[str, ...]) -> None
         pause = lines[f"{engine} pause and resume"]     # every engine takes a pause (engines/child.py)
         assert pause["status"] == "pass", pause
         assert pause["figures"]["paused_seconds"] > 0 and pause["figures"]["leftovers"] == []
-        assert pause["figures"]["engine_stopped_while_paused"] is True
+        assert pause["figures"]["engine_stopped_while_paused"] is True and pause["figures"]["paused_reported"] is True
     # the library engine gives previews: one per step counted; the others say they give none
     assert lines["library mid previews"]["figures"]["per_step"] == [1, 1, 1, 1]
     assert lines["one-shot mid previews"]["status"] == "skipped"
@@ -301,6 +301,43 @@ def test_the_pause_check_follows_the_engines_capability() -> None:
         def generate(self, request, output=None, *, cancel=None): ...
 
     assert takes_pause(WithPause()) and not takes_pause(Without())
+
+
+class _PauseIgnoringEngine:
+    """Takes a `pause` but neither stops its process nor says it paused: the check must fail it."""
+
+    def generate(self, request, output, *, want_frames, want_audio, on_progress, cancel, pause):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            on_progress(ProgressEvent("denoise", 1, request.steps, 0.5, 0.1))
+            assert pause.wait_until_resumed(timeout=30)      # runs on through the pause
+        finally:
+            child.kill()
+            child.wait()
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_bytes(b"mp4")
+        return GenerationResult(request=request, video_path=Path(output), frames=None, audio=None,
+                                width=request.width, height=request.height, frame_count=request.frame_count,
+                                seed=0, timings={})
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_pause_the_engine_ignores_fails_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from h3bridge.cancel import CancelToken
+    from h3bridge.selftest import runs
+    from h3bridge.selftest.facts import Found
+    monkeypatch.setattr(runs, "PROCESS_GONE_SECONDS", 0.5)
+    context = runs.Context(found=Found(), folder=tmp_path / "run", cancel=CancelToken())
+    monkeypatch.setattr(context, "open", lambda kind: _PauseIgnoringEngine())
+    request = GenerationRequest(PROMPT, width=640, height=352, frames=22, steps=4).validate()
+    check = runs.pause_check(context, EngineKind.ONE_SHOT, request)
+    assert check.status is Status.FAIL, check
+    assert "paused, yet the engine's processes kept running" in check.detail
+    assert "the engine sent no `paused` progress event" in check.detail
+    assert check.figures["engine_stopped_while_paused"] is False and check.figures["paused_seconds"] > 0
+    assert check.figures["leftovers"] == []          # its process was ended and its clip kept
 
 
 # ----------------------------------------------------------------------------- Ctrl-C

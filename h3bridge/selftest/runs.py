@@ -406,25 +406,27 @@ def pause_check(context: Context, kind: EngineKind, request: GenerationRequest) 
         reached = threading.Event()
         heard_paused = threading.Event()
         stopped_states: list[bool] = []
+        reported: list[bool] = []       # a local engine says it paused (a PAUSED_PHASE event)
 
         def on_progress(event: ProgressEvent) -> None:
             if event.phase == PAUSED_PHASE:
                 heard_paused.set()
-            elif event.phase in DENOISE_LOOP_PHASES and event.done >= 1:
+            elif event.phase in DENOISE_LOOP_PHASES and event.done >= 1 and not reached.is_set():
+                pause.pause()       # here, on the job's thread: the engine cannot finish before it
                 reached.set()
 
         def pause_once() -> None:
-            if not reached.wait(timeout=context.stall_timeout) or done.is_set():
+            reached.wait()          # set by the first denoise step, or when the job ends without one
+            if not pause.paused:
                 return
-            pause.pause()
             try:
                 if kind is not EngineKind.REMOTE:
                     stopped_states.append(_wait_all_stopped(context.cancel))
+                    reported.append(_wait_for(heard_paused, context.cancel))
                 context.cancel.wait(PAUSE_SECONDS)       # held for a while (a Ctrl-C ends it at once)
             finally:
                 pause.resume()
 
-        done = threading.Event()
         helper = threading.Thread(target=pause_once, name="h3bridge-selftest-pause", daemon=True)
         helper.start()
         output = context.output(kind, "pause")
@@ -436,7 +438,6 @@ def pause_check(context: Context, kind: EngineKind, request: GenerationRequest) 
         except H3BridgeError as error:
             return Check(name, Status.FAIL, f"{error.message} (fix: {error.hint})")
         finally:
-            done.set()
             reached.set()
             helper.join()
     finally:
@@ -452,6 +453,8 @@ def pause_check(context: Context, kind: EngineKind, request: GenerationRequest) 
         problems.append("the engine never reached a denoise step to pause in")
     if stopped_states and not stopped_states[0]:
         problems.append("paused, yet the engine's processes kept running")
+    if reported and not reported[0]:
+        problems.append(f"paused, yet the engine sent no `{PAUSED_PHASE}` progress event")
     if result.frame_count != request.frame_count or not output.is_file() or output.stat().st_size == 0:
         problems.append(f"the clip did not finish whole ({result.frame_count} of {request.frame_count} frames"
                         f"{'' if output.is_file() else ', no MP4'})")
@@ -475,14 +478,22 @@ def _all_stopped() -> bool:
     return bool(states) and all(states)
 
 
+def _wait_for(event: threading.Event, cancel: CancelToken) -> bool:
+    """Whether `event` is set within PROCESS_GONE_SECONDS (False at once on the run's cancel)."""
+    def poll(timeout: float) -> "bool | Nothing":
+        if event.wait(timeout):
+            return True
+        return False if cancel.cancelled else NOTHING
+    return wait_until(poll, deadline=Deadline(PROCESS_GONE_SECONDS), on_expired=lambda: False)
+
+
 def _wait_all_stopped(cancel: CancelToken) -> bool:
     """Whether every process of the engine shows as stopped within PROCESS_GONE_SECONDS (the stop
     signal is sent before `pause()` returns; the system shows it a moment later)."""
     def poll(timeout: float) -> "bool | Nothing":
         if _all_stopped():
             return True
-        cancel.wait(timeout)
-        return NOTHING
+        return False if cancel.wait(timeout) else NOTHING
     return wait_until(poll, deadline=Deadline(PROCESS_GONE_SECONDS), on_expired=lambda: False)
 
 
