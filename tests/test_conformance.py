@@ -462,6 +462,8 @@ NODE_INPUTS = comfy_node_inputs()
 # fails test_every_node_input_is_classified.
 COMFY_PATH_INPUTS = {"model_dir", "engine_path", "library_path"}
 COMFY_TEXT_INPUTS = {"job_name", "prompt", "scene", "action", "camera", "look", "audio", "free_text", "shots", "remote_url"}
+# String inputs that carry numbers, by the library function the node reads them with.
+COMFY_NUMBER_TEXT_INPUTS = {"pick": "h3bridge.story.host:read_picks"}
 COMFY_CHECKED_BY_COMFYUI = {"Int", "Float", "Boolean", "Combo", "DynamicCombo", "Image", "Video", "Audio", "Custom",
                             "H3Engine", "H3References", "HexGrid", "H3Cells", "Mask"}
 
@@ -469,9 +471,31 @@ COMFY_CHECKED_BY_COMFYUI = {"Int", "Float", "Boolean", "Combo", "DynamicCombo", 
 def test_every_node_input_is_classified() -> None:
     assert len({n.node for n in NODE_INPUTS}) >= 8, "the walk lost the node classes"
     unclassified = [f"{n.node}.{n.name} ({n.type})" for n in NODE_INPUTS
-                    if n.type not in COMFY_CHECKED_BY_COMFYUI and n.name not in COMFY_PATH_INPUTS | COMFY_TEXT_INPUTS]
+                    if n.type not in COMFY_CHECKED_BY_COMFYUI and n.name not in COMFY_PATH_INPUTS | COMFY_TEXT_INPUTS | COMFY_NUMBER_TEXT_INPUTS.keys()]
     assert not unclassified, f"classify {unclassified} in tests/test_conformance.py (COMFY_* sets)"
     COUNTS.entry_points["ComfyUI node inputs"] = len(NODE_INPUTS)
+
+
+def _comfy_number_text_params():
+    from conformance_helpers import hostile_numbers
+    names = sorted({n.name for n in NODE_INPUTS if n.name in COMFY_NUMBER_TEXT_INPUTS})
+    return [pytest.param(name, hostile.value, id=f"{name}: {hostile.name} as {where}")
+            for name in names for hostile in hostile_numbers(signed=False)
+            for where in ("shot", "take")]
+
+
+@pytest.mark.parametrize(("name", "number"), _comfy_number_text_params())
+def test_comfy_number_text_input_refuses_hostile_number(name: str, number: str, request) -> None:
+    """A String input that carries numbers (H3 Storyboard's pick, "2=3, 4=1"): a hostile number in
+    any place is the library's RequestError naming the input, never an untyped exception."""
+    import importlib
+    from h3bridge.errors import RequestError
+    module, function = COMFY_NUMBER_TEXT_INPUTS[name].split(":")
+    read = getattr(importlib.import_module(module), function)
+    text = f"{number}=1" if request.node.callspec.id.endswith("as shot") else f"2={number}"
+    with pytest.raises(RequestError) as refused:
+        read(text, field=name)
+    assert refused.value.field == name and refused.value.hint, refused.value
 
 
 def _comfy_params():

@@ -87,18 +87,25 @@ def signal_group(pgid: int, signum: int) -> None:
 def terminate_group(pgid: int, grace: float = TERMINATE_GRACE_SECONDS) -> None:
     """SIGTERM the whole group, SIGKILL whatever still runs after `grace` seconds, and wait
     (at most a second more) until none of it runs. Works for groups that are not our children."""
+    from .child import NOTHING, Deadline, wait_until     # child.py builds on this module
     if not group_alive(pgid):
         return
+
+    def gone(timeout: float, kill: bool = False) -> "bool | object":
+        if not group_alive(pgid):
+            return True
+        if kill:
+            signal_group(pgid, signal.SIGKILL)
+        time.sleep(timeout)
+        return NOTHING
+
     signal_group(pgid, signal.SIGTERM)
     # A paused group (SIGSTOP, engines/child.py) acts on SIGTERM only once continued.
     signal_group(pgid, signal.SIGCONT)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and group_alive(pgid):
-        time.sleep(0.01)
-    deadline = time.monotonic() + 1.0
-    while group_alive(pgid) and time.monotonic() < deadline:
-        signal_group(pgid, signal.SIGKILL)
-        time.sleep(0.01)
+    if wait_until(gone, deadline=Deadline(grace), on_expired=lambda: False, interval=0.01):
+        return
+    wait_until(lambda timeout: gone(timeout, kill=True), deadline=Deadline(1.0), on_expired=lambda: False,
+               interval=0.01)
 
 
 # Every EngineProcess (one-shot or warm session) from its start until it is stopped: a host that
