@@ -164,6 +164,25 @@ def test_a_missing_library_engine_is_refused_before_anything_runs(capsys: pytest
     assert not (tmp_path / "out").exists()
 
 
+def test_a_given_path_or_url_that_is_wrong_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """A path the caller named is refused as `generate` refuses it (a missing one only looked for is a
+    report line): no run folder, nothing run."""
+    from h3bridge.errors import H3BridgeError
+    from h3bridge.selftest import SelftestOptions, run_selftest
+    out = tmp_path / "out"
+    cases = {"model_dir": SelftestOptions(engine_path=sim_engine(), model_dir=tmp_path / "no-model", output_dir=out),
+             "engine_path": SelftestOptions(engine_path=tmp_path / "no-h3", output_dir=out),
+             "remote_url": SelftestOptions(engine_path=sim_engine(), remote_url="not a url", output_dir=out)}
+    for field, options in cases.items():
+        with pytest.raises(H3BridgeError) as refused:
+            run_selftest(options)
+        assert refused.value.hint, field
+        if field == "remote_url":
+            assert refused.value.field == "remote_url", refused.value
+            assert "not a URL" in refused.value.message or "not an http" in refused.value.message
+    assert not out.exists()
+
+
 def test_selftest_against_upstreams_own_h3_and_libh3(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                      upstream_engine, realistic_model: Path) -> None:  # noqa: F811
     """Upstream's C built by build-engine (one-shot, session, library) on the full-shape fixture.

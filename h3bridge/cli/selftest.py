@@ -52,8 +52,10 @@ def run_selftest_command(args: argparse.Namespace) -> int:
     from ..cancel import CancelToken
     from ..errors import RequestError
     from ..selftest import SelftestOptions, run_selftest
-    if args.output_dir and Path(args.output_dir).expanduser().exists() and not Path(args.output_dir).expanduser().is_dir():
-        raise RequestError(f"--output-dir {args.output_dir} is not a folder", field="output_dir",
+    from ..safeio.paths import not_a_folder
+    what = not_a_folder(Path(args.output_dir).expanduser()) if args.output_dir else None
+    if what is not None:
+        raise RequestError(f"--output-dir {args.output_dir} is not a folder: it is {what}", field="output_dir",
                            hint="give a folder (the selftest makes a new folder for its report inside it), or leave "
                                 "--output-dir out to use h3bridge's cache folder")
     options = SelftestOptions(engine_path=args.engine_path, model_dir=args.model_dir, library_path=args.library_path,

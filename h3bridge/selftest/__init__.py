@@ -62,11 +62,17 @@ def default_parent() -> Path:
 
 def new_run_folder(parent: Path) -> Path:
     """A folder of the run's own, made now (never an existing one: nothing of the user's is touched)."""
+    from ..safeio.paths import not_a_folder
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    if parent.exists() and not parent.is_dir():
-        raise RequestError(f"{parent} is not a folder", field="output_dir",
-                           hint="give a folder for the selftest's report (it makes a new folder inside)")
-    parent.mkdir(parents=True, exist_ok=True)
+    hint = "give a folder for the selftest's report (it makes a new folder inside)"
+    what = not_a_folder(parent)
+    if what is not None:
+        raise RequestError(f"{parent} is not a folder: it is {what}", field="output_dir", hint=hint)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RequestError(f"cannot create the folder {parent}: {error.strerror or error}", field="output_dir",
+                           hint=f"{hint}, one you can write to") from None
     for number in range(1, 1000):
         folder = parent / (f"{FOLDER_PREFIX}{stamp}" + ("" if number == 1 else f"-{number}"))
         try:
@@ -74,6 +80,9 @@ def new_run_folder(parent: Path) -> Path:
             return folder
         except FileExistsError:
             continue
+        except OSError as error:
+            raise RequestError(f"cannot create a folder in {parent}: {error.strerror or error}", field="output_dir",
+                               hint=f"{hint}, one you can write to") from None
     raise RequestError(f"{parent} holds too many selftest folders from this second", field="output_dir",
                        hint="give another folder")
 
@@ -101,6 +110,12 @@ def run_selftest(options: SelftestOptions, *, say: Callable[[str], None] = lambd
     from ..history.recorder import unrecorded
     cancel = cancel or CancelToken()
     started = time.monotonic()
+    if options.remote_url is not None:
+        from ..engines.remote import normalise_base_url
+        try:
+            normalise_base_url(options.remote_url)      # refused before anything runs
+        except RequestError as error:
+            raise RequestError(error.message, field="remote_url", hint=error.hint) from None
     found, located = locate_all(options.engine_path, options.model_dir, options.library_path)
     local_ready = found.engine is not None and found.model is not None
     kinds = engines_to_run(options, found.library is not None)

@@ -64,7 +64,10 @@ def build_commit(engine_path: Path) -> tuple[str | None, bool | None, str]:
 
 def locate_all(engine_path: str | os.PathLike[str] | None, model_dir: str | os.PathLike[str] | None,
                library_path: str | os.PathLike[str] | None) -> tuple[Found, list[Check]]:
-    """Every part, found as generate finds it; a check line for each."""
+    """Every part, found as generate finds it; a check line for each. A path the caller gave
+    (engine_path, model_dir, library_path) that is not what it should be is refused with the
+    finder's error before anything runs, as `generate` refuses it; one looked for and not found
+    is a failed check in the report."""
     from ..engines.library import locate_library
     from ..engines.locate import FFMPEG_HINT, locate_engine, locate_media_tools, locate_model_dir
     found, checks = Found(), []
@@ -73,6 +76,8 @@ def locate_all(engine_path: str | os.PathLike[str] | None, model_dir: str | os.P
         found.simulator = is_simulator(found.engine)
         checks.append(Check("engine found", Status.PASS, str(found.engine)))
     except H3BridgeError as error:
+        if engine_path is not None:
+            raise
         checks.append(Check("engine found", Status.FAIL, f"{error.message} (fix: {error.hint})"))
     given = library_path or os.environ.get("H3_LIBRARY")
     beside = [found.engine.parent / name for name in LIBRARY_NAMES] if found.engine is not None else []
@@ -82,6 +87,8 @@ def locate_all(engine_path: str | os.PathLike[str] | None, model_dir: str | os.P
             found.library = locate_library(candidate)
             checks.append(Check("libh3 found", Status.PASS, str(found.library)))
         except H3BridgeError as error:
+            if library_path is not None:
+                raise
             checks.append(Check("libh3 found", Status.FAIL if given else Status.SKIPPED,
                                 f"{error.message} (fix: {error.hint})"))
     else:
@@ -96,6 +103,8 @@ def locate_all(engine_path: str | os.PathLike[str] | None, model_dir: str | os.P
         found.model = locate_model_dir(model_dir)
         checks.append(Check("model found", Status.PASS, str(found.model)))
     except H3BridgeError as error:
+        if model_dir is not None:
+            raise
         checks.append(Check("model found", Status.FAIL, f"{error.message} (fix: {error.hint})"))
     return found, checks
 
