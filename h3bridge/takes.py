@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .cancel import CancelToken
+from .cancel import CancelToken, PauseControl
 from .engines.protocol import Engine
 from .errors import GenerationCancelled, RequestError
 from .progress import PreviewCallback, ProgressCallback
@@ -153,13 +153,15 @@ def generate_takes(engine: Engine, request: GenerationRequest, output: str | os.
                    takes: int | None = None, seeds: Sequence[int] | None = None, overwrite: bool = False,
                    want_frames: bool = False, want_audio: bool = True, on_progress: ProgressCallback | None = None,
                    on_preview: PreviewCallback | None = None, on_take: TakeCallback | None = None,
-                   cancel: CancelToken | None = None, parallel: int = 1) -> TakesResult:
+                   cancel: CancelToken | None = None, parallel: int = 1,
+                   pause: PauseControl | None = None) -> TakesResult:
     """Render `takes` takes of `request` (seeds from request.seed upward), or one per seed in `seeds`.
 
     output: the clip's name; take t is written to take_output(output, t) and the contact sheet to
       sheet_output(output). None keeps no files (the results carry frames when `want_frames`).
     on_take(take, seed): called as each take starts (from the rendering threads with `parallel`).
     parallel: takes rendered at once, above 1 only on a remote engine (each take is one server job).
+    pause: pausing it stops the engine where it is (every take in flight); resume goes on.
     A take that fails stops the rest (the takes finished by then stay on disk) and is raised.
     """
     request = request.validate(check_files=False)
@@ -187,7 +189,8 @@ def generate_takes(engine: Engine, request: GenerationRequest, output: str | os.
         return engine.generate(requests[index], paths[index], overwrite=overwrite,
                                want_frames=want_frames,
                                want_audio=want_audio, on_progress=progress,
-                               on_preview=on_preview if parallel == 1 else None, cancel=stop)
+                               on_preview=on_preview if parallel == 1 else None, cancel=stop,
+                               **({} if pause is None else {"pause": pause}))
 
     if parallel == 1:
         results = [render(index, cancel) for index in range(len(chosen))]

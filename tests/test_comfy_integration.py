@@ -248,7 +248,7 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
     expected_outputs = {
         "H3EngineV2": ["H3_ENGINE"],
         "H3Engine": ["H3_ENGINE"],
-        "H3Generate": ["VIDEO", "IMAGE", "AUDIO", "STRING"],
+        "H3Generate": ["VIDEO", "IMAGE", "AUDIO", "STRING", "IMAGE"],     # the last: the takes' contact sheet
         "H3References": ["H3_REFERENCES"],
         "H3Prompt": ["STRING"],
         "H3MemoryPlan": ["STRING"],
@@ -282,7 +282,8 @@ def test_object_info_lists_the_nodes_with_their_inputs_and_outputs(server: Serve
     assert generate["required"]["ssd_streaming"][1]["options"] == ["auto", "on", "off"]
     assert {name: spec[0] for name, spec in generate["optional"].items()} == {
         "first_frame": "IMAGE", "last_frame": "IMAGE", "references": "H3_REFERENCES",
-        "render_width": "INT", "render_height": "INT", "force": "BOOLEAN"}
+        "render_width": "INT", "render_height": "INT", "force": "BOOLEAN", "takes": "INT", "pick": "INT",
+        "background": "BOOLEAN"}
     assert set(info["H3Generate"]["input"]["hidden"]) == {"prompt", "unique_id"}
     references = info["H3References"]["input"]
     assert references["required"]["kind"][1]["options"] == [

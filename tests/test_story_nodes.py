@@ -92,5 +92,5 @@ def test_a_memory_refusal_names_the_nodes_inputs_and_ssd_streaming_or_force_run_
 
 def test_the_new_inputs_come_last_and_are_optional_so_saved_workflows_keep_their_values() -> None:
     inputs = H3StoryboardNode.define_schema().inputs
-    assert [item.id for item in inputs[-4:]] == ["ssd_streaming", "force", "takes", "pick"]
-    assert all(item.optional for item in inputs[-4:])
+    assert [item.id for item in inputs[-5:]] == ["ssd_streaming", "force", "takes", "pick", "background"]
+    assert all(item.optional for item in inputs[-5:])

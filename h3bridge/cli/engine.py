@@ -14,12 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from .flags import float_flag
 from ..errors import GenerationCancelled, H3BridgeError, RequestError, UnsupportedRequestError
 from ..fixes import Change
 from ..history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
-from ..progress import WAITING_PHASE, ProgressEvent
+from ..progress import PAUSED_PHASE, WAITING_PHASE, ProgressEvent
 from ..vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
 from ..runnable import h3bridge_command
 
@@ -116,6 +116,10 @@ WAIT_LINES_AFTER = (10.0, 30.0, 60.0)
 WAIT_LINE_EVERY = 60.0
 
 
+PAUSED_WORDS = "paused"
+RESUME_WORDS = "`fg` resumes"
+
+
 class PhaseProgressBars:
     """One tqdm bar per upstream phase, with elapsed time; closed as each phase ends.
 
@@ -149,6 +153,9 @@ class PhaseProgressBars:
     def _show(self, event: ProgressEvent) -> None:
         if event.phase == WAITING_PHASE:
             self._show_wait(event)
+            return
+        if event.phase == PAUSED_PHASE:      # the phase's bar stays, saying so (the engine's next event clears it)
+            self.show_paused()
             return
         if not self.terminal:
             if event.phase != self._phase:
@@ -193,6 +200,17 @@ class PhaseProgressBars:
         self._bar.set_postfix_str(held, refresh=False)
         self._bar.refresh()
 
+    def show_paused(self) -> None:
+        """The progress bar says the job is paused (Ctrl-Z); its next event shows it running again.
+        (Without a terminal the line pause_on_ctrl_z writes says it.)"""
+        if not self.enabled or not self.terminal or self._bar is None:
+            return
+        try:
+            self._bar.set_postfix_str(f"{PAUSED_WORDS} ({RESUME_WORDS})", refresh=True)
+        except (OSError, ValueError):
+            self.enabled = False
+            self._bar = None
+
     def close(self) -> None:
         if self._bar is not None:
             try:
@@ -214,10 +232,19 @@ def add_engine_run_options(parser: argparse.ArgumentParser, *, warm_by_default: 
     # the flags that chose the warm mode before `--engine session` (issue 30): still read, with a notice
     engine.add_argument("--session", dest="session", action=OldEngineFlag, kind=EngineKind.SESSION)
     engine.add_argument("--one-shot", dest="session", action=OldEngineFlag, kind=EngineKind.ONE_SHOT)
+    add_background_option(engine)
     from .library import add_library_options      # --engine library (engines/library.py)
     add_library_options(parser)
     from .remote import add_remote_option      # --remote URL: render on a Videos API server
     add_remote_option(parser)
+
+
+def add_background_option(group: "argparse._ArgumentGroup") -> None:
+    """--background (generate, story, serve): the engine at background priority (engines/priority.py)."""
+    from ..engines.priority import platform_background
+    group.add_argument("--background", action="store_true",
+                       help=f"run the engine at background priority ({platform_background()}), so the machine stays "
+                            "responsive while it renders; a warm engine stays so until it is restarted")
 
 
 class EngineChoices(tuple):
@@ -448,7 +475,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     stall_timeout = args.stall_timeout if args.stall_timeout and args.stall_timeout > 0 else None
     return open_engine(kind, engine_path=args.engine_path, model_dir=args.model_dir, stall_timeout=stall_timeout,
                        library_path=getattr(args, "library_path", None), h3_dir=getattr(args, "h3_dir", None),
-                       on_fallback=say_running_one_shot)
+                       on_fallback=say_running_one_shot,
+                       background=getattr(args, "background", False))     # --remote refused it above
 
 
 def say_running_one_shot(refusal: UnsupportedRequestError) -> None:
@@ -483,6 +511,47 @@ def cancel_on_signals(cancel: CancelToken) -> Iterator[list[int]]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def pause_on_ctrl_z(pause: PauseControl, on_pause: Callable[[], None] | None = None) -> Iterator[None]:
+    """Ctrl-Z (SIGTSTP) pauses the engine with the command: the engine, which runs in a session of
+    its own and so never hears the terminal's Ctrl-Z, is stopped where it is (PauseControl: its
+    process group gets SIGSTOP; its memory stays resident), then this process stops itself as Ctrl-Z
+    would have. `fg` (SIGCONT) continues both. A SIGTSTP the caller chose to ignore stays ignored."""
+    if signal.getsignal(signal.SIGTSTP) is signal.SIG_IGN:
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        pause.pause()
+        if on_pause is not None:
+            on_pause()
+        _say("paused: the engine is stopped where it was and its memory stays in use (resident); "
+             "`fg` resumes it, and the clip is the same as without the pause")
+        os.kill(os.getpid(), signal.SIGSTOP)      # stopped here until `fg` / `bg` / SIGCONT
+        pause.resume()          # (the SIGCONT handler below may have run first: the same resume)
+        _say("resumed")
+
+    def continued(signum: int, frame: object) -> None:
+        pause.resume()          # continued after a stop that came some other way (kill -STOP)
+
+    previous = {signal.SIGTSTP: signal.signal(signal.SIGTSTP, stop),
+                signal.SIGCONT: signal.signal(signal.SIGCONT, continued)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        pause.resume()
+
+
+def _say(text: str) -> None:
+    try:
+        # (below a progress bar's line on a terminal, not on it)
+        print(f"{chr(10) if sys.stderr.isatty() else ''}h3bridge: {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:

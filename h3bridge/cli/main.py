@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from .engine import (    # shared with story.py and serve.py
     EXIT_CANCELLED,
     EXIT_FAILURE,
@@ -29,6 +29,7 @@ from .engine import (    # shared with story.py and serve.py
     EXIT_USAGE,
     FLAG_FOR_FIELD,
     PhaseProgressBars,
+    pause_on_ctrl_z,
     add_engine_options,
     add_engine_run_options,
     cancel_on_signals,
@@ -285,10 +286,11 @@ def run_generate(args: argparse.Namespace) -> int:
                 engine.close()
                 return cancelled_status(error, received)
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
+    pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
-                   on_progress=bars, on_preview=previews, cancel=cancel)
+                   on_progress=bars, on_preview=previews, cancel=cancel, pause=pause)
     started = time.monotonic()       # the wall time: waiting for the engine included
-    with cancel_on_signals(cancel) as received:
+    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, bars.show_paused):
         try:
             # a session hands what it cannot take to one-shot, saying so (engine.say_running_one_shot)
             result = engine.generate(request, args.output or None, **options)  # type: ignore[arg-type]
@@ -297,7 +299,7 @@ def run_generate(args: argparse.Namespace) -> int:
         finally:
             bars.close()
             engine.close()
-    wall = time.monotonic() - started
+    wall = time.monotonic() - started - pause.paused_seconds()     # paused time is no time the job took
     if args.json:
         print(json.dumps(result_summary(result, wall=wall, waited=bars.waited), indent=2))
     else:
@@ -361,19 +363,20 @@ def run_takes(args: argparse.Namespace) -> int:
         except OSError:
             pass
 
+    pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
     started = time.monotonic()
-    with cancel_on_signals(cancel) as received:
+    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, bars.show_paused):
         try:
             result = generate_takes(engine, request, args.output, seeds=chosen, overwrite=args.overwrite,
                                     want_frames=args.read_frames and not args.no_frames, want_audio=True,
                                     on_progress=bars, on_preview=previews, on_take=starting, cancel=cancel,
-                                    parallel=args.parallel)
+                                    parallel=args.parallel, pause=pause)
         except GenerationCancelled as error:
             return cancelled_status(error, received)
         finally:
             bars.close()
             engine.close()
-    wall = time.monotonic() - started
+    wall = time.monotonic() - started - pause.paused_seconds()     # paused time is no time the takes took
     if args.json:
         print(json.dumps({"takes": [{"take": number, **result_summary(take)}
                                     for number, take in enumerate(result.takes, 1)],
@@ -546,6 +549,10 @@ def run_doctor(args: argparse.Namespace) -> int:
     from ..lora import compiled
     record("lora fold", True, f"compiled kernels ({compiled.name()})" if compiled.available() else
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")
+    from ..engines.priority import probe_background
+    background_works, background_gives = probe_background()
+    record("background", background_works, f"--background gives {background_gives}",
+           "--background cannot lower the engine's priority here; render without it")
     machine = f"{platform.system()} {platform.machine()}"
     apple = platform.system() == "Darwin" and platform.machine() == "arm64"
     record("platform", True, machine + ("" if apple else

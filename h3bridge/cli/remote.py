@@ -18,6 +18,7 @@ LOCAL_ONLY_FLAGS: dict[str, tuple[str, str]] = {
     "model_dir": ("--model-dir", "the server uses its own model (chosen with `h3bridge serve --model-dir`)"),
     "force": ("--force", "the model check and memory plan run on the server, for its machine"),
     "stall_timeout": ("--stall-timeout", "the engine's watchdog runs on the server"),
+    "background": ("--background", "the server sets its engine's priority (`h3bridge serve --background`)"),
 }
 
 

@@ -58,7 +58,7 @@ def _header_text(flag: str, limit: int):
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
-    from .engine import add_engine_choice, add_engine_options, add_engine_safety_options
+    from .engine import add_background_option, add_engine_choice, add_engine_options, add_engine_safety_options
     parser = subparsers.add_parser(
         "serve", help="serve this Mac's engine over the OpenAI Videos API (POST /v1/videos, poll, download)",
         description="Run an HTTP server speaking the OpenAI Videos API subset that SGLang Diffusion and "
@@ -103,6 +103,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_options(parser)
     add_engine_safety_options(parser)
+    add_background_option(parser)
     from .library import add_library_location_options
     add_library_location_options(parser.add_argument_group("library engine (--engine library)"))
     parser.set_defaults(handler=run_serve)

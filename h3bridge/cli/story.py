@@ -4,14 +4,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
+import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                          cancelled_status, cli_words, engine_from_args)
+                          cancelled_status, cli_words, engine_from_args, pause_on_ctrl_z)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..fixes import Change
 from ..progress import WAITING_PHASE
@@ -47,6 +50,10 @@ def add_story_command(subparsers: argparse._SubParsersAction) -> None:
                              "Kept for later runs; renders nothing but the shots that continue from a re-picked one")
     review.add_argument("--only", type=int_flag(), metavar="N",
                         help="render shots 1..N and stop, for a look (their MP4s are in the job directory)")
+    review.add_argument("--stop-after-shot", action="store_true",
+                        help="render the next shot the film needs, then stop (the engine and its memory are "
+                             "freed; the same command without it resumes). While a story renders, `kill -USR1 "
+                             "PID` does the same")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a film at -o that this story's job did not write")
     parser.add_argument("--parallel", type=int_flag(), default=1, metavar="N",
@@ -257,6 +264,21 @@ def run_story_command(args: argparse.Namespace) -> int:
         raise
 
 
+@contextmanager
+def stop_after_shot_on_signal(stop: threading.Event, notice: Callable[[str], None]) -> Iterator[None]:
+    """SIGUSR1 (`kill -USR1 PID`) while a story renders: stop after the shot rendering now."""
+    def requested(signum: int, frame: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            notice("stopping after the shot rendering now (SIGUSR1); the same command resumes the story")
+
+    previous = signal.signal(signal.SIGUSR1, requested)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
     from ..story.runner import run_story
     output = args.output if args.output is not None else args.storyboard.with_suffix(".mp4")
@@ -272,14 +294,17 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
         except OSError:
             pass
 
-    cancel = CancelToken()
-    with cancel_on_signals(cancel) as received:
+    cancel, pause, stop_after_shot = CancelToken(), PauseControl(), threading.Event()
+    if args.stop_after_shot:
+        stop_after_shot.set()
+    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, display.show_paused), \
+            stop_after_shot_on_signal(stop_after_shot, notice):
         try:
             result = run_story(storyboard, output, engine=engine,
                                job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
                                overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard),
                                on_progress=display, on_notice=notice, cancel=cancel, parallel=args.parallel,
-                               picks=picks)
+                               picks=picks, stop_after_shot=stop_after_shot, pause=pause)
         except GenerationCancelled as error:
             display.close()
             error.message = (f"{error.message}; finished shots are kept in {job_dir}: run the same command "
@@ -292,7 +317,9 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
         print(json.dumps(result.summary(), indent=2))
     else:
         film = f"wrote {result.output}" if result.assembled else \
-            (f"kept {result.output}" if result.output is not None else f"shots 1-{args.only} are ready")
+            (f"kept {result.output}" if result.output is not None else
+             f"stopped after shot {result.stopped_after_shot} (run the same command without --stop-after-shot to "
+             "go on)" if result.stopped_after_shot is not None else f"shots 1-{args.only} are ready")
         # (an unchanged film: the runner's notice already said it "is up to date"; once is enough)
         takes = "" if all(len(shot.takes) <= 1 for shot in result.shots) else \
             (f" ({result.rendered_takes} take(s) rendered; picks: "

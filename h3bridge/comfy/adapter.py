@@ -12,13 +12,13 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..engines.locate import locate_engine
 from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
@@ -101,6 +101,7 @@ class EngineHandle:
     remote_url: str | None = None    # remote mode: the server (its API key is never held here)
     library_path: Path | None = None    # library mode: libh3's shared library
     previews: bool = False              # library mode: denoise previews on the node (the preview VAE)
+    background: bool = False            # the engine at background priority (a node's `background` input)
 
     def describe(self) -> str:
         if self.mode == REMOTE:
@@ -326,7 +327,7 @@ def open_engine(handle: EngineHandle) -> Engine:
     from ..engines.factory import open_engine as open_kind
     return open_kind(handle.mode, engine_path=handle.engine_path, model_dir=handle.model_dir,
                      stall_timeout=handle.stall_timeout, library_path=handle.library_path,
-                     shared=handle.mode != ONE_SHOT, fallback=False)
+                     shared=handle.mode != ONE_SHOT, fallback=False, background=handle.background)
 
 
 def engine_for_node(handle: EngineHandle, engine_factory: Callable[[EngineHandle], Engine] = open_engine, *,
@@ -342,7 +343,21 @@ def engine_for_node(handle: EngineHandle, engine_factory: Callable[[EngineHandle
 
 
 def one_shot_handle(handle: EngineHandle) -> EngineHandle:
-    return EngineHandle(handle.engine_path, handle.model_dir, ONE_SHOT, handle.stall_timeout)
+    return EngineHandle(handle.engine_path, handle.model_dir, ONE_SHOT, handle.stall_timeout,
+                        background=handle.background)
+
+
+def with_background(handle: EngineHandle, background: bool) -> EngineHandle:
+    """The engine a node opens, at background priority as its `background` input says (the CLI's
+    --background and the storyboard key reach the same open_engine(background=)). A remote engine
+    renders at its server's priority: asking for it there is refused in the node's words."""
+    if background and handle.mode == REMOTE:
+        from ..runnable import h3bridge_command
+        raise RequestError("background is for a local engine: the remote engine renders at its server's priority",
+                           field="background",
+                           hint=f"set background to false on this node; to render in the background there, start "
+                                f"the server with `{h3bridge_command('serve', '--background')}`")
+    return replace(handle, background=bool(background))
 
 
 # ----------------------------------------------------------------------------- prompt
@@ -890,7 +905,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                  cancel: CancelToken | None = None,
                  on_preview: Callable[[PreviewFrame], None] | None = None,
                  engine_factory: Callable[[EngineHandle], Engine] = open_engine,
-                 takes: int = 1, pick: int = 1, takes_cache: "TakesCache | None" = None) -> GenerateOutputs:
+                 takes: int = 1, pick: int = 1, takes_cache: "TakesCache | None" = None,
+                 pause: PauseControl | None = None) -> GenerateOutputs:
     """Write the inputs to files, build and check the request, run the engine, convert.
 
     takes > 1: the request's takes (seeds from its seed upward, comfy/takes.py), rendered once and
@@ -939,6 +955,8 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             output = new_output_path(output_dir)
             options = dict(overwrite=False, want_frames=want_image, want_audio=True, on_progress=on_progress,
                            cancel=cancel)
+            if pause is not None:       # the frontend's Pause button (comfy/pause.py)
+                options["pause"] = pause
             # library mode (the preview VAE's memory is planned), and remote mode: the previews a
             # server streams (an `h3bridge serve` whose engine makes them; others send none)
             if (handle.previews or handle.mode == REMOTE) and on_preview is not None:
@@ -1001,7 +1019,7 @@ def _node_takes(handle: EngineHandle, request: GenerationRequest, takes: int, ou
     progress = TakesProgress(options.get("on_progress"), takes, on_take=notify)
     done = generate_takes(engine(), request, output, takes=takes, want_frames=False, want_audio=False,
                           on_progress=progress, on_preview=options.get("on_preview"), on_take=progress.start,
-                          cancel=options.get("cancel"))
+                          cancel=options.get("cancel"), pause=options.get("pause"))
     assert done.contact_sheet is not None and done.sheet is not None
     first = done.takes[0]
     rendered = RenderedTakes(tuple(Path(take.video_path) for take in done.takes), tuple(done.seeds),

@@ -41,6 +41,7 @@ from ..geometry import CANVAS_MULTIPLE, FPS, MAX_FRAMES, MAX_PIXELS, MIN_FRAMES
 from . import adapter
 from .hex_nodes import HEX_NODES          # H3 hexagon tiling nodes (h3bridge/hexgrid)
 from .lora_nodes import LORA_NODES        # H3 LoRA (h3bridge/lora)
+from .pause import RUNNING_JOBS, register_pause_routes     # the frontend's Pause button
 from .model_nodes import MODEL_NODES      # H3 Model (a model folder under models/h3)
 from .selftest_node import SELFTEST_NODES  # H3 Selftest (h3bridge/selftest)
 from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
@@ -393,6 +394,11 @@ class H3GenerateNode(io.ComfyNode):
                              tooltip="The take the video, frames and audio outputs carry (1 to takes). Choosing "
                                      "another renders nothing: the takes are kept (keep the seed fixed: its "
                                      "control after generate set to fixed)."),
+                io.Boolean.Input("background", default=False, optional=True, advanced=True,
+                                 tooltip="Render at background priority (Linux: nice 19 and idle I/O; macOS: the "
+                                         "background QoS band), so the machine stays responsive; a warm engine "
+                                         "started at normal priority is lowered and stays so until it restarts. "
+                                         "Local engines only: a remote engine renders at its server's priority."),
             ],
             outputs=[
                 io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio (with takes: the pick)."),
@@ -426,6 +432,7 @@ class H3GenerateNode(io.ComfyNode):
                 **values: Any) -> io.NodeOutput:
         hidden = cls.hidden       # (None when the node is called outside ComfyUI's executor)
         node_id = hidden.unique_id if hidden else None
+        engine = adapter.with_background(engine, bool(values.pop("background", False)))     # this job's engine
         want_image = adapter.output_is_connected(hidden.prompt if hidden else None, node_id, adapter.IMAGE_OUTPUT_INDEX)
         # h3 needs tens of GiB of the Mac's unified memory: models ComfyUI keeps loaded between
         # prompts would push it into swap or the OOM killer, so they go first (reloaded when needed).
@@ -435,15 +442,16 @@ class H3GenerateNode(io.ComfyNode):
         progress, node_text = adapter.node_progress(engine, lambda value, total: bar.update_absolute(value, total),
                                                     notice_on_node(node_id))   # the notice, then the ETA
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
-        outputs = adapter.run_generate(
-            engine, _settings(values, prompt),
-            adapter.GenerateInputs(
-                first_frame=None if first_frame is None else to_numpy(first_frame),
-                last_frame=None if last_frame is None else to_numpy(last_frame),
-                references=references),
-            scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
-            on_progress=progress, on_notice=node_text.notice, cancel=cancel,
-            on_preview=_preview_on_node(bar, progress), takes=takes, pick=pick)
+        with RUNNING_JOBS.job(node_id) as pause:     # the Pause button
+            outputs = adapter.run_generate(
+                engine, _settings(values, prompt),
+                adapter.GenerateInputs(
+                    first_frame=None if first_frame is None else to_numpy(first_frame),
+                    last_frame=None if last_frame is None else to_numpy(last_frame),
+                    references=references),
+                scratch_parent=work_dir("inputs"), output_dir=work_dir("outputs"), want_image=want_image,
+                on_progress=progress, on_notice=node_text.notice, cancel=cancel,
+                on_preview=_preview_on_node(bar, progress), takes=takes, pick=pick, pause=pause)
         progress.finish()
         takes_image = outputs.takes_image if outputs.takes_image is not None else \
             adapter.placeholder_image(outputs.result.width, outputs.result.height)
@@ -581,6 +589,11 @@ class H3BridgeExtension(ComfyExtension):
             adapter.install_termination_cleanup()
         except ValueError:
             pass         # not the main thread: Python allows signal handlers only there
+        try:
+            from server import PromptServer     # ComfyUI's own server: the Pause button's routes
+            register_pause_routes(PromptServer.instance)
+        except (ImportError, AttributeError):
+            pass         # no server (scripted use): nothing to press
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         return [*NODES, *MODEL_NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES, *SELFTEST_NODES]

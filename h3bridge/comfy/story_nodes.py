@@ -23,6 +23,7 @@ from ..story.plan import StoryMemoryError
 from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
 from ..takes import MAX_TAKES
 from . import adapter
+from .pause import RUNNING_JOBS
 from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
 
 IMAGE_OUTPUT_INDEX = 2
@@ -92,6 +93,11 @@ class H3StoryboardNode(io.ComfyNode):
                                 tooltip="The take the film uses of shots with takes, as SHOT=TAKE pairs: 2=3, 4=1 "
                                         "(a shot not named uses take 1). Changing it renders nothing, except a shot "
                                         "that continues (anchor, tail) from a re-picked one."),
+                io.Boolean.Input("background", default=False, optional=True, advanced=True,
+                                 tooltip="Render every shot at background priority (Linux: nice 19 and idle I/O; "
+                                         "macOS: the background QoS band), so the machine stays responsive while "
+                                         "the story renders; a warm engine stays lowered until it restarts. Local "
+                                         "engines only: a remote engine renders at its server's priority."),
             ],
             outputs=[
                 io.Video.Output(display_name="video",
@@ -118,8 +124,10 @@ class H3StoryboardNode(io.ComfyNode):
     @user_facing_errors
     def execute(cls, engine: adapter.EngineHandle, shots: str, preset: str, width: int, height: int, seed: int,
                 crossfade_frames: int = DEFAULT_CROSSFADE_FRAMES, job_name: str = "storyboard",
-                ssd_streaming: bool = False, force: bool = False, takes: int = 1, pick: str = "") -> io.NodeOutput:
+                ssd_streaming: bool = False, force: bool = False, takes: int = 1, pick: str = "",
+                background: bool = False) -> io.NodeOutput:
         hidden = cls.hidden
+        engine = adapter.with_background(engine, background)     # this story's engine
         want_image = adapter.output_is_connected(hidden.prompt if hidden else None,
                                                  hidden.unique_id if hidden else None, IMAGE_OUTPUT_INDEX)
         comfy.model_management.unload_all_models()
@@ -127,18 +135,19 @@ class H3StoryboardNode(io.ComfyNode):
         cancel = CancelToken(check=comfy.model_management.processing_interrupted)
         defaults = {"preset": preset, "width": width, "height": height, "seed": seed,
                     "crossfade_frames": crossfade_frames, "ssd_streaming": bool(ssd_streaming)}
-        try:
-            outputs = render_story_text(
-                shots, defaults, engine=adapter.engine_for_node(engine), jobs_root=stories_folder(),
-                job_name=job_name, want_frames=want_image,
-                on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
-                                                          adapter.PROGRESS_STEPS),
-                on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
-                film_root=films_folder(), takes=takes, picks=pick or "")
-        except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
-            raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
-                                 in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",
-                                 force="set the force input to true") from None
+        with RUNNING_JOBS.job(hidden.unique_id if hidden else None) as pause:     # the Pause button
+            try:
+                outputs = render_story_text(
+                    shots, defaults, engine=adapter.engine_for_node(engine), jobs_root=stories_folder(),
+                    job_name=job_name, want_frames=want_image,
+                    on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
+                                                              adapter.PROGRESS_STEPS),
+                    on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
+                    film_root=films_folder(), takes=takes, picks=pick or "", pause=pause)
+            except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
+                raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
+                                     in_shot="in shot {shot}'s [ ] line (e.g. [39f anchor])",
+                                     force="set the force input to true") from None
         image = (adapter.frames_to_image_batch(outputs.frames) if outputs.frames is not None
                  else adapter.placeholder_image(width, height))
         sheet = None

@@ -23,7 +23,7 @@ def open_engine(kind: EngineKind | str, *, engine_path: PathLike | None = None, 
                 stall_timeout: float | None = 600.0, lock_path: Path | None = None, shared: bool = False,
                 library_path: PathLike | None = None, h3_dir: PathLike | None = None,
                 remote_url: str | None = None, fallback: bool = True,
-                on_fallback: Callable[[UnsupportedRequestError], None] | None = None,
+                on_fallback: Callable[[UnsupportedRequestError], None] | None = None, background: bool = False,
                 **remote_options: Any) -> Engine:
     """The engine of `kind` (an EngineKind or its spelling; ValueError naming the kinds otherwise).
 
@@ -35,10 +35,21 @@ def open_engine(kind: EngineKind | str, *, engine_path: PathLike | None = None, 
     fallback: a session behind its one-shot fallback (FallbackEngine); False: the session alone,
       for a caller that composes its own (ComfyUI's nodes, whose tests give each engine kind).
     on_fallback: told when a session hands a request to its one-shot fallback.
+    background: the local engine's children at background priority (engines/priority.py): the
+      CLI's --background, ComfyUI's `background` input and the storyboard key all come here. A
+      shared engine takes each caller's choice, as its watchdog; one already lowered stays so
+      until its child restarts. A remote engine's priority is its server's (refused here).
     """
     kind, _ = read_engine_kind(kind)
     if kind is EngineKind.REMOTE:
         from .remote import RemoteEngine      # httpx and pydantic: only the remote engine needs them
+        if background:
+            from ..errors import RequestError
+            from ..runnable import h3bridge_command
+            raise RequestError("background priority is for a local engine; a remote engine renders at its "
+                               "server's priority", field="background",
+                               hint=f"start the server with `{h3bridge_command('serve', '--background')}`, and "
+                                    "drop background=True here")
         if not remote_url:
             from ..errors import RequestError
             raise RequestError("the remote engine needs the server's URL", field="remote_url",
@@ -51,25 +62,29 @@ def open_engine(kind: EngineKind | str, *, engine_path: PathLike | None = None, 
         if shared:
             library = shared_library_engine(library_path, model_dir, h3_dir=h3_dir, lock_path=lock_path)
             library.stall_timeout = stall_timeout     # each job's caller decides its watchdog
+            library.background = background          # and its priority
             return library
         return LibraryEngine(library_path, model_dir, h3_dir=h3_dir, stall_timeout=stall_timeout,
-                             lock_path=lock_path)
+                             lock_path=lock_path, background=background)
     from .oneshot import OneShotEngine
     if kind is EngineKind.ONE_SHOT:
-        return OneShotEngine(engine_path, model_dir, stall_timeout=stall_timeout, lock_path=lock_path)
+        return OneShotEngine(engine_path, model_dir, stall_timeout=stall_timeout, lock_path=lock_path,
+                             background=background)
     from .session import SessionEngine, shared_session
     if shared:
         session = shared_session(engine_path, model_dir, lock_path=lock_path)
         session.stall_timeout = stall_timeout
+        session.background = background
     else:
-        session = SessionEngine(engine_path, model_dir, stall_timeout=stall_timeout, lock_path=lock_path)
+        session = SessionEngine(engine_path, model_dir, stall_timeout=stall_timeout, lock_path=lock_path,
+                                background=background)
     if not fallback:
         return session
 
     def one_shot() -> Engine:
-        # the session's own program, model, watchdog and lock: the two never run at once
+        # the session's own program, model, watchdog, lock and priority: the two never run at once
         return OneShotEngine(session.engine_path, session.model_dir, stall_timeout=session.stall_timeout,
-                             lock_path=session.lock_path)
+                             lock_path=session.lock_path, background=session.background)
     return FallbackEngine(session, one_shot, on_fallback=on_fallback)
 
 

@@ -54,6 +54,7 @@ class FallbackEngine:
         self._building = threading.Lock()
         self.on_fallback = on_fallback
         self.last_engine: Engine | None = None      # the engine that ran (or is running) the latest request
+        self._background: bool | None = None        # set here: given to the fallback too, when it is built
 
     @property
     def capabilities(self) -> EngineCapabilities:
@@ -66,7 +67,23 @@ class FallbackEngine:
         with self._building:
             if self._fallback is None:
                 self._fallback = self._make_fallback()
+                if self._background is not None:
+                    self._fallback.background = self._background
             return self._fallback
+
+    @property
+    def background(self) -> bool:
+        """The primary's priority (engines/priority.py)."""
+        return bool(getattr(self.primary, "background", False))
+
+    @background.setter
+    def background(self, on: bool) -> None:
+        """Background priority for both engines: the primary now, the fallback now or when it is built."""
+        self.primary.background = on
+        with self._building:
+            self._background = on
+            if self._fallback is not None:
+                self._fallback.background = on
 
     def __getattr__(self, name: str) -> object:
         # engine_path, model_dir, machine_facts, ...: the primary's (the engine the user chose)

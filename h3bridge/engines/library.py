@@ -136,8 +136,9 @@ class _Worker(EngineChild):
     """One library worker: our messages to its stdin, its messages (read by a thread) in `messages`,
     its stderr (libh3's own prints: cache notices, warnings) through EngineProcess."""
 
-    def __init__(self, argv: list[str], *, cwd: str, env: dict[str, str]) -> None:
-        self.engine = EngineProcess(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def __init__(self, argv: list[str], *, cwd: str, env: dict[str, str], background: bool = False) -> None:
+        self.engine = EngineProcess(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    background=background)
         self.messages: "queue.Queue[tuple[dict[str, Any], bytes | None] | None]" = queue.Queue()
         self.ready: dict[str, Any] | None = None
         self._reader = threading.Thread(target=self._read, name=f"h3-library-worker-{self.pid}", daemon=True)
@@ -235,6 +236,7 @@ class LibraryEngine(WarmEngine):
         idle_timeout: seconds without a job after which the worker exits (memory goes back).
         stall_timeout: kill the worker when a job reports nothing for this long (None: never).
         lock_path, env: the engine lock file; the worker's environment (default ours with FFmpeg pinned).
+        background: run the worker at background priority (engines/priority.py; settable later).
     """
 
     idle_thread_name = "h3-library-idle"
@@ -242,7 +244,7 @@ class LibraryEngine(WarmEngine):
     def __init__(self, library_path: str | os.PathLike[str] | None = None,
                  model_dir: str | os.PathLike[str] | None = None, *, h3_dir: str | os.PathLike[str] | None = None,
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT, stall_timeout: float | None = 600.0,
-                 lock_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+                 lock_path: Path | None = None, env: dict[str, str] | None = None, background: bool = False) -> None:
         self.library_path = locate_library(library_path)
         self.model_dir = locate_model_dir(model_dir)
         self.h3_dir = Path(h3_dir).expanduser().absolute() if h3_dir else self.library_path.resolve().parent
@@ -250,7 +252,7 @@ class LibraryEngine(WarmEngine):
             raise EngineNotFoundError(f"the h3.c folder {self.h3_dir} (h3_dir) does not exist",
                                       hint="give the h3.c checkout the library was built from (it holds "
                                            "h3_shaders.metal, which libh3 compiles at run time)")
-        super().__init__(idle_timeout=idle_timeout, lock_path=lock_path)
+        super().__init__(idle_timeout=idle_timeout, lock_path=lock_path, background=background)
         # True while a failed job left the worker warm and waiting; set and read only under the job guard
         self._worker_idle_after_failure = False
         self.stall_timeout = stall_timeout
@@ -519,7 +521,7 @@ class LibraryEngine(WarmEngine):
         _refuse_special_model_files(self.model_dir)
         argv = [sys.executable, "-m", WORKER_MODULE, str(self.library_path), str(self.model_dir)]
         try:
-            return _Worker(argv, cwd=str(self.h3_dir), env=env)
+            return _Worker(argv, cwd=str(self.h3_dir), env=env, background=self.background)
         except OSError as error:
             raise EngineNotFoundError(f"cannot start the library worker ({sys.executable}): {error.strerror}") from None
 

@@ -117,15 +117,18 @@ class OneShotEngine:
       upstream 8974cc0, so keep this generous on large clips.
     lock_path: the engine lock file (default lock.default_lock_path()); a warm engine's one-shot
       fallback takes the warm engine's, so the two never run at once.
+    background: run each engine at background priority (engines/priority.py).
     """
 
     def __init__(self, engine_path: str | os.PathLike[str] | None = None,
                  model_dir: str | os.PathLike[str] | None = None, *,
-                 stall_timeout: float | None = 600.0, lock_path: Path | None = None) -> None:
+                 stall_timeout: float | None = 600.0, lock_path: Path | None = None,
+                 background: bool = False) -> None:
         self.engine_path = locate_engine(engine_path)
         self.model_dir = locate_model_dir(model_dir)
         self.stall_timeout = stall_timeout
         self.lock_path = lock_path
+        self.background = background
 
     def command(self, request: GenerationRequest, output_arg: str, frames_dir: str | None) -> list[str]:
         """The exact argv for one job (`output_arg` '' means no MP4, as in h3)."""
@@ -220,7 +223,8 @@ class OneShotEngine:
         tracker = ProgressTracker(expected_phases(request, writes_mp4=writes_mp4), child.now())
         try:
             # h3 opens h3_shaders.metal by relative path: run it from its own directory.
-            process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env)
+            process = EngineProcess(argv, cwd=engine_working_directory(self.engine_path), env=env,
+                                    background=self.background)
         except OSError as error:
             if error.errno == errno.E2BIG:    # the prompt is over the system's argument limit
                 raise argument_limit_error(argv, env, request.prompt) from None

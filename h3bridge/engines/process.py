@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
+from .priority import lower_to_background
+
 # SIGTERM first so h3/FFmpeg can exit on their own; SIGKILL after this many seconds.
 # Kept short so a cancel always completes well within a second.
 TERMINATE_GRACE_SECONDS = 0.4
@@ -136,7 +138,9 @@ class EngineProcess:
 
     def __init__(self, argv: Sequence[str], *, cwd: Path | str | None = None,
                  env: Mapping[str, str] | None = None, stdin: int | IO[bytes] | None = subprocess.DEVNULL,
-                 stdout: int | IO[bytes] | None = subprocess.DEVNULL) -> None:
+                 stdout: int | IO[bytes] | None = subprocess.DEVNULL, background: bool = False) -> None:
+        """`background`: lowered to background priority right after the spawn (priority.py), so what
+        it spawns (FFmpeg) inherits it."""
         self.argv = [str(a) for a in argv]
         self.pieces: queue.Queue[StderrPiece | None] = queue.Queue()   # None marks stderr EOF
         self._chunks: list[str] = []
@@ -147,6 +151,8 @@ class EngineProcess:
             stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         # start_new_session makes the child a session and group leader: pgid == pid.
         self.pgid = self.popen.pid
+        if background:
+            lower_to_background(self.pid)
         with _live_engines_lock:
             _live_engines.add(self)
         self.started = time.monotonic()

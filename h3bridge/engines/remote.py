@@ -15,7 +15,6 @@ holds its own.
 """
 from __future__ import annotations
 
-import logging
 import mimetypes
 import os
 import threading
@@ -48,6 +47,7 @@ from .child import JobClock
 from .job import Rendered, open_job, run_job
 from .output import JobFiles
 from .protocol import EngineCapabilities
+from .remote_pause import follow_pause
 from .remote_events import QUEUED_PHASE, RUNNING_PHASE, StreamUnavailable, follow_events
 
 POLL_SECONDS = 0.25           # between status polls; a cancel interrupts the wait at once
@@ -84,9 +84,6 @@ def _key_hint() -> str:
     return (f"set {API_KEY_ENV} in the environment to the server's key (the one "
             f"`{h3bridge_command('serve', '--api-key', 'KEY')}` was given, or its environment); it is never "
             "taken as a flag")
-
-
-_log = logging.getLogger("h3bridge.remote")
 
 
 def normalise_base_url(base_url: str) -> str:
@@ -174,7 +171,6 @@ class RemoteEngine:
         self._events_offered: bool | None = None     # whether the server has event streams (None: not asked yet)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()     # one client for the threads of a parallel story
-        self._pause_warned: set[str] = set()     # jobs whose pause the server could not take (pause_job)
 
     def __repr__(self) -> str:       # never the key
         shown = "" if self.dialect is Dialect.H3BRIDGE else f", dialect={self.dialect.value!r}"
@@ -221,8 +217,8 @@ class RemoteEngine:
         engine makes them); other servers send none. Cancelling deletes the server's job
         (`DELETE`) and raises GenerationCancelled. `adoption` (JobAdoption) makes a run that
         resumes after a kill follow the job it submitted before instead of paying for it twice.
-        `pause` is passed on to the server's job through `pause_job` while it runs, and the
-        result's timings leave the paused time out.
+        `pause` pauses and resumes the server's job while it runs (`POST .../pause` and `/resume`,
+        remote_pause.follow_pause), and the result's timings leave the paused time out.
 
         Raises RequestError (a bad request, refused here or by the server with its words),
         OutputExistsError, RemoteAuthError (401/403), RemoteUnreachableError (no server at the
@@ -246,15 +242,13 @@ class RemoteEngine:
                 if adoption is not None and adoption.on_submitted is not None:
                     adoption.on_submitted(job.id)
             job_id = job.id
-            remove_listener = None if pause is None else pause.on_change(
-                lambda paused: self.pause_job(job.id, paused))
+            stop_following = follow_pause(self, job.id, pause)     # pause(): POST .../pause (remote_pause.py)
             try:
                 job = self._follow(job, started, on_progress, on_preview, cancel)
                 if mp4 is not None:
                     self._download(job.id, mp4, started, on_progress, cancel)
             finally:
-                if remove_listener is not None:
-                    remove_listener()
+                stop_following()
             return Rendered(timings={"total": clock.now() - clock_started},
                             command=[f"POST {self.base_url}{VIDEOS_PATH}", f"job {job.id}"], seed=job.seed,
                             read_frames=None if mp4 is None else
@@ -267,16 +261,6 @@ class RemoteEngine:
                 raise GenerationCancelled(f"generation cancelled; the server at {self.base_url} did not confirm "
                                           f"deleting job {job_id}, which may still be running there") from None
             raise
-
-    def pause_job(self, job_id: str, paused: bool) -> None:
-        """Pause (`paused`) or resume the server's job `job_id`, from the thread that paused.
-
-        The hook for the server's pause (issue 31: `POST /v1/videos/{id}/pause` and `/resume`,
-        server/app.py); until a server offers it, the job keeps running there and this says so once."""
-        if paused and job_id not in self._pause_warned:
-            self._pause_warned.add(job_id)
-            _log.warning("h3bridge: the server at %s cannot pause job %s yet; it keeps running there",
-                         self.base_url, job_id)
 
     # ------------------------------------------------------------------ HTTP
 

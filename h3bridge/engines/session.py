@@ -391,12 +391,14 @@ class _SessionProcess(EngineChild):
 
     quit_grace = QUIT_GRACE
 
-    def __init__(self, argv: list[str], *, cwd: str | None, env: dict[str, str] | None) -> None:
+    def __init__(self, argv: list[str], *, cwd: str | None, env: dict[str, str] | None,
+                 background: bool = False) -> None:
         self.events: "queue.Queue[_Event]" = queue.Queue()
         master, slave = pty.openpty()
         tty.setraw(slave)   # no \n -> \r\n rewriting, no echo
         try:
-            self.engine = EngineProcess(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=slave)
+            self.engine = EngineProcess(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=slave,
+                                        background=background)
         except BaseException:
             os.close(master)
             raise
@@ -557,16 +559,17 @@ class SessionEngine(WarmEngine):
         env, cwd: the child's environment and working directory (default: ours with FFmpeg
             pinned, as one-shot; and the engine binary's directory, because upstream opens
             `h3_shaders.metal` relative to it).
+        background: run the child at background priority (engines/priority.py; settable later).
     """
 
     def __init__(self, engine_path: Path | str | None = None, model_dir: Path | str | None = None, *,
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT, join_prompt_lines: bool = False,
                  stall_timeout: float | None = 600.0, lock_path: Path | None = None,
-                 env: dict[str, str] | None = None, cwd: Path | str | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | str | None = None, background: bool = False) -> None:
         # Located exactly as the one-shot engine does (H3_BIN / PATH, H3_MODEL_DIR).
         self.engine_path = locate_engine(engine_path)
         self.model_dir = locate_model_dir(model_dir)
-        super().__init__(idle_timeout=idle_timeout, lock_path=lock_path)
+        super().__init__(idle_timeout=idle_timeout, lock_path=lock_path, background=background)
         self.join_prompt_lines = join_prompt_lines
         self.stall_timeout = stall_timeout
         self.env = env
@@ -745,7 +748,7 @@ class SessionEngine(WarmEngine):
             cwd = str(self.cwd) if self.cwd is not None else str(engine_working_directory(self.engine_path))
             self._session_dirs_before = own_session_dirs()
             try:
-                self._process = _SessionProcess(argv, cwd=cwd, env=env)
+                self._process = _SessionProcess(argv, cwd=cwd, env=env, background=self.background)
             except OSError as error:
                 raise EngineNotFoundError(f"cannot start the engine {argv[0]}: {error.strerror}") from None
             job.child.attach(self._process.pgid)      # paused while it loads, too

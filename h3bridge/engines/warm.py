@@ -53,8 +53,10 @@ class WarmEngine:
     #: the idle timer thread's name, for debugging a host's threads
     idle_thread_name = "h3-warm-idle"
 
-    def __init__(self, *, idle_timeout: float = DEFAULT_IDLE_TIMEOUT, lock_path: Path | None = None) -> None:
+    def __init__(self, *, idle_timeout: float = DEFAULT_IDLE_TIMEOUT, lock_path: Path | None = None,
+                 background: bool = False) -> None:
         self.idle_timeout = idle_timeout
+        self._background = background
         self._lock = EngineLock(lock_path)
         self._guard = threading.Lock()          # one job (or start/stop) at a time
         self._hook_id: int | None = None
@@ -87,6 +89,22 @@ class WarmEngine:
     @property
     def running(self) -> bool:
         return self.pid is not None
+
+    @property
+    def background(self) -> bool:
+        """Whether the child runs at background priority (engines/priority.py)."""
+        return self._background
+
+    @background.setter
+    def background(self, on: bool) -> None:
+        """Children started from now on run at background priority (`on`) or at normal priority;
+        turning it on lowers the running child too (a warm engine started at normal priority). A
+        lowered child stays so until it is restarted (a priority cannot be raised back)."""
+        self._background = bool(on)
+        pid = self.pid
+        if on and pid is not None:
+            from .priority import lower_group
+            lower_group(pid)
 
     def _stop_engine(self, *, graceful: bool) -> None:
         """Stop the child (politely if `graceful` and it still answers) and forget its state.

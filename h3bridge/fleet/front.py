@@ -156,7 +156,7 @@ class ServerWorker(Worker):
                     self._abandoned.remove(job_id)
         return up
 
-    def run_engine(self, job_id: str, request, output, *, on_progress, cancel, **previews) -> None:
+    def run_engine(self, job_id: str, request, output, *, on_progress, cancel, pause, **previews) -> None:
         placed = self.store.placement(job_id)
         # handed to this server before the front's restart: followed there, not rendered again
         earlier = placed[1] if placed is not None and placed[0] == self.url else None
@@ -170,7 +170,7 @@ class ServerWorker(Worker):
             # The front's job id is also the Idempotency-Key: sent again (the front killed between
             # the server's answer and the placement's commit), the server hands that job back.
             self.engine.generate(request, output, overwrite=False, want_frames=False, want_audio=False,
-                                 on_progress=on_progress, cancel=cancel,
+                                 on_progress=on_progress, cancel=cancel, pause=pause,
                                  adoption=JobAdoption(key=job_id, job_id=earlier, on_submitted=submitted), **previews)
         except RemoteUnreachableError as error:
             self._up = False
@@ -239,6 +239,13 @@ class FleetWorkers:
                 owner.abandon(placed[1])       # deleted there once it answers again
             self.store.unplace(job_id)
         return running
+
+    def set_paused(self, job_id: str, paused: bool) -> bool:
+        """Pause or resume the job on the server that runs it (RemoteEngine passes it on there:
+        POST .../pause, .../resume); True if a server runs it."""
+        with self._guard:
+            workers = list(self._workers.values()) + self._retired
+        return any(worker.set_paused(job_id, paused) for worker in workers)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping.set()

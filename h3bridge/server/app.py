@@ -10,6 +10,8 @@ answers.py. The bind checks below run before the app is made (cli/serve.py).
     GET    /v1/videos/{id}          the job: status, progress 0-100, error
     GET    /v1/videos/{id}/content  the MP4, once completed
     GET    /v1/videos/{id}/events   the job's progress as server-sent events (event_stream.py)
+    POST   /v1/videos/{id}/pause    stop its engine where it is (memory resident); queued jobs wait
+    POST   /v1/videos/{id}/resume   continue it
     DELETE /v1/videos/{id}          cancel (a running job's engine is stopped) and delete its files
     GET    /health                  readiness (no key needed; says nothing about jobs)
 

@@ -691,6 +691,8 @@ def _sglang_seconds(job: VideoJob) -> str:
 def job_body(job: VideoJob, dialect: Dialect) -> dict[str, Any]:
     """The job object as `dialect`'s clients read it (h3bridge's own fields kept beside)."""
     body = job.model_dump(mode="json")
+    if dialect is not Dialect.H3BRIDGE and job.status is JobStatus.PAUSED:
+        body["status"] = JobStatus.IN_PROGRESS.value     # the peers' clients know only the OpenAI four
     if dialect is Dialect.VLLM_OMNI:
         # vllm_omni protocol/videos.py VideoResponse: seconds is whole seconds ("^[1-9]\d*$").
         body.update(seconds=_whole_seconds(job), quality="lossless", media_type="video/mp4",

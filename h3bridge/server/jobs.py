@@ -108,6 +108,10 @@ def is_job_id(text: str) -> bool:
     return text.startswith(ID_PREFIX) and len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
 
 
+# A job the worker holds: running, or running and paused (its engine stopped where it was).
+RUNNING = (JobStatus.IN_PROGRESS, JobStatus.PAUSED)
+
+
 @dataclass(frozen=True)
 class StoredJob:
     id: str
@@ -126,7 +130,7 @@ class StoredJob:
     def video_job(self) -> VideoJob:
         return VideoJob(id=self.id, created_at=self.created_at, completed_at=self.completed_at,
                         model=self.model, status=self.status, progress=self.progress, error=self.error,
-                        phase=self.phase if self.status is JobStatus.IN_PROGRESS else None, **self.shape)
+                        phase=self.phase if self.status in RUNNING else None, **self.shape)
 
 
 class JobStore:
@@ -242,8 +246,8 @@ class JobStore:
         # Unfinished jobs less the one the worker runs (or is about to take): counting only the
         # `queued` rows would make the bound depend on whether the worker has picked up the job
         # submitted a moment ago, and a burst of submissions would see a server hold one job fewer.
-        unfinished = self._db.execute("SELECT COUNT(*) FROM jobs WHERE status IN (?, ?)",
-                                      (JobStatus.QUEUED.value, JobStatus.IN_PROGRESS.value)).fetchone()[0]
+        unfinished = self._db.execute("SELECT COUNT(*) FROM jobs WHERE status IN (?, ?, ?)",
+                                      (JobStatus.QUEUED.value, *(status.value for status in RUNNING))).fetchone()[0]
         waiting = max(unfinished - 1, 0)
         if unfinished > max_queued:
             raise QueueFullError(f"this server's queue is full: {waiting} jobs wait (its --max-queued is {max_queued})",
@@ -322,6 +326,15 @@ class JobStore:
             self._db.execute("UPDATE jobs SET progress = ?, phase = ? WHERE id = ? AND status = ?",
                              (progress, phase, job_id, JobStatus.IN_PROGRESS.value))
 
+    def set_paused(self, job_id: str, paused: bool) -> bool:
+        """Running <-> paused (the worker has stopped or continued its engine); False if the job is
+        not in the state it leaves (finished meanwhile, deleted, or already so)."""
+        before, after = (JobStatus.IN_PROGRESS, JobStatus.PAUSED) if paused else (JobStatus.PAUSED, JobStatus.IN_PROGRESS)
+        with self._guard:
+            cursor = self._db.execute("UPDATE jobs SET status = ? WHERE id = ? AND status = ?",
+                                      (after.value, job_id, before.value))
+        return cursor.rowcount == 1
+
     def complete(self, job_id: str) -> None:
         with self._guard:
             self._db.execute("UPDATE jobs SET status = ?, progress = 100, phase = NULL, completed_at = ? "
@@ -336,8 +349,8 @@ class JobStore:
         """Back in the queue (the server is stopping with the job unfinished: it runs after the restart)."""
         with self._guard:
             self._db.execute("UPDATE jobs SET status = ?, progress = 0, phase = NULL, attempts = MAX(attempts - 1, 0) "
-                             "WHERE id = ? AND status = ?",
-                             (JobStatus.QUEUED.value, job_id, JobStatus.IN_PROGRESS.value))
+                             "WHERE id = ? AND status IN (?, ?)",
+                             (JobStatus.QUEUED.value, job_id, *(status.value for status in RUNNING)))
 
     def remove(self, job_id: str) -> bool:
         """Forget the job (committed first, so a crash before its folder is gone leaves only scratch
@@ -362,8 +375,8 @@ class JobStore:
         Returns what was done, one line per job, for the log."""
         notes: list[str] = []
         with self._guard:
-            running = [_job(row) for row in self._db.execute("SELECT * FROM jobs WHERE status = ?",
-                                                             (JobStatus.IN_PROGRESS.value,))]
+            running = [_job(row) for row in self._db.execute("SELECT * FROM jobs WHERE status IN (?, ?)",
+                                                             tuple(status.value for status in RUNNING))]
             known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
         for job in running:
             if self.video_path(job.id).is_file():

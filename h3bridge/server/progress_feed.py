@@ -56,8 +56,9 @@ class ProgressHub:
 
     # ------------------------------------------------------------------ publishing (worker thread)
 
-    def progress(self, job_id: str, event: ProgressEvent, *, progress: int) -> None:
-        data = ProgressData(id=job_id, status=JobStatus.IN_PROGRESS, phase=event.phase, done=event.done,
+    def progress(self, job_id: str, event: ProgressEvent, *, progress: int,
+                 status: JobStatus = JobStatus.IN_PROGRESS) -> None:
+        data = ProgressData(id=job_id, status=status, phase=event.phase, done=event.done,
                             total=event.total, fraction=event.fraction, progress=progress, eta=event.eta,
                             elapsed=event.elapsed)
         self._publish(job_id, PROGRESS_EVENT, data.model_dump_json())

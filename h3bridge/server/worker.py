@@ -4,22 +4,24 @@ on the same Mac and the server never load two models.
 
 The worker owns the running job's CancelToken: `cancel(job_id)` (a DELETE, or the server
 stopping) stops the engine's process group within the engine loop's poll (50 ms) and no clip
-is published. A job's state changes are committed before anything depends on them: `start`
+is published. It owns its PauseControl too: `set_paused(job_id, ...)` (POST .../pause, .../resume)
+stops or continues the engine where it is; the jobs queued behind it wait, as they wait behind any
+running job, and the event stream says `paused` (status and phase) until it runs again. A job's state changes are committed before anything depends on them: `start`
 before the engine starts, `complete` after the engine published the clip.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..engines.protocol import Engine
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
-from ..progress import PreviewFrame, ProgressEvent
+from ..progress import PAUSED_PHASE, PreviewFrame, ProgressEvent
 from .jobs import JobStore, StoredJob
 from .progress_feed import ProgressHub
-from ..wire.videos import ErrorCode, VideoError, http_words, progress_percent
+from ..wire.videos import ErrorCode, JobStatus, VideoError, http_words, progress_percent
 
 _log = logging.getLogger("h3bridge.serve")
 NOT_READY_WAIT = 1.0      # seconds between looks at an engine that is not ready to take a job
@@ -35,6 +37,8 @@ class _Running:
     job_id: str
     cancel: CancelToken
     done: threading.Event
+    pause: PauseControl = field(default_factory=PauseControl)
+    last: ProgressEvent | None = None       # the engine's newest real event (told again on resume)
 
 
 class Worker:
@@ -84,8 +88,29 @@ class Worker:
         if running is None:
             return False
         running.cancel.cancel()
+        running.pause.resume()          # after the cancel: a paused engine wakes up to stop
         running.done.wait(timeout)
         return True
+
+    def set_paused(self, job_id: str, paused: bool) -> bool:
+        """Pause (its engine's process group stopped where it is, memory resident) or resume the
+        running job `job_id`; True if it is the running one (pausing a paused job is no change)."""
+        with self._wake:        # the job cannot end and another start meanwhile
+            running = self._running if self._running is not None and self._running.job_id == job_id else None
+            if running is None:
+                return False
+            changed = running.pause.pause() if paused else running.pause.resume()
+            if changed and self.store.set_paused(job_id, paused):
+                self._announce(running, paused)
+        return True
+
+    def _announce(self, running: _Running, paused: bool) -> None:
+        """The event stream hears the pause (status and phase `paused`, where it was in `detail`)
+        and, on resume, the engine's last event again."""
+        last = running.last or ProgressEvent("starting", 0, 0, 0.0, 0.0)
+        event = replace(last, phase=PAUSED_PHASE, eta=None, detail=last.phase) if paused else last
+        self.events.progress(running.job_id, event, progress=progress_percent(last.fraction),
+                             status=JobStatus.PAUSED if paused else JobStatus.IN_PROGRESS)
 
     def ready(self) -> bool:
         """Whether the engine can take a job now (a local engine always can; a fleet's server may be
@@ -96,10 +121,12 @@ class Worker:
         """The job this worker takes next: the oldest queued one (a fleet's worker may prefer others)."""
         return self.store.next_queued()
 
-    def run_engine(self, job_id: str, request, output, *, on_progress, cancel: CancelToken, **previews) -> None:
-        """Render the job's clip into `output`; raises NotTaken when the engine never took it."""
+    def run_engine(self, job_id: str, request, output, *, on_progress, cancel: CancelToken, pause: PauseControl,
+                   **previews) -> None:
+        """Render the job's clip into `output`, stopping where it is while `pause` is paused; raises
+        NotTaken when the engine never took it."""
         self.engine.generate(request, output, overwrite=False, want_frames=False, want_audio=False,
-                             on_progress=on_progress, cancel=cancel, **previews)
+                             on_progress=on_progress, cancel=cancel, pause=pause, **previews)
 
     # ------------------------------------------------------------------ the loop
 
@@ -118,7 +145,7 @@ class Worker:
                 self._running = running
             try:
                 if self.store.start(job.id):
-                    self._run(job.id, running.cancel)
+                    self._run(job.id, running)
             except Exception:       # a bug here must not stop the queue
                 _log.exception("h3bridge serve: job %s", job.id)
             finally:
@@ -126,13 +153,16 @@ class Worker:
                     self._running = None
                 running.done.set()
 
-    def _run(self, job_id: str, cancel: CancelToken) -> None:
+    def _run(self, job_id: str, running: _Running) -> None:
         job = self.store.get(job_id)
         if job is None:
             return
         last: list[tuple[int, str]] = [(-1, "")]
 
         def on_progress(event: ProgressEvent) -> None:
+            if event.phase == PAUSED_PHASE:     # set_paused has told the stream already
+                return
+            running.last = event
             report = (progress_percent(event.fraction), event.phase)
             if report != last[0]:
                 last[0] = report
@@ -145,8 +175,8 @@ class Worker:
         try:
             request = self.store.request_of(job).validate()
             previews = {"on_preview": on_preview} if self.previews and self.engine.capabilities.previews else {}
-            self.run_engine(job_id, request, self.store.video_path(job_id), on_progress=on_progress, cancel=cancel,
-                            **previews)
+            self.run_engine(job_id, request, self.store.video_path(job_id), on_progress=on_progress,
+                            cancel=running.cancel, pause=running.pause, **previews)
         except NotTaken:
             self.store.requeue(job_id)
             return

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..engines.protocol import Engine
 from ..errors import RequestError
 from .assemble import film_arrays
@@ -85,7 +85,8 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
                       on_progress: StoryProgressCallback | None = None,
                       on_notice: Callable[[str], None] | None = None,
                       cancel: CancelToken | None = None, force: bool = False,
-                      film_root: Path | None = None, takes: int = 1, picks: str = "") -> HostStoryOutputs:
+                      film_root: Path | None = None, takes: int = 1, picks: str = "",
+                      pause: PauseControl | None = None) -> HostStoryOutputs:
     """`film_root`: where the film is assembled (default: beside the job folder). A host that saves
     the film itself (ComfyUI's Save Video) gives its temporary folder, so the film is kept once.
     `takes`: every shot's takes (a shot's [takes=N] wins); `picks`: "2=3, 4=1", the take the film
@@ -100,7 +101,8 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
     chosen = {index: chosen.get(index, 1) for index in range(1, len(storyboard.shots) + 1)
               if storyboard.takes_for(index) > 1 or index in chosen}
     result = run_story(storyboard, film, engine=engine, fallback=fallback, job_dir=folder,
-                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force, picks=chosen)
+                       on_progress=on_progress, on_notice=on_notice, cancel=cancel, force=force, picks=chosen,
+                       pause=pause)
     first = storyboard.base_request(1)
     frames, audio = film_arrays(result.pieces, first.width, first.height, want_frames=want_frames, cancel=cancel)
     summary = (f"{len(result.shots)} shots, {result.film_frames} frames ({result.film_frames / 24:.1f} s) "

@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, PauseControl
 from ..engines.fallback import choose_engine
 from ..engines.protocol import Engine
 from ..errors import GenerationCancelled, OutputExistsError, RemoteError, RequestError
@@ -119,6 +119,7 @@ class StoryResult:
     assembled: bool = False           # False: the film on disk was already up to date
     wall_seconds: float = 0.0
     pieces: list[FilmPiece] = field(default_factory=list)   # the shots as the film uses them (assemble.film_arrays)
+    stopped_after_shot: int | None = None    # stop_after_shot: the shot it stopped after (no film yet)
 
     @property
     def rendered(self) -> int:
@@ -135,6 +136,7 @@ class StoryResult:
                 "film_samples": self.film_samples, "assembled": self.assembled,
                 "rendered": self.rendered, "reused": len(self.shots) - self.rendered,
                 "rendered_takes": self.rendered_takes, "wall_seconds": self.wall_seconds,
+                "stopped_after_shot": self.stopped_after_shot,
                 "chapters": [{"start_frame": a, "end_frame": b, "title": t} for a, b, t in self.chapters],
                 "shots": [{**asdict(shot), "video_path": str(shot.video_path),
                            "takes": [{**asdict(take), "video_path": str(take.video_path)} for take in shot.takes]}
@@ -147,11 +149,13 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
               overwrite: bool = False, force: bool = False, storyboard_path: str | None = None,
               on_progress: StoryProgressCallback | None = None, on_notice: Callable[[str], None] | None = None,
               cancel: CancelToken | None = None, parallel: int = 1,
-              picks: Mapping[int, int] | None = None) -> StoryResult:
+              picks: Mapping[int, int] | None = None, stop_after_shot: threading.Event | None = None,
+              pause: PauseControl | None = None) -> StoryResult:
     """Render `storyboard` into `output` (an MP4), resuming what its job directory holds.
 
     engine: any Engine; None means the warm session for $H3_BIN / $H3_MODEL_DIR (shared_session),
-      with a one-shot fallback for shots it cannot take.
+      with a one-shot fallback for shots it cannot take. The storyboard's `background = true` puts a
+      local engine at background priority (engines/priority.py; a warm one stays so until it restarts).
     redo: re-roll shot `redo` (with `redo_seed`, else a new random seed) and whatever continues from it.
     only: render shots 1..only and stop (no film unless that is every shot).
     overwrite: replace an `output` this job did not write (the film it wrote itself is replaced
@@ -164,6 +168,11 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     picks: shot -> the take the film uses, for shots with `takes` (kept in the job folder for later
       runs; default the first take). Every take is kept; picking another renders nothing, except a
       shot that continues from the re-picked one (its start frame changed).
+    stop_after_shot: once set (before the start, or from any thread while a shot renders), the story
+      stops after the shot it is rendering (every shot in flight, with `parallel`): that shot is
+      finished and kept, nothing else starts, and no film is made; running it again resumes from
+      there. Unlike pausing, this frees the engine's memory.
+    pause: pausing it stops the engine where it is (every shot in flight); resume goes on.
     Everything the plan can refuse is refused before the first shot starts.
     """
     started = time.monotonic()
@@ -171,7 +180,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     notice = on_notice or (lambda text: None)
     if engine is None:      # the warm session for $H3_BIN / $H3_MODEL_DIR, falling back to one-shot
         from ..engines.factory import open_engine
-        engine = open_engine(EngineKind.SESSION, shared=True)
+        engine = open_engine(EngineKind.SESSION, shared=True, background=storyboard.background)
     elif fallback is not None:
         from ..engines.fallback import FallbackEngine
         engine = FallbackEngine(engine, lambda: fallback)
@@ -188,6 +197,13 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     if redo_seed is not None and redo is None:
         raise RequestError("redo_seed is only for a shot being re-rolled", field="redo_seed",
                            hint="give the shot too (redo=N)")
+    if storyboard.background:        # the story's engine at background priority (engines/priority.py)
+        if engine.capabilities.remote:
+            from ..runnable import h3bridge_command
+            notice("background = true: a remote engine renders at its server's priority; the story renders "
+                   f"there as the server runs (`{h3bridge_command('serve', '--background')}` there lowers it)")
+        else:
+            engine.background = True
     model_dir = getattr(engine, "model_dir", None)
     last = only if only is not None else count
     new_seed = (redo_seed if redo_seed is not None else secrets.randbits(32)) if redo is not None else None
@@ -227,7 +243,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
         manifest.picks = {shot.index: shot.pick for shot in plan.shots if shot.pick != 1}
         manifest.storyboard = storyboard_path or manifest.storyboard
         runner = _Runner(plan, jobs, manifest, engine, on_progress, notice, cancel, started, last,
-                         parallel)
+                         parallel, stop_after_shot, pause)
         try:
             outcomes = runner.render_shots()
         except BaseException:
@@ -235,14 +251,16 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             raise
         result = StoryResult(None, folder, outcomes, sum(plan.shot(o.index).request.frame_count
                                                           - plan.shot(o.index).dropped_frames for o in outcomes), 0)
-        if output_path is not None and last == count:
+        if len(outcomes) < last:        # stop_after_shot: the rest, and the film, come with the next run
+            result.stopped_after_shot = max((o.index for o in outcomes if not o.reused), default=None)
+        elif output_path is not None and last == count:
             film = runner.assemble(output_path, overwrite)
             result.output, result.assembled = output_path, film is not None
             record = manifest.film
             assert record is not None
             result.film_frames, result.film_samples = record.frames, record.samples
             result.chapters = film.chapters if film is not None else _chapters_of(plan)
-        result.pieces = _pieces(plan, manifest.shots, folder)[:last]
+        result.pieces = _pieces(plan, manifest.shots, folder)[:len(outcomes)]
         result.wall_seconds = time.monotonic() - started
         return result
 
@@ -333,11 +351,14 @@ class _Runner:
     def __init__(self, plan: StoryPlan, jobs: JobDir, manifest: Manifest, engine: Engine,
                  on_progress: StoryProgressCallback | None,
                  notice: Callable[[str], None], cancel: CancelToken | None, started: float, last: int,
-                 parallel: int = 1) -> None:
+                 parallel: int = 1, stop_after_shot: threading.Event | None = None,
+                 pause: PauseControl | None = None) -> None:
         self.plan, self.jobs, self.manifest = plan, jobs, manifest
         self.engine = engine
         self.on_progress, self._notice, self.cancel = on_progress, notice, cancel
         self.started, self.last, self.parallel = started, last, parallel
+        self.stop_after_shot, self.pause = stop_after_shot or threading.Event(), pause
+        self.rendered_any = threading.Event()      # a shot was rendered (not kept) by this run
         self.weights = {shot.index: shot.request.frame_count * shot.request.steps for shot in plan.shots}
         self.to_render: list[int] = []
         self.takes_to_render: dict[int, int] = {}        # per shot in to_render: its takes to render
@@ -443,8 +464,17 @@ class _Runner:
         self.total_weight = sum(self.weights[i] * self.takes_to_render[i] for i in self.to_render) or 1.0
         chains = story_chains(self.plan.shots[:self.last])
         if self.parallel == 1 or len(chains) == 1:
-            return [self._take(shot, self.cancel) for shot in self.plan.shots[:self.last]]
+            return self._render_chain(self.plan.shots[:self.last], self.cancel)
         return self._render_chains(chains)
+
+    def _render_chain(self, chain: list[PlannedShot], cancel: CancelToken | None) -> list[ShotOutcome]:
+        """The shots one after another, up to the one rendering when `stop_after_shot` is set."""
+        outcomes: list[ShotOutcome] = []
+        for shot in chain:
+            if outcomes and self.stop_after_shot.is_set() and any(not o.reused for o in outcomes):
+                break
+            outcomes.append(self._take(shot, cancel))
+        return outcomes
 
     def _render_chains(self, chains: list[list[PlannedShot]]) -> list[ShotOutcome]:
         """Up to `parallel` chains at once, each shot after shot in its own thread. The first
@@ -457,7 +487,7 @@ class _Runner:
         def render_chain(chain: list[PlannedShot]) -> None:
             try:
                 for shot in chain:
-                    if stop.cancelled:
+                    if stop.cancelled or (self.stop_after_shot.is_set() and self.rendered_any.is_set()):
                         return
                     outcomes[shot.index] = self._take(shot, stop)
             except BaseException as error:      # noqa: BLE001 - raised below, in the caller's thread
@@ -573,7 +603,7 @@ class _Runner:
             remove_quietly(leftover)
         request = continued_request(shot, *self._continuity_inputs(shot))
         engine = self._engine_for(request)
-        began = time.monotonic()
+        began, paused_before = time.monotonic(), self._paused_seconds()
 
         def progress(event: ProgressEvent) -> None:
             if not engine.capabilities.remote:     # (a server's progress comes after it accepted the job)
@@ -581,8 +611,9 @@ class _Runner:
             self._report(shot.index, event.phase, event.fraction, event)
 
         try:
+            paused = {"pause": self.pause} if self.pause is not None else {}
             result = engine.generate(request, video, want_frames=True, want_audio=True, on_progress=progress,
-                                     cancel=cancel, **self._adoption(shot, engine))
+                                     cancel=cancel, **paused, **self._adoption(shot, engine))
         except BaseException as error:
             with self._report_lock:
                 self.in_flight.pop(shot.index, None)
@@ -595,7 +626,8 @@ class _Runner:
         assert frames is not None and audio is not None
         from ..media.references import write_png
         write_png(frames[-1], last_frame)
-        seconds = time.monotonic() - began
+        # (paused time is no time the shot took: its record, and the story's ETA, leave it out)
+        seconds = time.monotonic() - began - (self._paused_seconds() - paused_before)
         record = ShotRecord(
             index=shot.index, key=shot.key, seed=request.seed, video=video.name, video_sha256=file_sha256(video),
             last_frame=last_frame.name, last_frame_sha256=file_sha256(last_frame),
@@ -608,6 +640,7 @@ class _Runner:
             wall_seconds=seconds)
         record.continued_from = self._continued_from(shot, self.manifest.shots) if shot.continues else ""
         self._record(record, in_film=in_film)      # the take is finished from here on
+        self.rendered_any.set()
         with self._report_lock:
             self.done_weight += self.weights[shot.index]
             self.takes_to_render[shot.index] = self.takes_to_render.get(shot.index, 1) - 1
@@ -616,6 +649,9 @@ class _Runner:
         outcome = ShotOutcome(shot.index, video, request.seed, record.frame_count, False, seconds, reason, pick=shot.pick)
         outcome.takes = [TakeOutcome(shot.pick, request.seed, video, False)]
         return outcome
+
+    def _paused_seconds(self) -> float:
+        return self.pause.paused_seconds() if self.pause is not None else 0.0
 
     def _continuity_inputs(self, shot: PlannedShot) -> tuple[Path | None, Path | None]:
         if not shot.continues:

@@ -54,7 +54,7 @@ class Continuation(str, enum.Enum):
 # Request fields a story or a shot may set (the continuation inputs are the runner's).
 REQUEST_KEYS = tuple(f.name for f in fields(GenerationRequest) if f.name not in ("prompt", "references"))
 PATH_KEYS = ("first_frame", "last_frame")
-STORY_KEYS = ("tail_seconds", "crossfade_frames", "crossfade_cuts", "title", "takes")
+STORY_KEYS = ("tail_seconds", "crossfade_frames", "crossfade_cuts", "title", "takes", "background")
 SHOT_KEYS = ("prompt", "continue", "tail_seconds", "references", "preset", "takes", *REQUEST_KEYS)
 DEFAULT_TAKES = 1
 
@@ -81,6 +81,7 @@ class Storyboard:
     crossfade_cuts: bool = True                        # False: hard audio joins at `cut`s
     title: str = ""
     takes: int = DEFAULT_TAKES                         # takes of every shot that does not say its own
+    background: bool = False        # the engine at background priority (engines/priority.py; --background)
 
     # ------------------------------------------------------------------ reading
 
@@ -145,7 +146,7 @@ class Storyboard:
                     tail_seconds=data.get("tail_seconds", DEFAULT_TAIL_SECONDS),
                     crossfade_frames=data.get("crossfade_frames", DEFAULT_CROSSFADE_FRAMES),
                     crossfade_cuts=data.get("crossfade_cuts", True), title=data.get("title", ""),
-                    takes=data.get("takes", DEFAULT_TAKES))
+                    takes=data.get("takes", DEFAULT_TAKES), background=data.get("background", False))
         story.check_story_settings()
         return story
 
@@ -163,6 +164,9 @@ class Storyboard:
         if not isinstance(self.crossfade_cuts, bool):
             raise RequestError(f"crossfade_cuts = {shown(self.crossfade_cuts)} must be true or false",
                                field="crossfade_cuts", hint="use crossfade_cuts = false for hard joins at cuts")
+        if not isinstance(self.background, bool):
+            raise RequestError(f"background = {shown(self.background)} must be true or false", field="background",
+                               hint="use background = true to render at background priority (or drop the line)")
         if not isinstance(self.title, str):
             raise RequestError(f"title = {shown(self.title)} must be text (the film's title)", field="title",
                                hint='e.g. title = "The lighthouse"')

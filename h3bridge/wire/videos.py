@@ -63,10 +63,16 @@ from ..vocabulary import RENAMED_KEYS, warn_renamed
 # server's answer and the moment it wrote the job's id down) gives back the same job instead of a
 # second one: the IETF draft's "Idempotency-Key", which `h3bridge serve` honours (jobs.py).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
 VIDEOS_PATH = "/v1/videos"
 HEALTH_PATH = "/health"            # readiness probe: 200 once the server accepts jobs
 API_KEY_ENV = "H3BRIDGE_API_KEY"   # the bearer key, for the server and for clients
 DEFAULT_MODEL = "MiniMax-H3"       # what a job reports as its model when the client named none
+
+
+def pause_path(job_id: str, paused: bool) -> str:
+    """POST here pauses (`paused`) or resumes a running job (server/routes/control.py)."""
+    return f"{VIDEOS_PATH}/{job_id}/{'pause' if paused else 'resume'}"
 
 
 class JobStatus(str, enum.Enum):
@@ -74,6 +80,10 @@ class JobStatus(str, enum.Enum):
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
+    # h3bridge's own: a running job its client paused (POST /v1/videos/{id}/pause); the engine is
+    # stopped with its memory resident and the jobs queued behind it wait. Peers' dialects, whose
+    # clients know only the four OpenAI values, read it as in_progress (server/dialects.py).
+    PAUSED = "paused"
     COMPLETED = "completed"
     FAILED = "failed"
 
@@ -94,6 +104,7 @@ class ErrorCode(str, enum.Enum):
     NOT_READY = "not_ready"               # content asked for before the job completed (HTTP 409)
     TOO_LARGE = "too_large"               # an upload over the server's limits (HTTP 413)
     QUEUE_FULL = "queue_full"             # --max-queued jobs wait already (HTTP 429, Retry-After)
+    NOT_RUNNING = "not_running"           # pause/resume of a job that is queued or finished (HTTP 409)
 
 
 # ----------------------------------------------------------------------------- the field table

@@ -3,6 +3,7 @@
 
 - submit.py: POST /v1/videos and /v1/videos/sync (receive, translate, validate, queue).
 - videos.py: list, retrieve, download and delete the jobs.
+- control.py: pause and resume a running job.
 - events.py: a job's progress as server-sent events.
 - health.py: readiness.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import events, health, submit, videos
+from . import control, events, health, submit, videos
 
-ROUTERS: tuple[APIRouter, ...] = (health.router, submit.router, videos.router, events.router)
+ROUTERS: tuple[APIRouter, ...] = (health.router, submit.router, videos.router, control.router,
+                                   events.router)
