@@ -144,3 +144,11 @@ def video_latent_t(frames: int) -> int:
     """h3_host.c h3_video_latent_t: 2 for F <= 5, else ((F - 5) / 17) * 5 + 2 (F > 5, so C's
     truncating division and Python's floor agree)."""
     return 2 if frames <= 5 else ((frames - 5) // 17) * 5 + 2
+
+
+AUDIO_LATENT_FPS = 40       # h3_host.h H3_AUDIO_LATENT_FPS (model/memory.py plans with the same value)
+
+
+def audio_latent_t(frames: int) -> int:
+    """Audio latent frames of a clip of `frames` video frames (h3_host.c h3_temporal)."""
+    return int(frames * AUDIO_LATENT_FPS / FPS + 0.5)

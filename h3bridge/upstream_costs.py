@@ -25,6 +25,10 @@ the enqueue loop, so the loop's time is spent under "denoise enqueue").
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .request import GenerationRequest
 
 REFERENCE_SECONDS: dict[str, float] = {
     "tokenizer": 0.3,
@@ -116,4 +120,33 @@ class JobShape:
         return seconds
 
 
-__all__ = ["REFERENCE_SECONDS", "JobShape", "DIT_BLOCKS"]
+def expected_phases(request: "GenerationRequest", *, writes_mp4: bool) -> dict[str, float]:
+    """The upstream phases a job runs (h3.c h3_generate), in order, each with the seconds the
+    upstream cost model expects it to take for this job: ProgressTracker's weights, and what a
+    selftest calibration (history/calibration.py) scales to this machine's seconds."""
+    # imported here: h3-sim reads this module's table and needs none of the bridge's request types
+    from .geometry import audio_latent_t, video_latent_t
+    from .progress import PHASE_ORDER
+    from .request import ReferenceKind
+    frames = request.frame_count
+    shape = JobShape(render_width=request.render_width or request.width,
+                     render_height=request.render_height or request.height,
+                     width=request.width, height=request.height, frame_count=frames,
+                     video_t=video_latent_t(frames), audio_t=audio_latent_t(frames),
+                     steps=request.steps, dit_layers=request.layers, denoise_reuse=request.reuse,
+                     ssd_streaming=request.ssd_streaming)
+    seconds = shape.phase_seconds()
+    phases = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
+              "denoise enqueue", "denoise", "audio VAE", "video VAE load"]
+    visual = [r for r in request.references if r.kind is not ReferenceKind.AUDIO]
+    if visual or request.first_frame is not None or request.last_frame is not None:
+        phases += ["video VAE encoder", "Qwen vision"]
+    if any(r.kind not in (ReferenceKind.IMAGE, ReferenceKind.SILENT_VIDEO) for r in request.references):
+        phases.append("audio VAE encoder")
+    if writes_mp4:
+        phases.append("FFmpeg")
+    # "denoise enqueue" is the GPU sampler's name for the same loop (module docstring)
+    return {p: seconds["denoise" if p == "denoise enqueue" else p] for p in PHASE_ORDER if p in phases}
+
+
+__all__ = ["REFERENCE_SECONDS", "JobShape", "DIT_BLOCKS", "expected_phases"]

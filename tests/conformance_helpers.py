@@ -72,7 +72,7 @@ ARGUMENT_KINDS: dict[str, ArgKind] = {
     "folders": ArgKind.INPUT_DIR,
     # outputs
     "output": ArgKind.OUTPUT_FILE, "preview_dir": ArgKind.OUTPUT_DIR, "job_dir": ArgKind.OUTPUT_DIR,
-    "data_dir": ArgKind.OUTPUT_DIR, "directory": ArgKind.OUTPUT_DIR,
+    "data_dir": ArgKind.OUTPUT_DIR, "directory": ArgKind.OUTPUT_DIR, "output_dir": ArgKind.OUTPUT_DIR,
     # numbers that are not type=int/float
     "stall_timeout": ArgKind.NUMBER, "workers": ArgKind.NUMBER, "max_size": ArgKind.NUMBER, "memory_gb": ArgKind.NUMBER, "limit": ArgKind.NUMBER, "max_queued": ArgKind.NUMBER,
     "seed": ArgKind.SIGNED,
@@ -88,6 +88,7 @@ ARGUMENT_KINDS: dict[str, ArgKind] = {
 ARGUMENT_KINDS_IN: dict[tuple[str, str], ArgKind] = {
     ("lora fold", "output"): ArgKind.OUTPUT_DIR,       # the folded model's folder (must not exist)
     ("demo", "output"): ArgKind.OUTPUT_FILE,
+    ("selftest", "engines"): ArgKind.CHOICE,         # --engine KIND: its type= takes only an engine's name
 }
 
 
@@ -539,9 +540,11 @@ BASE_VALUES: dict[str, dict[str, object]] = {
               "host": "127.0.0.1", "port": "0"},
     "story": {"storyboard": lambda w: w.story, "output": lambda w: w.out / "film.mp4",
               "engine_path": lambda w: w.engine, "model_dir": lambda w: w.model},
+    "selftest": {"engine_path": lambda w: w.engine, "model_dir": lambda w: w.model,
+                 "output_dir": lambda w: w.out / "selftest"},
 }
 BASE_FLAGS: dict[str, list[str]] = {"generate": ["--quiet"], "demo": ["--quiet"], "story": ["--quiet"],
-                                    "verify": ["--quiet"]}
+                                    "verify": ["--quiet"], "selftest": ["--quick"]}
 # The flag that lets a command replace its output (so refusing a FIFO or a device is the
 # command's own rule, not "it exists").
 OVERWRITE_FLAGS = ("--overwrite",)

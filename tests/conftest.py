@@ -29,7 +29,7 @@ from h3bridge.userdirs import MACHINE_DIR_ENV
 SLOWEST_FILES = (
     "test_server_durability.py", "test_engine.py", "test_session.py", "test_library_engine.py",
     "test_upstream_build.py", "test_docs.py", "test_cli.py", "test_story_resume.py", "test_readme.py",
-    "test_story.py", "test_hexgrid.py", "test_story_parallel.py", "test_comfy_install.py",
+    "test_story.py", "test_selftest.py", "test_hexgrid.py", "test_story_parallel.py", "test_comfy_install.py",
     "test_remote_server.py", "test_lora_layout.py", "test_differential.py", "test_lock_accounts.py",
     "test_newcomer_cli.py",
 )

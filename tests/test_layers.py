@@ -26,8 +26,9 @@ LAYERS: list[set[str]] = [
     {"model", "wire", "history", "hexgrid"},
     # the engines and what runs beside them
     {"engines", "lora", "engine_build", "sim"},
-    # many clips: takes of one request, storyboards, the server, the fleet's proxy configuration
-    {"takes", "story", "server", "fleet"},
+    # many clips: takes of one request, storyboards, the server, the fleet's proxy configuration;
+    # the selftest of every engine
+    {"takes", "story", "server", "fleet", "selftest"},
     # the interfaces
     {"cli", "comfy", "__main__", "__init__"},
 ]

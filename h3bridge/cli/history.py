@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from ..runnable import h3bridge_command
 from ..history.stats import ShapeStats, Spread, run_seconds, shape_stats
 from ..history.store import HistoryStore, JobRow, history_path
 
@@ -43,8 +44,20 @@ def run_history(args: argparse.Namespace) -> int:
 
 def run_stats(args: argparse.Namespace) -> int:
     stats = shape_stats(HistoryStore().completed_jobs())
-    return _print([item.as_json() for item in stats] if args.json else None,
-                  stats_lines(stats) if stats else None, f"no completed jobs in {history_path()} yet")
+    status = _print([item.as_json() for item in stats] if args.json else None,
+                    stats_lines(stats) if stats else None, f"no completed jobs in {history_path()} yet")
+    if not args.json:       # the JSON stays the list of shapes it always was
+        print("\n".join(calibration_lines()))
+    return status
+
+
+def calibration_lines() -> list[str]:
+    """This machine's selftest calibration (the newest) and the preset table it predicts."""
+    from ..history.calibration import load_calibration, preset_table_lines
+    calibration = load_calibration()
+    said = f"calibration: {calibration.describe()}" if calibration is not None else \
+        f"calibration: none yet (`{h3bridge_command('selftest')}` measures this machine)"
+    return ["", said, *preset_table_lines(calibration)]
 
 
 def _print(as_json: list[dict[str, object]] | None, lines: list[str] | None, nothing: str) -> int:

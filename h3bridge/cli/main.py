@@ -541,6 +541,11 @@ def run_doctor(args: argparse.Namespace) -> int:
     gib = memory.total / 2**30
     record("memory", True, f"{gib:.1f} GiB total, {memory.available / 2**30:.1f} GiB available; "
            + default_request_advice(model_dir))
+    from ..history.calibration import load_calibration, preset_advice   # written by `h3bridge selftest`
+    calibration = load_calibration(engine_path=None if engine_path is None else str(engine_path))
+    record("speed", True, (f"calibrated: {calibration.describe()}; " if calibration is not None else
+                           f"not calibrated (`{h3bridge_command('selftest')}` measures this machine); ")
+           + preset_advice(calibration))
     from ..lora import compiled
     record("lora fold", True, f"compiled kernels ({compiled.name()})" if compiled.available() else
            f"{compiled.name()}; `pip install 'h3bridge[fast-fold]'` folds with about a third less CPU, same bytes")
@@ -802,6 +807,8 @@ from .build import add_build_engine_command, add_build_library_command   # noqa:
 SUBCOMMANDS += [add_build_engine_command, add_build_library_command]
 from .model import add_model_command   # noqa: E402 (`model download`: the checkpoint from the hub)
 SUBCOMMANDS += [add_model_command]
+from .selftest import add_selftest_command   # noqa: E402 (issue 33: check, calibrate, report)
+SUBCOMMANDS += [add_selftest_command]
 
 
 class H3BridgeParser(argparse.ArgumentParser):
@@ -866,7 +873,7 @@ ROOT_PROG = "h3bridge"
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "render": ("generate", "story", "demo", "plan"),
     "models": ("model", "info", "verify", "lora"),
-    "engines": ("build-engine", "doctor"),
+    "engines": ("build-engine", "doctor", "selftest"),
     "serve": ("serve", "fleet"),
     "tools": ("history", "stats", "hexgrid"),
 }

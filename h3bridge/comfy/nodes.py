@@ -43,6 +43,7 @@ from .hex_nodes import HEX_NODES          # H3 hexagon tiling nodes (h3bridge/he
 from .lora_nodes import LORA_NODES        # H3 LoRA (h3bridge/lora)
 from .pause import RUNNING_JOBS, register_pause_routes     # the frontend's Pause button
 from .model_nodes import MODEL_NODES      # H3 Model (a model folder under models/h3)
+from .selftest_node import SELFTEST_NODES  # H3 Selftest (h3bridge/selftest)
 from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
                      user_facing_errors, work_dir)
 from .story_nodes import STORY_NODES      # H3 Storyboard (h3bridge/story)
@@ -595,7 +596,7 @@ class H3BridgeExtension(ComfyExtension):
             pass         # no server (scripted use): nothing to press
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [*NODES, *MODEL_NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES]
+        return [*NODES, *MODEL_NODES, *HEX_NODES, *LORA_NODES, *STORY_NODES, *SELFTEST_NODES]
 
 
 async def comfy_entrypoint() -> H3BridgeExtension:

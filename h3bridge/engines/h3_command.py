@@ -7,10 +7,8 @@ import re
 import sys
 from typing import Mapping, Sequence
 from ..errors import RequestError
-from ..progress import PHASE_ORDER
 from ..request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
-from ..geometry import FPS
-from ..upstream_costs import JobShape
+from ..upstream_costs import expected_phases  # noqa: F401 (engines import it from here)
 
 
 def absolute_path(path: str | os.PathLike[str]) -> str:
@@ -69,31 +67,6 @@ def request_arguments(request: GenerationRequest) -> list[str]:
     if request.reference_image_size is not ReferenceImageSize.MATCH:
         args += ["--ref-image-size", request.reference_image_size.value]
     return args
-
-
-def expected_phases(request: GenerationRequest, *, writes_mp4: bool) -> dict[str, float]:
-    """The upstream phases a job runs (h3.c h3_generate), in order, each with the seconds the
-    upstream cost model expects it to take for this job: ProgressTracker's weights."""
-    from ..model.memory import AUDIO_LATENT_FPS, video_latent_t  # memory imports much; only needed here
-    frames = request.frame_count
-    shape = JobShape(render_width=request.render_width or request.width,
-                     render_height=request.render_height or request.height,
-                     width=request.width, height=request.height, frame_count=frames,
-                     video_t=video_latent_t(frames), audio_t=int(frames * AUDIO_LATENT_FPS / FPS + 0.5),
-                     steps=request.steps, dit_layers=request.layers, denoise_reuse=request.reuse,
-                     ssd_streaming=request.ssd_streaming)
-    seconds = shape.phase_seconds()
-    phases = ["tokenizer", "text encoder", "refine text", "precompute AdaLN", "load transformer core",
-              "denoise enqueue", "denoise", "audio VAE", "video VAE load"]
-    visual = [r for r in request.references if r.kind is not ReferenceKind.AUDIO]
-    if visual or request.first_frame is not None or request.last_frame is not None:
-        phases += ["video VAE encoder", "Qwen vision"]
-    if any(r.kind not in (ReferenceKind.IMAGE, ReferenceKind.SILENT_VIDEO) for r in request.references):
-        phases.append("audio VAE encoder")
-    if writes_mp4:
-        phases.append("FFmpeg")
-    # "denoise enqueue" is the GPU sampler's name for the same loop (upstream_costs)
-    return {p: seconds["denoise" if p == "denoise enqueue" else p] for p in PHASE_ORDER if p in phases}
 
 
 # The `h3: ` lines upstream prints that are not errors (everything else after `h3: ` is one):

@@ -12,7 +12,9 @@ The decorated `generate` (the `Engine` protocol's signature) then
   first, then this engine's, then any engine's) and, when there are some, adds `eta` (seconds
   left, history/eta.py) to every ProgressEvent the caller receives and replaces its `fraction`
   with the fraction done in those runs' seconds (the engine's own is weighed by upstream's costs,
-  which another engine, h3-sim, or another machine does not follow);
+  which another engine, h3-sim, or another machine does not follow); a shape with no past runs
+  gets the upstream cost model's phases in this machine's seconds when `h3bridge selftest` has
+  calibrated it (history/calibration.py);
 * inserts a `running` row before the engine starts (so a host killed mid-job leaves a row,
   shown as `interrupted`), and when `generate` returns or raises, records the outcome
   (`completed`, `failed` with the message, `cancelled`), the run and waiting times and each
@@ -35,18 +37,21 @@ configured Python prints it on stderr). A failing history is never the render's 
 from __future__ import annotations
 
 import functools
+from contextlib import contextmanager
+from contextvars import ContextVar
 import logging
 import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import GenerationCancelled, H3BridgeError
 from ..cancel import PauseControl
 from ..progress import PAUSED_PHASE, WAITING_PHASE, ProgressCallback, ProgressEvent
 from ..request import GenerationRequest
+from .calibration import calibrated_phase_seconds, load_calibration
 from .eta import EtaEstimator
 from .job import Device, local_device, request_record, shape_key
 from .stats import FINISHING, expected_finishing_seconds, expected_phase_seconds, expected_starting_seconds
@@ -64,6 +69,8 @@ def recorded(engine: str) -> Callable[[Generate], Generate]:
     def decorate(generate: Generate) -> Generate:
         @functools.wraps(generate)
         def generate_and_record(self: Any, request: GenerationRequest, output: Any = None, **options: Any) -> Any:
+            if _UNRECORDED.get():
+                return generate(self, request, output, **options)
             job = JobRecorder.begin(engine, request, output, engine_object=self, pause=options.get("pause"))
             options["on_progress"] = job.progress_callback(options.get("on_progress"))
             try:
@@ -75,6 +82,21 @@ def recorded(engine: str) -> Callable[[Generate], Generate]:
             return result
         return generate_and_record  # type: ignore[return-value]
     return decorate
+
+
+# Jobs run inside `unrecorded()` (in this thread) leave no row: `h3bridge selftest` measures the
+# machine without touching the user's history (it writes only its calibration entry).
+_UNRECORDED: ContextVar[bool] = ContextVar("h3bridge_unrecorded", default=False)
+
+
+@contextmanager
+def unrecorded() -> Iterator[None]:
+    """Run jobs without recording them in the job history (nor reading it for an ETA)."""
+    token = _UNRECORDED.set(True)
+    try:
+        yield
+    finally:
+        _UNRECORDED.reset(token)
 
 
 class JobRecorder:
@@ -116,9 +138,16 @@ class JobRecorder:
             device = _device_of(engine_object)
             path = getattr(engine_object, "engine_path", None)
             past = _past_runs(store, device, shape, engine, None if path is None else str(path))
-            recorder.estimator = EtaEstimator(expected_phase_seconds(past), started,
-                                              finishing=expected_finishing_seconds(past),
-                                              starting=expected_starting_seconds(past))
+            if past:
+                recorder.estimator = EtaEstimator(expected_phase_seconds(past), started,
+                                                  finishing=expected_finishing_seconds(past),
+                                                  starting=expected_starting_seconds(past))
+            else:       # a shape never run here: the cost model in this machine's seconds, if a selftest measured them
+                calibration = load_calibration(store=store, device=device, engine=engine,
+                                               engine_path=None if path is None else str(path))
+                if calibration is not None:
+                    recorder.estimator = EtaEstimator(calibrated_phase_seconds(
+                        request, calibration, writes_mp4=output is not None and output != ""), started)
             pid, pid_started = _this_process()
             recorder.job_id = store.start_job(NewJob(
                 engine=engine, device=device, shape=shape, request=record,
@@ -227,4 +256,4 @@ def _this_process() -> tuple[int, float | None]:
         return os.getpid(), None
 
 
-__all__ = ["recorded", "JobRecorder", "ETA_RUNS"]
+__all__ = ["recorded", "JobRecorder", "ETA_RUNS", "unrecorded"]
