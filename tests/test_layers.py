@@ -15,6 +15,7 @@ upstream's `h3` and of a model folder, not h3bridge's command line.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from layout_helpers import PACKAGE, import_graph, module_names
 
@@ -126,8 +127,47 @@ def test_the_job_skeleton_and_the_child_helper_lie_below_every_engine() -> None:
     # ... and every engine that runs a job uses them
     for engine in ("oneshot", "session", "library", "remote"):
         assert "h3bridge.engines.job" in graph[f"h3bridge.engines.{engine}"], engine
-    for waiting in ("oneshot", "session", "library", "lock", "warm"):
+    for waiting in ("oneshot", "session", "library", "lock", "warm", "remote", "process"):
         assert "h3bridge.engines.child" in graph[f"h3bridge.engines.{waiting}"], waiting
+
+
+# A loop that sleeps, waits or polls inside engines/ is a second wait loop: it goes through
+# child.wait_until instead (issue 34.2: the waits in every engine became one). What is left reads a
+# stream of events, each wait of which is a bounded read with a cancel check, not a wait for an end.
+WAITING_CALLS = {"sleep", "wait", "poll", "select", "join", "get"}
+EVENT_READERS = {
+    ("remote_events.py", "follow_events"): "reads the server's event stream off a queue, item by item",
+    ("session.py", "_command"): "reads the replies to one ! command; each read waits in _next_event's wait_until",
+    ("session.py", "_forward_stderr"): "a thread forwarding h3's stderr pieces to the event queue until EOF",
+    ("library_worker.py", "read_host"): "the worker process's stdin reader thread (messages until EOF)",
+    ("library_worker.py", "run"): "the worker process's job queue (jobs until the host says none)",
+}
+
+
+def waiting_loops(folder: Path) -> list[tuple[str, str, int]]:
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for loop in ast.walk(function):
+                if isinstance(loop, ast.While) and any(
+                        isinstance(call, ast.Call) and getattr(call.func, "attr", getattr(call.func, "id", None))
+                        in WAITING_CALLS for call in ast.walk(loop)):
+                    found.append((path.name, function.name, loop.lineno))
+    return sorted(set(found))
+
+
+def test_every_wait_in_the_engines_goes_through_wait_until() -> None:
+    loops = [(name, function, line) for name, function, line in waiting_loops(PACKAGE / "engines")
+             if name != "child.py" and (name, function) not in EVENT_READERS]
+    assert not loops, f"wait through child.wait_until, not a loop of your own: {loops}"
+
+
+def test_the_wait_loop_check_sees_a_sleeping_loop(tmp_path: Path) -> None:
+    (tmp_path / "engine.py").write_text("import time\n\ndef run(done):\n    while not done():\n        time.sleep(0.1)\n")
+    assert waiting_loops(tmp_path) == [("engine.py", "run", 4)]
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:

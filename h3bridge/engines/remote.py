@@ -43,7 +43,7 @@ from ..result import GenerationResult
 from ..runnable import h3bridge_command
 from ..wire.peers import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
 from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
-from .child import JobClock
+from .child import NOTHING, JobClock, Nothing, wait_until
 from .job import Rendered, open_job, run_job
 from .output import JobFiles
 from .protocol import EngineCapabilities
@@ -381,10 +381,12 @@ class RemoteEngine:
                     response = self._post(body, multipart=True, headers=headers)
                 return response
         waited, tries = 0.0, 0
-        while True:
+
+        def submit(_interval: float) -> "httpx.Response | Nothing":
+            nonlocal waited, tries
             response = send()
             if response.status_code != 429:
-                break
+                return response
             pause = _retry_after(response)
             if waited + pause > self.full_server_wait:
                 raise RemoteError(
@@ -404,6 +406,9 @@ class RemoteEngine:
             else:
                 time.sleep(pause)
             waited += pause
+            return NOTHING
+
+        response = wait_until(submit)      # the one wait loop: 429s retried after Retry-After
         self._raise_for_status(response, what="submitting the job")
         return self._job(response, "the submission")
 
@@ -457,9 +462,12 @@ class RemoteEngine:
 
     def _poll(self, job: VideoJob, started: float, on_progress: ProgressCallback | None,
               cancel: CancelToken | None) -> VideoJob:
-        """Poll until the job is completed (returned) or failed (raised); report progress."""
+        """Poll until the job is completed (returned) or failed (raised); report progress. The one
+        wait loop (child.wait_until); a cancel ends the wait between polls (the caller deletes the job)."""
         last: ProgressEvent | None = None
-        while True:
+
+        def poll_once(timeout: float) -> "VideoJob | Nothing":
+            nonlocal job, last
             if job.status is JobStatus.COMPLETED:
                 return job
             if job.status is JobStatus.FAILED:
@@ -472,13 +480,16 @@ class RemoteEngine:
             if on_progress is not None and event[:3] != (last[:3] if last else None):
                 on_progress(ProgressEvent(*event))
             last = event
-            if cancel is not None and cancel.wait(self.poll_interval):
+            if cancel is not None and cancel.wait(timeout):
                 raise GenerationCancelled("generation cancelled; the server's job was deleted and no output was kept")
             if cancel is None:
-                time.sleep(self.poll_interval)
+                time.sleep(timeout)
             response = self._exchange("GET", f"{VIDEOS_PATH}/{job.id}", what=f"polling job {job.id}")
             self._raise_for_status(response, what=f"polling job {job.id}", job_id=job.id)
             job = self._job(response, f"a poll of job {job.id}")
+            return NOTHING
+
+        return wait_until(poll_once, interval=self.poll_interval)     # a cancel is seen in poll_once's wait
 
     def _download(self, job_id: str, target: Path, started: float, on_progress: ProgressCallback | None,
                   cancel: CancelToken | None) -> None:
