@@ -274,6 +274,19 @@ def test_progress_is_overall_and_never_goes_back() -> None:
     assert forward.last_phase == "FFmpeg"
 
 
+def test_the_node_says_paused_while_the_engine_is_and_then_goes_back_to_its_text() -> None:
+    from h3bridge.comfy.pause import PAUSED_TEXT
+    from h3bridge.progress import PAUSED_PHASE
+    shown: list[str] = []
+    text = adapter.NodeText(shown.append)
+    forward = adapter.ProgressForwarder(lambda value, total: None, on_paused=text.paused)
+    text.notice("one-shot: 320x192")
+    for phase in ("denoise", PAUSED_PHASE, "denoise", "decode"):
+        forward(ProgressEvent(phase=phase, done=1, total=2, fraction=0.5, elapsed=0.0))
+    assert shown == ["one-shot: 320x192", PAUSED_TEXT + "\none-shot: 320x192", "one-shot: 320x192"]
+    assert "memory stays in use" in PAUSED_TEXT
+
+
 # ----------------------------------------------------------------------------- running (engine stand-in)
 
 @dataclass

@@ -665,8 +665,10 @@ class ProgressForwarder:
     """
 
     def __init__(self, update: Callable[[int, int], None], total: int = PROGRESS_STEPS, *,
-                 on_eta: Callable[[str], None] | None = None) -> None:
+                 on_eta: Callable[[str], None] | None = None,
+                 on_paused: Callable[[bool], None] | None = None) -> None:
         self._update = update
+        self._on_paused = on_paused       # told True at the engine's paused report, False when it reports again
         self._total = total
         self._value = -1
         self.last_phase = ""
@@ -675,6 +677,9 @@ class ProgressForwarder:
         self._eta_text: str | None = None
 
     def __call__(self, event: ProgressEvent) -> None:
+        from ..progress import PAUSED_PHASE
+        if self._on_paused is not None and (event.phase == PAUSED_PHASE) != (self.last_phase == PAUSED_PHASE):
+            self._on_paused(event.phase == PAUSED_PHASE)
         self.last_phase = event.phase
         value = min(self._total, max(0, int(event.fraction * self._total)))
         if value > self._value:
@@ -705,6 +710,12 @@ class NodeText:
         self._show = show
         self._notice = ""
         self._eta = ""
+        self._paused = False
+
+    def paused(self, paused: bool) -> None:
+        """While paused the node says so (and that the memory stays in use) before anything else."""
+        self._paused = paused
+        self._refresh()
 
     def notice(self, text: str) -> None:
         self._notice = text
@@ -715,8 +726,9 @@ class NodeText:
         self._refresh()
 
     def _refresh(self) -> None:
+        from .pause import PAUSED_TEXT
         eta = f"{self._eta} (from past runs of this shape on this machine)" if self._eta else ""
-        self._show("\n".join(part for part in (self._notice, eta) if part))
+        self._show("\n".join(part for part in (PAUSED_TEXT if self._paused else "", self._notice, eta) if part))
 
 
 def node_progress(handle: EngineHandle, update: Callable[[int, int], None],
@@ -724,7 +736,7 @@ def node_progress(handle: EngineHandle, update: Callable[[int, int], None],
     """H3 Generate's progress bar and node text for a job on `handle`. A remote job shows no ETA:
     the estimates come from past runs on this machine (history/eta.py), not on the server."""
     text = NodeText(show_text)
-    return ProgressForwarder(update, on_eta=None if handle.mode == REMOTE else text.eta), text
+    return ProgressForwarder(update, on_eta=None if handle.mode == REMOTE else text.eta, on_paused=text.paused), text
 
 
 # ----------------------------------------------------------------------------- running
