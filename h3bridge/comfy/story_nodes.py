@@ -6,7 +6,7 @@ Registered by H3BridgeExtension in nodes.py.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from ..story.plan import StoryMemoryError
 from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
 from ..takes import MAX_TAKES
 from . import adapter
+from ..fixes import Fix, said
 from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
 
 IMAGE_OUTPUT_INDEX = 2
@@ -133,7 +134,8 @@ class H3StoryboardNode(io.ComfyNode):
                 job_name=job_name, want_frames=want_image,
                 on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
                                                           adapter.PROGRESS_STEPS),
-                on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
+                on_notice=_in_node_words(notice_on_node(hidden.unique_id if hidden else None)), cancel=cancel,
+                force=bool(force),
                 film_root=films_folder(), takes=takes, picks=pick or "")
         except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
             raise error.in_words(setting=_node_setting, everywhere="on H3 Storyboard",
@@ -169,5 +171,10 @@ def _node_setting(name: str, value: object) -> str:
 
 
 STORY_NODES: list[type[io.ComfyNode]] = [H3StoryboardNode]
+
+
+def _in_node_words(show: "Callable[[str], None]") -> "Callable[[str | Fix], None]":
+    """A story's notices on the node: one that names settings (a Fix) said with the nodes' inputs."""
+    return lambda text: show(said(text, adapter.node_words) or "")
 
 __all__ = ["H3StoryboardNode", "STORY_NODES"]
