@@ -46,6 +46,7 @@ from .engine import (    # shared with story.py and serve.py
 )
 from ..engines.fallback import choose_engine
 from ..errors import GenerationCancelled, H3BridgeError
+from ..fixes import Fix, said
 
 if TYPE_CHECKING:
     from ..model.memory import MemoryPlan
@@ -494,11 +495,14 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     checks: list[dict[str, object]] = []
 
-    def record(name: str, ok: bool, detail: str, fix: str | None = None) -> None:
-        # library messages name fields (engine_path); on the command line, text and JSON alike, the
-        # user's words are flags (--engine-path)
-        checks.append({"check": name, "ok": ok, "detail": in_cli_words(detail),
-                       "fix": None if ok or fix is None else in_cli_words(fix)})
+    def record(name: str, ok: bool, detail: "str | Fix", fix: "str | Fix | None" = None) -> None:
+        # a finding that names settings carries them as data (h3bridge.fixes); on the command line,
+        # text and JSON alike, they are said as flags (--engine-path)
+        checks.append({"check": name, "ok": ok, "detail": said(detail, cli_words),
+                       "fix": None if ok or fix is None else said(fix, cli_words)})
+
+    def record_error(name: str, error: H3BridgeError) -> None:
+        checks.append({"check": name, "ok": False, "detail": cli_message(error), "fix": cli_hint(error)})
 
     engine_path = None
     try:
@@ -509,7 +513,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         record("engine", True, f"{engine_path}{note}")
         record(*engine_commit_check(engine_path))
     except H3BridgeError as error:
-        record("engine", False, error.message, error.hint)
+        record_error("engine", error)
     tools = locate_media_tools()
     from ..engines.locate import FFMPEG_HINT
     for name, path in (("ffmpeg", tools.ffmpeg), ("ffprobe", tools.ffprobe)):
@@ -526,13 +530,13 @@ def run_doctor(args: argparse.Namespace) -> int:
         record("model", not errors and (not fixture_only or sim_engine or engine_path is None),
                f"{inventory.root}" + (f" ({'; '.join(p.message for p in errors)})" if errors else
                                       f" (FL2VA{' + Ref2VA' if inventory.has_ref2va else ', no Ref2VA: references unavailable'})")
-               + (f"; {small_fixture_note()}" if fixture_only else ""),
-               "; ".join(dict.fromkeys(p.fix for p in errors)) or
+               + (f"; {small_fixture_note().say(cli_words)}" if fixture_only else ""),
+               "; ".join(dict.fromkeys(said(p.fix, cli_words) or "" for p in errors)) or
                (f"for {engine_path}, write the released shapes: "
                 f"`{command('h3-sim-model', '--realistic', 'DIR')}`, then give DIR as --model-dir"
                 if fixture_only else None))
     except H3BridgeError as error:
-        record("model", False, error.message, error.hint)
+        record_error("model", error)
         model_dir = None
     memory = psutil.virtual_memory()
     gib = memory.total / 2**30
@@ -640,7 +644,8 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
             if not quiet:
                 print(error.plan.render(verdict=False), file=sys.stderr)   # type: ignore[attr-defined]
         raise
-    print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
+    print("".join(f"h3bridge: warning: {said(warning, cli_words)}\n" for warning in plan.model_warnings), end="",
+          file=sys.stderr)
     if force and not plan.fits:
         print(f"h3bridge: --force: {plan.verdict(cli_words)}", file=sys.stderr)
 
@@ -657,7 +662,7 @@ def add_info_command(subparsers: argparse._SubParsersAction) -> None:
 def run_info(args: argparse.Namespace) -> int:
     from ..model.inventory import inspect_model
     inventory = inspect_model(model_dir_from_args(args))
-    print(json.dumps(inventory.to_dict(), indent=2) if args.json else inventory.table())
+    print(json.dumps(inventory.to_dict(cli_words), indent=2) if args.json else inventory.table(cli_words))
     return EXIT_FAILURE if inventory.errors else EXIT_OK
 
 
@@ -683,7 +688,8 @@ def run_verify(args: argparse.Namespace) -> int:
     report = verify_model(model_dir_from_args(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table(verbose=args.verbose))
+    print(json.dumps(report.to_dict(cli_words), indent=2) if args.json else
+          report.table(verbose=args.verbose, words=cli_words))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -730,7 +736,7 @@ def run_plan(args: argparse.Namespace) -> int:
     inventory = inspect_model(model_dir) if model_dir is not None else None
     if inventory is not None:
         for problem in inventory.errors:
-            print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
+            print(f"h3bridge: model: {problem.message}\n  fix: {said(problem.fix, cli_words)}", file=sys.stderr)
     from .engine import engine_kind
     from ..vocabulary import EngineKind
     warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
