@@ -946,44 +946,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli_error_text(error: H3BridgeError) -> str:
-    """An error as the command line says it: its fix (h3bridge.fixes) said as flags, else the
-    hint as the library wrote it through `in_cli_words`."""
-    if error.fix is not None or error.message_fix is not None:
-        message, hint = in_cli_words(cli_message(error)), cli_hint(error)
-        return f"{message}\n  fix: {hint if error.fix is not None else in_cli_words(hint or '')}" if hint else message
-    return in_cli_words(str(error))
-
-
-def in_cli_words(text: str) -> str:
-    """`core_reuse=6` -> `--core-reuse 6`, `render_height` -> `--render-height`: a library
-    message as the command-line user needs it. Bare one-word field names (`width`, `frames`) are
-    also plain words, so they are only translated in the `name=value` form.
-
-    Transitional (issue 34): for the library messages that do not yet carry their fix as data
-    (a `Fix`, said by `cli_words`); each one converted leaves this with less to do."""
-    import re
-    _FLAG_FOR_FIELD = FLAG_FOR_FIELD
-
-    def flag(match: re.Match[str]) -> str:
-        name, value = match.group(1), match.group(2)
-        if name == "force" and value == "True":
-            return "--force"
-        if value in ("True", "False") and name in _FLAG_FOR_FIELD:
-            return _FLAG_FOR_FIELD[name] if value == "True" else f"no {_FLAG_FOR_FIELD[name]}"
-        return f"{_FLAG_FOR_FIELD[name]} {value}" if name in _FLAG_FOR_FIELD else match.group(0)
-
-    # Never inside a path or a file name (`/clips/first_frame.png`, `width=512.mp4`): a field
-    # name counts only with no path character on either side.
-    text = re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", flag, text)
-    text = re.sub(r"(?<![\w/.~-])(" + "|".join(name for name in _FLAG_FOR_FIELD if "_" in name and "=" not in name)
-                  + r")(?![\w/.-])", lambda match: _FLAG_FOR_FIELD[match.group(1)], text)
-    # "the warm session (SessionEngine, CLI: --session)": only the CLI's words, no Python names.
-    text = re.sub(r"\([A-Z][A-Za-z0-9_.]*, CLI: ([^)]+)\)", r"(\1)", text)
-    # Messages that already named the flag beside the field now say it twice: once is enough.
-    text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
-    # "allow overwriting (CLI: --overwrite)": on the command line every word is the CLI's.
-    text = re.sub(r"\(CLI: (--[^)]+)\)", r"(\1)", text)
-    return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)
+    """An error as the command line says it: the settings its message names and its fix, said as
+    flags (h3bridge.fixes); text that names none is shown as the library wrote it."""
+    message, hint = cli_message(error), cli_hint(error)
+    return f"{message}\n  fix: {hint}" if hint else message
 
 
 def _save_engine_log(stderr: str | None) -> Path | None:
