@@ -130,6 +130,51 @@ def test_the_cli_prints_a_memory_refusal_with_flags_and_never_python_words(capsy
     assert text.endswith("fix: use --ssd-streaming (or pass --force to try anyway)") and "=True" not in text
 
 
+# Requests the library refuses, each naming the settings it was given and the ones to use instead.
+BAD_REQUESTS = [dict(frames=23), dict(frames=3), dict(frames=400), dict(seconds=-1), dict(seconds=0.01),
+                dict(seconds=100), dict(seconds=20), dict(frames=22, seconds=1.0), dict(width=95),
+                dict(width=1920, height=1080), dict(width=1920, height=1088), dict(render_width=32),
+                dict(render_width=0, render_height=0), dict(ssd_streaming=True, int8_row_fc2=True),
+                dict(core_reuse=3, reuse=2), dict(steps=0), dict(layers=1), dict(seed=-1), dict(reuse=99)]
+
+
+def _refusal(fields: dict) -> RequestError:
+    with pytest.raises(RequestError) as caught:
+        GenerationRequest("fox", **{"width": 96, "height": 64, **fields}).validate()
+    return caught.value
+
+
+@pytest.mark.parametrize("fields", BAD_REQUESTS, ids=lambda fields: ",".join(fields))
+def test_a_refusal_names_its_settings_in_each_interfaces_words(fields: dict) -> None:
+    """What in_cli_words used to rewrite is data (a Given for what the request said, a Change for
+    what to use): the CLI says flags, a storyboard its keys, Python its keywords; no interface shows
+    another's spelling."""
+    from h3bridge.cli.main import build_parser, cli_error_text
+    from h3bridge.cli.story import storyboard_words
+    error = _refusal(fields)
+    python = str(error)
+    assert re.search(r"\b[a-z][a-z0-9_]*=", python) or any(name in python for name in fields), python
+    assert "--" not in python, python
+    said = cli_error_text(error)
+    assert not re.search(r"\b[a-z][a-z0-9_]*=", said) and "--" in said, said
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", said))
+    known = {option for action in build_parser()._subparsers._group_actions[0].choices["generate"]._actions
+             for option in action.option_strings}
+    assert flags <= known, (said, flags - known)
+    story = error.message_in(storyboard_words) + (error.hint_in(storyboard_words) or "")
+    assert not re.search(r"\b[a-z][a-z0-9_]*=", story) and "--" not in story, story
+
+
+def test_a_shot_number_put_before_a_refusal_keeps_its_data() -> None:
+    from h3bridge.cli.main import cli_error_text
+    error = _refusal(dict(frames=23))
+    again = RequestError(error.message_with("shot 2: "), field=error.field, hint=error.hint_data)
+    assert str(again) == "shot 2: " + str(error)
+    assert cli_error_text(again).startswith("shot 2: --frames 23 is not a legal H3 length")
+    error.reword("shot 3: ")
+    assert cli_error_text(error).startswith("shot 3: --frames 23 is not") and error.args == (error.message,)
+
+
 def test_the_cli_says_a_reference_kind_with_its_flag() -> None:
     from h3bridge.cli.main import build_parser
     from h3bridge.cli.engine import cli_words
