@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
-from ..fixes import Change, Fix, changes, given, literal
+from ..fixes import Change, Fix, changes, given, joined, literal
 from ..safeio.paths import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind, request_fields
