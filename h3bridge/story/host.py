@@ -15,6 +15,7 @@ import numpy as np
 from ..cancel import CancelToken
 from ..engines.protocol import Engine
 from ..errors import RequestError
+from ..fixes import Fix
 from .assemble import film_arrays
 from .runner import StoryProgressCallback, StoryResult, run_story
 from .text import storyboard_from_text
@@ -83,7 +84,7 @@ def job_folder(root: Path, job_name: str) -> Path:
 def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: Engine, fallback: Engine | None = None,
                       jobs_root: Path, job_name: str, want_frames: bool,
                       on_progress: StoryProgressCallback | None = None,
-                      on_notice: Callable[[str], None] | None = None,
+                      on_notice: "Callable[[str | Fix], None] | None" = None,
                       cancel: CancelToken | None = None, force: bool = False,
                       film_root: Path | None = None, takes: int = 1, picks: str = "") -> HostStoryOutputs:
     """`film_root`: where the film is assembled (default: beside the job folder). A host that saves

@@ -354,7 +354,7 @@ class _Runner:
         # the story (CLI exit 1), not a refusal before anything ran (exit 2), whichever step met it.
         self.work_began = threading.Event()
 
-    def notice(self, text: str) -> None:
+    def notice(self, text: "str | Fix") -> None:
         with self._report_lock:
             self._notice(text)
 
@@ -560,7 +560,7 @@ class _Runner:
         for what it cannot take, said as a notice; an engine without one refuses it here."""
         chosen = choose_engine(self.engine, request)
         if chosen.refusal is not None:
-            self.notice(f"{chosen.refusal.message}; this shot runs one-shot instead")
+            self.notice(chosen.refusal.message_with(after="; this shot runs one-shot instead"))
         chosen.engine.check_supported(request)
         return chosen.engine
 
