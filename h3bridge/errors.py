@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .fixes import Fix, Words, python_words
+from .fixes import Fix, Words, joined, python_words
 
 
 class H3BridgeError(Exception):
@@ -53,6 +53,25 @@ class H3BridgeError(Exception):
     def hint_in(self, words: Words) -> str | None:
         """The hint in one interface's words: its fix said with `words`, else the hint as it is."""
         return self.fix.say(words) if self.fix is not None else self.hint
+
+    def message_with(self, before: str = "", after: str = "") -> "str | Fix":
+        """The message with words around it (`shot 2: ` before it), its settings kept as data: what
+        a caller that re-raises with more context gives the new error."""
+        if self.message_fix is not None and self.message == self.message_fix.say(python_words):
+            return joined(before, self.message_fix, after)
+        return before + self.message + after
+
+    @property
+    def hint_data(self) -> "str | Fix | None":
+        """The hint as it was given: its Fix when it has one (to hand on to another error), else its text."""
+        return self.fix if self.fix is not None else self.hint
+
+    def reword(self, before: str = "", after: str = "") -> None:
+        """Put words around the message in place (see message_with), its settings kept as data."""
+        message = self.message_with(before, after)
+        self.message_fix = message if isinstance(message, Fix) else None
+        self.message = message.say(python_words) if isinstance(message, Fix) else message
+        self.args = (self.message,)
 
     def __str__(self) -> str:
         return f"{self.message}\n  fix: {self.hint}" if self.hint else self.message

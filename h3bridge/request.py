@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import RequestError, shown_value
-from .fixes import Change, Fix
+from .fixes import Change, Fix, changes, given, literal
 from .geometry import (
     CANVAS_MULTIPLE,
     FPS,
@@ -200,7 +200,7 @@ def _is_int(value: object) -> bool:
 
 def _require_int(value: object, name: str) -> int:
     if not _is_int(value):
-        raise RequestError(f"{name}={shown_value(value)} must be a whole number", field=name)
+        raise RequestError(Fix("{} must be a whole number", (given(name, shown_value(value)),)), field=name)
     return value  # type: ignore[return-value]
 
 
@@ -208,9 +208,9 @@ def _require_range(value: object, name: str, low: int, high: int, meaning: str) 
     number = _require_int(value, name)
     if not low <= number <= high:
         nearest = low if number < low else high
-        raise RequestError(f"{name}={shown_value(number)} is out of range: {meaning} must be in [{low}, {high}]; "
-                           f"the nearest valid value is {nearest}", field=name,
-                           hint=f"use {name}={nearest}")
+        raise RequestError(Fix(f"{{}} is out of range: {meaning} must be in [{low}, {high}]; "
+                               f"the nearest valid value is {nearest}", (given(name, shown_value(number)),)), field=name,
+                           hint=Fix("use {}", ((Change(name, nearest),),)))
 
 
 def _multiples_around(value: int, multiple: int, low: int, high: int) -> list[int]:
@@ -230,32 +230,35 @@ def _finite(number: int | float) -> bool:
 def _validate_frames(request: GenerationRequest) -> None:
     if request.frames is not None and request.seconds is not None:
         # main.c: "--seconds and --frames are mutually exclusive" (exit 2)
-        raise RequestError("frames and seconds are mutually exclusive; set only one of them",
-                           field="seconds", hint="drop seconds, or drop frames")
+        raise RequestError(Fix("{} and {} are mutually exclusive; set only one of them", (given("frames"), given("seconds"))),
+                           field="seconds", hint=Fix("drop {}, or drop {}", (given("seconds"), given("frames"))))
     legal = legal_frame_counts()
     if request.seconds is not None:
         seconds = request.seconds
         # main.c frames_from_seconds: finite, > 0, llround(seconds * 24) >= 1.
         if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                 or seconds != seconds or seconds <= 0):
-            raise RequestError(f"seconds={shown_value(seconds)} must be a positive number of seconds",
-                               field="seconds", hint=f"e.g. seconds={legal[2] / FPS:g} ({legal[2]} frames)")
+            raise RequestError(Fix("{} must be a positive number of seconds", (given("seconds", shown_value(seconds)),)),
+                               field="seconds", hint=Fix(f"e.g. {{}} ({legal[2]} frames)", (given("seconds", f"{legal[2] / FPS:g}"),)))
         if not _finite(seconds) or seconds > 2 * MAX_FRAMES / FPS:
             shown = f"{float(seconds):g}" if isinstance(seconds, float) or _finite(seconds) else shown_value(seconds)
-            raise RequestError(f"seconds={shown} is far longer than h3's longest clip of {MAX_FRAMES} frames "
-                               f"({MAX_FRAMES / FPS:.3f} s)", field="seconds",
-                               hint=f"use seconds<={MAX_FRAMES / FPS:.3f} or frames={MAX_FRAMES}")
+            raise RequestError(Fix(f"{{}} is far longer than h3's longest clip of {MAX_FRAMES} frames "
+                                   f"({MAX_FRAMES / FPS:.3f} s)", (given("seconds", shown),)), field="seconds",
+                               hint=Fix(f"use {{}} up to {MAX_FRAMES / FPS:.3f} or {{}}",
+                                        (given("seconds"), changes(frames=MAX_FRAMES))))
         aligned = align_frame_count(frames_from_seconds(seconds))
         if aligned < MIN_FRAMES:
-            raise RequestError(f"seconds={seconds:g} is {frames_from_seconds(seconds)} frames, shorter than "
-                               f"h3's shortest clip of {MIN_FRAMES} frames ({MIN_FRAMES / FPS:.3f} s); "
-                               f"the nearest valid duration is {MIN_FRAMES / FPS:.3f} s",
-                               field="seconds", hint=f"use seconds>={MIN_FRAMES / FPS:.3f} or frames={MIN_FRAMES}")
+            raise RequestError(Fix(f"{{}} is {frames_from_seconds(seconds)} frames, shorter than "
+                                   f"h3's shortest clip of {MIN_FRAMES} frames ({MIN_FRAMES / FPS:.3f} s); "
+                                   f"the nearest valid duration is {MIN_FRAMES / FPS:.3f} s", (given("seconds", f"{seconds:g}"),)),
+                               field="seconds", hint=Fix(f"use {{}} of at least {MIN_FRAMES / FPS:.3f} or {{}}",
+                                                         (given("seconds"), changes(frames=MIN_FRAMES))))
         if aligned > MAX_FRAMES:
-            raise RequestError(f"seconds={seconds:g} is {frames_from_seconds(seconds)} frames, longer than "
-                               f"h3's longest clip of {MAX_FRAMES} frames ({MAX_FRAMES / FPS:.3f} s); "
-                               f"the nearest valid duration is {MAX_FRAMES / FPS:.3f} s",
-                               field="seconds", hint=f"use seconds<={MAX_FRAMES / FPS:.3f} or frames={MAX_FRAMES}")
+            raise RequestError(Fix(f"{{}} is {frames_from_seconds(seconds)} frames, longer than "
+                                   f"h3's longest clip of {MAX_FRAMES} frames ({MAX_FRAMES / FPS:.3f} s); "
+                                   f"the nearest valid duration is {MAX_FRAMES / FPS:.3f} s", (given("seconds", f"{seconds:g}"),)),
+                               field="seconds", hint=Fix(f"use {{}} up to {MAX_FRAMES / FPS:.3f} or {{}}",
+                                                         (given("seconds"), changes(frames=MAX_FRAMES))))
         return
     if request.frames is None:
         return
@@ -264,19 +267,22 @@ def _validate_frames(request: GenerationRequest) -> None:
     # Upstream silently rounds other values up to 5 + 17n; we ask for a legal length instead so
     # the clip is the length the caller asked for (align_frame_count gives upstream's rounding).
     if frames < MIN_FRAMES:
-        raise RequestError(f"frames={shown_value(frames)} is shorter than h3's shortest clip; the shortest legal "
-                           f"length is {MIN_FRAMES} (legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
-                           field="frames", hint=f"use frames={MIN_FRAMES}")
+        raise RequestError(Fix(f"{{}} is shorter than h3's shortest clip; the shortest legal length is {MIN_FRAMES} "
+                               f"(legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
+                               (given("frames", shown_value(frames)),)),
+                           field="frames", hint=Fix("use {}", (changes(frames=MIN_FRAMES),)))
     if frames > MAX_FRAMES:
-        raise RequestError(f"frames={shown_value(frames)} is longer than h3's longest clip; the longest legal "
-                           f"length is {MAX_FRAMES} (legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
-                           field="frames", hint=f"use frames={MAX_FRAMES}")
+        raise RequestError(Fix(f"{{}} is longer than h3's longest clip; the longest legal length is {MAX_FRAMES} "
+                               f"(legal lengths are 5 + 17n from {MIN_FRAMES} to {MAX_FRAMES})",
+                               (given("frames", shown_value(frames)),)),
+                           field="frames", hint=Fix("use {}", (changes(frames=MAX_FRAMES),)))
     if frames not in legal:
         below = max(n for n in legal if n < frames)
         above = min(n for n in legal if n > frames)
-        raise RequestError(f"frames={frames} is not a legal H3 length; the next legal lengths are "
-                           f"{below} and {above}", field="frames",
-                           hint=f"use frames={below} or frames={above} (legal lengths are 5 + 17n, {MIN_FRAMES}..{MAX_FRAMES})")
+        raise RequestError(Fix(f"{{}} is not a legal H3 length; the next legal lengths are {below} and {above}",
+                               (given("frames", frames),)), field="frames",
+                           hint=Fix(f"use {{}} or {{}} (legal lengths are 5 + 17n, {MIN_FRAMES}..{MAX_FRAMES})",
+                                    (changes(frames=below), changes(frames=above))))
 
 
 def _canvas_side_error(name: str, value: int, other: int) -> RequestError:
@@ -295,14 +301,18 @@ def _canvas_side_error(name: str, value: int, other: int) -> RequestError:
     if other_kept and (fit_w if name == "width" else fit_h) in options:
         why = f"of the canvases they make, {fit_w}x{fit_h} is closest to {shown_value(width)}x{shown_value(height)}'s aspect"
     elif all(option * max(other, CANVAS_MULTIPLE) > MAX_PIXELS for option in options):
-        why = (f"beside {other_name}={shown_value(other)} they are over h3's 768*1344 ({MAX_PIXELS}) pixel limit; "
+        why = (f"beside {{}} they are over h3's 768*1344 ({MAX_PIXELS}) pixel limit; "
                f"the valid canvas of about {shown_value(width)}x{shown_value(height)}'s aspect within it is "
                f"{fit_w}x{fit_h}")
     else:
         why = (f"the valid canvas closest to {shown_value(width)}x{shown_value(height)}'s aspect within h3's "
                f"768*1344 pixel limit is {fit_w}x{fit_h}")
-    return RequestError(f"{name}={shown_value(value)} is not a multiple of 32 of at least 32; {nearest}; {why}",
-                        field=name, hint=f"use width={fit_w} and height={fit_h}")
+    beside = (given(other_name, shown_value(other)),) if "{}" in why else ()
+    if "{}" not in why:
+        why = literal(why)
+    return RequestError(Fix(f"{{}} is not a multiple of 32 of at least 32; {literal(nearest)}; {why}",
+                            (given(name, shown_value(value)), *beside)),
+                        field=name, hint=Fix("use {} and {}", (changes(width=fit_w), changes(height=fit_h))))
 
 
 def _validate_canvas(request: GenerationRequest) -> None:
@@ -320,21 +330,22 @@ def _validate_canvas(request: GenerationRequest) -> None:
         raise RequestError(f"canvas {shown_value(width)}x{shown_value(height)} is {shown_value(width * height)} "
                            f"pixels, over h3's 768*1344 "
                            f"({MAX_PIXELS}) pixel limit; the largest valid canvas of {same} aspect is "
-                           f"{fit_w}x{fit_h}", field="width", hint=f"use width={fit_w} and height={fit_h}")
+                           f"{fit_w}x{fit_h}", field="width", hint=Fix("use {} and {}", (changes(width=fit_w), changes(height=fit_h))))
     render_w, render_h = request.render_width, request.render_height
     if (render_w is None) != (render_h is None):
         # h3.c h3_valid_params: "render width and height must be set together"
         missing = "render_height" if render_h is None else "render_width"
-        raise RequestError("render_width and render_height must be set together (or neither)", field=missing,
-                           hint=f"also set {missing}, or drop the render canvas")
+        raise RequestError(Fix("{} and {} must be set together (or neither)", (given("render_width"), given("render_height"))),
+                           field=missing, hint=Fix("also set {}, or drop the render canvas", (given(missing),)))
     if render_w is None or render_h is None:
         return
     render_w = _require_int(render_w, "render_width")
     render_h = _require_int(render_h, "render_height")
     if render_w == 0 and render_h == 0:
         # h3.c h3_valid_params reads 0x0 as "no render canvas"; here that is None.
-        raise RequestError("render canvas 0x0: to render at the output size, leave render_width and "
-                           "render_height unset", field="render_width", hint="set both to None")
+        raise RequestError(Fix("render canvas 0x0: to render at the output size, leave {} and {} unset",
+                               (given("render_width"), given("render_height"))), field="render_width",
+                           hint=Fix("leave out {} and {}", (given("render_width"), given("render_height"))))
     # h3.c h3_valid_params: "internal render canvas must be same-aspect multiples of 32 no larger
     # than the output canvas"
     valid = [(w, w * height // width) for w in range(CANVAS_MULTIPLE, width + 1, CANVAS_MULTIPLE)
@@ -363,21 +374,23 @@ def _validate_quality(request: GenerationRequest) -> None:
     _require_range(request.layers, "layers", MIN_LAYERS, MAX_LAYERS, "DiT layers")
     _require_range(request.core_reuse, "core_reuse", 1, MAX_CORE_REUSE, "core reuse")
     if request.ssd_streaming and request.int8_row_fc2:
-        raise RequestError("ssd_streaming streams the original BF16 weights and cannot be combined with "
-                           "int8_row_fc2", field="int8_row_fc2", hint="drop int8_row_fc2 (or ssd_streaming)")
+        raise RequestError(Fix("{} streams the original BF16 weights and cannot be combined with {}",
+                               (given("ssd_streaming"), given("int8_row_fc2"))), field="int8_row_fc2",
+                           hint=Fix("drop {} (or {})", (given("int8_row_fc2"), given("ssd_streaming"))))
     if request.int8_row_fc2 and SlowerPath.BF16_MLP in request.slower_paths:
-        raise RequestError("int8_row_fc2 cannot be combined with the slower BF16 MLP path",
-                           field="int8_row_fc2", hint="drop int8_row_fc2 or the bf16-mlp slower path")
+        raise RequestError(Fix("{} cannot be combined with the slower BF16 MLP path", (given("int8_row_fc2"),)),
+                           field="int8_row_fc2", hint=Fix("drop {} or the bf16-mlp slower path", (given("int8_row_fc2"),)))
     if request.core_reuse > 1 and request.reuse > 1:
-        raise RequestError(f"core_reuse={request.core_reuse} and reuse={request.reuse} cannot be combined: "
-                           f"one of them must be 1", field="core_reuse",
-                           hint="use core_reuse=1 (keep reuse) or reuse=1 (keep core_reuse)")
+        raise RequestError(Fix("{} and {} cannot be combined: one of them must be 1",
+                               (given("core_reuse", request.core_reuse), given("reuse", request.reuse))), field="core_reuse",
+                           hint=Fix("use {} (keep {}) or {} (keep {})", (changes(core_reuse=1), given("reuse"),
+                                                                       changes(reuse=1), given("core_reuse"))))
     seed = _require_int(request.seed, "seed")
     if not 0 <= seed <= MAX_SEED:
-        raise RequestError(f"seed={shown_value(seed)} must be in [0, 2**64-1]", field="seed",
-                           hint=f"use seed={min(max(seed, 0), MAX_SEED)}")
+        raise RequestError(Fix("{} must be in [0, 2**64-1]", (given("seed", shown_value(seed)),)), field="seed",
+                           hint=Fix("use {}", (changes(seed=min(max(seed, 0), MAX_SEED)),)))
     if not isinstance(request.reference_image_size, ReferenceImageSize):
-        raise RequestError(f"reference_image_size={shown_value(request.reference_image_size)} must be match or max",
+        raise RequestError(Fix("{} must be match or max", (given("reference_image_size", shown_value(request.reference_image_size)),)),
                            field="reference_image_size", hint="use 'match' (default) or 'max'")
 
 

@@ -26,6 +26,8 @@ import numpy as np
 from .cancel import CancelToken, PauseControl
 from .engines.protocol import Engine
 from .errors import GenerationCancelled, RequestError
+from .fixes import Fix, changes, given
+from .safeio.outputs import ALLOW_OVERWRITE
 from .progress import PreviewCallback, ProgressCallback
 from .request import MAX_SEED, GenerationRequest
 from .result import GenerationResult
@@ -60,9 +62,9 @@ def take_seeds(first_seed: int, takes: int) -> list[int]:
     check_takes(takes)
     last = first_seed + takes - 1
     if last > MAX_SEED:
-        raise RequestError(f"takes={takes} from seed={first_seed} would need seeds up to {last}, past h3's "
-                           f"largest seed {MAX_SEED}", field="seed",
-                           hint=f"use seed={MAX_SEED - takes + 1} or lower, or give each take's seed")
+        raise RequestError(Fix(f"{{}} from {{}} would need seeds up to {last}, past h3's largest seed {MAX_SEED}",
+                               (given("takes", takes), given("seed", first_seed))), field="seed",
+                           hint=Fix("use {} or lower, or give each take's seed", (changes(seed=MAX_SEED - takes + 1),)))
     return list(range(first_seed, last + 1))
 
 
@@ -122,7 +124,7 @@ def check_take_outputs(output: str | os.PathLike[str], count: int, *, overwrite:
     from .safeio.outputs import check_output
     paths = [resolve_output(take_output(output, take), overwrite=overwrite) for take in range(1, count + 1)]
     sheet = check_output(sheet_output(output), overwrite=overwrite, field="output", label="the contact sheet",
-                         allow_overwrite="allow overwriting (CLI: --overwrite)")
+                         allow_overwrite=ALLOW_OVERWRITE)
     return [path for path in paths if path is not None], sheet
 
 
@@ -145,7 +147,7 @@ def write_sheet(path: Path, rows: list, *, overwrite: bool) -> np.ndarray:
     from .safeio.outputs import write_output
     picture = contact_sheet(rows)
     write_output(path, png_bytes(picture), overwrite=overwrite, field="output",
-                 allow_overwrite="allow overwriting (CLI: --overwrite)")
+                 allow_overwrite=ALLOW_OVERWRITE)
     return picture
 
 

@@ -231,11 +231,18 @@ def test_fixes_name_the_flags_the_user_typed(model_dir: Path) -> None:
 
 
 def test_flag_words_never_touch_paths_or_file_names() -> None:
-    from h3bridge.cli.main import in_cli_words
+    """The CLI says an error's settings (its Fix, h3bridge.fixes) as flags and leaves its text alone:
+    a path that looks like a setting stays the path."""
+    from h3bridge import RequestError
+    from h3bridge.cli.main import cli_error_text
+    from h3bridge.fixes import Fix, changes, given, literal
     for text in ("the first frame /Users/me/clips/first_frame.png does not exist",
                  "the output /out/width=512.mp4 already exists", "my-last_frame.mp4 is not readable"):
-        assert in_cli_words(text) == text
-    assert in_cli_words("use core_reuse=6, or set render_height") == "use --core-reuse 6, or set --render-height"
+        assert cli_error_text(RequestError(text)) == text
+        assert cli_error_text(RequestError(Fix(literal(text) + "; use {}", (changes(core_reuse=6),)))) == \
+            f"{text}; use --core-reuse 6"
+    error = RequestError("no", hint=Fix("use {}, or set {}", (changes(core_reuse=6), given("render_height"))))
+    assert cli_error_text(error) == "no\n  fix: use --core-reuse 6, or set --render-height"
 
 
 def test_a_hangup_the_caller_ignores_does_not_stop_the_render(model_dir: Path, tmp_path: Path) -> None:

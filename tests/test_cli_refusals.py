@@ -153,12 +153,20 @@ def test_a_memory_refusal_says_does_not_fit_once_and_quiet_prints_no_plan(
     assert "force=True" not in err
 
 
-def test_library_wording_is_in_cli_words() -> None:
-    from h3bridge.cli.main import in_cli_words
-    assert in_cli_words("out.mp4 exists; fix: choose another name, or allow overwriting (CLI: --overwrite)") == \
-        "out.mp4 exists; fix: choose another name, or allow overwriting (--overwrite)"
-    assert in_cli_words("pass library_path (CLI: --library-path) or set H3_LIBRARY") == \
-        "pass --library-path or set H3_LIBRARY"
+def test_library_wording_is_in_cli_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library's refusals carry their fixes as data (h3bridge.fixes); the CLI says them as flags."""
+    from h3bridge.cli.main import cli_error_text
+    from h3bridge.engines.library import LIBRARY_ENV, locate_library
+    from h3bridge.errors import H3BridgeError
+    from h3bridge.takes import check_take_outputs, sheet_output
+    sheet_output(tmp_path / "out.mp4").write_bytes(b"a sheet")
+    with pytest.raises(H3BridgeError) as taken:
+        check_take_outputs(tmp_path / "out.mp4", 2, overwrite=False)
+    assert cli_error_text(taken.value).endswith("fix: choose another name, or allow overwriting (--overwrite)")
+    monkeypatch.delenv(LIBRARY_ENV, raising=False)
+    with pytest.raises(H3BridgeError) as missing:
+        locate_library(None)
+    assert "fix: pass --library-path PATH or set H3_LIBRARY" in cli_error_text(missing.value)
 
 
 def test_the_console_script_exits_2_too(tmp_path: Path) -> None:

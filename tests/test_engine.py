@@ -623,7 +623,10 @@ def test_a_prompt_over_the_argument_limit_is_refused_with_the_alternative(engine
         engine.generate(fast_request(prompt), tmp_path / "x.mp4")
     error = caught.value
     assert error.field == "prompt" and f"the prompt is {len(prompt)} bytes" in error.message
-    assert "MAX_ARG_STRLEN" in error.message and "warm session" in error.hint and "CLI: --engine session" in error.hint
+    # the fix names the warm session as data (h3bridge.fixes): SessionEngine in Python, --engine session on the CLI
+    from h3bridge.cli.engine import cli_words
+    assert "MAX_ARG_STRLEN" in error.message and "warm session (SessionEngine)" in error.hint
+    assert "(--engine session)" in error.hint_in(cli_words)
     assert sim_invocations(sim_log) == [] and files_in(tmp_path) == []
 
 

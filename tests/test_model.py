@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from h3bridge.cli.engine import cli_words
 from h3bridge.errors import IntegrityError, ModelError
+from h3bridge.fixes import python_words, said
 from h3bridge.model.inventory import inspect_model
 from model_helpers import model, template  # noqa: F401  (fixtures)
 from h3bridge.sim.fixture import TensorSpec, write_fixture_model, write_safetensors
@@ -232,12 +234,15 @@ def test_hugging_face_cache_repo_folder_resolves_to_its_snapshot(template: Path,
 
 def test_partition_given_instead_of_model_dir(model: Path) -> None:
     problems = inspect_model(model / "FL2VA").problems
-    assert [p.kind for p in problems] == ["partition-given"] and str(model) in problems[0].fix
+    # the fix names the model folder as data (h3bridge.fixes): each interface says it its way
+    assert [p.kind for p in problems] == ["partition-given"] and str(model) in said(problems[0].fix, python_words)
+    assert said(problems[0].fix, cli_words) == f"pass its parent: --model-dir {model}"
 
 
 def test_model_one_level_down(model: Path) -> None:
     problems = inspect_model(model.parent).problems
-    assert [p.kind for p in problems] == ["nested-model"] and str(model) in problems[0].fix
+    assert [p.kind for p in problems] == ["nested-model"] and str(model) in said(problems[0].fix, python_words)
+    assert said(problems[0].fix, cli_words) == f"pass --model-dir {model}"
 
 
 def test_several_errors_raise_the_first_and_count_the_rest(model: Path) -> None:

@@ -339,13 +339,15 @@ def test_the_shape_mismatch_fix_depends_on_the_model(tmp_path: Path) -> None:
     fixture when the model is the small one, and the official download otherwise."""
     from core_helpers import fast_request
     from h3bridge.engines.hints import failure_hint
+    from h3bridge.fixes import python_words, said
     from h3bridge.sim.fixture import write_fixture_model
     small = write_fixture_model(tmp_path / "small")
-    fix = failure_hint(fast_request(), UPSTREAM_SHAPE_MISMATCH, model_dir=small) or ""
+    # the hint is a Fix (its settings as data, h3bridge.fixes): read here as Python says it
+    fix = said(failure_hint(fast_request(), UPSTREAM_SHAPE_MISMATCH, model_dir=small), python_words) or ""
     assert "small fixture" in fix and "--realistic DIR`" in fix and "ssd_streaming" in fix, fix
     assert "check the model directory" not in fix
     realistic = write_fixture_model(tmp_path / "realistic", realistic=True, ref2va=False)
-    fix = failure_hint(fast_request(), UPSTREAM_SHAPE_MISMATCH, model_dir=realistic) or ""
+    fix = said(failure_hint(fast_request(), UPSTREAM_SHAPE_MISMATCH, model_dir=realistic), python_words) or ""
     assert "small fixture" not in fix and f"info -d {realistic}`" in fix and "model download DIR`" in fix, fix
 
 

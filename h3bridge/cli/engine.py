@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 from ..cancel import CancelToken, PauseControl
 from .flags import float_flag
 from ..errors import GenerationCancelled, H3BridgeError, RequestError, UnsupportedRequestError
-from ..fixes import Change
+from ..fixes import Change, Given
 from ..history.eta import eta_suffix     # seconds left from past runs of the shape (job history)
 from ..progress import PAUSED_PHASE, WAITING_PHASE, ProgressEvent
 from ..vocabulary import ENGINE_KIND_MEANING, ENGINE_KINDS, EngineKind, read_engine_kind
@@ -46,20 +46,28 @@ FLAG_FOR_FIELD: dict[str, str] = {
     "stall_timeout": "--stall-timeout", "preview": "--show", "force": "--force", "overwrite": "--overwrite",
     "engine_path": "--engine-path", "model_dir": "--model-dir", "library_path": "--library-path",
     "redo": "--redo", "only": "--only", "prompt": "--prompt", "job_dir": "--job-dir",
-    # `model download`'s (model.download.download_model)
-    "repo_id": "--repo", "revision": "--revision", "partition": "--partition",
+    "preset": "--preset", "engine": "--engine",
+    # `model download`'s (model.download.download_model), `lora fold`'s, `verify`'s
+    "repo_id": "--repo", "revision": "--revision", "partition": "--partition", "rounding": "--rounding",
+    "verbose": "--verbose",
 }
 
 
 def cli_word(change: Change) -> str:
     """One change as the command line takes it: `--width 640`, `--force`, `(omit --show)` for a
-    switch to leave off or a setting to leave out."""
+    switch to leave off or a setting to leave out; a setting the request gave (a Given) as its flag
+    and value as given: `--frames 23`."""
     if change.field == "references" and hasattr(change.value, "value"):     # a reference of one kind
         return f"a reference given with --ref-{change.value.value.replace('_', '-')}"   # type: ignore[union-attr]
     flag = FLAG_FOR_FIELD.get(change.field)
+    value = change.value
+    if isinstance(change, Given):      # a setting the request gave, named in a message
+        name = flag or change.field
+        if value in ("True", "False") and flag is not None:      # a switch: on, or left off
+            return flag if value == "True" else f"no {flag}"
+        return name if value is None else f"{name} {value}"
     if flag is None:      # no flag sets it: say so rather than print a flag argparse would refuse
         return f"(not a command-line setting: {change.field})"
-    value = change.value
     if value is True:
         return flag
     if value is False or value is None:

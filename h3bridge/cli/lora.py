@@ -15,7 +15,9 @@ from ..lora.cache import CACHE_FOLDER, DEFAULT_LIMIT, LIMIT_VARIABLE, cache_fold
 from ..lora.fold import NEAREST, ROUNDINGS, STOCHASTIC, LoraSpec, fold_model
 from ..lora.layout import QKV_LAYOUTS
 from ..model.fold_record import DISTILLED_STEPS
+from ..fixes import said
 from ..model.fold_survival import INT8_NOTE, format_report, warnings
+from .engine import cli_words
 
 
 class _Terminated(BaseException):
@@ -164,10 +166,10 @@ def run_fold(args: argparse.Namespace) -> int:
     placed = ", ".join(f"{count} {how}" for how, count in sorted(result.placed.items())) or "none"
     print(f"wrote {result.output}: {result.tensors} tensors ({format_bytes(result.targeted_bytes)}) folded in "
           f"{len(record.folded_files)} shard(s), other files: {placed}; {result.seconds:.1f} s", file=sys.stderr)
-    print(record.summary().split("\n  what survived")[0], file=sys.stderr)
+    print(record.summary(cli_words).split("\n  what survived")[0], file=sys.stderr)
     print(format_report(result.survival, record.rounding), file=sys.stderr)
     for warning in warnings(result.survival, record.rounding):
-        print(f"h3bridge: warning: {warning}", file=sys.stderr)
+        print(f"h3bridge: warning: {said(warning, cli_words)}", file=sys.stderr)
     print(f"h3bridge: note: {INT8_NOTE}", file=sys.stderr)
     if record.distilled:
         from ..runnable import h3bridge_command      # as it runs here (console script or python -m)

@@ -47,6 +47,7 @@ from .engine import (    # shared with story.py and serve.py
 )
 from ..engines.fallback import choose_engine
 from ..errors import GenerationCancelled, H3BridgeError
+from ..fixes import Fix, said
 
 if TYPE_CHECKING:
     from ..model.memory import MemoryPlan
@@ -497,11 +498,14 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     checks: list[dict[str, object]] = []
 
-    def record(name: str, ok: bool, detail: str, fix: str | None = None) -> None:
-        # library messages name fields (engine_path); on the command line, text and JSON alike, the
-        # user's words are flags (--engine-path)
-        checks.append({"check": name, "ok": ok, "detail": in_cli_words(detail),
-                       "fix": None if ok or fix is None else in_cli_words(fix)})
+    def record(name: str, ok: bool, detail: "str | Fix", fix: "str | Fix | None" = None) -> None:
+        # a finding that names settings carries them as data (h3bridge.fixes); on the command line,
+        # text and JSON alike, they are said as flags (--engine-path)
+        checks.append({"check": name, "ok": ok, "detail": said(detail, cli_words),
+                       "fix": None if ok or fix is None else said(fix, cli_words)})
+
+    def record_error(name: str, error: H3BridgeError) -> None:
+        checks.append({"check": name, "ok": False, "detail": cli_message(error), "fix": cli_hint(error)})
 
     engine_path = None
     try:
@@ -512,7 +516,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         record("engine", True, f"{engine_path}{note}")
         record(*engine_commit_check(engine_path))
     except H3BridgeError as error:
-        record("engine", False, error.message, error.hint)
+        record_error("engine", error)
     tools = locate_media_tools()
     from ..engines.locate import FFMPEG_HINT
     for name, path in (("ffmpeg", tools.ffmpeg), ("ffprobe", tools.ffprobe)):
@@ -529,13 +533,13 @@ def run_doctor(args: argparse.Namespace) -> int:
         record("model", not errors and (not fixture_only or sim_engine or engine_path is None),
                f"{inventory.root}" + (f" ({'; '.join(p.message for p in errors)})" if errors else
                                       f" (FL2VA{' + Ref2VA' if inventory.has_ref2va else ', no Ref2VA: references unavailable'})")
-               + (f"; {small_fixture_note()}" if fixture_only else ""),
-               "; ".join(dict.fromkeys(p.fix for p in errors)) or
+               + (f"; {small_fixture_note().say(cli_words)}" if fixture_only else ""),
+               "; ".join(dict.fromkeys(said(p.fix, cli_words) or "" for p in errors)) or
                (f"for {engine_path}, write the released shapes: "
                 f"`{command('h3-sim-model', '--realistic', 'DIR')}`, then give DIR as --model-dir"
                 if fixture_only else None))
     except H3BridgeError as error:
-        record("model", False, error.message, error.hint)
+        record_error("model", error)
         model_dir = None
     memory = psutil.virtual_memory()
     gib = memory.total / 2**30
@@ -652,7 +656,8 @@ def preflight_generate(request: GenerationRequest, model_dir: Path, *, force: bo
             if not quiet:
                 print(error.plan.render(verdict=False), file=sys.stderr)   # type: ignore[attr-defined]
         raise
-    print("".join(f"h3bridge: warning: {warning}\n" for warning in plan.model_warnings), end="", file=sys.stderr)
+    print("".join(f"h3bridge: warning: {said(warning, cli_words)}\n" for warning in plan.model_warnings), end="",
+          file=sys.stderr)
     if force and not plan.fits:
         print(f"h3bridge: --force: {plan.verdict(cli_words)}", file=sys.stderr)
 
@@ -669,7 +674,7 @@ def add_info_command(subparsers: argparse._SubParsersAction) -> None:
 def run_info(args: argparse.Namespace) -> int:
     from ..model.inventory import inspect_model
     inventory = inspect_model(model_dir_from_args(args))
-    print(json.dumps(inventory.to_dict(), indent=2) if args.json else inventory.table())
+    print(json.dumps(inventory.to_dict(cli_words), indent=2) if args.json else inventory.table(cli_words))
     return EXIT_FAILURE if inventory.errors else EXIT_OK
 
 
@@ -695,7 +700,8 @@ def run_verify(args: argparse.Namespace) -> int:
     report = verify_model(model_dir_from_args(args), checksums=args.checksums or args.rewrite_manifest,
                           workers=args.workers, progress=False if args.quiet else None,
                           rewrite_manifest=args.rewrite_manifest)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.table(verbose=args.verbose))
+    print(json.dumps(report.to_dict(cli_words), indent=2) if args.json else
+          report.table(verbose=args.verbose, words=cli_words))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -742,7 +748,7 @@ def run_plan(args: argparse.Namespace) -> int:
     inventory = inspect_model(model_dir) if model_dir is not None else None
     if inventory is not None:
         for problem in inventory.errors:
-            print(f"h3bridge: model: {problem.message}\n  fix: {problem.fix}", file=sys.stderr)
+            print(f"h3bridge: model: {problem.message}\n  fix: {said(problem.fix, cli_words)}", file=sys.stderr)
     from .engine import engine_kind
     from ..vocabulary import EngineKind
     warm = engine_kind(args) is not EngineKind.ONE_SHOT       # the library's worker keeps its model warm too
@@ -954,44 +960,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli_error_text(error: H3BridgeError) -> str:
-    """An error as the command line says it: its fix (h3bridge.fixes) said as flags, else the
-    hint as the library wrote it through `in_cli_words`."""
-    if error.fix is not None or error.message_fix is not None:
-        message, hint = in_cli_words(cli_message(error)), cli_hint(error)
-        return f"{message}\n  fix: {hint if error.fix is not None else in_cli_words(hint or '')}" if hint else message
-    return in_cli_words(str(error))
-
-
-def in_cli_words(text: str) -> str:
-    """`core_reuse=6` -> `--core-reuse 6`, `render_height` -> `--render-height`: a library
-    message as the command-line user needs it. Bare one-word field names (`width`, `frames`) are
-    also plain words, so they are only translated in the `name=value` form.
-
-    Transitional (issue 34): for the library messages that do not yet carry their fix as data
-    (a `Fix`, said by `cli_words`); each one converted leaves this with less to do."""
-    import re
-    _FLAG_FOR_FIELD = FLAG_FOR_FIELD
-
-    def flag(match: re.Match[str]) -> str:
-        name, value = match.group(1), match.group(2)
-        if name == "force" and value == "True":
-            return "--force"
-        if value in ("True", "False") and name in _FLAG_FOR_FIELD:
-            return _FLAG_FOR_FIELD[name] if value == "True" else f"no {_FLAG_FOR_FIELD[name]}"
-        return f"{_FLAG_FOR_FIELD[name]} {value}" if name in _FLAG_FOR_FIELD else match.group(0)
-
-    # Never inside a path or a file name (`/clips/first_frame.png`, `width=512.mp4`): a field
-    # name counts only with no path character on either side.
-    text = re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", flag, text)
-    text = re.sub(r"(?<![\w/.~-])(" + "|".join(name for name in _FLAG_FOR_FIELD if "_" in name and "=" not in name)
-                  + r")(?![\w/.-])", lambda match: _FLAG_FOR_FIELD[match.group(1)], text)
-    # "the warm session (SessionEngine, CLI: --session)": only the CLI's words, no Python names.
-    text = re.sub(r"\([A-Z][A-Za-z0-9_.]*, CLI: ([^)]+)\)", r"(\1)", text)
-    # Messages that already named the flag beside the field now say it twice: once is enough.
-    text = re.sub(r"(--[a-z0-9-]+) (?:\((?:CLI: )?\1\)|/ \1\b)", r"\1", text)
-    # "allow overwriting (CLI: --overwrite)": on the command line every word is the CLI's.
-    text = re.sub(r"\(CLI: (--[^)]+)\)", r"(\1)", text)
-    return re.sub(r"(--[a-z0-9-]+) \(\1, ", r"\1 (", text)
+    """An error as the command line says it: the settings its message names and its fix, said as
+    flags (h3bridge.fixes); text that names none is shown as the library wrote it."""
+    message, hint = cli_message(error), cli_hint(error)
+    return f"{message}\n  fix: {hint}" if hint else message
 
 
 def _save_engine_log(stderr: str | None) -> Path | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..model.download import (ALL, ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB, PARTITION_CHOICES, PINNED_REVISION, REF2VA_OWN_GIB,
                        download_command, download_model)
 from ..model.inventory import OFFICIAL_REPO, format_bytes
+from .engine import cli_words
 
 
 def add_model_command(subparsers: argparse._SubParsersAction) -> None:
@@ -46,5 +47,5 @@ def run_model_download(args: argparse.Namespace) -> int:
     plan = result.plan
     print(f"downloaded {len(result.fetched)} file(s) of {len(plan.files)} into {plan.directory} "
           f"({plan.repo_id} commit {plan.commit}, {format_bytes(sum(f.size for f in plan.files))}); verified: "
-          f"{result.report.table().splitlines()[-1]}")      # type: ignore[attr-defined]
+          f"{result.report.table(words=cli_words).splitlines()[-1]}")      # type: ignore[attr-defined]
     return EXIT_OK

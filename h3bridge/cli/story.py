@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 import threading
@@ -16,7 +15,7 @@ from ..cancel import CancelToken, PauseControl
 from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
                           cancelled_status, cli_words, engine_from_args, pause_on_ctrl_z)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
-from ..fixes import Change
+from ..fixes import Change, Fix, Given, said
 from ..progress import WAITING_PHASE
 from .flags import int_flag
 from ..story.plan import StoryMemoryError
@@ -147,18 +146,6 @@ def _duration(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def in_storyboard_words(text: str) -> str:
-    """`frames=22` -> `frames = 22`, `ssd_streaming=True` -> `ssd_streaming = true`: a library
-    message about a storyboard key as the storyboard writes it (TOML)."""
-    def key(match: re.Match[str]) -> str:
-        name, value = match.group(1), match.group(2)
-        if name not in STORYBOARD_FIELDS:
-            return match.group(0)
-        return f"{name} = {value.lower() if value in ('True', 'False') else value}"
-    # as cli.in_cli_words: never inside a path or a file name
-    return re.sub(r"(?<![\w/.~-])([a-z][a-z0-9_]*)=([^\s,;)/]+)(?![\w/.-])", key, text)
-
-
 def storyboard_setting(name: str, value: object) -> str:
     """One storyboard key as the storyboard writes it (TOML): `ssd_streaming = true`; a reference
     of one kind as a shot's `references` entry (h3bridge.fixes: the storyboard's renderer)."""
@@ -173,17 +160,27 @@ def storyboard_setting(name: str, value: object) -> str:
 
 
 def storyboard_words(group: "Sequence[Change]") -> str:
-    """A group of changes as storyboard keys: `ssd_streaming = true, layers = 40`."""
-    return ", ".join(storyboard_setting(change.field, change.value) for change in group)
+    """A group of changes as storyboard keys: `ssd_streaming = true, layers = 40`; a setting the
+    storyboard gave (a Given) as its key and value as given: `frames = 23`."""
+    return ", ".join(storyboard_given(change) if isinstance(change, Given) else
+                     storyboard_setting(change.field, change.value) for change in group)
+
+
+def storyboard_given(change: Given) -> str:
+    """A setting the storyboard gave, named in a message: `frames = 23`, `ssd_streaming`; one that
+    is no storyboard key (force) as the command's flag."""
+    if change.field not in STORYBOARD_FIELDS:
+        return cli_words((change,))
+    if change.value is None:
+        return change.field
+    return f"{change.field} = {change.value.lower() if change.value in ('True', 'False') else change.value}"
 
 
 def storyboard_refusal(error: H3BridgeError) -> int:
-    """Say a refusal about the storyboard in its words (main would put CLI flags in it); exit 2."""
-    if error.fix is not None or error.message_fix is not None:      # the fix as data: said as keys
-        hint = error.hint_in(storyboard_words)
-        text = error.message_in(storyboard_words) + (f"\n  fix: {hint}" if hint else "")
-    else:
-        text = in_storyboard_words(str(error))
+    """Say a refusal about the storyboard in its words (its settings said as keys; main would say
+    them as CLI flags); exit 2."""
+    hint = error.hint_in(storyboard_words)
+    text = error.message_in(storyboard_words) + (f"\n  fix: {hint}" if hint else "")
     try:
         print(f"h3bridge: {text}", file=sys.stderr)
     except OSError:
@@ -287,10 +284,10 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
     engine = engine_from_args(args)
     display = StoryProgressDisplay(enabled=not args.quiet, parallel=args.parallel)
 
-    def notice(text: str) -> None:
+    def notice(text: "str | Fix") -> None:     # a notice that names settings: said as storyboard keys
         display.close()
         try:
-            print(f"h3bridge: {text}", file=sys.stderr, flush=True)
+            print(f"h3bridge: {said(text, storyboard_words)}", file=sys.stderr, flush=True)
         except OSError:
             pass
 

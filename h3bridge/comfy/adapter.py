@@ -24,7 +24,7 @@ from ..engines.process import stop_live_engines
 from ..engines.protocol import Engine
 from ..errors import (H3BridgeError, MemoryPlanError, ModelError, RequestError, SessionUnsupportedError,
                       UnsupportedRequestError)
-from ..fixes import Change, changes
+from ..fixes import Change, Fix, Given, changes, python_word, said
 from ..model.memory import MachineFacts, MemoryPlan, check_model_for, plan_memory
 from ..model.inventory import inspect_model
 from ..model.download import ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB
@@ -495,7 +495,7 @@ def plan_text(plan: MemoryPlan) -> str:
 
 def decide_ssd_streaming(choice: str, request: GenerationRequest, model_dir: Path, *,
                          machine: MachineFacts | Callable[[], MachineFacts] | None = None, session: bool = False,
-                         model_warnings: list[str] | None = None, preview: bool = False,
+                         model_warnings: "list[str | Fix] | None" = None, preview: bool = False,
                          force: bool = False) -> tuple[bool, MemoryPlan]:
     """SSD streaming on/off from the node's choice and the memory plan for it (`session`: planned
     for the warm session, which keeps the DiT and the video decoder loaded between clips).
@@ -547,12 +547,16 @@ def node_word(change: Change) -> str:
     """One change as the H3 nodes' inputs take it (h3bridge.fixes: ComfyUI's renderer). Every
     name said is an input of H3 Generate (or, for previews, H3 Engine)."""
     name, value = change.field, change.value
+    if isinstance(change, Given):     # a setting the request gave, named in a message: as the node's input says it
+        return python_word(change)
     if name == "preview":
         return f"previews {'on' if value else 'off'} on H3 Engine"
     if name == "references" and isinstance(value, ReferenceKind):     # a reference of this kind
         return f"H3 References kind '{describe_kind(value)}'"
     if name == "force":
         return f"force to {str(bool(value)).lower()} on H3 Generate"
+    if name == "engine":
+        return f"mode {getattr(value, 'value', value)} on H3 Engine"
     if name == "layers":
         return f"layers {value} (under preset)"
     if name == "job_dir":        # H3 Storyboard keeps its jobs under ComfyUI's folder, by name
@@ -570,7 +574,7 @@ def node_words(group: Sequence[Change]) -> str:
     steps: list[str] = []
     previous: str | None = None
     for change in group:
-        if change.field == "seconds" and change.value is None:
+        if change.field == "seconds" and change.value is None and not isinstance(change, Given):
             continue
         if previous is not None and (previous, change.field) in _SAID_TOGETHER and steps:
             steps[-1] += " and " + node_word(change)
@@ -949,7 +953,7 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
                 if inputs.references:
                     references = materialise_references(inputs.references, scratch)
                 request = build_request(settings, first_frame=first, last_frame=last, references=references)
-                model_warnings: list[str] = []
+                model_warnings: list[str | Fix] = []
                 if handle.mode == REMOTE:     # the server checks its model and plans for its own memory
                     ssd, plan = settings.ssd_streaming == "on", None
                 else:
@@ -973,9 +977,10 @@ def run_generate(handle: EngineHandle, settings: GenerateSettings, inputs: Gener
             # server streams (an `h3bridge serve` whose engine makes them; others send none)
             if (handle.previews or handle.mode == REMOTE) and on_preview is not None:
                 options["on_preview"] = on_preview
-            ran_on, notes = handle, [f"model warning: {warning}" for warning in model_warnings]
+            shown = [said(warning, node_words) for warning in model_warnings]
+            ran_on, notes = handle, [f"model warning: {warning}" for warning in shown]
             # Shown on the node like the cannot-go-warm warning: the job runs, but the user must know.
-            notify("".join(f"WARNING: {warning}\n" for warning in model_warnings) + describe_job(request, handle.mode))
+            notify("".join(f"WARNING: {warning}\n" for warning in shown) + describe_job(request, handle.mode))
 
             def fell_back(unsupported: UnsupportedRequestError) -> None:
                 # Before anything starts (e.g. a multi-line prompt: h3's interactive mode reads one

@@ -22,6 +22,7 @@ from ..cancel import CancelToken
 from ..lora.cache import cache_folder, cached_fold, describe
 from ..lora.fold import LoraSpec, plan_fold
 from ..model.fold_record import read_provenance
+from ..fixes import said
 from ..model.fold_survival import OVERALL, format_report, warnings
 from . import adapter
 from .lora_chain import PendingChain, defers_fold
@@ -79,10 +80,10 @@ def _report(folded: Path) -> str:
         head.append(f"the folded weights hold {overall.kept:.1%} of the LoRA's update (bf16 rounding noise "
                     f"{overall.noise:.0%} of it); {overall.unchanged:.1%} of the weights it targets kept their value")
         head += [line[2:] for line in table]
-        head += [f"warning: {text}" for text in warnings(record.survival, record.rounding)]
+        head += [f"warning: {said(text, adapter.node_words)}" for text in warnings(record.survival, record.rounding)]
         head.append(SURVIVAL_LEGEND)
     shown = set(table)
-    rest = [line for line in record.summary().splitlines() if line not in shown and not line.startswith("  warning: ")]
+    rest = [line for line in record.summary(adapter.node_words).splitlines() if line not in shown and not line.startswith("  warning: ")]
     return "\n".join([*head, f"folded model: {folded}", *rest, describe(cache_folder(folded.parent))])
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from ..story.storyboard import DEFAULT_CROSSFADE_FRAMES
 from ..takes import MAX_TAKES
 from . import adapter
 from .pause import RUNNING_JOBS
+from ..fixes import Fix, said
 from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
 
 IMAGE_OUTPUT_INDEX = 2
@@ -144,7 +145,7 @@ class H3StoryboardNode(io.ComfyNode):
                     job_name=job_name, want_frames=want_image,
                     on_progress=lambda p: bar.update_absolute(int(p.fraction * adapter.PROGRESS_STEPS),
                                                               adapter.PROGRESS_STEPS),
-                    on_notice=notice_on_node(hidden.unique_id if hidden else None), cancel=cancel, force=bool(force),
+                    on_notice=_in_node_words(notice_on_node(hidden.unique_id if hidden else None)), cancel=cancel, force=bool(force),
                     film_root=films_folder(), takes=takes, picks=pick or "", pause=pause,
                     stop_after_shot=stop_after_shot)
             except StoryMemoryError as error:      # the plan says CLI flags: say it with this node's inputs
@@ -181,5 +182,10 @@ def _node_setting(name: str, value: object) -> str:
 
 
 STORY_NODES: list[type[io.ComfyNode]] = [H3StoryboardNode]
+
+
+def _in_node_words(show: "Callable[[str], None]") -> "Callable[[str | Fix], None]":
+    """A story's notices on the node: one that names settings (a Fix) said with the nodes' inputs."""
+    return lambda text: show(said(text, adapter.node_words) or "")
 
 __all__ = ["H3StoryboardNode", "STORY_NODES"]

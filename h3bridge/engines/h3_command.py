@@ -7,6 +7,8 @@ import re
 import sys
 from typing import Mapping, Sequence
 from ..errors import RequestError
+from ..fixes import Fix, changes
+from ..vocabulary import EngineKind
 from ..request import GenerationRequest, Reference, ReferenceImageSize, ReferenceKind
 from ..upstream_costs import expected_phases  # noqa: F401 (engines import it from here)
 
@@ -116,8 +118,8 @@ def argument_limit_error(argv: Sequence[str], env: Mapping[str, str], prompt: st
     """The RequestError for a command line exec refuses (E2BIG), in the prompt's terms."""
     single, total_limit = _argument_limits()
     prompt_bytes = len(os.fsencode(prompt))
-    alternative = ("shorten the prompt, or render it in the warm session (SessionEngine, CLI: --engine session): "
-                   "it sends the prompt to h3 over stdin, where its length does not count")
+    alternative = Fix("shorten the prompt, or render it in the warm session ({}): it sends the prompt to h3 over "
+                      "stdin, where its length does not count", (changes(engine=EngineKind.SESSION),))
     if single is not None and prompt_bytes + 1 > single:
         return RequestError(f"the prompt is {prompt_bytes} bytes; h3 takes it as one command-line argument, and "
                             f"this system allows at most {single - 1} bytes in one (MAX_ARG_STRLEN)",
@@ -125,7 +127,8 @@ def argument_limit_error(argv: Sequence[str], env: Mapping[str, str], prompt: st
     used = _command_line_bytes(argv, env)
     return RequestError(f"the engine's command line and environment come to {used} bytes ({prompt_bytes} of "
                         f"them the prompt), over this system's limit of {total_limit} (ARG_MAX)",
-                        field="prompt", hint=alternative + "; or unset large environment variables")
+                        field="prompt", hint=Fix(alternative.text + "; or unset large environment variables",
+                                                 alternative.groups))
 
 
 def _command_line_bytes(argv: Sequence[str], env: Mapping[str, str]) -> int:

@@ -5,7 +5,7 @@ import signal
 from pathlib import Path
 
 from ..errors import H3BridgeError
-from ..fixes import Blank, Fix, changes, literal
+from ..fixes import Blank, Fix, changes, given, literal
 from ..progress import ProgressEvent
 from ..request import MIN_LAYERS, GenerationRequest
 from .locate import FFMPEG_HINT
@@ -71,9 +71,9 @@ def failure_hint(request: GenerationRequest, message: str | None, *, signal_numb
     `signal_number`, or was stopped by the watchdog (`stalled`). None leaves h3's message to
     speak for itself. `model_dir`: the engine's model folder, read only for a model error."""
     if stalled:
-        return ("h3 reports nothing while it decodes the video (the tiled video VAE decode) and little while "
-                "it loads from a slow disk: for a very large clip raise stall_timeout; otherwise see the "
-                "engine log for where it stopped")
+        return Fix("h3 reports nothing while it decodes the video (the tiled video VAE decode) and little while "
+                   "it loads from a slow disk: for a very large clip raise {}; otherwise see the engine log for "
+                   "where it stopped", (given("stall_timeout"),))
     if signal_number == signal.SIGKILL:
         return out_of_memory_hint(request)
     if signal_number is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Mapping
 from ..engine_build.record import PINNED_COMMIT
 from ..errors import EngineNotFoundError, ModelError
-from ..fixes import Blank, Fix, changes, literal
+from ..fixes import Blank, Fix, changes, given, joined, literal
 from ..request import GenerationRequest
 from ..runnable import command, h3bridge_command
 
@@ -52,17 +52,25 @@ def simulator_for_engine_path() -> str:
     return "h3-sim"
 
 
-def _engine_build_hint(system: str) -> str:
-    where = "give the h3 path it prints as engine_path, set H3_BIN, or put h3 on PATH"
+def _engine_build_hint(system: str) -> Fix:
+    """How to get an engine (a Fix: it names the engine path, which each interface says its way)."""
+    where = Fix("give the h3 path it prints as {}, set H3_BIN, or put h3 on PATH", (given("engine_path"),))
     if system == "Darwin":
-        return (f"build the pinned h3.c: {engine_source_steps()} (upstream's own make, with Xcode's command line "
-                f"tools, on an Apple Silicon Mac); {where}")
+        return joined(f"build the pinned h3.c: {engine_source_steps()} (upstream's own make, with Xcode's command "
+                      "line tools, on an Apple Silicon Mac); ", where)      # type: ignore[return-value]
     # The real (Metal) h3 cannot run here: the one-step way to see h3bridge work comes first.
-    return (f"the Metal h3 runs only on an Apple Silicon Mac. Here, `{h3bridge_command('demo')}` renders a clip end "
-            f"to end with the simulator h3-sim and a fixture model (synthetic patterns); or give "
-            f"{simulator_for_engine_path()} as engine_path with a model from `{command('h3-sim-model', 'DIR')}`. Upstream's own C also runs here, "
-            f"over h3bridge's portable CPU backend, for testing (on a model of the released shapes, e.g. "
-            f"`{command('h3-sim-model', '--realistic', 'DIR')}`): {engine_source_steps()}; {where}")
+    return joined(f"the Metal h3 runs only on an Apple Silicon Mac. Here, `{h3bridge_command('demo')}` renders a clip "
+                  f"end to end with the simulator h3-sim and a fixture model (synthetic patterns); or give "
+                  f"{simulator_for_engine_path()} as ", Fix("{}", (given("engine_path"),)),
+                  f" with a model from `{command('h3-sim-model', 'DIR')}`. Upstream's own C also runs here, "
+                  f"over h3bridge's portable CPU backend, for testing (on a model of the released shapes, e.g. "
+                  f"`{command('h3-sim-model', '--realistic', 'DIR')}`): {engine_source_steps()}; ",
+                  where)      # type: ignore[return-value]
+
+
+def capitalized(fix: Fix) -> Fix:
+    """`fix` starting a sentence."""
+    return Fix(fix.text[:1].upper() + fix.text[1:], fix.groups)
 
 
 ENGINE_BUILD_HINT = _engine_build_hint(platform.system())
@@ -99,8 +107,8 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
             hint=f"this looks like an h3.c source that was never built: run `{build}` (h3bridge is tested with "
                  f"h3.c {PINNED_SHORT}: `git -C {path.absolute()} checkout {PINNED_SHORT}` first in a clone), then "
                  f"give the h3 path it prints" if unbuilt else
-                 "give the h3 program itself (the path build-engine prints) or the h3.c folder that "
-                 f"holds it. {ENGINE_BUILD_HINT[0].upper()}{ENGINE_BUILD_HINT[1:]}")
+                 joined("give the h3 program itself (the path build-engine prints) or the h3.c folder that "
+                        "holds it. ", capitalized(ENGINE_BUILD_HINT)))
     if not path.is_file():
         # A bare name ("h3-sim") given explicitly or in H3_BIN: look it up on PATH.
         found = shutil.which(raw) if os.sep not in raw else None
@@ -109,7 +117,7 @@ def locate_engine(explicit: str | os.PathLike[str] | None = None) -> Path:
         path = Path(found)
     if not os.access(path, os.X_OK):
         raise EngineNotFoundError(f"the h3 engine from {source} is not executable: {path}",
-                                  hint=f"`chmod +x {path}`, or build it again ({ENGINE_BUILD_HINT})")
+                                  hint=joined(f"`chmod +x {path}`, or build it again (", ENGINE_BUILD_HINT, ")"))
     return path.absolute()
 
 

@@ -16,7 +16,7 @@ from ..errors import EngineError, GenerationCancelled, MediaError, OutputExistsE
 from ..media.decode import decode_audio, remove_quietly
 from ..progress import parse_progress
 from .scratch import make_work_folder, remove_leftovers
-from ..fixes import Fix
+from ..fixes import Fix, given, literal
 from ..safeio.outputs import ALLOW_OVERWRITE, check_output, kind_of, link_new, missing_folders, publish
 from ..safeio.outputs import staging_path as outputs_staging_path
 from ..request import GenerationRequest
@@ -108,8 +108,9 @@ def finish_result(request: GenerationRequest, mp4: Path | None, output_path: Pat
                 raise EngineError(f"the engine {command[0]} exited without an error, an MP4 or any of h3's "
                                   "progress output: it does not look like h3", engine_message=None, exit_code=0,
                                   stderr=engine_log, command=command,
-                                  hint="give the h3 program built from h3.c as engine_path, or the simulator "
-                                       f"h3-sim (`{h3bridge_command('demo')}` runs it)")
+                                  hint=Fix("give the h3 program built from h3.c as {}, or the simulator " +
+                                           literal(f"h3-sim (`{h3bridge_command('demo')}` runs it)"),
+                                           (given("engine_path"),)))
             raise EngineError("h3 reported success but wrote no MP4", engine_message=None,
                               exit_code=0, stderr=engine_log, command=command)
         if want_audio:

@@ -34,6 +34,7 @@ import h3
 import numpy as np
 
 from ..errors import RequestError
+from ..fixes import Fix, given
 
 H3_MAX_RESOLUTION = 15
 #: Cells narrower than this (in pixels, at the equator) give no useful tiling.
@@ -215,7 +216,7 @@ def _shown(value: object) -> str:
 
 @dataclass(frozen=True)
 class _GridProblem:
-    message: str
+    message: "str | Fix"     # a Fix when it names a setting (h3bridge.fixes)
     field: str
     kind: str          # "side", "memory", "small", "resolution", "overlap"
 
@@ -228,8 +229,8 @@ def _grid_problem(width: int, height: int, resolution: int, overlap_px: int,
                             "width" if width < 1 else "height", "side")
     if width > MAX_SIDE or height > MAX_SIDE:
         name = "width" if width > MAX_SIDE else "height"
-        return _GridProblem(f"{name}={_shown(max(width, height))} is longer than any frame a grid can be drawn for "
-                            f"(at most {MAX_SIDE} pixels)", name, "side")
+        return _GridProblem(Fix(f"{{}} is longer than any frame a grid can be drawn for (at most {MAX_SIDE} pixels)",
+                                (given(name, _shown(max(width, height))),)), name, "side")
     if width * height * _BYTES_PER_PIXEL > limit:
         return _GridProblem(f"a {width}x{height} frame ({width * height / 1e6:.0f} megapixels) would take at "
                             f"least {width * height * _BYTES_PER_PIXEL / 2**30:.1f} GiB to tile (the limit is "

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..fixes import Fix, Words, changes, given, literal, python_words, said
 from .fold_survival import INT8_NOTE, Survival, format_report, warnings
 from .problem import Problem
 from ..runnable import h3bridge_command
@@ -100,8 +101,9 @@ class Provenance:
         values["survival"] = [Survival(**entry) for entry in values.get("survival", [])]
         return cls(**values)
 
-    def summary(self) -> str:
-        """One line per LoRA, for `h3bridge info`."""
+    def summary(self, words: Words = python_words) -> str:
+        """One line per LoRA, for `h3bridge info`; the settings it names said with `words` (the
+        interface's renderer, h3bridge.fixes)."""
         lines = [f"folded model (h3bridge lora fold, {self.created}): base {self.base_path} "
                  f"(identity {self.base_identity[:12]}), partitions {', '.join(self.partitions)}, "
                  f"{sum(f.tensors for f in self.folded_files)} tensors rewritten in {len(self.folded_files)} shard(s)"]
@@ -111,12 +113,14 @@ class Provenance:
                          f"{', step-distilled' if lora.distilled else ''})")
         if self.survival:
             lines += ["  " + line for line in format_report(self.survival, self.rounding).splitlines()]
-            lines += [f"  warning: {text}" for text in warnings(self.survival, self.rounding)]
+            lines += [f"  warning: {said(text, words)}" for text in warnings(self.survival, self.rounding)]
             lines.append(f"  note: {INT8_NOTE}")
         else:
             lines.append(f"  (folded before h3bridge measured what survives; rounding {self.rounding})")
         if self.distilled:
-            lines.append(f"  sample with --preset turbo (--steps {DISTILLED_STEPS[-1]}), no --reuse/--core-reuse")
+            lines.append("  " + Fix("sample with {} ({}), no {}/{}",
+                                    (changes(preset="turbo"), changes(steps=DISTILLED_STEPS[-1]), given("reuse"),
+                                     given("core_reuse"))).say(words))
         return "\n".join(lines)
 
 
@@ -181,22 +185,26 @@ def check_provenance(root: Path, provenance: Provenance) -> list[Problem]:
     return problems
 
 
-def request_warnings(request: "GenerationRequest", provenance: Provenance | None) -> list[str]:
-    """What upstream's Turbo measurements (h3.c PR #14) say about this request on this model."""
+def request_warnings(request: "GenerationRequest", provenance: Provenance | None) -> "list[str | Fix]":
+    """What upstream's Turbo measurements (h3.c PR #14) say about this request on this model (each
+    a Fix: it names settings, which each interface says in its words)."""
     if provenance is None or not provenance.distilled:
         return []
     names = ", ".join(lora.name for lora in provenance.loras if lora.distilled)
-    warnings: list[str] = []
+    warnings: list[str | Fix] = []
+    folded = literal(f"this model has a step-distillation LoRA folded in ({names}); ")
     if request.reuse > 1 or request.core_reuse > 1:
-        warnings.append(f"this model has a step-distillation LoRA folded in ({names}); the distilled schedule "
-                        "removes the redundancy --reuse and --core-reuse rely on, so they cost quality "
-                        "(fix: --reuse 1 --core-reuse 1, as --preset turbo sets)")
+        warnings.append(Fix(folded + "the distilled schedule removes the redundancy {} and {} rely on, so they "
+                            "cost quality (fix: {}, as {} sets)",
+                            (given("reuse"), given("core_reuse"), changes(reuse=1, core_reuse=1),
+                             changes(preset="turbo"))))
     if request.steps > DISTILLED_MAX_STEPS:
-        warnings.append(f"this model has a step-distillation LoRA folded in ({names}); it is sampled with "
-                        f"{DISTILLED_STEPS[0]}-{DISTILLED_STEPS[1]} steps, and {request.steps} only cost time "
-                        f"(fix: --steps {DISTILLED_STEPS[-1]}, or --preset turbo)")
+        warnings.append(Fix(folded + f"it is sampled with {DISTILLED_STEPS[0]}-{DISTILLED_STEPS[1]} steps, and "
+                            f"{request.steps} only cost time (fix: {{}}, or {{}})",
+                            (changes(steps=DISTILLED_STEPS[-1]), changes(preset="turbo"))))
     elif request.steps < DISTILLED_STEPS[0]:
-        warnings.append(f"{request.steps} steps on a step-distilled model: upstream saw motion smear at 4 steps, "
-                        f"5 is the validated floor (fix: --steps {DISTILLED_STEPS[0]} or {DISTILLED_STEPS[1]})")
+        warnings.append(Fix(f"{request.steps} steps on a step-distilled model: upstream saw motion smear at 4 steps, "
+                            "5 is the validated floor (fix: {} or {})",
+                            (changes(steps=DISTILLED_STEPS[0]), changes(steps=DISTILLED_STEPS[1]))))
     return warnings
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..fixes import Fix, given, literal
+
 CLASSES = ("qkv", "out", "fc1", "fc2", "adaln", "token refiner", "final layer", "other")
 OVERALL = "overall"
 KEPT_WARNING = 0.9
@@ -120,14 +122,18 @@ def kept_uncertainty(row: Survival) -> float:
     return row.noise / math.sqrt(row.elements) if row.elements else 0.0
 
 
-def warnings(rows: list[Survival], rounding: str) -> list[str]:
+def warnings(rows: list[Survival], rounding: str) -> "list[str | Fix]":
     """A warning when less than KEPT_WARNING of the update survived (beyond three times what
-    rounding noise alone makes kept wander), with what to do about it."""
+    rounding noise alone makes kept wander), with what to do about it (a Fix when it names the
+    fold's rounding setting: each interface says it, h3bridge.fixes.said)."""
     low = [row for row in rows if row.module_class != OVERALL and row.elements
            and row.kept + 3 * kept_uncertainty(row) < KEPT_WARNING]
     if not low:
         return []
     names = ", ".join(f"{row.module_class} {row.kept:.2f}" for row in low)
-    fix = ("fold again without --rounding nearest (stochastic rounding keeps the update unbiased)"
-           if rounding == "nearest" else "a larger strength changes the LoRA's effect; nothing else keeps more")
-    return [f"only part of the LoRA's update is in the folded weights (kept: {names}); fix: {fix}"]
+    start = literal(f"only part of the LoRA's update is in the folded weights (kept: {names}); fix: ")
+    if rounding == "nearest":
+        return [Fix(start + "fold again without {} (stochastic rounding keeps the update unbiased)",
+                    (given("rounding", "nearest"),))]
+    return [f"only part of the LoRA's update is in the folded weights (kept: {names}); fix: a larger strength "
+            "changes the LoRA's effect; nothing else keeps more"]

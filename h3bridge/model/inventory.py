@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import IntegrityError, ModelError
+from ..fixes import Fix, Words, changes, joined, literal, python_words, said
 from ..safeio.paths import UNENDING_KINDS, non_regular_kind, not_regular, read_json_capped, symlink_note, too_large
 from .safetensors import (
     GGUF_MAGIC,
@@ -60,11 +61,13 @@ EMBED_TOKENS = "model.language_model.embed_tokens.weight"
 RELEASED_VOCAB = 151936
 
 
-def small_fixture_note() -> str:
-    """What to know about h3-sim's small fixture model, and the fixture upstream's h3 can run."""
-    return ("h3-sim's small fixture model (tiny tensors): only h3-sim runs it; upstream's h3 (build-engine's, or "
-            f"the Metal h3) needs the released shapes: `{command('h3-sim-model', '--realistic', 'DIR')}` writes them "
-            "as sparse files (no disk used; render with --ssd-streaming on a machine under ~32 GB)")
+def small_fixture_note() -> Fix:
+    """What to know about h3-sim's small fixture model, and the fixture upstream's h3 can run (a
+    Fix: it names a setting, which each interface says in its words)."""
+    return Fix(literal("h3-sim's small fixture model (tiny tensors): only h3-sim runs it; upstream's h3 (build-engine's, "
+                       f"or the Metal h3) needs the released shapes: `{command('h3-sim-model', '--realistic', 'DIR')}` "
+                       "writes them as sparse files (no disk used; render with ") + "{} on a machine under ~32 GB)",
+               (changes(ssd_streaming=True),))
 
 
 @dataclass(frozen=True)
@@ -218,10 +221,11 @@ class ModelInventory:
             return IntegrityError(message, path=first.path, tensor=first.tensor, hint=fix)
         return ModelError(message, hint=fix)
 
-    def warnings_for(self, *, references: bool = False) -> list[str]:
+    def warnings_for(self, *, references: bool = False) -> "list[str | Fix]":
         """What a user starting a job should be told but not stopped by, one line each: the
-        warnings, and for a job without references, that Ref2VA is incomplete."""
-        lines = [f"{p.message} (fix: {p.fix})" for p in self.warnings if not p.references_only]
+        warnings, and for a job without references, that Ref2VA is incomplete (a Fix where a
+        problem's fix names settings)."""
+        lines = [joined(f"{p.message} (fix: ", p.fix, ")") for p in self.warnings if not p.references_only]
         problems = self.reference_errors + [p for p in self.warnings if p.references_only]
         if problems and not references:
             lines.append(f"{self.root / REF2VA} is incomplete ({len(problems)} problem(s), e.g. {problems[0].message}); "
@@ -237,22 +241,24 @@ class ModelInventory:
         return (f"finish the Ref2VA download: `{download}` "
                 f"(it continues where it stopped), then `{h3bridge_command('verify', '-d', self.root)}`")
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self, words: Words = python_words) -> dict[str, object]:
+        """The inventory as JSON; the fixes said with `words` (the interface's renderer)."""
         return {
             "root": str(self.root), "ref2va": self.has_ref2va, "file_bytes": self.file_bytes,
             "partitions": {name: {"enabled": partition.enabled, "components": {
                 key: {"directory": str(c.directory), "files": c.files, "tensors": c.tensors,
                       "file_bytes": c.file_bytes, "tensor_bytes": c.tensor_bytes, "dtype_bytes": c.dtype_bytes}
                 for key, c in partition.components.items()}} for name, partition in self.partitions.items()},
-            "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix,
+            "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": said(p.fix, words),
                           "references_only": p.references_only,
                           "path": None if p.path is None else str(p.path)} for p in self.problems],
             "provenance": None if self.provenance is None else self.provenance.to_dict(),  # type: ignore[attr-defined]
             "small_fixture": self.small_fixture,
         }
 
-    def table(self) -> str:
-        """The inventory as a fixed-width table, then problems with their fixes."""
+    def table(self, words: Words = python_words) -> str:
+        """The inventory as a fixed-width table, then problems with their fixes (the settings they
+        name said with `words`, the interface's renderer)."""
         lines = [f"model: {self.root}"]
         if self.partitions:
             lines.append(f"{'component':<30} {'files':>5} {'tensors':>8} {'size':>10}  dtypes")
@@ -271,12 +277,12 @@ class ModelInventory:
             state = "incomplete" if REF2VA in self.partitions else "not installed"
             lines.append(f"Ref2VA: {state} (prompt-only and first/last-frame jobs work; references need it)")
         if self.provenance is not None:
-            lines.append(self.provenance.summary())      # type: ignore[attr-defined]
+            lines.append(self.provenance.summary(words))      # type: ignore[attr-defined]
         if self.small_fixture:
-            lines.append(f"note: {small_fixture_note()}")
+            lines.append(f"note: {small_fixture_note().say(words)}")
         for problem in self.problems:
             lines.append(f"{problem.label}: {problem.message}")
-            lines.append(f"  fix: {problem.fix}")
+            lines.append(f"  fix: {said(problem.fix, words)}")
         if not self.problems:
             lines.append(f"layout: OK (headers checked; `{h3bridge_command('verify', '-d', self.root, '--checksums')}` "
                          "also hashes the data)")
@@ -452,13 +458,13 @@ def _detect_foreign_layout(root: Path, inventory: ModelInventory) -> bool:
     if root.name in PARTITIONS and (root / "transformer").is_dir():
         add(Problem("error", "partition-given",
                     f"{root} is the {root.name} partition, not the model directory",
-                    f"pass its parent: --model-dir {root.parent}", root))
+                    Fix("pass its parent: {}", (changes(model_dir=str(root.parent)),)), root))
         return True
     children = [c for c in root.iterdir() if c.is_dir()] if root.is_dir() else []
     nested = [c for c in children if (c / FL2VA).is_dir()]
     if nested:
         add(Problem("error", "nested-model", f"{root} holds the model one level down, in {nested[0]}",
-                    f"pass --model-dir {nested[0]}", nested[0]))
+                    Fix("pass {}", (changes(model_dir=str(nested[0])),)), nested[0]))
         return True
     singles = [p for p in root.glob("*.safetensors") if not p.name.startswith("._")]
     for sub in COMFY_MODEL_DIRS:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
+from ..fixes import Fix
 
 
 @dataclass(frozen=True)
@@ -13,7 +14,7 @@ class Problem:
     severity: str          # "error": h3 will fail or render garbage; "warning": works, but not as expected
     kind: str              # stable identifier, e.g. "appledouble", "comfyui-repack"
     message: str
-    fix: str
+    fix: "str | Fix"       # a Fix when it names settings (h3bridge.fixes): each interface says it its way
     path: Path | None = None
     error: ModelError | None = None   # the typed exception to raise for it
     references_only: bool = False     # in the optional Ref2VA checkpoint: stops only reference jobs

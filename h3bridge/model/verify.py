@@ -30,6 +30,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from ..errors import IntegrityError, ModelError, RequestError
+from ..fixes import Words, changes, python_words, said
 from ..runnable import h3bridge_command
 from .inventory import ModelInventory, Problem, format_bytes, inspect_model, small_fixture_note
 from ..safeio.outputs import write_output
@@ -297,7 +298,8 @@ class VerifyReport:
         if self.errors:
             raise self.errors[0]
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self, words: Words = python_words) -> dict[str, object]:
+        """The report as JSON; the fixes said with `words` (the interface's renderer)."""
         return {
             "root": str(self.inventory.root), "ok": self.ok, "checksums": self.checksums,
             "manifest": None if self.manifest is None else str(self.manifest), "manifest_written": self.manifest_written,
@@ -306,14 +308,15 @@ class VerifyReport:
                         "error": None if not (r.header_error or r.checksum_error)
                         else (r.header_error or r.checksum_error).message}      # type: ignore[union-attr]
                        for r in self.results],
-            "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": p.fix}
+            "problems": [{"severity": p.severity, "kind": p.kind, "message": p.message, "fix": said(p.fix, words)}
                          for p in self.problems],
             "small_fixture": self.inventory.small_fixture,
         }
 
-    def table(self, verbose: bool = False) -> str:
+    def table(self, verbose: bool = False, words: Words = python_words) -> str:
         """The report for a terminal. `verbose`: every shard with its size and status; otherwise
-        only the problems (each with its fix) and a one-line summary."""
+        only the problems (each with its fix) and a one-line summary. The settings it names are
+        said with `words` (the interface's renderer, h3bridge.fixes)."""
         problem_results = [r for r in self.results if r.header_error or r.checksum_error]
         shown = self.results if verbose else problem_results
         lines = [f"model: {self.inventory.root}"] if verbose else []
@@ -326,10 +329,10 @@ class VerifyReport:
             if error:
                 lines.append(f"  {error.message}")
                 if error.hint:
-                    lines.append(f"  fix: {error.hint}")
+                    lines.append(f"  fix: {error.hint_in(words)}")
         for problem in self.problems:
             lines.append(f"{problem.label}: {problem.message}")
-            lines.append(f"  fix: {problem.fix}")
+            lines.append(f"  fix: {said(problem.fix, words)}")
         sources = sorted({r.expected_source for r in self.results if r.expected_source})
         written = self.manifest_written and self.manifest is not None
         if verbose and self.checksums:
@@ -338,7 +341,7 @@ class VerifyReport:
                 lines.append(f"manifest written: {self.manifest} (later runs check against it)")
         summary = f"{len(self.results)} shard(s): " + ("OK" if self.ok else f"{len(self.errors)} problem(s)")
         if self.inventory.small_fixture:      # headers are fine, yet no real h3 loads it: say so (the
-            lines.append(f"note: {small_fixture_note()}")     # summary stays the last line)
+            lines.append(f"note: {small_fixture_note().say(words)}")     # summary stays the last line)
         if verbose:
             lines.append(summary)
             return "\n".join(lines)
@@ -351,7 +354,7 @@ class VerifyReport:
         details = [f"in {self.inventory.root}", checked]
         if written:
             details.append(f"manifest written: {self.manifest} (later runs check against it)")
-        lines.append(f"{summary} ({'; '.join(details)}; --verbose lists every shard)")
+        lines.append(f"{summary} ({'; '.join(details)}; {words(changes(verbose=True))} lists every shard)")
         return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from ..cancel import CancelToken, PauseControl
 from ..engines.protocol import Engine
 from ..errors import H3BridgeError, RequestError
+from ..fixes import Fix
 from .assemble import film_arrays
 from .runner import StoryProgressCallback, StoryResult, run_story
 from .text import storyboard_from_text
@@ -96,7 +97,7 @@ def job_folder(root: Path, job_name: str) -> Path:
 def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: Engine, fallback: Engine | None = None,
                       jobs_root: Path, job_name: str, want_frames: bool,
                       on_progress: StoryProgressCallback | None = None,
-                      on_notice: Callable[[str], None] | None = None,
+                      on_notice: "Callable[[str | Fix], None] | None" = None,
                       cancel: CancelToken | None = None, force: bool = False,
                       film_root: Path | None = None, takes: int = 1, picks: str = "",
                       pause: PauseControl | None = None,

@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..errors import H3BridgeError, MemoryPlanError, ModelError, RequestError
-from ..fixes import Change, Fix
+from ..fixes import Change, Fix, changes, given, joined, literal
 from ..safeio.paths import not_regular, sha256_regular
 from ..geometry import FPS, SAMPLE_RATE, align_frame_count, frames_from_seconds
 from ..request import GenerationRequest, Reference, ReferenceKind, request_fields
@@ -72,7 +72,7 @@ class StoryPlan:
     shots: list[PlannedShot]
     most_demanding: int = 0                     # index of the shot whose memory plan was checked
     memory_plan: object | None = None           # model.memory.MemoryPlan (None when not checked)
-    model_warnings: list[str] = field(default_factory=list)
+    model_warnings: "list[str | Fix]" = field(default_factory=list)   # a Fix names settings (h3bridge.fixes)
 
     @property
     def film_frames(self) -> int:
@@ -123,8 +123,9 @@ def plan_story(storyboard: Storyboard, model_dir: str | Path | None = None, *,
         if (request.width, request.height) != (first.width, first.height):
             raise RequestError(f"shot {index} is {request.width}x{request.height}, but the film is "
                                f"{first.width}x{first.height} (shot 1's canvas): the shots of one film share a canvas",
-                               field="width", hint=f"give shot {index} width={first.width} and height={first.height}, "
-                                                   "or set width and height once at the storyboard's top level")
+                               field="width", hint=Fix(f"give shot {index} {{}} and {{}}, or set width and height once "
+                                                       "at the storyboard's top level",
+                                                       (changes(width=first.width), changes(height=first.height))))
         if continuation is not Continuation.CUT:
             _check_continuation(index, continuation, request, shots[-1] if shots else None, tail)
         shots.append(planned)
@@ -181,7 +182,7 @@ def _shot_error(index: int, action):
     try:
         return action()
     except RequestError as error:
-        raise RequestError(f"shot {index}: {error.message}", field=error.field, hint=error.hint) from None
+        raise RequestError(error.message_with(f"shot {index}: "), field=error.field, hint=error.hint_data) from None
 
 
 def _check_values(shot: PlannedShot) -> None:
@@ -209,12 +210,12 @@ def _in_story_words(error: RequestError, shot: PlannedShot) -> RequestError:
     """A request's refusal as the storyboard says it: the shot's number (its references are named
     by `_story_reference_names` as the request is validated); a tail too short for a soundtrack
     gets the storyboard's own fix."""
-    hint: "str | Fix | None" = error.fix or error.hint
+    hint: "str | Fix | None" = error.hint_data
     if shot.continuation is Continuation.TAIL and error.fix is not None and \
             Change("references", ReferenceKind.SILENT_VIDEO) in error.fix.changes:
         # the fix would make the tail a silent video, which a storyboard cannot ask for
         hint = 'a tail shot needs at least 56 frames; or use continue = "anchor" or "cut"'
-    return RequestError(f"shot {shot.index}: {error.message}", field=error.field, hint=hint)
+    return RequestError(error.message_with(f"shot {shot.index}: "), field=error.field, hint=hint)
 
 
 def _check_continuation(index: int, continuation: Continuation, request: GenerationRequest,
@@ -225,9 +226,10 @@ def _check_continuation(index: int, continuation: Continuation, request: Generat
                            field="continue", hint='start the story with continue = "cut" (the default)')
     if continuation is Continuation.ANCHOR:
         if request.first_frame is not None:
-            raise RequestError(f"shot {index}: {how} makes the previous shot's last frame this shot's first frame, "
-                               f"and the shot also sets first_frame", field="first_frame",
-                               hint='drop first_frame, or use continue = "cut"')
+            raise RequestError(Fix(literal(f"shot {index}: {how} makes the previous shot's last frame this shot's "
+                                           "first frame, ") + "and the shot also sets {}", (given("first_frame"),)),
+                               field="first_frame",
+                               hint=Fix('drop {}, or use continue = "cut"', (given("first_frame"),)))
         if request.references:
             raise RequestError(f"shot {index}: {how} anchors the first frame (FL2VA), which cannot be combined with "
                                f"references (Ref2VA)", field="references",
@@ -274,20 +276,20 @@ def _check_model_and_memory(plan: StoryPlan, probes: list[GenerationRequest], mo
             check_model_for(probe, inventory)
         except ModelError as error:
             if shot.continuation is Continuation.TAIL:
-                raise ModelError(f'shot {shot.index}: continue = "tail" conditions on the previous shot\'s last '
-                                 f'seconds as a Ref2VA reference video, and {error.message}',
-                                 hint=f'{error.hint}; or use continue = "anchor" for shot {shot.index}') from None
-            raise ModelError(f"shot {shot.index}: {error.message}", hint=error.hint) from None
+                raise ModelError(error.message_with(f'shot {shot.index}: continue = "tail" conditions on the previous '
+                                                    "shot's last seconds as a Ref2VA reference video, and "),
+                                 hint=joined(error.hint_data or "", f'; or use continue = "anchor" for shot {shot.index}')) from None
+            raise ModelError(error.message_with(f"shot {shot.index}: "), hint=error.hint_data) from None
     peaks = [plan_memory(probe, inventory, session=session, machine=machine).peak for probe in probes]  # type: ignore[arg-type]
     demanding = max(range(len(probes)), key=lambda i: peaks[i])
     plan.most_demanding = demanding + 1
     try:
         memory = preflight(probes[demanding], model_dir, force=force, session=session, machine=machine)  # type: ignore[arg-type]
     except MemoryPlanError as error:
-        raise StoryMemoryError(f"shot {demanding + 1} (the story's most demanding): {error.message}",
-                               plan=error.plan, hint=error.fix or error.hint, shot=demanding + 1) from None
+        raise StoryMemoryError(error.message_with(f"shot {demanding + 1} (the story's most demanding): "),
+                               plan=error.plan, hint=error.hint_data, shot=demanding + 1) from None
     except H3BridgeError as error:
-        error.message = f"shot {demanding + 1} (the story's most demanding): {error.message}"
+        error.reword(f"shot {demanding + 1} (the story's most demanding): ")
         raise
     plan.memory_plan = memory
     plan.model_warnings = list(memory.model_warnings)

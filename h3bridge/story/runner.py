@@ -36,7 +36,7 @@ from ..media.decode import remove_quietly
 from ..progress import ProgressEvent
 from ..request import GenerationRequest, request_fields
 from .assemble import FilmPiece, FilmResult, assemble_film, chapter_title, crossfade_samples, sample_at
-from ..fixes import Fix, changes
+from ..fixes import Blank, Fix, changes, given, joined
 from ..safeio.outputs import ALLOW_OVERWRITE, check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
 from .plan import PlannedShot, StoryPlan, check_picks, continued_request, plan_story
@@ -147,7 +147,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
               fallback: Engine | None = None, job_dir: str | os.PathLike[str] | None = None,
               redo: int | None = None, redo_seed: int | None = None, only: int | None = None,
               overwrite: bool = False, force: bool = False, storyboard_path: str | None = None,
-              on_progress: StoryProgressCallback | None = None, on_notice: Callable[[str], None] | None = None,
+              on_progress: StoryProgressCallback | None = None, on_notice: "Callable[[str | Fix], None] | None" = None,
               cancel: CancelToken | None = None, parallel: int = 1,
               picks: Mapping[int, int] | None = None, stop_after_shot: threading.Event | None = None,
               pause: PauseControl | None = None) -> StoryResult:
@@ -160,7 +160,8 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     only: render shots 1..only and stop (no film unless that is every shot).
     overwrite: replace an `output` this job did not write (the film it wrote itself is replaced
       when the story changed).
-    on_notice: one-line messages for the user (a shot reused, a damaged file redone, ...).
+    on_notice: one-line messages for the user (a shot reused, a damaged file redone, ...); one that
+    names settings is a Fix (h3bridge.fixes), for the host to say in its words.
     parallel: render up to this many independent shots at once (1 to MAX_PARALLEL); more than 1
       needs a remote engine (one local engine renders one clip at a time). A failing shot stops
       the others (their server jobs are cancelled); finished shots are kept for the next run.
@@ -192,11 +193,11 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
     count = len(storyboard.shots)
     for name, value in (("redo", redo), ("only", only)):
         if value is not None and not (isinstance(value, int) and 1 <= value <= count):
-            raise RequestError(f"{name}={value!r}: the story has shots 1 to {count}", field=name,
+            raise RequestError(Fix(f"{{}}: the story has shots 1 to {count}", (given(name, repr(value)),)), field=name,
                                hint=f"give a shot number from 1 to {count}")
     if redo_seed is not None and redo is None:
         raise RequestError("redo_seed is only for a shot being re-rolled", field="redo_seed",
-                           hint="give the shot too (redo=N)")
+                           hint=Fix("give the shot too ({})", (changes(redo=Blank("N")),)))
     if storyboard.background:        # the story's engine at background priority (engines/priority.py)
         if engine.capabilities.remote:
             from ..runnable import h3bridge_command
@@ -238,7 +239,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             raise
         plan, overrides = planned
         for warning in plan.model_warnings:
-            notice(f"warning: {warning}")
+            notice(joined("warning: ", warning))
         manifest.seed_overrides = overrides
         manifest.picks = {shot.index: shot.pick for shot in plan.shots if shot.pick != 1}
         manifest.storyboard = storyboard_path or manifest.storyboard
@@ -374,7 +375,7 @@ class _Runner:
         # the story (CLI exit 1), not a refusal before anything ran (exit 2), whichever step met it.
         self.work_began = threading.Event()
 
-    def notice(self, text: str) -> None:
+    def notice(self, text: "str | Fix") -> None:
         with self._report_lock:
             self._notice(text)
 
@@ -589,7 +590,7 @@ class _Runner:
         for what it cannot take, said as a notice; an engine without one refuses it here."""
         chosen = choose_engine(self.engine, request)
         if chosen.refusal is not None:
-            self.notice(f"{chosen.refusal.message}; this shot runs one-shot instead")
+            self.notice(chosen.refusal.message_with(after="; this shot runs one-shot instead"))
         chosen.engine.check_supported(request)
         return chosen.engine
 

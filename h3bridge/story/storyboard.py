@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import RequestError
+from ..fixes import Fix, given, literal
 from ..safeio.paths import open_regular, symlink_note
 from ..geometry import MAX_FRAMES
 from ..request import DEFAULT_SEED, PRESETS, GenerationRequest, Reference, ReferenceImageSize, ReferenceKind, SlowerPath
@@ -278,14 +279,15 @@ def _resolve(key: str, value: Any, base: Path) -> Any:
         try:
             return ReferenceImageSize(value)
         except ValueError:
-            raise RequestError(f"reference_image_size={value!r} is not one of "
-                               f"{', '.join(s.value for s in ReferenceImageSize)}", field=key,
+            raise RequestError(Fix(f"{{}} is not one of {', '.join(s.value for s in ReferenceImageSize)}",
+                                   (given("reference_image_size", repr(value)),)), field=key,
                                hint='use "match" or "max"') from None
     if key == "slower_paths" and isinstance(value, list):
         try:
             return frozenset(SlowerPath(item) for item in value)
         except ValueError:
-            raise RequestError(f"slower_paths={value!r}: use names of h3's --use-slower-* flags", field=key,
+            raise RequestError(Fix("{}: use names of h3's --use-slower-* flags", (given("slower_paths", repr(value)),)),
+                               field=key,
                                hint=f"one or more of: {', '.join(s.value for s in SlowerPath)}") from None
     return value
 
@@ -293,9 +295,10 @@ def _resolve(key: str, value: Any, base: Path) -> Any:
 def _check_tail_seconds(value: Any, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not \
             MIN_TAIL_SECONDS <= value <= MAX_TAIL_SECONDS:
-        raise RequestError(f"{where}: tail_seconds={value!r} must be a number of seconds from "
-                           f"{MIN_TAIL_SECONDS:g} to {MAX_TAIL_SECONDS:g} (upstream's reference audio limits)",
-                           field="tail_seconds", hint=f"e.g. tail_seconds={DEFAULT_TAIL_SECONDS:g}")
+        raise RequestError(Fix(literal(f"{where}: ") + f"{{}} must be a number of seconds from {MIN_TAIL_SECONDS:g} to "
+                               f"{MAX_TAIL_SECONDS:g} (upstream's reference audio limits)",
+                               (given("tail_seconds", repr(value)),)),
+                           field="tail_seconds", hint=Fix("e.g. {}", (given("tail_seconds", f"{DEFAULT_TAIL_SECONDS:g}"),)))
 
 
 def _check_takes(value: Any, where: str) -> None:
@@ -343,7 +346,7 @@ def _shot_from_dict(index: int, table: Mapping[str, Any], base: Path) -> Shot:
         settings = {key: _resolve(key, value, base) for key, value in table.items()
                     if key in REQUEST_KEYS or key == "preset"}
     except RequestError as error:
-        raise RequestError(f"shot {index}: {error.message}", field=error.field, hint=error.hint) from None
+        raise RequestError(error.message_with(f"shot {index}: "), field=error.field, hint=error.hint_data) from None
     tail = table.get("tail_seconds")
     if tail is not None:
         _check_tail_seconds(tail, f"shot {index}")

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import RequestError, shown_value
+from ..fixes import Fix, changes, given
 from ..geometry import CANVAS_MULTIPLE, FPS, MAX_PIXELS, largest_canvas_like, legal_frame_counts
 from ..request import MAX_LAYERS, GenerationRequest, ReferenceImageSize, ReferenceKind
 from ..safeio.numbers import read_int
@@ -157,20 +158,20 @@ def _refuse_h3_only(request: GenerationRequest, dialect: Dialect) -> None:
                 "reference_image_size": ReferenceImageSize.MATCH, "slower_paths": frozenset()}
     for name, default in defaults.items():
         if getattr(request, name) != default:
-            raise RequestError(f"{name}={shown_value(getattr(request, name))} is an h3 setting {peer}'s /v1/videos "
-                               f"has no field for; the request would render without it", field=name,
-                               hint=f"drop {name}={shown_value(getattr(request, name))}, or render on an h3bridge "
-                                    "server (h3bridge's own dialect)")
+            setting = given(name, shown_value(getattr(request, name)))
+            raise RequestError(Fix(f"{{}} is an h3 setting {peer}'s /v1/videos has no field for; the request would "
+                                   "render without it", (setting,)), field=name,
+                               hint=Fix("drop {}, or render on an h3bridge server (h3bridge's own dialect)", (setting,)))
     seconds = request.frame_count / FPS
     if not PEER_MIN_SECONDS <= seconds <= PEER_MAX_SECONDS:
         shortest = next(n for n in legal_frame_counts() if n / FPS >= PEER_MIN_SECONDS)
         longest = max(n for n in legal_frame_counts() if n / FPS <= PEER_MAX_SECONDS)
-        raise RequestError(f"frames={request.frame_count} ({seconds:.3f} s): {peer}'s MiniMax-H3 renders "
-                           f"{PEER_MIN_SECONDS:g} to {PEER_MAX_SECONDS:g} seconds", field="frames",
-                           hint=f"use frames={shortest} up to frames={longest}")
+        raise RequestError(Fix(f"{{}} ({seconds:.3f} s): {peer}'s MiniMax-H3 renders "
+                               f"{PEER_MIN_SECONDS:g} to {PEER_MAX_SECONDS:g} seconds", (given("frames", request.frame_count),)),
+                           field="frames", hint=Fix("use {} up to {}", (changes(frames=shortest), changes(frames=longest))))
     if request.seed > PEER_MAX_SEED:
-        raise RequestError(f"seed={request.seed} is over {peer}'s largest seed ({PEER_MAX_SEED}, a signed 64-bit "
-                           f"number)", field="seed", hint=f"use a seed of at most {PEER_MAX_SEED}")
+        raise RequestError(Fix(f"{{}} is over {peer}'s largest seed ({PEER_MAX_SEED}, a signed 64-bit number)",
+                               (given("seed", request.seed),)), field="seed", hint=f"use a seed of at most {PEER_MAX_SEED}")
 
 
 def _media_type(path: Path) -> str:
@@ -234,8 +235,9 @@ def _anchor_list(request: GenerationRequest) -> list[tuple[int, Path]]:
 
 def _to_vllm(request: GenerationRequest, model: str | None) -> PeerBody:
     if request.steps > VLLM_MAX_STEPS:
-        raise RequestError(f"steps={request.steps} is over vLLM-Omni's num_inference_steps limit of {VLLM_MAX_STEPS}",
-                           field="steps", hint=f"use steps={VLLM_MAX_STEPS} or fewer")
+        raise RequestError(Fix(f"{{}} is over vLLM-Omni's num_inference_steps limit of {VLLM_MAX_STEPS}",
+                               (given("steps", request.steps),)),
+                           field="steps", hint=Fix("use {} or fewer", (changes(steps=VLLM_MAX_STEPS),)))
     task = _task_of(request)
     anchors = _anchor_list(request)
     if request.references and anchors:
@@ -287,9 +289,10 @@ def _require_keyframe_canvas(request: GenerationRequest) -> None:
     anchor = request.first_frame if request.first_frame is not None else request.last_frame
     canvas = keyframe_canvas(Path(anchor)) if anchor is not None else None
     if canvas is not None and canvas != (request.width, request.height):
-        raise RequestError(f"width={request.width} height={request.height}: SGLang's MiniMax-H3 renders a first/last-frame clip at "
-                           f"its first image's aspect with a 768-pixel short edge, {canvas[0]}x{canvas[1]} for this "
-                           "image", field="width", hint=f"use width={canvas[0]} and height={canvas[1]}")
+        raise RequestError(Fix("{} {}: SGLang's MiniMax-H3 renders a first/last-frame clip at its first image's aspect "
+                               f"with a 768-pixel short edge, {canvas[0]}x{canvas[1]} for this image",
+                               (given("width", request.width), given("height", request.height))),
+                           field="width", hint=Fix("use {} and {}", (changes(width=canvas[0]), changes(height=canvas[1]))))
 
 
 def data_url(path: Path) -> str:
@@ -303,9 +306,9 @@ def _to_sglang(request: GenerationRequest, model: str | None, encode) -> PeerBod
     if task == "fl2va":
         _require_keyframe_canvas(request)
     elif ratio is None:
-        raise RequestError(f"width={request.width} height={request.height}: SGLang's MiniMax-H3 picks the canvas from a 768-pixel "
-                           f"short edge and a named aspect ratio, so it can render only "
-                           f"{', '.join(peer_canvases())}", field="width",
+        raise RequestError(Fix("{} {}: SGLang's MiniMax-H3 picks the canvas from a 768-pixel short edge and a named "
+                               f"aspect ratio, so it can render only {', '.join(peer_canvases())}",
+                               (given("width", request.width), given("height", request.height))), field="width",
                            hint="use one of those canvases, or render on an h3bridge or vLLM-Omni server")
     conditions: list[dict[str, Any]] = []
     for index, path in _anchor_list(request):

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from ..errors import RequestError, shown_value
-from ..fixes import Change
+from ..fixes import Change, Given, python_word
 from ..safeio.numbers import LongNumber, json_int, read_float, read_int, whole_number
 from ..geometry import FPS
 from ..request import (
@@ -430,6 +430,8 @@ def http_word(change: Change) -> str:
     """One change as a request body says it (h3bridge.fixes: the HTTP API's renderer): `"num_frames": 39`;
     a reference of one kind as its file part; what no body field sets, said as such."""
     value = change.value
+    if isinstance(change, Given):     # a setting the request gave, named in a message as the error's param names it
+        return python_word(change)
     if change.field == "references" and isinstance(value, ReferenceKind):
         return f'a "ref_{value.value}" file part'
     name = _WIRE_NAME.get(change.field)

@@ -12,7 +12,7 @@ from .machine import MachineFacts
 from .plan import MemoryPlan, plan_memory
 
 
-def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> list[str]:
+def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> "list[str | Fix]":
     """Raise ModelError / IntegrityError when h3 cannot run `request` from this model: layout
     and shard-header problems, or references without a complete Ref2VA checkpoint. Returns the
     warnings to show for this job (inventory.warnings_for): a job without references is not
@@ -28,7 +28,7 @@ def check_model_for(request: GenerationRequest, inventory: ModelInventory) -> li
     return inventory.warnings_for(references=request.is_ref2va) + fold_warnings(request, inventory)
 
 
-def fold_warnings(request: GenerationRequest, inventory: ModelInventory) -> list[str]:
+def fold_warnings(request: GenerationRequest, inventory: ModelInventory) -> "list[str | Fix]":
     """A folded step-distillation model sampled with --reuse/--core-reuse or many steps (fold_record.py)."""
     from ..fold_record import request_warnings
     return request_warnings(request, inventory.provenance)   # type: ignore[arg-type]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ...fixes import Words, python_words
+from ...fixes import Fix, Words, python_words
 from ...request import GenerationRequest
 from ..inventory import FL2VA, REF2VA, ModelInventory, format_bytes
 from .machine import MachineFacts
@@ -30,7 +30,7 @@ class MemoryPlan:
     session: bool = False                  # planned for a warm session (h3's interactive mode)
     # What the model check found that does not stop this job but its user should see (e.g. an
     # incomplete Ref2VA/ a job without references does not read); filled by `preflight`.
-    model_warnings: list[str] = field(default_factory=list)
+    model_warnings: "list[str | Fix]" = field(default_factory=list)   # a Fix names settings (h3bridge.fixes)
     # The request's shape as upstream computes it (reference inputs probed): read once per plan.
     geometry: Geometry | None = field(default=None, repr=False, compare=False)
 
