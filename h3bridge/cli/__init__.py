@@ -9,10 +9,11 @@ safeio.numbers).
 """
 from __future__ import annotations
 
-
-def main(argv=None) -> int:
-    from .main import main as run
-    return run(argv)
+# Bound here at import, not by a lazy wrapper: importing the submodule `h3bridge.cli.main` sets the
+# package's attribute `main` to that module, so a wrapper defined here would be replaced by the
+# module as soon as anything imported `h3bridge.cli.main` first (`from h3bridge.cli import main`
+# then gave a module, not the command).
+from .main import main
 
 
 __all__ = ["main"]
