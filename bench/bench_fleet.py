@@ -180,18 +180,23 @@ def measure(label: str, urls: dict[int, str], key: str, servers, args, root: Pat
               f"{walls[size]:.1f} s, ratio to one server {walls[size] / walls[1]:.2f}; shots per server "
               f"{ran[:size]}; reruns {reruns}", flush=True)
     batch: dict[int, float] = {}
+    accepted: dict[int, int] = {}
     for size in SIZES:
         before = [len(server_job_ids(s)) for s in servers]
         batch[size], statuses, ids = run_batch(urls[size], key, args.jobs, root / f"{label}-batch-{size}")
         ran = [len(server_job_ids(s)) - b for s, b in zip(servers, before)]
         refused = statuses.count(429)
+        accepted[size] = len(ids)
         print(f"{label}, {size} server(s): stock openai client, {args.jobs} jobs in a loop: {len(ids)} accepted, "
               f"all finished and downloaded in {batch[size]:.1f} s, ratio to one server {batch[size] / batch[1]:.2f}; "
               f"jobs per server {ran[:size]}; 429s the client saw {refused}", flush=True)
     for what, times in (("storyboard", walls), ("batch", batch)):
         ratio = times[3] / times[1]
-        print(f"{label} target, {what}: 3 servers <= {TARGET:.2f}x one: {'met' if ratio <= TARGET else 'NOT met'} "
-              f"({ratio:.2f})", flush=True)
+        # a batch that was not all accepted is no batch done faster: its time is of fewer jobs
+        whole = what != "batch" or all(accepted[size] == args.jobs for size in SIZES)
+        verdict = ("met" if ratio <= TARGET else "NOT met") if whole else \
+            f"NOT met: {args.jobs - min(accepted.values())} of {args.jobs} jobs refused, so the times are of fewer jobs"
+        print(f"{label} target, {what}: 3 servers <= {TARGET:.2f}x one: {verdict} ({ratio:.2f})", flush=True)
 
 
 def main() -> None:
