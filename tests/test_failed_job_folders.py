@@ -7,20 +7,20 @@ from pathlib import Path
 import pytest
 
 from h3bridge import MediaError, OneShotEngine, SessionEngine
-import h3bridge.engines.oneshot as oneshot_module
-import h3bridge.engines.session as session_module
+import h3bridge.engines.job as job_module
 
 from core_helpers import fast_request, model_dir, sim_engine_path  # noqa: F401 (model_dir: a fixture)
 
 
-@pytest.mark.parametrize("engine_class, module", [(OneShotEngine, oneshot_module), (SessionEngine, session_module)])
-def test_a_job_failing_at_publish_leaves_none_of_the_folders_it_made(engine_class, module, model_dir: Path,
+@pytest.mark.parametrize("engine_class", [OneShotEngine, SessionEngine])
+def test_a_job_failing_at_publish_leaves_none_of_the_folders_it_made(engine_class, model_dir: Path,
                                                                     tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     def failing_publish(*args, **kwargs):
         raise MediaError("the disk went away while publishing")       # after the folders and the staging file
 
-    monkeypatch.setattr(module, "finish_result", failing_publish)
+    # every engine publishes through the job skeleton (engines/job.py run_job)
+    monkeypatch.setattr(job_module, "finish_result", failing_publish)
     kept = tmp_path / "renders"
     kept.mkdir()
     output = kept / "new" / "deeper" / "clip.mp4"

@@ -36,7 +36,7 @@ BACKGROUND_NICE = 19
 def lower_group(pgid: int) -> str | None:
     """Lower every live process of group `pgid` (a warm engine's child and what it spawned) to
     background priority; what the leader got (None: the group is gone)."""
-    from .process import live_group_members       # process.py imports this module: not at the top
+    from .groups import live_group_members
     given = None
     for pid in live_group_members(pgid):
         said = lower_to_background(pid)

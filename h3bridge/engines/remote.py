@@ -42,7 +42,7 @@ from ..request import GenerationRequest
 from ..result import GenerationResult
 from ..runnable import h3bridge_command
 from ..wire.peers import Dialect, PeerBody, dialect_of, job_from_peer, request_to_peer
-from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire
+from ..wire.videos import API_KEY_ENV, DEFAULT_MODEL, IDEMPOTENCY_HEADER, VIDEOS_PATH, JobStatus, VideoJob, WireBody, error_from_body, request_to_wire, server_message  # noqa: F401 (fleet imports it from here)
 from .child import NOTHING, JobClock, Nothing, wait_until
 from .job import Rendered, open_job, run_job
 from .output import JobFiles
@@ -102,19 +102,6 @@ def normalise_base_url(base_url: str) -> str:
     if root.endswith("/v1"):
         root = root[:-3]
     return root
-
-
-def server_message(response: httpx.Response) -> str:
-    """The server's own words for a refusal or failure, verbatim: the error object's message
-    (OpenAI's shape, or FastAPI's `detail`, read by the wire module), else the body's text."""
-    try:
-        error = error_from_body(response.json())
-    except ValueError:
-        error = None
-    if error is not None:
-        return error.message
-    text = response.text.strip()
-    return text[:4000] or f"HTTP {response.status_code} {response.reason_phrase}"
 
 
 def _error_field(response: httpx.Response) -> tuple[str | None, str | None]:

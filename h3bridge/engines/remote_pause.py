@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..cancel import PauseControl
 from ..errors import H3BridgeError
-from ..wire.videos import pause_path
+from ..wire.videos import pause_path, server_message
 
 if TYPE_CHECKING:
     from .remote import RemoteEngine
@@ -31,7 +31,6 @@ def follow_pause(engine: "RemoteEngine", job_id: str, pause: PauseControl | None
             _log.warning("%s: %s", what, error.message)
             return
         if response.status_code >= 400:
-            from .remote import server_message
             _log.warning("%s: the server at %s did not (HTTP %d: %s); the job runs on there", what,
                          engine.base_url, response.status_code, server_message(response))
 

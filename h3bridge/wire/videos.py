@@ -645,10 +645,24 @@ def error_from_body(body: object) -> VideoError | None:
     return None
 
 
+def server_message(response: Any) -> str:
+    """A server's own words for a refusal or failure, verbatim: the error object's message (OpenAI's
+    shape, or FastAPI's `detail`, read by error_from_body), else the body's text. `response`: an
+    httpx.Response (anything with json(), text, status_code and reason_phrase)."""
+    try:
+        error = error_from_body(response.json())
+    except ValueError:
+        error = None
+    if error is not None:
+        return error.message
+    text = response.text.strip()
+    return text[:4000] or f"HTTP {response.status_code} {response.reason_phrase}"
+
+
 __all__ = [
     "API_KEY_ENV", "DEFAULT_MODEL", "ErrorBody", "ErrorCode", "FIELDS", "FILE_FIELDS", "HEALTH_PATH", "IDEMPOTENCY_HEADER",
     "JobStatus", "LISTED_PROMPT_CHARS", "LongNumber", "PEER_FILE_FIELDS", "PEER_INLINE_FILE_FIELDS", "UploadedFile", "VIDEOS_PATH", "VideoDeleted", "VideoError", "VideoJob", "VideoList",
-    "WireBody", "clip_shape", "decode_data_url", "error_from_body", "in_wire_words", "inline_file_text",
+    "WireBody", "clip_shape", "decode_data_url", "error_from_body", "server_message", "in_wire_words", "inline_file_text",
     "is_file_field", "normalise_name", "pairs_from_json", "progress_percent", "refusal_body",
     "request_from_wire", "request_to_wire", "json_int", "whole_number",
 ]
