@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -197,7 +197,7 @@ def generate_takes(engine: Engine, request: GenerationRequest, output: str | os.
     if parallel == 1:
         results = [render(index, cancel) for index in range(len(chosen))]
     else:
-        results = _render_at_once(render, len(chosen), parallel, cancel)
+        results = render_at_once(render, len(chosen), parallel, cancel)
     sheet = None
     if sheet_path is not None:
         from .media.sheet import SheetRow
@@ -207,12 +207,17 @@ def generate_takes(engine: Engine, request: GenerationRequest, output: str | os.
     return TakesResult(results, chosen, sheet_path, sheet)
 
 
-def _render_at_once(render: Callable[[int, CancelToken | None], GenerationResult], count: int, parallel: int,
-                    cancel: CancelToken | None) -> list[GenerationResult]:
-    """Up to `parallel` takes at once (story.runner's way with chains): the first failure cancels
-    the others and is raised once every thread has let go."""
+T = TypeVar("T")
+
+
+def render_at_once(render: "Callable[[int, CancelToken], T]", count: int, parallel: int,
+                   cancel: CancelToken | None, *, thread_name: str = "h3bridge-take",
+                   cancelled: str = "the takes were cancelled") -> "list[T]":
+    """`render(index, stop)` for index 0..count-1, up to `parallel` at once (the takes of a request
+    here, a storyboard shot's takes in story.runner): the first failure cancels the others and is
+    raised once every thread has let go; a cancel is GenerationCancelled(`cancelled`)."""
     stop = CancelToken(check=(lambda: cancel.cancelled) if cancel is not None else None)
-    results: dict[int, GenerationResult] = {}
+    results: dict[int, T] = {}
     failures: list[BaseException] = []
     lock = threading.Lock()
 
@@ -224,7 +229,7 @@ def _render_at_once(render: Callable[[int, CancelToken | None], GenerationResult
                 failures.append(error)
             stop.cancel()
 
-    with ThreadPoolExecutor(max_workers=min(parallel, count), thread_name_prefix="h3bridge-take") as pool:
+    with ThreadPoolExecutor(max_workers=min(parallel, count), thread_name_prefix=thread_name) as pool:
         try:
             for future in [pool.submit(one, index) for index in range(count)]:
                 future.result()
@@ -234,9 +239,9 @@ def _render_at_once(render: Callable[[int, CancelToken | None], GenerationResult
     if failures:
         raise next((error for error in failures if not isinstance(error, GenerationCancelled)), failures[0])
     if stop.cancelled:
-        raise GenerationCancelled("the takes were cancelled")
+        raise GenerationCancelled(cancelled)
     return [results[index] for index in range(count)]
 
 
-__all__ = ["MAX_TAKES", "TakesResult", "check_takes", "generate_takes", "seeds_for", "sheet_output",
+__all__ = ["MAX_TAKES", "TakesResult", "check_takes", "generate_takes", "render_at_once", "seeds_for", "sheet_output",
            "take_output", "take_seeds"]

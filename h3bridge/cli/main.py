@@ -268,15 +268,13 @@ def summary_line(result, *, wall: float | None = None, waited: float = 0.0) -> s
             + (f" ({waited:.1f} s of it waiting for the engine)" if waited >= 0.05 else ""))
 
 
-def run_generate(args: argparse.Namespace) -> int:
-    if args.takes is not None or isinstance(args.seed, tuple) or args.parallel != 1:
-        return run_takes(args)
-    request = request_from_args(args).validate()
-    previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
-    engine = engine_from_args(args)
+def preflight_or_status(args: argparse.Namespace, request: GenerationRequest, engine, previews,
+                        cancel: CancelToken) -> int | None:
+    """generate's checks before an engine starts (one clip or its takes): the model and the memory
+    plan for the engine that will run it (none for a server: it checks its own model). None to go
+    on; the exit status when a SIGTERM or Ctrl-C stopped the check (the engine is closed then)."""
     planned = choose_engine(engine, request).engine      # the engine that will run it: planned for
-    model_dir = getattr(engine, "model_dir", None)       # None for a server: it checks its own model
-    cancel = CancelToken()
+    model_dir = getattr(engine, "model_dir", None)
     with cancel_on_signals(cancel) as received:     # a SIGTERM while the library's facts load stops its worker too
         if model_dir is not None:
             try:       # the model check first, then the library's facts (its worker opens the model)
@@ -286,6 +284,19 @@ def run_generate(args: argparse.Namespace) -> int:
             except GenerationCancelled as error:
                 engine.close()
                 return cancelled_status(error, received)
+    return None
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    if args.takes is not None or isinstance(args.seed, tuple) or args.parallel != 1:
+        return run_takes(args)
+    request = request_from_args(args).validate()
+    previews = preview_writer_from_args(args)      # --preview-dir: checked before anything starts
+    engine = engine_from_args(args)
+    cancel = CancelToken()
+    refused = preflight_or_status(args, request, engine, previews, cancel)
+    if refused is not None:
+        return refused
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
     pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
@@ -340,18 +351,10 @@ def run_takes(args: argparse.Namespace) -> int:
     check_take_outputs(args.output, len(chosen), overwrite=args.overwrite)     # before any engine starts
     previews = preview_writer_from_args(args)
     engine = engine_from_args(args)
-    planned = choose_engine(engine, request).engine
-    model_dir = getattr(engine, "model_dir", None)
     cancel = CancelToken()
-    with cancel_on_signals(cancel) as received:
-        if model_dir is not None:
-            try:
-                preflight_generate(request, model_dir, force=getattr(args, "force", False), quiet=args.quiet,
-                                   session=planned.capabilities.warm_model,
-                                   machine=lambda: machine_facts_of(engine, cancel), preview=previews is not None)
-            except GenerationCancelled as error:
-                engine.close()
-                return cancelled_status(error, received)
+    refused = preflight_or_status(args, request, engine, previews, cancel)
+    if refused is not None:
+        return refused
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
 
     def starting(take: int, seed: int) -> None:

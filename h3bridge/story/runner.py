@@ -530,33 +530,12 @@ class _Runner:
 
     def _takes_at_once(self, shot: PlannedShot, cancel: CancelToken | None) -> list[ShotOutcome]:
         """The shot's takes rendered up to `parallel` at once (each its own server job, as chains
-        are): the first failure cancels the others and is raised once all have let go; the takes
-        finished by then are recorded."""
-        stop = CancelToken(check=(lambda: cancel.cancelled) if cancel is not None else None)
-        outcomes: dict[int, ShotOutcome] = {}
-        failures: list[BaseException] = []
-
-        def one(number: int) -> None:
-            try:
-                outcomes[number] = self._one_take(shot.take(number), number == shot.pick, stop)
-            except BaseException as error:      # noqa: BLE001 - raised below, in the chain's thread
-                with self._report_lock:
-                    failures.append(error)
-                stop.cancel()
-
-        with ThreadPoolExecutor(max_workers=min(self.parallel, shot.takes),
-                                thread_name_prefix=f"h3bridge-story-shot{shot.index}-take") as pool:
-            try:
-                for future in [pool.submit(one, number) for number in range(1, shot.takes + 1)]:
-                    future.result()
-            except BaseException:
-                stop.cancel()
-                raise
-        if failures:
-            raise next((error for error in failures if not isinstance(error, GenerationCancelled)), failures[0])
-        if stop.cancelled:
-            raise GenerationCancelled("the story was cancelled; run it again to resume")
-        return [outcomes[number] for number in range(1, shot.takes + 1)]
+        are), as takes.render_at_once renders a request's: the first failure cancels the others and
+        is raised once all have let go; the takes finished by then are recorded."""
+        from ..takes import render_at_once
+        return render_at_once(lambda index, stop: self._one_take(shot.take(index + 1), index + 1 == shot.pick, stop),
+                              shot.takes, self.parallel, cancel, thread_name=f"h3bridge-story-shot{shot.index}-take",
+                              cancelled="the story was cancelled; run it again to resume")
 
     def _one_take(self, shot: PlannedShot, in_film: bool, cancel: CancelToken | None) -> ShotOutcome:
         """Reuse one take of the shot (`shot` is that take: its seed and key), or render it;
