@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from parser_fuzz import FuzzCounts, fuzz  # noqa: E402
 
-from h3bridge.safeio.numbers import int_flag  # noqa: E402
+from h3bridge.cli.flags import int_flag  # noqa: E402
 
 
 def _run(cases: int, seed: int) -> FuzzCounts:

@@ -31,9 +31,10 @@ MODULE_OF_SCRIPT: dict[str, str] = {
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent     # the folder that holds the h3bridge package
 
 
-@lru_cache(maxsize=None)
 def script_runs_here(script: str) -> bool:
-    """True when `script` on PATH is the one installed beside this Python (so it runs this h3bridge)."""
+    """True when `script` on PATH is the one installed beside this Python (so it runs this h3bridge).
+    Not cached: PATH may change while a host runs (a cached answer made under another PATH named a
+    command that did not run, or the long form where the short one runs)."""
     found = shutil.which(script)
     beside = Path(sys.executable).parent / script
     if found is None or not beside.is_file():

@@ -40,8 +40,9 @@ def _starting_engine(tmp_path: Path, parent: Path, stage: str) -> tuple[Path, Pa
         if stage == "announced":
             sys.stdout.write("H3 Interactive Mode\\nModel: x\\nOutputs: " + folder + "\\n")
             sys.stdout.flush()
-        with open(notice, "w") as handle:
+        with open(notice + ".part", "w") as handle:     # whole or not at all: the test reads it once it exists
             handle.write(folder)
+        os.replace(notice + ".part", notice)
         time.sleep(3600)
     """))
     engine.chmod(engine.stat().st_mode | stat.S_IXUSR)
