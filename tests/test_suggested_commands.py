@@ -21,7 +21,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,8 +153,10 @@ def upstream_folder(user: User) -> Path | None:
         return None
     if Path(source).is_dir():
         return Path(source)
-    with tarfile.open(source) as archive:
-        archive.extractall(user.home / "src", filter="data")
+    from h3bridge.engine_build.build import SOURCE_LIMITS
+    from h3bridge.safeio.archives import unpack_tar
+    (user.home / "src").mkdir(parents=True, exist_ok=True)
+    unpack_tar(source, user.home / "src", SOURCE_LIMITS)       # the project's one way (any Python 3.10+)
     return next((user.home / "src").glob("*/h3.h")).parent
 
 
