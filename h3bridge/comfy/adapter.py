@@ -30,7 +30,7 @@ from ..model.inventory import inspect_model
 from ..model.download import ALL_DOWNLOAD_GIB, FL2VA_DOWNLOAD_GIB
 from ..history.eta import format_eta
 from ..vocabulary import ENGINE_KINDS, EngineKind, read_engine_kind
-from ..progress import PreviewFrame, ProgressEvent
+from ..progress import PAUSED_PHASE, PreviewFrame, ProgressEvent
 from ..prompt import StructuredPrompt, clean_prompt_text
 from ..media.references import (
     AudioClip,
@@ -61,6 +61,7 @@ ONE_SHOT = EngineKind.ONE_SHOT.value
 SESSION = EngineKind.SESSION.value       # h3's interactive mode kept warm between clips
 LIBRARY = EngineKind.LIBRARY.value       # libh3 in a warm worker: previews, exact frames (engines/library.py)
 from .remote import REMOTE, check_remote_settings, open_remote_engine   # a Videos API server as the engine
+from .pause import PAUSED_TEXT      # what the node says while its engine is paused
 
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
@@ -681,7 +682,6 @@ class ProgressForwarder:
         self._eta_text: str | None = None
 
     def __call__(self, event: ProgressEvent) -> None:
-        from ..progress import PAUSED_PHASE
         if self._on_paused is not None and (event.phase == PAUSED_PHASE) != (self.last_phase == PAUSED_PHASE):
             self._on_paused(event.phase == PAUSED_PHASE)
         self.last_phase = event.phase
@@ -730,7 +730,6 @@ class NodeText:
         self._refresh()
 
     def _refresh(self) -> None:
-        from .pause import PAUSED_TEXT
         eta = f"{self._eta} (from past runs of this shape on this machine)" if self._eta else ""
         self._show("\n".join(part for part in (PAUSED_TEXT if self._paused else "", self._notice, eta) if part))
 
