@@ -10,9 +10,11 @@ import argparse
 import os
 import signal
 import sys
-from contextlib import contextmanager
+import time
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, Sequence, TypeVar
 
 from ..cancel import CancelToken, PauseControl
 from .flags import float_flag
@@ -560,6 +562,43 @@ def _say(text: str) -> None:
         print(f"{chr(10) if sys.stderr.isatty() else ''}h3bridge: {text}", file=sys.stderr, flush=True)
     except OSError:
         pass
+
+
+Outcome = TypeVar("Outcome")
+
+
+@dataclass
+class SignalledRun(Generic[Outcome]):
+    """What `run_with_signals` ran to: the outcome, or the exit status of a cancelled run."""
+    outcome: Outcome | None
+    status: int | None          # set when Ctrl-C or a signal cancelled the run
+    wall_seconds: float         # wall time, waiting for the engine included, paused time left out
+
+
+def run_with_signals(engine: Engine, display: PhaseProgressBars, cancel: CancelToken,
+                     call: Callable[[PauseControl], Outcome], *, pause: PauseControl | None = None,
+                     also: AbstractContextManager | None = None,
+                     on_cancelled: Callable[[GenerationCancelled], None] | None = None) -> SignalledRun[Outcome]:
+    """The one way a command runs an engine under the terminal's signals (generate, --takes,
+    story): Ctrl-C / SIGTERM / SIGHUP cancel `cancel`, Ctrl-Z pauses the engine with the command
+    (`call` gets the PauseControl to hand the engine), and the display and the engine are closed
+    whatever happens. `also` is one more context held around the run (story: stop after a shot
+    on SIGUSR1); `on_cancelled` may reword a cancellation before its exit status is chosen."""
+    pause = pause if pause is not None else PauseControl()
+    started = time.monotonic()
+    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, display.show_paused), \
+            (also if also is not None else nullcontext()):
+        try:
+            outcome = call(pause)
+        except GenerationCancelled as error:
+            display.close()
+            if on_cancelled is not None:
+                on_cancelled(error)
+            return SignalledRun(None, cancelled_status(error, received), 0.0)
+        finally:
+            display.close()
+            engine.close()
+    return SignalledRun(outcome, None, time.monotonic() - started - pause.paused_seconds())
 
 
 def cancelled_status(error: GenerationCancelled, received: list[int]) -> int:

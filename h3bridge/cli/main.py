@@ -17,11 +17,10 @@ import math
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..cancel import CancelToken, PauseControl
+from ..cancel import CancelToken
 from .engine import (    # shared with story.py and serve.py
     EXIT_CANCELLED,
     EXIT_FAILURE,
@@ -29,7 +28,7 @@ from .engine import (    # shared with story.py and serve.py
     EXIT_USAGE,
     FLAG_FOR_FIELD,
     PhaseProgressBars,
-    pause_on_ctrl_z,
+    run_with_signals,
     add_engine_options,
     add_engine_run_options,
     cancel_on_signals,
@@ -298,20 +297,14 @@ def run_generate(args: argparse.Namespace) -> int:
     if refused is not None:
         return refused
     bars = PhaseProgressBars(enabled=not args.quiet, note=previews.note if previews is not None else None)
-    pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
     options = dict(overwrite=args.overwrite, want_frames=args.read_frames and not args.no_frames, want_audio=True,
-                   on_progress=bars, on_preview=previews, cancel=cancel, pause=pause)
-    started = time.monotonic()       # the wall time: waiting for the engine included
-    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, bars.show_paused):
-        try:
-            # a session hands what it cannot take to one-shot, saying so (engine.say_running_one_shot)
-            result = engine.generate(request, args.output or None, **options)  # type: ignore[arg-type]
-        except GenerationCancelled as error:
-            return cancelled_status(error, received)
-        finally:
-            bars.close()
-            engine.close()
-    wall = time.monotonic() - started - pause.paused_seconds()     # paused time is no time the job took
+                   on_progress=bars, on_preview=previews, cancel=cancel)
+    # a session hands what it cannot take to one-shot, saying so (engine.say_running_one_shot)
+    run = run_with_signals(engine, bars, cancel, lambda pause: engine.generate(
+        request, args.output or None, pause=pause, **options))  # type: ignore[arg-type]
+    if run.status is not None:
+        return run.status
+    result, wall = run.outcome, run.wall_seconds
     if args.json:
         print(json.dumps(result_summary(result, wall=wall, waited=bars.waited), indent=2))
     else:
@@ -367,20 +360,13 @@ def run_takes(args: argparse.Namespace) -> int:
         except OSError:
             pass
 
-    pause = PauseControl()          # Ctrl-Z pauses the engine with the command (pause_on_ctrl_z)
-    started = time.monotonic()
-    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, bars.show_paused):
-        try:
-            result = generate_takes(engine, request, args.output, seeds=chosen, overwrite=args.overwrite,
-                                    want_frames=args.read_frames and not args.no_frames, want_audio=True,
-                                    on_progress=bars, on_preview=previews, on_take=starting, cancel=cancel,
-                                    parallel=args.parallel, pause=pause)
-        except GenerationCancelled as error:
-            return cancelled_status(error, received)
-        finally:
-            bars.close()
-            engine.close()
-    wall = time.monotonic() - started - pause.paused_seconds()     # paused time is no time the takes took
+    run = run_with_signals(engine, bars, cancel, lambda pause: generate_takes(
+        engine, request, args.output, seeds=chosen, overwrite=args.overwrite,
+        want_frames=args.read_frames and not args.no_frames, want_audio=True, on_progress=bars,
+        on_preview=previews, on_take=starting, cancel=cancel, parallel=args.parallel, pause=pause))
+    if run.status is not None:
+        return run.status
+    result, wall = run.outcome, run.wall_seconds
     if args.json:
         print(json.dumps({"takes": [{"take": number, **result_summary(take)}
                                     for number, take in enumerate(result.takes, 1)],

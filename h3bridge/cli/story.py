@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from ..cancel import CancelToken, PauseControl
-from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns, cancel_on_signals,
-                          cancelled_status, cli_words, engine_from_args, pause_on_ctrl_z)
+from ..cancel import CancelToken
+from .engine import (EXIT_OK, EXIT_USAGE, PhaseProgressBars, add_engine_run_options, bar_columns,
+                          cli_words, engine_from_args, run_with_signals)
 from ..errors import GenerationCancelled, H3BridgeError, RequestError
 from ..fixes import Change, Fix, Given, said
 from ..progress import WAITING_PHASE
@@ -291,25 +291,20 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
         except OSError:
             pass
 
-    cancel, pause, stop_after_shot = CancelToken(), PauseControl(), threading.Event()
+    cancel, stop_after_shot = CancelToken(), threading.Event()
     if args.stop_after_shot:
         stop_after_shot.set()
-    with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, display.show_paused), \
-            stop_after_shot_on_signal(stop_after_shot, notice):
-        try:
-            result = run_story(storyboard, output, engine=engine,
-                               job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
-                               overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard),
-                               on_progress=display, on_notice=notice, cancel=cancel, parallel=args.parallel,
-                               picks=picks, stop_after_shot=stop_after_shot, pause=pause)
-        except GenerationCancelled as error:
-            display.close()
-            error.message = (f"{error.message}; finished shots are kept in {job_dir}: run the same command "
-                             "again to resume")
-            return cancelled_status(error, received)
-        finally:
-            display.close()
-            engine.close()
+    def keeps_finished_shots(error: GenerationCancelled) -> None:
+        error.message = f"{error.message}; finished shots are kept in {job_dir}: run the same command again to resume"
+
+    run = run_with_signals(engine, display, cancel, lambda pause: run_story(
+        storyboard, output, engine=engine, job_dir=job_dir, redo=args.redo, redo_seed=args.seed, only=args.only,
+        overwrite=args.overwrite, force=args.force, storyboard_path=str(args.storyboard), on_progress=display,
+        on_notice=notice, cancel=cancel, parallel=args.parallel, picks=picks, stop_after_shot=stop_after_shot,
+        pause=pause), also=stop_after_shot_on_signal(stop_after_shot, notice), on_cancelled=keeps_finished_shots)
+    if run.status is not None:
+        return run.status
+    result = run.outcome
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     else:
