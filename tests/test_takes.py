@@ -292,3 +292,54 @@ def test_resume_keeps_finished_takes(model_dir: Path, tmp_path: Path, counted) -
     assert sorted(entry["seed"] for entry in denoised(denoises)[2:]) == sorted(
         [board.seed_for(1) + 2, board.seed_for(2), board.seed_for(3), board.seed_for(3) + 1])
     assert result.output is not None and result.output.is_file()
+
+
+def _row_label(picture: np.ndarray, row: int, row_h: int, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the label region of sheet row `row`, the mask `text` draws there)."""
+    top, mask = GAP + row * row_h, draw_text(text)
+    label_h = GLYPH_HEIGHT * LABEL_SCALE
+    return picture[top:top + label_h, GAP:GAP + mask.shape[1]], mask
+
+
+def test_a_storys_contact_sheet_marks_the_take_the_film_uses(model_dir: Path, tmp_path: Path, counted) -> None:  # noqa: F811
+    """The storyboard's sheet (takes.png in the job folder, the IMAGE the node shows) says which take
+    of each shot is in the film: its label ends "picked", drawn in the accent colour, and a frame of
+    that colour runs round its row; another pick renders nothing and moves the mark."""
+    from h3bridge import OneShotEngine
+    from h3bridge.media.sheet import ACCENT, INK
+    from h3bridge.story.host import render_story_text
+    _, denoises = counted
+    text, defaults = "[22f]\nfirst shot\n\n[22f]\nsecond shot", {"width": 64, "height": 32, "steps": 2}
+    with OneShotEngine(sim_engine_path(), model_dir) as engine:
+        def sheet_for(picks: str) -> np.ndarray:
+            done = render_story_text(text, defaults, engine=engine, jobs_root=tmp_path / "stories", job_name="film",
+                                     want_frames=False, film_root=tmp_path / "films", takes=2, picks=picks)
+            assert done.sheet is not None and done.sheet_rows == 4
+            assert np.array_equal(image_from_png((tmp_path / "stories" / "film" / "takes.png").read_bytes()),
+                                  done.sheet)
+            return done.sheet
+
+        first = sheet_for("1=2")
+        seeds = [entry["seed"] for entry in denoised(denoises)]
+        assert len(seeds) == 4
+        row_h = GLYPH_HEIGHT * LABEL_SCALE + GAP + 32 + GAP        # 64x32 frames are drawn at their size
+        expected = [(1, 1, False), (1, 2, True), (2, 1, True), (2, 2, False)]
+        for row, (shot, take, picked) in enumerate(expected):
+            words = f"shot {shot}  take {take}  seed {seeds[row]}" + ("  picked" if picked else "")
+            region, mask = _row_label(first, row, row_h, words)
+            colour = ACCENT if picked else INK
+            assert np.array_equal(np.all(region == colour, axis=2), mask), f"shot {shot} take {take}'s label"
+            top = GAP + row * row_h
+            # the frame: the accent at the outer edge of the gaps round a picked row (left and above);
+            # just above a row that follows a picked one, that row's frame (its bottom line)
+            assert np.array_equal(first[top - GAP, GAP + 2], ACCENT) == picked, row
+            assert np.array_equal(first[top + 3, 0], ACCENT) == picked, row
+            after_picked = row > 0 and expected[row - 1][2] and not picked
+            assert np.array_equal(first[top - 1, GAP + 2], ACCENT) == after_picked, row
+
+        again = sheet_for("1=1")
+        assert len(denoised(denoises)) == 4         # (shot 2 is a cut: another pick of shot 1 renders nothing)
+        for row, picked in enumerate((True, False)):
+            region, mask = _row_label(again, row, row_h, f"shot 1  take {row + 1}  seed {seeds[row]}"
+                                      + ("  picked" if picked else ""))
+            assert np.array_equal(np.all(region == (ACCENT if picked else INK), axis=2), mask), row

@@ -1,5 +1,6 @@
 """A contact sheet: a few frames of each take side by side, one row per take, each row labelled
-with its take number and seed, as an RGB picture (numpy only; media/png.py writes it).
+with its take number and seed, as an RGB picture (numpy only; media/png.py writes it). A take the
+film uses (a storyboard's pick) is labelled "picked" in the accent colour and framed in it.
 
 No library h3bridge depends on draws text (no Pillow; PyAV and numpy do not), so the labels are
 drawn from the small bitmap font below: 5x7 glyphs for the characters a label uses.
@@ -12,7 +13,7 @@ import numpy as np
 
 from ..errors import MediaError
 
-# 5 columns x 7 rows per glyph, '#' is ink. Only what labels say: "shot 2  take 12  seed 4242".
+# 5 columns x 7 rows per glyph, '#' is ink. Only what labels say: "shot 2  take 12  seed 4242  picked".
 _GLYPH_ROWS: dict[str, tuple[str, ...]] = {
     "0": (".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."),
     "1": ("..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."),
@@ -32,6 +33,9 @@ _GLYPH_ROWS: dict[str, tuple[str, ...]] = {
     "d": ("....#", "....#", ".##.#", "#..##", "#...#", "#...#", ".####"),
     "h": ("#....", "#....", "#.##.", "##..#", "#...#", "#...#", "#...#"),
     "o": (".....", ".....", ".###.", "#...#", "#...#", "#...#", ".###."),
+    "p": (".....", "####.", "#...#", "#...#", "####.", "#....", "#...."),
+    "i": ("..#..", ".....", ".##..", "..#..", "..#..", "..#..", ".###."),
+    "c": (".....", ".....", ".####", "#....", "#....", "#....", ".####"),
     " ": (".....",) * 7,
 }
 GLYPHS: dict[str, np.ndarray] = {
@@ -44,6 +48,8 @@ LABEL_SCALE = 2                 # each font pixel drawn 2x2: legible beside 192-
 GAP = 4
 BACKGROUND = np.array([24, 24, 28], np.uint8)
 INK = np.array([235, 235, 235], np.uint8)
+ACCENT = np.array([255, 176, 32], np.uint8)     # the picked take: its label and a frame around its row
+PICKED_WORD = "picked"
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,12 @@ class SheetRow:
     seed: int
     frames: tuple[np.ndarray, ...]
     shot: int | None = None          # a storyboard's takes: the shot they are of
+    picked: bool = False             # the take the film uses (a storyboard shot's pick)
 
 
-def label_text(take: int, seed: int, shot: int | None = None) -> str:
-    return (f"shot {shot}  " if shot is not None else "") + f"take {take}  seed {seed}"
+def label_text(take: int, seed: int, shot: int | None = None, picked: bool = False) -> str:
+    return (f"shot {shot}  " if shot is not None else "") + f"take {take}  seed {seed}" + \
+        (f"  {PICKED_WORD}" if picked else "")
 
 
 def draw_text(text: str, scale: int = LABEL_SCALE) -> np.ndarray:
@@ -100,21 +108,25 @@ def contact_sheet(rows: list[SheetRow]) -> np.ndarray:
     thumbs = [[thumbnail(frame) for frame in row.frames] for row in rows]
     cell_h = max(thumb.shape[0] for row in thumbs for thumb in row) if any(thumbs) else 0
     cell_w = max(thumb.shape[1] for row in thumbs for thumb in row) if any(thumbs) else 0
-    labels = [draw_text(label_text(row.take, row.seed, row.shot)) for row in rows]
+    labels = [draw_text(label_text(row.take, row.seed, row.shot, row.picked)) for row in rows]
     columns = max(len(row) for row in thumbs)
     label_h = GLYPH_HEIGHT * LABEL_SCALE
     width = GAP + max(columns * (cell_w + GAP), max(label.shape[1] for label in labels) + GAP)
     row_h = label_h + GAP + cell_h + GAP
     sheet = np.empty((GAP + len(rows) * row_h, width, 3), np.uint8)
     sheet[:] = BACKGROUND
-    for number, (row_thumbs, label) in enumerate(zip(thumbs, labels)):
+    for number, (row, row_thumbs, label) in enumerate(zip(rows, thumbs, labels)):
         top = GAP + number * row_h
+        if row.picked:          # a frame in the gap around the whole row (the gaps are GAP wide)
+            bottom, right = top + row_h - GAP, GAP + max(len(row_thumbs) * (cell_w + GAP) - GAP, label.shape[1])
+            sheet[top - GAP:bottom + GAP, 0:right + GAP] = ACCENT
+            sheet[top - GAP // 2:bottom + GAP // 2, GAP // 2:right + GAP // 2] = BACKGROUND
         region = sheet[top:top + label_h, GAP:GAP + label.shape[1]]
-        region[label] = INK
+        region[label] = ACCENT if row.picked else INK
         for column, thumb in enumerate(row_thumbs):
             y, x = top + label_h + GAP, GAP + column * (cell_w + GAP)
             sheet[y:y + thumb.shape[0], x:x + thumb.shape[1]] = thumb
     return sheet
 
 
-__all__ = ["FRAMES_PER_TAKE", "SheetRow", "contact_sheet", "draw_text", "frame_indices", "label_text", "thumbnail"]
+__all__ = ["ACCENT", "FRAMES_PER_TAKE", "PICKED_WORD", "SheetRow", "contact_sheet", "draw_text", "frame_indices", "label_text", "thumbnail"]

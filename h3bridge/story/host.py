@@ -69,14 +69,14 @@ def read_picks(text: str, field: str = "pick") -> dict[int, int]:
 
 def story_sheet(result: StoryResult, job_path: Path) -> tuple[np.ndarray, int] | None:
     """The contact sheet of every take of the shots with takes (a row per take: shot, take, seed,
-    four frames), written as takes.png in the job folder (h3bridge's own file, replaced); None
+    four frames; the take the film uses marked "picked"), written as takes.png in the job folder (h3bridge's own file, replaced); None
     when no shot has takes."""
     from ..media.decode import decode_frames_at
     from ..media.png import png_bytes
     from ..media.sheet import SheetRow, contact_sheet, frame_indices
     from ..safeio.outputs import write_output
     rows = [SheetRow(take.take, take.seed, tuple(decode_frames_at(take.video_path, frame_indices(shot.frame_count))),
-                     shot=shot.index)
+                     shot=shot.index, picked=take.take == shot.pick)
             for shot in result.shots if len(shot.takes) > 1 for take in shot.takes]
     if not rows:
         return None
