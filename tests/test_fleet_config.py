@@ -85,7 +85,8 @@ def test_the_users_file_is_never_overwritten_without_overwrite(tmp_path: Path, r
     mine.write_text("# my own config\n")
     done = run("--server", "http://127.0.0.1:8765", "-o", "litellm.yaml")
     assert done.returncode == 2
-    assert "litellm.yaml already exists" in done.stderr and "--overwrite" in done.stderr
+    assert "-o litellm.yaml already exists" in done.stderr
+    assert done.stderr.rstrip().endswith("fix: choose another name, or allow overwriting (--overwrite)"), done.stderr
     assert mine.read_text() == "# my own config\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["litellm.yaml"]      # no temporary left
     done = run("--server", "http://127.0.0.1:8765", "-o", "litellm.yaml", "--overwrite")

@@ -277,5 +277,4 @@ def write_fleet_config(settings: FleetSettings, path: Path, *, overwrite: bool =
     fsynced, then linked or renamed into place); an existing file is kept unless `overwrite`, and
     a device node, FIFO, folder or link is never written over."""
     text = render_fleet_config(settings)      # every refusal before anything is written
-    return write_output(path, text, overwrite=overwrite, field="-o", make_parents=False,
-                        allow_overwrite="pass --overwrite to replace it, or give another -o FILE")
+    return write_output(path, text, overwrite=overwrite, field="-o", make_parents=False)

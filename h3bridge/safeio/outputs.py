@@ -19,8 +19,9 @@ h3bridge keeps for itself) goes through here, so one set of rules holds everywhe
 
 Errors are the project's own: `RequestError` (field = how the interface names the output, "-o" or
 "output") for a name that can never be written, `OutputExistsError` for a name that is taken
-(`before_start` False when it was taken while the work ran). `allow_overwrite` words how the user
-lifts that refusal in their interface ("pass --overwrite"). OSError (a full disk) passes through for
+(`before_start` False when it was taken while the work ran). `allow_overwrite` is how the user
+lifts that refusal, as data (h3bridge.fixes: `ALLOW_OVERWRITE`, said `--overwrite` on the command
+line and `overwrite=True` in Python by the interface that shows it). OSError (a full disk) passes through for
 the caller to word, after the staged file is removed.
 """
 from __future__ import annotations
@@ -45,7 +46,6 @@ from ..fixes import Fix, changes
 # engines/lock.py recognises a clip's leftovers by this shape.
 STAGING_PREFIX = ".h3bridge-"
 STAGING_MARK = ".partial"
-OVERWRITE_FLAG = "pass --overwrite"
 # How a library caller's user allows overwriting, as data (h3bridge.fixes): each interface says it.
 ALLOW_OVERWRITE = Fix("allow overwriting ({})", (changes(overwrite=True),))
 
@@ -98,7 +98,7 @@ def nearest_existing(folder: Path) -> Path:
 
 
 def check_output(path: str | os.PathLike[str], *, overwrite: bool, field: str = "output",
-                 allow_overwrite: "str | Fix" = OVERWRITE_FLAG, make_parents: bool = True,
+                 allow_overwrite: "str | Fix" = ALLOW_OVERWRITE, make_parents: bool = True,
                  folder_output: bool = False, label: str | None = None) -> Path:
     """The absolute output path, checked before any work starts (see the module's rules).
 
@@ -211,7 +211,7 @@ def link_new(staged: Path, target: Path) -> bool:
 
 
 def publish(staged: Path, target: Path, *, overwrite: bool, field: str = "output",
-            allow_overwrite: "str | Fix" = OVERWRITE_FLAG) -> None:
+            allow_overwrite: "str | Fix" = ALLOW_OVERWRITE) -> None:
     """Flush `staged` to the disk and give it the name `target` (see the module's rules).
     OutputExistsError (before_start False) when the name is taken by something it may not replace;
     `staged` is then left for the caller (to keep beside, or to remove)."""
@@ -246,7 +246,7 @@ class StagedOutput:
     staged: Path
     overwrite: bool
     field: str = "output"
-    allow_overwrite: "str | Fix" = OVERWRITE_FLAG
+    allow_overwrite: "str | Fix" = ALLOW_OVERWRITE
     made_folders: list[Path] = dataclass_field(default_factory=list)
     published: bool = False
 
@@ -283,7 +283,7 @@ def remove_empty_folders(folders: list[Path]) -> None:
 
 
 @contextmanager
-def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow_overwrite: "str | Fix" = OVERWRITE_FLAG,
+def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow_overwrite: "str | Fix" = ALLOW_OVERWRITE,
                   create: bool = True) -> Iterator[StagedOutput]:
     """A staging name beside `target` (its folders made, the name claimed empty when `create`), removed
     on leaving unless published; folders made for it are removed again unless published."""
@@ -305,7 +305,7 @@ def staged_output(target: Path, *, overwrite: bool, field: str = "output", allow
 
 
 def write_output(target: str | os.PathLike[str], data: bytes | str, *, overwrite: bool, field: str = "output",
-                 allow_overwrite: "str | Fix" = OVERWRITE_FLAG, mode: int = 0o644, make_parents: bool = True) -> Path:
+                 allow_overwrite: "str | Fix" = ALLOW_OVERWRITE, mode: int = 0o644, make_parents: bool = True) -> Path:
     """Write `data` as the output `target`: checked, staged, fsynced, published (the module's rules)."""
     path = check_output(target, overwrite=overwrite, field=field, allow_overwrite=allow_overwrite,
                         make_parents=make_parents)
@@ -371,7 +371,7 @@ def publish_folder(staged: Path, target: Path, *, field: str = "output") -> None
     _fsync_path(target.parent, folder=True)
 
 
-__all__ = ["OVERWRITE_FLAG", "STAGING_MARK", "STAGING_PREFIX", "StagedOutput", "check_output", "kind_of",
+__all__ = ["ALLOW_OVERWRITE", "STAGING_MARK", "STAGING_PREFIX", "StagedOutput", "check_output", "kind_of",
            "link_new", "make_parents", "missing_folders", "nearest_existing", "publish", "publish_folder",
            "remove_empty_folders", "rename_new", "staged_output", "staging_path", "why_not_writable",
            "write_output"]
