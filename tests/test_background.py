@@ -45,6 +45,24 @@ def _autogroup_nice(pid: int) -> int | None:
     return priority.autogroup_nice(pid)
 
 
+def _fresh_session_autogroup_nice() -> int | None:
+    """The autogroup nice /proc shows for a child that leads a new session, as an engine does: None
+    on a kernel without autogroup scheduling. (Read off such a child, never off this process: one
+    still in the boot-time default autogroup, as a CI runner that never called setsid is, shows
+    none even where a new session gets its own.)"""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        return priority.autogroup_nice(child.pid)
+    finally:
+        child.communicate(b"")
+
+
+def _lowered_autogroup() -> int | None:
+    """What a lowered engine's autogroup must show here: nice 19, or nothing without autogroups."""
+    return None if _fresh_session_autogroup_nice() is None else 19
+
+
 @linux_only
 def test_an_engine_child_is_lowered_only_with_background() -> None:
     ours = psutil.Process().nice()
@@ -56,7 +74,7 @@ def test_an_engine_child_is_lowered_only_with_background() -> None:
     lowered = EngineProcess(SLEEPER, background=True)
     try:
         assert _priority_of(lowered.pid) == (19, int(psutil.IOPRIO_CLASS_IDLE))
-        assert _autogroup_nice(lowered.pid) in (None, 19)        # None: a kernel without autogroups
+        assert _autogroup_nice(lowered.pid) == _lowered_autogroup()
     finally:
         lowered.stop(grace=0.1)
 
@@ -138,7 +156,7 @@ def test_a_shared_warm_engine_takes_each_callers_choice_and_is_lowered_while_run
                             fallback=False, background=True)
         assert again is first and again.background is True and again.pid == pid
         assert _priority_of(pid) == (19, int(psutil.IOPRIO_CLASS_IDLE))
-        assert _autogroup_nice(pid) in (None, 19)
+        assert _autogroup_nice(pid) == _lowered_autogroup()
         later = open_engine(EngineKind.SESSION, engine_path=sim_engine_path(), model_dir=model_dir, shared=True,
                             fallback=False, background=False)
         assert later.background is False and _priority_of(pid)[0] == 19      # stays lowered until it restarts
@@ -195,7 +213,7 @@ def test_generate_background_runs_the_engine_at_background_priority(tmp_path: Pa
         assert held.exists(), cli.stderr.read() if cli.poll() is not None else "the engine never reached denoise"
         engine_pid = int(held.read_text().strip())
         assert _priority_of(engine_pid) == (19, int(psutil.IOPRIO_CLASS_IDLE))
-        assert _autogroup_nice(engine_pid) in (None, 19)
+        assert _autogroup_nice(engine_pid) == _lowered_autogroup()
         assert _priority_of(cli.pid)[0] == psutil.Process().nice()      # the CLI itself is not lowered
     finally:
         release.touch()
@@ -211,23 +229,12 @@ def test_background_with_remote_is_refused_in_flag_words(tmp_path: Path) -> None
     assert "drop --background" in done.stderr
 
 
-def _fresh_session_autogroup_nice() -> int | None:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                             start_new_session=True)
-    try:
-        return priority.autogroup_nice(child.pid)
-    finally:
-        child.communicate(b"")
-
-
 @linux_only
 def test_doctor_says_what_background_gives_here() -> None:
     done = subprocess.run([sys.executable, "-m", "h3bridge.cli", "doctor", "--json"], capture_output=True, text=True,
                           timeout=120)
     checks = {check["check"]: check for check in json.loads(done.stdout)["checks"]}
     assert checks["background"]["ok"] is True
-    # The probe lowers a child that leads a new session, so whether its autogroup shows is read off
-    # such a child here, not off this process: a process still in the boot-time default autogroup
-    # (a CI runner that never called setsid) shows none, while a new session always gets its own.
-    group = "" if _fresh_session_autogroup_nice() is None else " (its session's autogroup: nice 19)"
+    # the probe lowers a child that leads a new session: its autogroup shows where such a child's does
+    group = "" if _lowered_autogroup() is None else " (its session's autogroup: nice 19)"
     assert checks["background"]["detail"] == f"--background gives nice 19{group} and the idle I/O class"
