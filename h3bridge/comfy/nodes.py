@@ -44,8 +44,8 @@ from .lora_nodes import LORA_NODES        # H3 LoRA (h3bridge/lora)
 from .pause import RUNNING_JOBS, register_pause_routes     # the frontend's Pause button
 from .model_nodes import MODEL_NODES      # H3 Model (a model folder under models/h3)
 from .selftest_node import SELFTEST_NODES  # H3 Selftest (h3bridge/selftest)
-from .shared import (CATEGORY, H3Engine, model_roots, notice_on_node, running_prompt, to_numpy,
-                     user_facing_errors, work_dir)
+from .shared import (CATEGORY, H3Engine, background_input, model_roots, notice_on_node, running_prompt,
+                     takes_input, takes_output, to_numpy, user_facing_errors, work_dir)
 from .story_nodes import STORY_NODES      # H3 Storyboard (h3bridge/story)
 from ..takes import MAX_TAKES
 
@@ -386,19 +386,14 @@ class H3GenerateNode(io.ComfyNode):
                                  tooltip="Run even when the memory plan says these settings do not fit this "
                                          "machine (macOS may swap or stop h3). Off: such a job is refused before "
                                          "the engine starts, with the settings that fit (often ssd_streaming on)."),
-                io.Int.Input("takes", default=1, min=1, max=MAX_TAKES, optional=True,
-                             tooltip=f"Render the request this many times (1-{MAX_TAKES}), with the seed and the "
-                                     "ones above it, and show their contact sheet on the node. A warm engine "
-                                     "(session, library) loads the model once for all of them."),
+                takes_input(f"Render the request this many times (1-{MAX_TAKES}), with the seed and the ones "
+                            "above it, and show their contact sheet on the node. A warm engine (session, "
+                            "library) loads the model once for all of them."),
                 io.Int.Input("pick", default=1, min=1, max=MAX_TAKES, optional=True,
                              tooltip="The take the video, frames and audio outputs carry (1 to takes). Choosing "
                                      "another renders nothing: the takes are kept (keep the seed fixed: its "
                                      "control after generate set to fixed)."),
-                io.Boolean.Input("background", default=False, optional=True, advanced=True,
-                                 tooltip="Render at background priority (Linux: nice 19 and idle I/O; macOS: the "
-                                         "background QoS band), so the machine stays responsive; a warm engine "
-                                         "started at normal priority is lowered and stays so until it restarts. "
-                                         "Local engines only: a remote engine renders at its server's priority."),
+                background_input("the clip (every take)"),
             ],
             outputs=[
                 io.Video.Output(display_name="video", tooltip="The engine's MP4 with its audio (with takes: the pick)."),
@@ -406,9 +401,8 @@ class H3GenerateNode(io.ComfyNode):
                                 tooltip="All frames [F, H, W, 3]. Only decoded when this output is connected."),
                 io.Audio.Output(display_name="audio", tooltip="Stereo 32 kHz soundtrack."),
                 io.String.Output(display_name="summary", tooltip="Request, timings and memory plan."),
-                io.Image.Output(display_name="takes",
-                                tooltip="With takes: the contact sheet as a batch, one picture per take (its take "
-                                        "number, seed and four frames). Without: one black placeholder frame."),
+                takes_output("With takes: the contact sheet as a batch, one picture per take (its take number, "
+                             "seed and four frames). Without: one black placeholder frame."),
             ],
             hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )

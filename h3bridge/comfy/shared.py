@@ -19,12 +19,36 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..errors import GenerationCancelled, H3BridgeError
+from ..takes import MAX_TAKES
 from . import adapter
 
 CATEGORY = "MiniMax-H3 (h3.c)"
 H3Engine = io.Custom("H3_ENGINE")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+# The inputs and output the rendering nodes (H3 Generate, H3 Storyboard) share, declared once so
+# their name, type, range and place stay one; each node says in its tooltip what they do there.
+
+def takes_input(tooltip: str) -> io.Int.Input:
+    """`takes`: how many takes to render (1..MAX_TAKES); optional, so older workflows still load."""
+    return io.Int.Input("takes", default=1, min=1, max=MAX_TAKES, optional=True, tooltip=tooltip)
+
+
+def takes_output(tooltip: str) -> io.Image.Output:
+    """`takes`: the contact sheet as an IMAGE batch, one picture per take."""
+    return io.Image.Output(display_name="takes", tooltip=tooltip)
+
+
+def background_input(what: str) -> io.Boolean.Input:
+    """`background`: render `what` ("every shot") at background priority (engines/priority.py)."""
+    return io.Boolean.Input(
+        "background", default=False, optional=True, advanced=True,
+        tooltip=f"Render {what} at background priority (Linux: nice 19 and idle I/O; macOS: the background QoS "
+                "band), so the machine stays responsive; a warm engine started at normal priority is lowered "
+                "and stays so until it restarts. Local engines only: a remote engine renders at its server's "
+                "priority.")
 
 
 def user_facing_errors(function: _F) -> _F:

@@ -26,7 +26,8 @@ from ..takes import MAX_TAKES
 from . import adapter
 from .pause import RUNNING_JOBS
 from ..fixes import Fix, said
-from .shared import CATEGORY, H3Engine, notice_on_node, running_prompt, user_facing_errors
+from .shared import (CATEGORY, H3Engine, background_input, notice_on_node, running_prompt, takes_input, takes_output,
+                     user_facing_errors)
 
 IMAGE_OUTPUT_INDEX = 2
 EXAMPLE_SHOTS = ("[5s]\nA lighthouse on a cliff at dusk, waves breaking below\n\n"
@@ -87,19 +88,14 @@ class H3StoryboardNode(io.ComfyNode):
                                  tooltip="Run even when the memory plan says the most demanding shot does not "
                                          "fit this machine (macOS may swap or stop h3). Off: such a story is "
                                          "refused before any shot renders, with the settings that fit."),
-                io.Int.Input("takes", default=1, min=1, max=MAX_TAKES, optional=True,
-                             tooltip=f"Render every shot this many times (1-{MAX_TAKES}), with the shot's seed and the "
-                                     "ones above it; a shot's [takes=N] wins. Every take is kept in the job folder "
-                                     "and shown on the node's contact sheet; the film uses each shot's pick."),
+                takes_input(f"Render every shot this many times (1-{MAX_TAKES}), with the shot's seed and the ones "
+                            "above it; a shot's [takes=N] wins. Every take is kept in the job folder and shown "
+                            "on the node's contact sheet; the film uses each shot's pick."),
                 io.String.Input("pick", default="", optional=True,
                                 tooltip="The take the film uses of shots with takes, as SHOT=TAKE pairs: 2=3, 4=1 "
                                         "(a shot not named uses take 1). Changing it renders nothing, except a shot "
                                         "that continues (anchor, tail) from a re-picked one."),
-                io.Boolean.Input("background", default=False, optional=True, advanced=True,
-                                 tooltip="Render every shot at background priority (Linux: nice 19 and idle I/O; "
-                                         "macOS: the background QoS band), so the machine stays responsive while "
-                                         "the story renders; a warm engine stays lowered until it restarts. Local "
-                                         "engines only: a remote engine renders at its server's priority."),
+                background_input("every shot"),
             ],
             outputs=[
                 io.Video.Output(display_name="video",
@@ -109,10 +105,9 @@ class H3StoryboardNode(io.ComfyNode):
                 io.Image.Output(display_name="frames",
                                 tooltip="Every frame of the film; only built when this output is connected."),
                 io.String.Output(display_name="summary", tooltip="Shots rendered and kept, the film and job folder."),
-                io.Image.Output(display_name="takes",
-                                tooltip="With takes: the contact sheet as a batch, one picture per take of every "
-                                        "shot with takes (shot, take, seed, four frames). Without: one black "
-                                        "placeholder frame."),
+                takes_output("With takes: the contact sheet as a batch, one picture per take of every shot with "
+                             "takes (shot, take, seed, four frames; the take the film uses is marked picked). "
+                             "Without: one black placeholder frame."),
             ],
             hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
