@@ -72,4 +72,4 @@ def test_pause_resume_and_interrupt_while_paused(server: Server) -> None:
     gone, alive = psutil.wait_procs(engines, timeout=10)
     assert not alive, f"engine still running: {alive}"
     assert any(message[0] == "execution_interrupted" for message in entry["status"]["messages"])
-    assert server.get("/h3bridge/pause") == {"running": [], "paused": False}
+    assert server.get("/h3bridge/pause") == {"running": [], "paused": False, "stoppable": [], "stopping": False}
