@@ -204,6 +204,19 @@ def test_story_takes_and_a_repick_that_renders_nothing(model_dir: Path, tmp_path
     assert errors[1] < 8 < errors[0], errors       # (test_story.py: < 8 after two encodings at this size)
     manifest = Manifest.from_json((tmp_path / "film.h3story" / "manifest.json").read_text())
     assert manifest.picks == {3: 2}
+    # the contact sheet in the job folder: a row per take of shots 1 and 3 (5 rows), the picks marked
+    sheet = tmp_path / "film.h3story" / "takes.png"
+    assert summary["contact_sheet"] == repicked["contact_sheet"] == str(sheet)
+    picture = image_from_png(sheet.read_bytes())
+    row_h = GLYPH_HEIGHT * LABEL_SCALE + GAP + 64 + GAP
+    assert picture.shape[0] == GAP + 5 * row_h
+    rows = [(1, 1), (1, 2), (1, 3), (3, 1), (3, 2)]
+    for row, (shot, take) in enumerate(rows):
+        seed = board.seed_for(shot) + take - 1
+        picked = take == (1 if shot == 1 else 2)
+        region, mask = _row_label(picture, row, row_h, f"shot {shot}  take {take}  seed {seed}"
+                                  + ("  picked" if picked else ""))
+        assert np.array_equal(region.max(axis=2) > 128, mask), (shot, take)
 
     # the pick is kept: the same command again renders and assembles nothing
     again = json.loads(story_cli(story, model=model_dir).stdout)

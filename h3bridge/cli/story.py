@@ -315,7 +315,8 @@ def _run_story(args: argparse.Namespace, storyboard: Storyboard) -> int:
         # (an unchanged film: the runner's notice already said it "is up to date"; once is enough)
         takes = "" if all(len(shot.takes) <= 1 for shot in result.shots) else \
             (f" ({result.rendered_takes} take(s) rendered; picks: "
-             + ", ".join(f"shot {shot.index} take {shot.pick}" for shot in result.shots if len(shot.takes) > 1) + ")")
+             + ", ".join(f"shot {shot.index} take {shot.pick}" for shot in result.shots if len(shot.takes) > 1)
+             + f"; every take on the contact sheet {result.contact_sheet})")
         print(f"h3bridge: {film}: {result.film_frames} frames ({result.film_frames / 24:.1f} s); "
               f"{result.rendered} shot(s) rendered, {len(result.shots) - result.rendered} kept{takes}; "
               f"shots in {result.job_dir}; {result.wall_seconds:.1f} s wall time", file=sys.stderr)

@@ -19,6 +19,7 @@ from ..errors import H3BridgeError, RequestError
 from ..fixes import Fix
 from .assemble import film_arrays
 from .runner import StoryProgressCallback, StoryResult, run_story
+from .sheet import SHEET_NAME, sheet_rows
 from .text import storyboard_from_text
 
 
@@ -33,9 +34,6 @@ class HostStoryOutputs:
     # the job folder) and how many rows (takes) it has
     sheet: np.ndarray | None = None
     sheet_rows: int = 0
-
-
-SHEET_NAME = "takes.png"
 
 
 class StoryStoppedError(H3BridgeError):
@@ -65,24 +63,6 @@ def read_picks(text: str, field: str = "pick") -> dict[int, int]:
         picks[read_int(shot, field=field, minimum=1, hint=example)] = read_int(take, field=field, minimum=1,
                                                                             hint=example)
     return picks
-
-
-def story_sheet(result: StoryResult, job_path: Path) -> tuple[np.ndarray, int] | None:
-    """The contact sheet of every take of the shots with takes (a row per take: shot, take, seed,
-    four frames; the take the film uses marked "picked"), written as takes.png in the job folder (h3bridge's own file, replaced); None
-    when no shot has takes."""
-    from ..media.decode import decode_frames_at
-    from ..media.png import png_bytes
-    from ..media.sheet import SheetRow, contact_sheet, frame_indices
-    from ..safeio.outputs import write_output
-    rows = [SheetRow(take.take, take.seed, tuple(decode_frames_at(take.video_path, frame_indices(shot.frame_count))),
-                     shot=shot.index, picked=take.take == shot.pick)
-            for shot in result.shots if len(shot.takes) > 1 for take in shot.takes]
-    if not rows:
-        return None
-    picture = contact_sheet(rows)
-    write_output(job_path / SHEET_NAME, png_bytes(picture), overwrite=True, field="job_name")
-    return picture, len(rows)
 
 
 def job_folder(root: Path, job_name: str) -> Path:
@@ -127,12 +107,14 @@ def render_story_text(shots_text: str, defaults: Mapping[str, Any], *, engine: E
     summary = (f"{len(result.shots)} shots, {result.film_frames} frames ({result.film_frames / 24:.1f} s) "
                f"{first.width}x{first.height}; rendered {result.rendered}, kept {len(result.shots) - result.rendered}; "
                f"film {film}; job directory {folder}")
-    sheet = story_sheet(result, folder)
-    if sheet is not None:
+    sheet = None
+    if result.contact_sheet is not None:     # the runner drew it (story/sheet.py); the node shows it
+        from ..media.png import image_from_png
+        sheet = image_from_png(result.contact_sheet.read_bytes())
         summary += ("; takes: " + ", ".join(f"shot {shot.index} take {shot.pick} of {len(shot.takes)}"
                                             for shot in result.shots if len(shot.takes) > 1)
                     + f" (rendered {result.rendered_takes}); contact sheet {folder / SHEET_NAME}")
-    return HostStoryOutputs(film, frames, audio, result, summary, *(sheet or (None, 0)))
+    return HostStoryOutputs(film, frames, audio, result, summary, sheet, sheet_rows(result.shots))
 
 
-__all__ = ["HostStoryOutputs", "StoryStoppedError", "job_folder", "read_picks", "render_story_text", "story_sheet"]
+__all__ = ["HostStoryOutputs", "StoryStoppedError", "job_folder", "read_picks", "render_story_text"]

@@ -41,6 +41,7 @@ from ..safeio.outputs import ALLOW_OVERWRITE, check_output
 from .jobdir import FilmRecord, JobDir, Manifest, RemoteJobRecord, ShotRecord, file_sha256
 from .plan import PlannedShot, StoryPlan, check_picks, continued_request, plan_story
 from .storyboard import Continuation, Storyboard
+from .sheet import write_story_sheet
 from ..vocabulary import EngineKind
 
 JOB_DIR_SUFFIX = ".h3story"
@@ -120,6 +121,7 @@ class StoryResult:
     wall_seconds: float = 0.0
     pieces: list[FilmPiece] = field(default_factory=list)   # the shots as the film uses them (assemble.film_arrays)
     stopped_after_shot: int | None = None    # stop_after_shot: the shot it stopped after (no film yet)
+    contact_sheet: Path | None = None         # with takes: JOB/takes.png (story/sheet.py), picks marked
 
     @property
     def rendered(self) -> int:
@@ -137,6 +139,7 @@ class StoryResult:
                 "rendered": self.rendered, "reused": len(self.shots) - self.rendered,
                 "rendered_takes": self.rendered_takes, "wall_seconds": self.wall_seconds,
                 "stopped_after_shot": self.stopped_after_shot,
+                "contact_sheet": None if self.contact_sheet is None else str(self.contact_sheet),
                 "chapters": [{"start_frame": a, "end_frame": b, "title": t} for a, b, t in self.chapters],
                 "shots": [{**asdict(shot), "video_path": str(shot.video_path),
                            "takes": [{**asdict(take), "video_path": str(take.video_path)} for take in shot.takes]}
@@ -262,6 +265,7 @@ def run_story(storyboard: Storyboard, output: str | os.PathLike[str] | None, *, 
             result.film_frames, result.film_samples = record.frames, record.samples
             result.chapters = film.chapters if film is not None else _chapters_of(plan)
         result.pieces = _pieces(plan, manifest.shots, folder)[:len(outcomes)]
+        result.contact_sheet = write_story_sheet(outcomes, folder)
         result.wall_seconds = time.monotonic() - started
         return result
 
