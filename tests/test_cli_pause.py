@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from h3bridge.engines.groups import all_stopped
 import pytest
 
 from core_helpers import model_dir, sim_engine_path, sim_invocations  # noqa: F401 (fixture)
@@ -44,10 +45,7 @@ def wait_until(condition, what: str):
 
 
 def stopped(processes: list[psutil.Process]) -> bool:
-    try:
-        return all(process.status() == psutil.STATUS_STOPPED for process in processes)
-    except psutil.NoSuchProcess:
-        return False
+    return all_stopped(processes)      # (or held in vfork by a child stopped before its exec)
 
 
 def engine_group(pid: int) -> list[psutil.Process]:

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import psutil
+from h3bridge.engines.groups import all_stopped
 import pytest
 
 from test_comfy_integration import EXAMPLES, WORKFLOWS, Server, _generate_id, _set_engine, server  # noqa: F401
@@ -37,10 +38,7 @@ def _wait_for(condition, what: str):
 
 
 def _stopped(processes: list[psutil.Process]) -> bool:
-    try:
-        return bool(processes) and all(p.status() == psutil.STATUS_STOPPED for p in processes)
-    except psutil.NoSuchProcess:
-        return False
+    return all_stopped(processes)      # (or held in vfork by a child stopped before its exec)
 
 
 def _cpu(processes: list[psutil.Process]) -> float:

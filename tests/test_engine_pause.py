@@ -24,6 +24,7 @@ from h3bridge import CancelToken, GenerationCancelled, LibraryEngine, OneShotEng
 from h3bridge.cancel import PauseControl
 from h3bridge.history.store import HistoryStore
 from h3bridge.progress import PAUSED_PHASE, ProgressEvent
+from h3bridge.engines.groups import all_stopped
 
 PAUSE_SECONDS = 2.0          # longer than the stall timeout the test sets while paused
 SHORT_STALL = 0.5
@@ -83,7 +84,7 @@ def wait_until_stopped(pgid: int) -> list[psutil.Process]:
     deadline = time.monotonic() + WAIT_FOR_STOP
     while True:
         members = group_members(pgid)
-        if members and all(member.status() == psutil.STATUS_STOPPED for member in members):
+        if all_stopped(members):        # (or held in vfork by a child stopped before its exec)
             return members
         assert time.monotonic() < deadline, [(m.pid, m.status()) for m in members]
         time.sleep(0.01)
@@ -131,7 +132,7 @@ class PausedRun:
             self.before = work_done(members)
             time.sleep(PAUSE_SECONDS)
             self.after = work_done(members)
-            assert all(member.status() == psutil.STATUS_STOPPED for member in members)
+            assert all_stopped(members)
         except BaseException as error:      # noqa: BLE001 - re-raised by the test
             self.failure = error
         finally:

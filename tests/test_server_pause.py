@@ -33,6 +33,7 @@ from h3bridge.server.app import ServeSettings, create_app
 from h3bridge.server.jobs import JobStore
 from h3bridge.server.worker import Worker
 from h3bridge.wire.videos import JobStatus, request_to_wire
+from h3bridge.engines.groups import all_stopped
 
 PEERS = Path(__file__).parent / "fixtures" / "peers"
 SGLANG_T2VA = next(example["json"] for example in json.loads((PEERS / "sglang_requests.json").read_text())["examples"]
@@ -168,7 +169,7 @@ def test_pause_stops_the_engine_queued_jobs_wait_and_resume_finishes_the_same_cl
         paused = httpx.post(f"{served.url}/v1/videos/{first}/pause", headers=AUTH, timeout=30)
         assert paused.status_code == 200 and paused.json()["status"] == "paused", paused.text
         pid = sim_invocations(slow_sim)[engines_before]["pid"]
-        group = _wait_for(lambda: (g := _group(pid)) and all(p.status() == psutil.STATUS_STOPPED for p in g) and g,
+        group = _wait_for(lambda: (g := _group(pid)) and all_stopped(g) and g,
                           "the engine's group was never stopped")
         cpu, progress = _cpu(group), job()["progress"]
         time.sleep(2.0)      # longer than the whole job's sleeps at this time scale: it would have finished
@@ -227,7 +228,7 @@ def test_remote_engine_pauses_its_server_job(tmp_path: Path, model_dir: Path, sl
         _wait_for(lambda: httpx.get(f"{served.url}/v1/videos/{job_id}", headers=AUTH, timeout=30)
                   .json()["status"] == "paused", "the server's job never paused")
         pid = sim_invocations(slow_sim)[0]["pid"]
-        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        _wait_for(lambda: all_stopped(_group(pid)), "the server's engine group was never stopped")
         pause.resume()
         thread.join(WAIT)
         assert result and result[0].video_path == tmp_path / "remote.mp4" and result[0].video_path.is_file()
@@ -253,7 +254,7 @@ def test_a_fleets_front_pauses_the_job_on_the_server_that_runs_it(tmp_path: Path
             server_job = httpx.get(f"{server.url}/v1/videos", headers=AUTH, timeout=30).json()["data"][0]["id"]
             _wait_for(lambda: job(server.url, server_job)["status"] == "paused", "the server's job never paused")
             _wait_for(lambda: (g := _group(sim_invocations(log)[0]["pid"]))
-                      and all(p.status() == psutil.STATUS_STOPPED for p in g),
+                      and all_stopped(g),
                       "the server's engine group was never stopped")
             assert job(front.url, job_id)["status"] == "paused"
             resumed = httpx.post(f"{front.url}/v1/videos/{job_id}/resume", headers=AUTH, timeout=30)

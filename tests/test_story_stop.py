@@ -19,6 +19,7 @@ from test_story_resume import CRASH_STORY, finished_prompts, rendered_prompts
 
 from h3bridge.errors import RequestError
 from h3bridge.story.storyboard import Storyboard
+from h3bridge.engines.groups import all_stopped, live_group_members
 
 
 def _default_signals() -> None:
@@ -133,9 +134,9 @@ def test_ctrl_z_pauses_the_story_and_fg_finishes_the_same_film(tmp_path: Path, m
                 break
         said = process.stderr.readline()
         assert "paused: the engine is stopped where it was and its memory stays in use (resident)" in said, said
-        engine = psutil.Process(sim_invocations(sim_log)[1]["pid"])
+        engine = sim_invocations(sim_log)[1]["pid"]
         deadline = time.monotonic() + 60
-        while not (engine.status() == psutil.STATUS_STOPPED and
+        while not (all_stopped([psutil.Process(pid) for pid in live_group_members(engine)]) and
                    psutil.Process(process.pid).status() == psutil.STATUS_STOPPED):
             assert time.monotonic() < deadline, "the engine and the command were never both stopped"
             time.sleep(0.02)

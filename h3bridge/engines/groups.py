@@ -1,6 +1,6 @@
 """Process groups: the engine child and everything it starts (FFmpeg) run in a group of their
-own; these find its live members, signal it, and stop it (SIGTERM, then SIGKILL after a grace),
-waiting through waiting.wait_until. Used by process.py, child.py and priority.py; imports nothing
+own; these find its live members, say whether a pause has stopped them all, signal it, and stop
+it (SIGTERM, then SIGKILL after a grace), waiting through waiting.wait_until. Used by process.py, child.py and priority.py; imports nothing
 else of engines/.
 """
 from __future__ import annotations
@@ -8,8 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from .waiting import NOTHING, Deadline, wait_until
+
+if TYPE_CHECKING:
+    import psutil
 
 TERMINATE_GRACE_SECONDS = 0.4
 
@@ -35,6 +39,36 @@ def live_group_members(pgid: int) -> list[int]:
         except (OSError, psutil.Error):
             continue
     return members
+
+
+def all_stopped(processes: "list[psutil.Process]") -> bool:
+    """Whether every one of `processes` (an engine's group) shows a pause's stop: stopped, or held
+    in vfork by a child of its own that the stop caught before that child's exec.
+
+    The second is Linux's: Python's subprocess (and glibc's posix_spawn) starts a program with
+    vfork, whose parent waits, uninterruptibly ("disk-sleep", in kernel_clone), until the child
+    execs. A SIGSTOP to the group in that moment stops the child first; the parent, blocked, cannot
+    take its stop until the child goes on, and does nothing meanwhile: it is paused all the same,
+    and SIGCONT continues both. (The child before its exec still shares its parent's memory, so it
+    shows the parent's command line.) An empty list is not stopped."""
+    import psutil
+
+    if not processes:
+        return False
+    try:
+        states = {process.pid: process.status() for process in processes}
+        for process in processes:
+            if states[process.pid] == psutil.STATUS_STOPPED:
+                continue
+            if states[process.pid] != psutil.STATUS_DISK_SLEEP:
+                return False
+            command = process.cmdline()
+            if not any(states.get(child.pid) == psutil.STATUS_STOPPED and child.cmdline() == command
+                       for child in process.children()):
+                return False
+    except psutil.Error:
+        return False            # one just ended or changed: not a settled stop yet (ask again)
+    return True
 
 
 def group_alive(pgid: int) -> bool:

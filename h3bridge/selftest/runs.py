@@ -468,14 +468,8 @@ def pause_check(context: Context, kind: EngineKind, request: GenerationRequest) 
 
 
 def _all_stopped() -> bool:
-    import psutil
-    states = []
-    for process in engine_processes():
-        try:
-            states.append(process.status() == psutil.STATUS_STOPPED)
-        except psutil.Error:
-            pass
-    return bool(states) and all(states)
+    from ..engines.groups import all_stopped
+    return all_stopped(engine_processes())
 
 
 def _wait_for(event: threading.Event, cancel: CancelToken) -> bool:
