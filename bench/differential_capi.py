@@ -156,4 +156,6 @@ def _generate(lib: ctypes.CDLL, ctx: object, op: dict[str, object], media_path, 
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 4:      # (a helper: differential.py runs it once per C-API case)
+        sys.exit("usage: python bench/differential_capi.py LIBRARY CASE.json RESULT.json (run by differential.py)")
     sys.exit(main(*sys.argv[1:4]))
