@@ -576,22 +576,21 @@ class SignalledRun(Generic[Outcome]):
 
 
 def run_with_signals(engine: Engine, display: PhaseProgressBars, cancel: CancelToken,
-                     call: Callable[[PauseControl], Outcome], *, pause: PauseControl | None = None,
-                     also: AbstractContextManager | None = None,
+                     call: Callable[[PauseControl], Outcome], *, also: AbstractContextManager | None = None,
                      on_cancelled: Callable[[GenerationCancelled], None] | None = None) -> SignalledRun[Outcome]:
     """The one way a command runs an engine under the terminal's signals (generate, --takes,
     story): Ctrl-C / SIGTERM / SIGHUP cancel `cancel`, Ctrl-Z pauses the engine with the command
     (`call` gets the PauseControl to hand the engine), and the display and the engine are closed
     whatever happens. `also` is one more context held around the run (story: stop after a shot
     on SIGUSR1); `on_cancelled` may reword a cancellation before its exit status is chosen."""
-    pause = pause if pause is not None else PauseControl()
+    pause = PauseControl()
     started = time.monotonic()
     with cancel_on_signals(cancel) as received, pause_on_ctrl_z(pause, display.show_paused), \
             (also if also is not None else nullcontext()):
         try:
             outcome = call(pause)
         except GenerationCancelled as error:
-            display.close()
+            display.close()         # before the cancellation is said (cancelled_status prints it)
             if on_cancelled is not None:
                 on_cancelled(error)
             return SignalledRun(None, cancelled_status(error, received), 0.0)

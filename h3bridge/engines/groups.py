@@ -1,7 +1,7 @@
 """Process groups: the engine child and everything it starts (FFmpeg) run in a group of their
 own; these find its live members, say whether a pause has stopped them all, signal it, and stop
-it (SIGTERM, then SIGKILL after a grace), waiting through waiting.wait_until. Used by process.py, child.py and priority.py; imports nothing
-else of engines/.
+it (SIGTERM, then SIGKILL after a grace), waiting through waiting.wait_until. Used by process.py,
+child.py and priority.py; imports nothing else of engines/.
 """
 from __future__ import annotations
 
