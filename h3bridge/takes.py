@@ -140,14 +140,14 @@ def sheet_frames(result: GenerationResult) -> tuple[np.ndarray, ...]:
     return tuple(decode_frames_at(result.video_path, indices))
 
 
-def write_sheet(path: Path, rows: list, *, overwrite: bool) -> np.ndarray:
-    """Draw the contact sheet of `rows` (media.sheet.SheetRow) and publish it as a PNG at `path`."""
+def write_sheet(path: Path, rows: list, *, overwrite: bool, field: str = "output") -> np.ndarray:
+    """Draw the contact sheet of `rows` (media.sheet.SheetRow) and publish it as a PNG at `path`
+    (a clip's takes here, a storyboard's in story/sheet.py); `field` names the output in a refusal."""
     from .media.png import png_bytes
     from .media.sheet import contact_sheet
     from .safeio.outputs import write_output
     picture = contact_sheet(rows)
-    write_output(path, png_bytes(picture), overwrite=overwrite, field="output",
-                 allow_overwrite=ALLOW_OVERWRITE)
+    write_output(path, png_bytes(picture), overwrite=overwrite, field=field, allow_overwrite=ALLOW_OVERWRITE)
     return picture
 
 

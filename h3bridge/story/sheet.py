@@ -24,14 +24,13 @@ def write_story_sheet(shots: "Sequence[ShotOutcome]", job_dir: Path) -> Path | N
     if not sheet_rows(shots):
         return None
     from ..media.decode import decode_frames_at
-    from ..media.png import png_bytes
-    from ..media.sheet import SheetRow, contact_sheet, frame_indices
-    from ..safeio.outputs import write_output
+    from ..media.sheet import SheetRow, frame_indices
+    from ..takes import write_sheet
     rows = [SheetRow(take.take, take.seed, tuple(decode_frames_at(take.video_path, frame_indices(shot.frame_count))),
                      shot=shot.index, picked=take.take == shot.pick)
             for shot in shots if len(shot.takes) > 1 for take in shot.takes]
-    return write_output(job_dir / SHEET_NAME, png_bytes(contact_sheet(rows)), overwrite=True, field="job_dir",
-                        make_parents=False)
+    write_sheet(job_dir / SHEET_NAME, rows, overwrite=True, field="job_dir")
+    return job_dir / SHEET_NAME
 
 
 __all__ = ["SHEET_NAME", "sheet_rows", "write_story_sheet"]
