@@ -174,3 +174,10 @@ def not_regular_outputs(folder: Path, suffix: str) -> dict[str, Path]:
         os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 7))
         names["device"] = device
     return names
+
+
+def pause_notice(stderr) -> str:
+    """The line the CLI says Ctrl-Z with ("h3bridge: paused: ..."), read from its stderr; "" if the
+    stream ends first. Progress lines printed by the rendering threads may come before it (the
+    signal handler runs when the main thread gets to it), so it is not always the next line."""
+    return next((line for line in stderr if line.startswith("h3bridge: paused:")), "")

@@ -16,7 +16,7 @@ import psutil
 from h3bridge.engines.groups import all_stopped
 import pytest
 
-from core_helpers import model_dir, sim_engine_path, sim_invocations  # noqa: F401 (fixture)
+from core_helpers import model_dir, pause_notice, sim_engine_path, sim_invocations  # noqa: F401 (fixture)
 from story_helpers import decode_film
 
 FLAGS = ["--width", "96", "--height", "64", "--frames", "22", "--steps", "8"]
@@ -71,7 +71,7 @@ def test_ctrl_z_pauses_the_engine_and_fg_finishes_the_same_clip(tmp_path: Path, 
             if line.startswith(LONG_PHASE_LINE):
                 break
         cli.send_signal(signal.SIGTSTP)       # what the terminal sends on Ctrl-Z
-        said = cli.stderr.readline()
+        said = pause_notice(cli.stderr)
         assert "paused: the engine is stopped where it was and its memory stays in use (resident)" in said, said
         assert "`fg` resumes it" in said
         wait_until(lambda: stopped([psutil.Process(cli.pid)]), "the CLI never stopped itself")
@@ -128,7 +128,7 @@ def test_ctrl_z_pauses_generate_takes_and_fg_finishes_the_same_takes(tmp_path: P
             if line.startswith(LONG_PHASE_LINE):
                 break
         cli.send_signal(signal.SIGTSTP)
-        said = cli.stderr.readline()
+        said = pause_notice(cli.stderr)
         assert "paused: the engine is stopped where it was" in said, said
         wait_until(lambda: stopped([psutil.Process(cli.pid)]), "the CLI never stopped itself")
         group = wait_until(lambda: (g := engine_group(sim_invocations(log)[before]["pid"])) and stopped(g) and g,

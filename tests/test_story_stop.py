@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core_helpers import model_dir, sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixtures)
+from core_helpers import model_dir, pause_notice, sim_engine_path, sim_invocations, sim_log  # noqa: F401 (fixtures)
 from story_helpers import decode_film, run_cli, story_argv, write_story
 from test_story_resume import CRASH_STORY, finished_prompts, rendered_prompts
 
@@ -132,7 +132,7 @@ def test_ctrl_z_pauses_the_story_and_fg_finishes_the_same_film(tmp_path: Path, m
             if line.startswith("h3bridge: shot 2/3: denoise"):
                 process.send_signal(signal.SIGTSTP)
                 break
-        said = process.stderr.readline()
+        said = pause_notice(process.stderr)
         assert "paused: the engine is stopped where it was and its memory stays in use (resident)" in said, said
         engine = sim_invocations(sim_log)[1]["pid"]
         deadline = time.monotonic() + 60
